@@ -1,0 +1,280 @@
+//! Typed errors. Each says what failed and where: the host for DNS, the route for
+//! connects, every failure in order for a race. [`Misuse`] is separate: it reports
+//! driver bugs (an id the core never issued), which network data can never cause.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use crate::address::{Address, Host};
+use crate::id::{AttemptId, QueryId};
+use crate::route::Route;
+
+/// Why a DNS query gave no usable answer.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum DnsError {
+    /// The resolver answered with no addresses.
+    NoAddresses,
+    /// The resolver did not answer in time.
+    Timeout,
+    /// The resolver failed (NXDOMAIN, SERVFAIL, system error, …).
+    Failed {
+        /// The resolver's message.
+        message: String,
+    },
+}
+
+impl DnsError {
+    /// A resolver failure from an I/O error (what `getaddrinfo` wrappers return).
+    #[must_use]
+    pub fn from_io(err: &io::Error) -> DnsError {
+        match err.kind() {
+            io::ErrorKind::TimedOut => DnsError::Timeout,
+            _ => DnsError::Failed {
+                message: err.to_string(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for DnsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DnsError::NoAddresses => f.write_str("no addresses"),
+            DnsError::Timeout => f.write_str("lookup timed out"),
+            DnsError::Failed { message } => write!(f, "lookup failed: {message}"),
+        }
+    }
+}
+
+/// Which part of the TLS handshake failed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The certificate chain is not trusted (unknown issuer, expired, revoked, …).
+    Certificate,
+    /// The certificate is valid but does not cover the host.
+    Hostname,
+    /// A pinned key did not match.
+    Pin,
+    /// The peer sent an alert or broke the protocol.
+    Protocol,
+}
+
+/// Why one connect attempt (TCP, proxy handshake, TLS) failed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The TCP connect failed (refused, unreachable, reset, …).
+    Io {
+        /// The I/O error's kind.
+        kind: io::ErrorKind,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// The TCP connect did not finish within the connect timeout.
+    ConnectTimeout {
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// The handshakes after TCP (SOCKS5, `CONNECT`, TLS) did not finish in time.
+    HandshakeTimeout {
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// TLS failed.
+    Tls {
+        /// Which part failed.
+        kind: TlsFailure,
+        /// The TLS library's message.
+        message: String,
+    },
+    /// The proxy refused or broke the `CONNECT` or SOCKS5 handshake.
+    Proxy {
+        /// What the proxy said or did.
+        message: String,
+    },
+    /// The peer negotiated a protocol the Address does not allow.
+    ProtocolNotAllowed {
+        /// What was negotiated.
+        protocol: crate::address::Protocol,
+    },
+}
+
+impl ConnectError {
+    /// A TCP-level failure from an I/O error.
+    #[must_use]
+    pub fn from_io(err: &io::Error) -> ConnectError {
+        ConnectError::Io {
+            kind: err.kind(),
+            message: err.to_string(),
+        }
+    }
+
+    /// Whether this was a timeout (timeouts are never retried by a call).
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::ConnectTimeout { .. } | ConnectError::HandshakeTimeout { .. }
+        ) || matches!(self, ConnectError::Io { kind, .. } if *kind == io::ErrorKind::TimedOut)
+    }
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Io { message, .. } => write!(f, "connect failed: {message}"),
+            ConnectError::ConnectTimeout { after } => {
+                write!(f, "connect timed out after {after:?}")
+            }
+            ConnectError::HandshakeTimeout { after } => {
+                write!(f, "handshake timed out after {after:?}")
+            }
+            ConnectError::Tls { kind, message } => {
+                let what = match kind {
+                    TlsFailure::Certificate => "certificate not trusted",
+                    TlsFailure::Hostname => "certificate does not cover the host",
+                    TlsFailure::Pin => "certificate pin mismatch",
+                    TlsFailure::Protocol => "TLS handshake failed",
+                };
+                write!(f, "{what}: {message}")
+            }
+            ConnectError::Proxy { message } => write!(f, "proxy handshake failed: {message}"),
+            ConnectError::ProtocolNotAllowed { protocol } => {
+                write!(f, "peer negotiated {protocol}, which is not allowed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// One failure inside a race, in the order it happened.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Failure {
+    /// A DNS lookup for `host` (the origin's or a proxy's) failed.
+    Dns {
+        /// The query.
+        query: QueryId,
+        /// The host looked up.
+        host: Host,
+        /// Why.
+        error: DnsError,
+    },
+    /// An attempt on `route` failed.
+    Connect {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The route it dialled.
+        route: Route,
+        /// Why.
+        error: ConnectError,
+    },
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Dns { host, error, .. } => write!(f, "dns {host}: {error}"),
+            Failure::Connect { route, error, .. } => write!(f, "{route}: {error}"),
+        }
+    }
+}
+
+/// Why a race ended without a connection.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum RaceErrorKind {
+    /// Every route failed (or DNS gave none).
+    AllRoutesFailed,
+    /// The call's deadline passed first.
+    CallTimeout,
+}
+
+/// A race ended without a connection: the Address and every failure, first first.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct RaceError {
+    /// Why it ended.
+    pub kind: RaceErrorKind,
+    /// The Address that could not be reached.
+    pub address: Address,
+    /// Every DNS and connect failure, in the order they happened.
+    pub failures: Vec<Failure>,
+}
+
+impl RaceError {
+    /// Whether the request may be retried: never after a call timeout, nor when a
+    /// failure was a certificate or hostname problem.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        self.kind != RaceErrorKind::CallTimeout
+            && !self.failures.iter().any(|f| {
+                matches!(
+                    f,
+                    Failure::Connect {
+                        error: ConnectError::Tls {
+                            kind: TlsFailure::Certificate | TlsFailure::Hostname | TlsFailure::Pin,
+                            ..
+                        },
+                        ..
+                    }
+                )
+            })
+    }
+}
+
+impl fmt::Display for RaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            RaceErrorKind::AllRoutesFailed => write!(f, "could not connect to {}", self.address)?,
+            RaceErrorKind::CallTimeout => {
+                write!(f, "call timed out connecting to {}", self.address)?;
+            }
+        }
+        match self.failures.as_slice() {
+            [] => Ok(()),
+            [one] => write!(f, ": {one}"),
+            many => {
+                write!(f, ": {} failures", many.len())?;
+                for (i, fail) in many.iter().enumerate() {
+                    write!(f, "; {}) {fail}", i + 1)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for RaceError {}
+
+/// A driver bug: an input the core cannot have asked for. Never caused by network
+/// data; the core's state is unchanged when it is returned.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum Misuse {
+    /// The attempt id was not issued by this race.
+    UnknownAttempt(AttemptId),
+    /// The query id was not issued by this race.
+    UnknownQuery(QueryId),
+    /// A handshake result for an attempt that was not asked to handshake.
+    NotHandshaking(AttemptId),
+}
+
+impl fmt::Display for Misuse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Misuse::UnknownAttempt(id) => write!(f, "driver misuse: unknown attempt {id}"),
+            Misuse::UnknownQuery(id) => write!(f, "driver misuse: unknown DNS query {id}"),
+            Misuse::NotHandshaking(id) => {
+                write!(
+                    f,
+                    "driver misuse: handshake result for {id}, which was not asked to handshake"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for Misuse {}

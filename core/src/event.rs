@@ -1,0 +1,136 @@
+//! Events: what happened, timestamped, for listeners and tracing.
+//!
+//! Events are observations; nothing depends on a driver consuming them, but a
+//! driver that never drains [`poll_event`](crate::Race::poll_event) lets them pile
+//! up for the life of the race.
+//!
+//! Order for one race: `ProxySelectStart`, `ProxySelectEnd`, then per lookup
+//! `DnsStart` and `DnsEnd` or `DnsFailed`; per attempt `ConnectStart`, and then
+//! exactly one of `ConnectEnd`, `ConnectFailed` or `ConnectCancelled`. The winner
+//! of an `https` race has `SecureConnectStart` and `SecureConnectEnd` between its
+//! `ConnectStart` and `ConnectEnd`.
+
+use std::net::IpAddr;
+
+use crate::address::{Address, Host, Protocol, Proxy};
+use crate::error::{ConnectError, DnsError};
+use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
+use crate::route::Route;
+use crate::time::Instant;
+
+/// Something that happened to a call, at a time.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Event {
+    /// When it happened (the `now` of the input that caused it).
+    pub at: Instant,
+    /// The call it belongs to.
+    pub call: CallId,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// Why an attempt was abandoned without failing.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// Another attempt won the TCP race.
+    LostRace,
+    /// A pooled connection became eligible and the call took it.
+    Pooled,
+    /// The call was cancelled.
+    CallCancelled,
+    /// The call's deadline passed.
+    CallTimeout,
+}
+
+/// One variant per listener callback.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// Proxy selection begins for `address`.
+    ProxySelectStart {
+        /// The Address being connected.
+        address: Address,
+    },
+    /// The proxies that will be tried, in order.
+    ProxySelectEnd {
+        /// Proxies in try order ([`Proxy::Direct`] for none).
+        proxies: Vec<Proxy>,
+    },
+    /// A lookup starts.
+    DnsStart {
+        /// The query.
+        query: QueryId,
+        /// The name being resolved.
+        host: Host,
+    },
+    /// A lookup answered.
+    DnsEnd {
+        /// The query.
+        query: QueryId,
+        /// The name resolved.
+        host: Host,
+        /// The addresses, in the order routes will use them.
+        addresses: Vec<IpAddr>,
+    },
+    /// A lookup failed (planning moves on to the next proxy).
+    DnsFailed {
+        /// The query.
+        query: QueryId,
+        /// The name being resolved.
+        host: Host,
+        /// Why.
+        error: DnsError,
+    },
+    /// A TCP connect starts.
+    ConnectStart {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The route dialled.
+        route: Route,
+    },
+    /// TLS starts on the race's winner (after any proxy handshake).
+    SecureConnectStart {
+        /// The attempt.
+        attempt: AttemptId,
+    },
+    /// TLS finished.
+    SecureConnectEnd {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The protocol ALPN settled on.
+        protocol: Protocol,
+    },
+    /// The connection is ready to carry exchanges.
+    ConnectEnd {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The route.
+        route: Route,
+        /// The protocol the connection speaks.
+        protocol: Protocol,
+    },
+    /// The attempt failed; the route is recorded in the route database.
+    ConnectFailed {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The route.
+        route: Route,
+        /// Why.
+        error: ConnectError,
+    },
+    /// The attempt was abandoned; its socket was closed by the driver.
+    ConnectCancelled {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The route.
+        route: Route,
+        /// Why.
+        reason: CancelReason,
+    },
+    /// The call took a pooled connection that became eligible mid-race.
+    PooledConnectionTaken {
+        /// The pooled connection.
+        connection: ConnectionId,
+    },
+}

@@ -1,0 +1,122 @@
+//! Opaque identifiers. Never reused within one [`IdAllocator`].
+//!
+//! A call's sub-identifiers ([`AttemptId`], [`QueryId`]) embed the [`CallId`], so an
+//! owner of many races can route a driver's report to the right race without a
+//! lookup table, and an id from one race is never mistaken for another's.
+
+use std::fmt;
+
+/// One call's request for a connection.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId(u64);
+
+/// One connection, pooled or not.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnectionId(u64);
+
+/// One connect attempt (TCP, then for the winner its handshakes) on one route.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AttemptId {
+    call: CallId,
+    seq: u32,
+}
+
+/// One DNS query a call asked the driver to perform.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueryId {
+    call: CallId,
+    seq: u32,
+}
+
+impl AttemptId {
+    pub(crate) fn new(call: CallId, seq: u32) -> Self {
+        AttemptId { call, seq }
+    }
+    /// The call that started this attempt.
+    #[must_use]
+    pub fn call(self) -> CallId {
+        self.call
+    }
+}
+
+impl QueryId {
+    pub(crate) fn new(call: CallId, seq: u32) -> Self {
+        QueryId { call, seq }
+    }
+    /// The call that asked for this query.
+    #[must_use]
+    pub fn call(self) -> CallId {
+        self.call
+    }
+}
+
+/// Hands out [`CallId`]s and [`ConnectionId`]s, each never reused.
+///
+/// One allocator belongs to one owner of the core's state (a pool, or a driver
+/// running races by hand). Ids from different allocators may be equal.
+///
+/// ```
+/// use switchyard_core::IdAllocator;
+/// let mut ids = IdAllocator::default();
+/// let (a, b) = (ids.next_call(), ids.next_call());
+/// assert_ne!(a, b);
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct IdAllocator {
+    calls: u64,
+    connections: u64,
+}
+
+impl IdAllocator {
+    /// A fresh call id.
+    pub fn next_call(&mut self) -> CallId {
+        self.calls += 1;
+        CallId(self.calls)
+    }
+    /// A fresh connection id.
+    pub fn next_connection(&mut self) -> ConnectionId {
+        self.connections += 1;
+        ConnectionId(self.connections)
+    }
+}
+
+impl fmt::Debug for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "call#{}", self.0)
+    }
+}
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+impl fmt::Debug for ConnectionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conn#{}", self.0)
+    }
+}
+impl fmt::Display for ConnectionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+impl fmt::Debug for AttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/attempt#{}", self.call.0, self.seq)
+    }
+}
+impl fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+impl fmt::Debug for QueryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/dns#{}", self.call.0, self.seq)
+    }
+}
+impl fmt::Display for QueryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}

@@ -1,0 +1,572 @@
+//! Route planning: proxies × DNS answers → ordered routes, failed routes last.
+//!
+//! The [`RoutePlanner`] hands out one [`Route`] at a time. For each proxy in the
+//! selector's order it resolves the host to dial (the origin's when direct, the
+//! proxy's otherwise; IP literals skip DNS), orders the answer per RFC 8305 §4,
+//! and postpones routes the [`RouteDatabase`] remembers as failed. The first proxy
+//! that yields a route that is not postponed gives the next selection; when every
+//! proxy is used up, the postponed routes are the last selection, in the order
+//! they were found. A failed route is tried last, never skipped.
+//!
+//! DNS is lazy: a proxy's host is looked up only when the routes before it are
+//! used up, so a call that connects on its first proxy never resolves the others.
+
+use std::collections::{HashSet, VecDeque};
+use std::net::IpAddr;
+
+use crate::address::{Address, Host, Proxy};
+use crate::error::{DnsError, Misuse};
+use crate::id::{CallId, QueryId};
+use crate::route::{dial_target, routes_for, Route, RouteDatabase};
+use crate::time::Instant;
+
+/// An IP address family.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum Family {
+    /// IPv6 (RFC 8305's default preference).
+    #[default]
+    V6,
+    /// IPv4.
+    V4,
+}
+
+impl Family {
+    /// The family of `ip`.
+    #[must_use]
+    pub fn of(ip: &IpAddr) -> Family {
+        match ip {
+            IpAddr::V6(_) => Family::V6,
+            IpAddr::V4(_) => Family::V4,
+        }
+    }
+}
+
+/// Orders resolved addresses per RFC 8305 §4: when both families are present,
+/// alternate them starting with `preferred` (v6₀, v4₀, v6₁, v4₁, …), then the rest
+/// of the longer list; order inside each family is kept. One family: unchanged.
+///
+/// > "the client SHOULD then interleave them … alternating between address
+/// > families" — [RFC 8305 §4](https://www.rfc-editor.org/rfc/rfc8305#section-4)
+///
+/// ```
+/// use switchyard_core::{interleave, Family};
+/// use std::net::IpAddr;
+/// let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+/// let (a4, b4, c4, a6, b6) = (ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3"), ip("fd00::1"), ip("fd00::2"));
+/// assert_eq!(interleave(&[a4, b4, c4, a6, b6], Family::V6), [a6, a4, b6, b4, c4]);
+/// assert_eq!(interleave(&[a4, b4, c4, a6, b6], Family::V4), [a4, a6, b4, b6, c4]);
+/// ```
+#[must_use]
+pub fn interleave(addrs: &[IpAddr], preferred: Family) -> Vec<IpAddr> {
+    let (first, second): (Vec<IpAddr>, Vec<IpAddr>) =
+        addrs.iter().partition(|ip| Family::of(ip) == preferred);
+    let mut out = Vec::with_capacity(addrs.len());
+    let (mut a, mut b) = (first.into_iter(), second.into_iter());
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return out,
+            (x, y) => out.extend(x.into_iter().chain(y)),
+        }
+    }
+}
+
+/// How routes are ordered.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PlanConfig {
+    /// Interleave address families (RFC 8305). When off, DNS order is kept.
+    /// Default: on.
+    pub fast_fallback: bool,
+    /// The family tried first when interleaving. Default: IPv6.
+    pub preferred_family: Family,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            fast_fallback: true,
+            preferred_family: Family::V6,
+        }
+    }
+}
+
+/// What the planner says when asked for the next route.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum PlanStep {
+    /// Try this route next.
+    Route(Route),
+    /// Resolve `host`; answer with [`RoutePlanner::handle_dns`]. Given once per query.
+    Resolve {
+        /// Quote this in the answer.
+        query: QueryId,
+        /// The name to resolve (never an IP literal).
+        host: Host,
+        /// The port the routes will dial, for resolvers that take a service.
+        port: u16,
+        /// The proxy this lookup is for ([`Proxy::Direct`]: the origin).
+        proxy: Proxy,
+    },
+    /// A lookup is outstanding; no route until it is answered.
+    Waiting,
+    /// Every route has been handed out.
+    Exhausted,
+}
+
+/// A DNS answer as the planner used it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DnsOutcome {
+    /// The host that was looked up.
+    pub host: Host,
+    /// The proxy it was for.
+    pub proxy: Proxy,
+    /// The addresses in planning order, or why there are none.
+    pub result: Result<Vec<IpAddr>, DnsError>,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    query: QueryId,
+    proxy: Proxy,
+    host: Host,
+    port: u16,
+}
+
+/// Plans the routes for one call. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct RoutePlanner {
+    call: CallId,
+    address: Address,
+    proxies: Vec<Proxy>,
+    next_proxy: usize,
+    config: PlanConfig,
+    current: VecDeque<Route>,
+    postponed: Vec<Route>,
+    postponed_released: bool,
+    pending: Option<Pending>,
+    announced: bool,
+    next_query: u32,
+    // Lookup only: routes already handed out or queued, so none is planned twice.
+    seen: HashSet<Route>,
+}
+
+impl RoutePlanner {
+    /// Plans routes to `address`. When the Address has an explicit proxy, that is
+    /// the only one used; otherwise `proxies` is the selector's answer, in order
+    /// (an empty answer means direct).
+    #[must_use]
+    pub fn new(call: CallId, address: Address, proxies: Vec<Proxy>, config: PlanConfig) -> Self {
+        let mut proxies = match address.proxy() {
+            Some(explicit) => vec![explicit.clone()],
+            None => proxies,
+        };
+        if proxies.is_empty() {
+            proxies.push(Proxy::Direct);
+        }
+        let mut unique: Vec<Proxy> = Vec::with_capacity(proxies.len());
+        for p in proxies {
+            if !unique.contains(&p) {
+                unique.push(p);
+            }
+        }
+        RoutePlanner {
+            call,
+            address,
+            proxies: unique,
+            next_proxy: 0,
+            config,
+            current: VecDeque::new(),
+            postponed: Vec::new(),
+            postponed_released: false,
+            pending: None,
+            announced: false,
+            next_query: 0,
+            seen: HashSet::new(),
+        }
+    }
+
+    /// The proxies that will be tried, in order.
+    #[must_use]
+    pub fn proxies(&self) -> &[Proxy] {
+        &self.proxies
+    }
+
+    /// The Address being planned for.
+    #[must_use]
+    pub fn address(&self) -> &Address {
+        &self.address
+    }
+
+    /// Whether a route is ready to hand out without waiting for DNS.
+    #[must_use]
+    pub fn has_ready_route(&self) -> bool {
+        !self.current.is_empty()
+    }
+
+    /// Whether [`RoutePlanner::next`] would hand out a route or a lookup now, rather
+    /// than [`PlanStep::Waiting`] or [`PlanStep::Exhausted`]. (A lookup's answer may
+    /// still turn out to hold only postponed routes.)
+    #[must_use]
+    pub fn can_advance(&self) -> bool {
+        if !self.current.is_empty() {
+            return true;
+        }
+        match &self.pending {
+            Some(_) => !self.announced,
+            None => {
+                self.next_proxy < self.proxies.len()
+                    || (!self.postponed_released && !self.postponed.is_empty())
+            }
+        }
+    }
+
+    /// Whether a lookup is outstanding.
+    #[must_use]
+    pub fn is_waiting(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// The next step: a route, a lookup to perform, waiting, or exhausted.
+    /// `db` decides which routes are postponed, as of `now`.
+    pub fn next(&mut self, now: Instant, db: &RouteDatabase) -> PlanStep {
+        loop {
+            if let Some(route) = self.current.pop_front() {
+                return PlanStep::Route(route);
+            }
+            if let Some(p) = &self.pending {
+                if self.announced {
+                    return PlanStep::Waiting;
+                }
+                self.announced = true;
+                return PlanStep::Resolve {
+                    query: p.query,
+                    host: p.host.clone(),
+                    port: p.port,
+                    proxy: p.proxy.clone(),
+                };
+            }
+            if let Some(proxy) = self.proxies.get(self.next_proxy).cloned() {
+                self.next_proxy += 1;
+                let (host, port) = dial_target(&self.address, &proxy);
+                match host.ip() {
+                    Some(ip) => self.select(&proxy, &[ip], port, now, db),
+                    None => {
+                        let query = QueryId::new(self.call, self.next_query);
+                        self.next_query += 1;
+                        self.pending = Some(Pending {
+                            query,
+                            host: host.clone(),
+                            port,
+                            proxy,
+                        });
+                        self.announced = false;
+                    }
+                }
+                continue;
+            }
+            if !self.postponed_released && !self.postponed.is_empty() {
+                self.postponed_released = true;
+                self.current.extend(self.postponed.drain(..));
+                continue;
+            }
+            return PlanStep::Exhausted;
+        }
+    }
+
+    /// Feeds the answer to a [`PlanStep::Resolve`]. Returns how the answer was used,
+    /// or `None` for a duplicate answer (ignored). An empty answer becomes
+    /// [`DnsError::NoAddresses`]; a failed lookup moves planning to the next proxy.
+    pub fn handle_dns(
+        &mut self,
+        query: QueryId,
+        answer: Result<Vec<IpAddr>, DnsError>,
+        now: Instant,
+        db: &RouteDatabase,
+    ) -> Result<Option<DnsOutcome>, Misuse> {
+        if query.call() != self.call || query >= QueryId::new(self.call, self.next_query) {
+            return Err(Misuse::UnknownQuery(query));
+        }
+        let pending = match self.pending.take() {
+            Some(p) if p.query == query => p,
+            other => {
+                self.pending = other;
+                return Ok(None);
+            }
+        };
+        let result = match answer {
+            Ok(ips) if ips.is_empty() => Err(DnsError::NoAddresses),
+            Ok(ips) => {
+                let ordered = if self.config.fast_fallback {
+                    interleave(&ips, self.config.preferred_family)
+                } else {
+                    ips
+                };
+                self.select(&pending.proxy, &ordered, pending.port, now, db);
+                Ok(ordered)
+            }
+            Err(e) => Err(e),
+        };
+        Ok(Some(DnsOutcome {
+            host: pending.host,
+            proxy: pending.proxy,
+            result,
+        }))
+    }
+
+    /// Puts a route back at the front (a cancelled loser to retry first).
+    pub(crate) fn push_front(&mut self, routes: impl DoubleEndedIterator<Item = Route>) {
+        for r in routes.rev() {
+            self.current.push_front(r);
+        }
+    }
+
+    fn select(
+        &mut self,
+        proxy: &Proxy,
+        ips: &[IpAddr],
+        port: u16,
+        now: Instant,
+        db: &RouteDatabase,
+    ) {
+        for route in routes_for(&self.address, proxy, ips, port) {
+            if !self.seen.insert(route.clone()) {
+                continue;
+            }
+            // Postponement applies after interleaving, so the postponed list keeps
+            // discovery order.
+            if db.should_postpone(&route, now) {
+                self.postponed.push(route);
+            } else {
+                self.current.push_back(route);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::Scheme;
+    use crate::id::IdAllocator;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn planner(proxies: Vec<Proxy>) -> RoutePlanner {
+        let a = Address::builder(Scheme::Https, "example.com", 443)
+            .build()
+            .unwrap();
+        RoutePlanner::new(
+            IdAllocator::default().next_call(),
+            a,
+            proxies,
+            PlanConfig::default(),
+        )
+    }
+
+    fn drain(p: &mut RoutePlanner, db: &RouteDatabase) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            match p.next(Instant::ZERO, db) {
+                PlanStep::Route(r) => out.push(r.socket_addr().to_string()),
+                other => {
+                    out.push(
+                        format!("{other:?}")
+                            .split_whitespace()
+                            .next()
+                            .unwrap()
+                            .to_owned(),
+                    );
+                    return out;
+                }
+            }
+        }
+    }
+
+    fn resolve(p: &mut RoutePlanner, db: &RouteDatabase) -> QueryId {
+        match p.next(Instant::ZERO, db) {
+            PlanStep::Resolve { query, .. } => query,
+            other => panic!("expected Resolve, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rfc8305_interleaving() {
+        let v = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1", "fd00::2"].map(ip);
+        assert_eq!(interleave(&v, Family::V6), [v[3], v[0], v[4], v[1], v[2]]);
+        // One family only: order kept.
+        assert_eq!(interleave(&v[..3], Family::V6), v[..3]);
+        assert_eq!(interleave(&[], Family::V6), Vec::<IpAddr>::new());
+    }
+
+    #[test]
+    fn direct_resolves_origin_then_yields_interleaved_routes() {
+        let db = RouteDatabase::default();
+        let mut p = planner(vec![]);
+        assert_eq!(p.proxies(), &[Proxy::Direct]);
+        let q = match p.next(Instant::ZERO, &db) {
+            PlanStep::Resolve {
+                query, host, port, ..
+            } => {
+                assert_eq!(host, Host::Domain("example.com".into()));
+                assert_eq!(port, 443);
+                query
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Waiting);
+        let out = p
+            .handle_dns(
+                q,
+                Ok(vec![ip("10.0.0.1"), ip("fd00::1")]),
+                Instant::ZERO,
+                &db,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.result, Ok(vec![ip("fd00::1"), ip("10.0.0.1")]));
+        assert_eq!(
+            drain(&mut p, &db),
+            ["[fd00::1]:443", "10.0.0.1:443", "Exhausted"]
+        );
+        // A duplicate answer is ignored, an invented id is misuse.
+        assert_eq!(p.handle_dns(q, Ok(vec![]), Instant::ZERO, &db), Ok(None));
+        let bogus = QueryId::new(q.call(), 9);
+        assert_eq!(
+            p.handle_dns(bogus, Ok(vec![]), Instant::ZERO, &db),
+            Err(Misuse::UnknownQuery(bogus))
+        );
+    }
+
+    #[test]
+    fn failed_routes_are_postponed_to_the_end_never_skipped() {
+        let mut db = RouteDatabase::default();
+        let mut p = planner(vec![]);
+        let q = resolve(&mut p, &db);
+        let a = p.address().clone();
+        let failed = Route::new(a, Proxy::Direct, "[fd00::1]:443".parse().unwrap());
+        db.failed(&failed, Instant::ZERO);
+        p.handle_dns(
+            q,
+            Ok(vec![ip("fd00::1"), ip("10.0.0.1"), ip("fd00::2")]),
+            Instant::ZERO,
+            &db,
+        )
+        .unwrap();
+        assert_eq!(
+            drain(&mut p, &db),
+            [
+                "10.0.0.1:443",
+                "[fd00::2]:443",
+                "[fd00::1]:443",
+                "Exhausted"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_single_failed_route_is_still_tried() {
+        let mut db = RouteDatabase::default();
+        let mut p = planner(vec![]);
+        let q = resolve(&mut p, &db);
+        let only = Route::new(
+            p.address().clone(),
+            Proxy::Direct,
+            "10.0.0.1:443".parse().unwrap(),
+        );
+        db.failed(&only, Instant::ZERO);
+        p.handle_dns(q, Ok(vec![ip("10.0.0.1")]), Instant::ZERO, &db)
+            .unwrap();
+        assert_eq!(drain(&mut p, &db), ["10.0.0.1:443", "Exhausted"]);
+    }
+
+    #[test]
+    fn proxy_with_failed_route_gives_way_to_the_next_proxy() {
+        // Proxies [A, B], A's only route failed: B's route first, then A's.
+        let a = Proxy::http("10.1.0.1", 3128).unwrap();
+        let b = Proxy::http("10.2.0.1", 3128).unwrap();
+        let mut p = planner(vec![a.clone(), b]);
+        let mut db = RouteDatabase::default();
+        let failed = Route::new(p.address().clone(), a, "10.1.0.1:3128".parse().unwrap());
+        db.failed(&failed, Instant::ZERO);
+        assert_eq!(
+            drain(&mut p, &db),
+            ["10.2.0.1:3128", "10.1.0.1:3128", "Exhausted"]
+        );
+    }
+
+    #[test]
+    fn dns_failure_moves_to_the_next_proxy_and_empty_answer_is_an_error() {
+        let named = Proxy::socks5("proxy.example", 1080).unwrap();
+        let mut p = planner(vec![named.clone(), Proxy::Direct]);
+        let db = RouteDatabase::default();
+        let q1 = resolve(&mut p, &db);
+        let out = p
+            .handle_dns(q1, Ok(vec![]), Instant::ZERO, &db)
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.host, Host::Domain("proxy.example".into()));
+        assert_eq!(out.proxy, named);
+        assert_eq!(out.result, Err(DnsError::NoAddresses));
+        let q2 = resolve(&mut p, &db);
+        assert_ne!(q1, q2);
+        let out = p
+            .handle_dns(q2, Err(DnsError::Timeout), Instant::ZERO, &db)
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.host, Host::Domain("example.com".into()));
+        assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Exhausted);
+    }
+
+    #[test]
+    fn ip_literal_skips_dns_and_explicit_proxy_wins() {
+        let a = Address::builder(Scheme::Http, "127.0.0.1", 8080)
+            .build()
+            .unwrap();
+        let mut p = RoutePlanner::new(
+            IdAllocator::default().next_call(),
+            a,
+            vec![],
+            PlanConfig::default(),
+        );
+        let db = RouteDatabase::default();
+        assert_eq!(drain(&mut p, &db), ["127.0.0.1:8080", "Exhausted"]);
+
+        let explicit = Proxy::http("10.9.9.9", 8080).unwrap();
+        let a = Address::builder(Scheme::Http, "example.com", 80)
+            .proxy(explicit.clone())
+            .build()
+            .unwrap();
+        let p = RoutePlanner::new(
+            IdAllocator::default().next_call(),
+            a,
+            vec![Proxy::Direct],
+            PlanConfig::default(),
+        );
+        assert_eq!(p.proxies(), &[explicit]);
+    }
+
+    #[test]
+    fn duplicate_answers_give_one_route_and_no_fast_fallback_keeps_order() {
+        let a = Address::builder(Scheme::Https, "example.com", 443)
+            .build()
+            .unwrap();
+        let cfg = PlanConfig {
+            fast_fallback: false,
+            ..PlanConfig::default()
+        };
+        let mut p = RoutePlanner::new(IdAllocator::default().next_call(), a, vec![], cfg);
+        let db = RouteDatabase::default();
+        let q = resolve(&mut p, &db);
+        p.handle_dns(
+            q,
+            Ok(vec![ip("10.0.0.1"), ip("fd00::1"), ip("10.0.0.1")]),
+            Instant::ZERO,
+            &db,
+        )
+        .unwrap();
+        assert_eq!(
+            drain(&mut p, &db),
+            ["10.0.0.1:443", "[fd00::1]:443", "Exhausted"]
+        );
+    }
+}

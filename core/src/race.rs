@@ -1,0 +1,663 @@
+//! The connect race (Happy Eyeballs, RFC 8305 §5) for one call.
+//!
+//! Attempts start in route order. A new attempt starts when none is in flight,
+//! or when the attempt delay (250 ms by default) has passed since the last start.
+//! A failure with nothing else in flight starts the next attempt at once; a
+//! failure while others are in flight does not shorten the stagger.
+//!
+//! Only TCP races. The first attempt to connect wins and every other attempt is
+//! cancelled at that instant ([`Action::Cancel`]). The winner alone runs its
+//! handshakes (SOCKS5, `CONNECT`, TLS: [`Action::Handshake`]). If they fail, the
+//! race goes on: the cancelled losers are retried first, then the remaining
+//! routes. Each attempt is bounded by the connect timeout (TCP) and the handshake
+//! timeout; the whole race by the call's deadline, if it has one.
+//!
+//! A pooled connection that becomes eligible mid-race wins instead
+//! ([`Race::adopt_pooled`]). When every route has failed the race ends with
+//! [`Action::Failed`], whose error lists every failure, first first.
+//!
+//! # State
+//!
+//! ```text
+//!            start
+//!              │   Resolve / Connect actions
+//!              ▼
+//!   ┌──── Racing: attempts connecting (stagger, timeouts, failures) ────┐
+//!   │          │ TCP connected (losers cancelled)                       │
+//!   │          ▼                                                        │
+//!   │     Handshaking (winner only) ──handshake failed──► Racing        │
+//!   │          │ established                                            │
+//!   ▼          ▼                                                        ▼
+//! Failed      Won                         UsePooled / cancelled / deadline
+//! ```
+//!
+//! > "Starting a new connection attempt does not affect previous attempts, as
+//! > multiple connection attempts may occur in parallel. Once one of the connection
+//! > attempts succeeds …, all other connections attempts that have not yet succeeded
+//! > SHOULD be canceled." — [RFC 8305 §5](https://www.rfc-editor.org/rfc/rfc8305#section-5)
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::address::{Address, Host, Protocol, Proxy};
+use crate::error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind};
+use crate::event::{CancelReason, Event, EventKind};
+use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
+use crate::plan::{PlanConfig, PlanStep, RoutePlanner};
+use crate::route::{Route, RouteDatabase};
+use crate::time::{earliest, Instant};
+
+/// Timing and ordering knobs of a race. Cheap to copy; share one per client.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RaceConfig {
+    /// Time between attempt starts while earlier attempts are still in flight.
+    /// Default: 250 ms (RFC 8305 §8's recommendation).
+    pub attempt_delay: Duration,
+    /// Bound on each TCP connect. Default: 10 s.
+    pub connect_timeout: Duration,
+    /// Bound on the winner's handshakes (SOCKS5, `CONNECT`, TLS). Default: 10 s.
+    pub handshake_timeout: Duration,
+    /// Route ordering. With `fast_fallback` off, attempts run one at a time.
+    pub plan: PlanConfig,
+}
+
+impl Default for RaceConfig {
+    fn default() -> Self {
+        RaceConfig {
+            attempt_delay: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            plan: PlanConfig::default(),
+        }
+    }
+}
+
+/// What a race is asked to do: the call, its Address, the proxy selector's answer
+/// and the call's deadline.
+#[derive(Clone, Debug)]
+pub struct RaceRequest {
+    /// The call this race connects for; its ids embed it.
+    pub call: CallId,
+    /// Where to connect.
+    pub address: Address,
+    /// The proxy selector's answer, in order; ignored when the Address names a
+    /// proxy; empty means direct.
+    pub proxies: Vec<Proxy>,
+    /// When the whole call gives up, if ever.
+    pub deadline: Option<Instant>,
+}
+
+/// An instruction for the driver. Each is given once.
+#[must_use]
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Action {
+    /// Resolve `host`; answer with [`Race::handle_dns`].
+    Resolve {
+        /// Quote this in the answer.
+        query: QueryId,
+        /// The name (never an IP literal).
+        host: Host,
+        /// The port the routes will dial.
+        port: u16,
+    },
+    /// Open a TCP connection to `route.socket_addr()`; answer with
+    /// [`Race::handle_connected`] or [`Race::handle_failed`].
+    Connect {
+        /// Quote this in the answer.
+        attempt: AttemptId,
+        /// What to dial.
+        route: Route,
+    },
+    /// Run the handshakes the route requires on the connected socket — SOCKS5
+    /// ([`Route::requires_socks5`]), then `CONNECT` ([`Route::requires_tunnel`]),
+    /// then TLS ([`Route::requires_tls`]) — and answer with
+    /// [`Race::handle_established`] or [`Race::handle_failed`].
+    Handshake {
+        /// Quote this in the answer.
+        attempt: AttemptId,
+        /// The route, for what to do.
+        route: Route,
+    },
+    /// Close this attempt's socket at once. Nothing more is expected about it; a
+    /// late report is ignored.
+    Cancel {
+        /// The abandoned attempt.
+        attempt: AttemptId,
+    },
+    /// The race is won: this attempt's connection is ready and speaks `protocol`.
+    Won {
+        /// The winning attempt.
+        attempt: AttemptId,
+        /// Its route.
+        route: Route,
+        /// The protocol it speaks.
+        protocol: Protocol,
+    },
+    /// The race ended with the pooled connection passed to [`Race::adopt_pooled`].
+    UsePooled {
+        /// The pooled connection.
+        connection: ConnectionId,
+    },
+    /// The race ended without a connection.
+    Failed(RaceError),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stage {
+    Connecting,
+    Handshaking,
+}
+
+#[derive(Clone, Debug)]
+struct Attempt {
+    id: AttemptId,
+    route: Route,
+    started: Instant,
+    stage: Stage,
+    deadline: Instant,
+}
+
+/// Connects one call: plans routes and races attempts. See the [module docs](self).
+///
+/// Inputs take `now` and the shared [`RouteDatabase`] (read for postponement,
+/// written with failures and successes). Outputs are polled. Every input is safe in
+/// any order: a late report for a cancelled attempt is ignored, an id this race
+/// never issued is a [`Misuse`] and changes nothing.
+#[derive(Debug)]
+pub struct Race {
+    call: CallId,
+    address: Address,
+    config: RaceConfig,
+    deadline: Option<Instant>,
+    planner: RoutePlanner,
+    /// In start order. At most one is handshaking, and then none is connecting.
+    attempts: Vec<Attempt>,
+    next_attempt: u32,
+    last_start: Option<Instant>,
+    /// Losers cancelled by the current winner, retried first if its handshake fails.
+    deferred: Vec<Route>,
+    failures: Vec<Failure>,
+    finished: bool,
+    actions: VecDeque<Action>,
+    events: VecDeque<Event>,
+}
+
+impl Race {
+    /// Starts a race at `now`: emits the proxy selection events and the first
+    /// [`Action::Resolve`] or [`Action::Connect`].
+    pub fn start(
+        request: RaceRequest,
+        config: RaceConfig,
+        now: Instant,
+        db: &mut RouteDatabase,
+    ) -> Race {
+        let RaceRequest {
+            call,
+            address,
+            proxies,
+            deadline,
+        } = request;
+        let planner = RoutePlanner::new(call, address.clone(), proxies, config.plan);
+        let mut race = Race {
+            call,
+            address: address.clone(),
+            config,
+            deadline,
+            planner,
+            attempts: Vec::new(),
+            next_attempt: 0,
+            last_start: None,
+            deferred: Vec::new(),
+            failures: Vec::new(),
+            finished: false,
+            actions: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        race.emit(now, EventKind::ProxySelectStart { address });
+        let proxies = race.planner.proxies().to_vec();
+        race.emit(now, EventKind::ProxySelectEnd { proxies });
+        race.advance(now, db);
+        race
+    }
+
+    /// The call this race connects for.
+    #[must_use]
+    pub fn call(&self) -> CallId {
+        self.call
+    }
+
+    /// The Address being connected.
+    #[must_use]
+    pub fn address(&self) -> &Address {
+        &self.address
+    }
+
+    /// Whether the race has ended (won, failed, pooled, cancelled). A finished
+    /// race may still hold actions and events to drain.
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Attempts in flight (connecting or handshaking), for stats and tests.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.attempts.len()
+    }
+
+    /// The failures so far, first first.
+    #[must_use]
+    pub fn failures(&self) -> &[Failure] {
+        &self.failures
+    }
+
+    /// The next instruction, most urgent first (cancellations before new work).
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next event, in the order things happened.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The earliest instant at which [`Race::handle_timeout`] must run, or `None`
+    /// when nothing changes until the next input.
+    ///
+    /// Read it after draining actions. Calling `handle_timeout` early, late or twice
+    /// is harmless: it acts only on deadlines `<= now`, and after it runs with
+    /// `now >= poll_timeout()` the timeout has moved past `now` (no busy loop).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.finished {
+            return None;
+        }
+        let mut next = self.deadline;
+        for a in &self.attempts {
+            next = earliest(next, Some(a.deadline));
+        }
+        if self.stagger_pending() {
+            if let Some(last) = self.last_start {
+                next = earliest(next, Some(last + self.config.attempt_delay));
+            }
+        }
+        next
+    }
+
+    /// Acts on every deadline `<= now`: attempt timeouts, the stagger, the call's
+    /// deadline.
+    pub fn handle_timeout(&mut self, now: Instant, db: &mut RouteDatabase) {
+        self.advance(now, db);
+    }
+
+    /// Feeds the answer to [`Action::Resolve`]. An empty answer is a
+    /// [`DnsError::NoAddresses`] failure; any failure moves on to the next proxy.
+    pub fn handle_dns(
+        &mut self,
+        now: Instant,
+        query: QueryId,
+        answer: Result<Vec<IpAddr>, DnsError>,
+        db: &mut RouteDatabase,
+    ) -> Result<(), Misuse> {
+        if self.finished {
+            // Validate the id, then ignore: the race no longer needs routes.
+            return self.check_query(query);
+        }
+        let Some(outcome) = self.planner.handle_dns(query, answer, now, db)? else {
+            return Ok(());
+        };
+        let host = outcome.host;
+        match outcome.result {
+            Ok(addresses) => self.emit(
+                now,
+                EventKind::DnsEnd {
+                    query,
+                    host,
+                    addresses,
+                },
+            ),
+            Err(error) => {
+                self.failures.push(Failure::Dns {
+                    query,
+                    host: host.clone(),
+                    error: error.clone(),
+                });
+                self.emit(now, EventKind::DnsFailed { query, host, error });
+            }
+        }
+        self.advance(now, db);
+        Ok(())
+    }
+
+    /// The TCP connect of `attempt` succeeded. It wins the race: every other
+    /// attempt is cancelled now, and the winner either handshakes or is ready.
+    pub fn handle_connected(
+        &mut self,
+        now: Instant,
+        attempt: AttemptId,
+        db: &mut RouteDatabase,
+    ) -> Result<(), Misuse> {
+        let Some(index) = self.find(attempt)? else {
+            return Ok(());
+        };
+        if self.attempts[index].stage != Stage::Connecting {
+            return Ok(()); // a repeated report
+        }
+        let winner_started = self.attempts[index].started;
+        let losers: Vec<Attempt> = self
+            .attempts
+            .iter()
+            .filter(|a| a.id != attempt)
+            .cloned()
+            .collect();
+        self.attempts.retain(|a| a.id == attempt);
+        self.deferred.clear();
+        for loser in losers {
+            // A black hole rarely fails; it just never answers. An attempt that ran
+            // for a whole attempt delay and was beaten by a later one counts as failed.
+            if loser.started < winner_started && now - loser.started >= self.config.attempt_delay {
+                db.failed(&loser.route, now);
+            }
+            self.cancel_attempt(now, &loser, CancelReason::LostRace);
+            self.deferred.push(loser.route);
+        }
+        let route = self.attempts[0].route.clone();
+        if route.requires_handshake() {
+            let winner = &mut self.attempts[0];
+            winner.stage = Stage::Handshaking;
+            winner.deadline = now + self.config.handshake_timeout;
+            self.actions.push_back(Action::Handshake {
+                attempt,
+                route: route.clone(),
+            });
+            if route.requires_tls() {
+                self.emit(now, EventKind::SecureConnectStart { attempt });
+            }
+        } else {
+            let protocol = self.address.cleartext_protocol();
+            self.win(now, protocol, db);
+        }
+        Ok(())
+    }
+
+    /// The winner's handshakes finished. `alpn` is the protocol ALPN selected, if
+    /// any (TLS without ALPN means HTTP/1.1). A protocol the Address does not allow
+    /// fails the route and the race goes on.
+    pub fn handle_established(
+        &mut self,
+        now: Instant,
+        attempt: AttemptId,
+        alpn: Option<Protocol>,
+        db: &mut RouteDatabase,
+    ) -> Result<(), Misuse> {
+        let Some(index) = self.find(attempt)? else {
+            return Ok(());
+        };
+        if self.attempts[index].stage != Stage::Handshaking {
+            return Err(Misuse::NotHandshaking(attempt));
+        }
+        let protocol = if self.attempts[index].route.requires_tls() {
+            alpn.unwrap_or(Protocol::Http1)
+        } else {
+            self.address.cleartext_protocol()
+        };
+        if !self.address.protocols().contains(&protocol) {
+            self.fail_attempt(
+                now,
+                index,
+                ConnectError::ProtocolNotAllowed { protocol },
+                db,
+            );
+            self.advance(now, db);
+            return Ok(());
+        }
+        if self.attempts[index].route.requires_tls() {
+            self.emit(now, EventKind::SecureConnectEnd { attempt, protocol });
+        }
+        self.win(now, protocol, db);
+        Ok(())
+    }
+
+    /// `attempt` failed (TCP connect, proxy handshake or TLS). The driver closes its
+    /// socket itself; the route is recorded as failed and the race goes on.
+    pub fn handle_failed(
+        &mut self,
+        now: Instant,
+        attempt: AttemptId,
+        error: ConnectError,
+        db: &mut RouteDatabase,
+    ) -> Result<(), Misuse> {
+        let Some(index) = self.find(attempt)? else {
+            return Ok(());
+        };
+        self.fail_attempt(now, index, error, db);
+        self.advance(now, db);
+        Ok(())
+    }
+
+    /// A pooled connection became eligible for this call while it was racing: the
+    /// call takes it, every attempt is cancelled, and the race ends with
+    /// [`Action::UsePooled`]. Returns `false` (and changes nothing) when the race had
+    /// already ended, in which case the connection stays in the pool.
+    pub fn adopt_pooled(&mut self, now: Instant, connection: ConnectionId) -> bool {
+        if self.finished {
+            return false;
+        }
+        self.cancel_all(now, CancelReason::Pooled);
+        self.emit(now, EventKind::PooledConnectionTaken { connection });
+        self.actions.push_back(Action::UsePooled { connection });
+        true
+    }
+
+    /// The call no longer wants a connection: every attempt is cancelled and the
+    /// race ends without a final action. Idempotent.
+    pub fn cancel(&mut self, now: Instant) {
+        if !self.finished {
+            self.cancel_all(now, CancelReason::CallCancelled);
+        }
+    }
+
+    // ---- internals ----
+
+    fn emit(&mut self, at: Instant, kind: EventKind) {
+        self.events.push_back(Event {
+            at,
+            call: self.call,
+            kind,
+        });
+    }
+
+    fn check_query(&self, query: QueryId) -> Result<(), Misuse> {
+        if query.call() == self.call {
+            Ok(())
+        } else {
+            Err(Misuse::UnknownQuery(query))
+        }
+    }
+
+    /// `Ok(Some(index))` for a live attempt, `Ok(None)` for one this race issued and
+    /// has since dropped (late report), `Err` for an id it never issued.
+    fn find(&self, attempt: AttemptId) -> Result<Option<usize>, Misuse> {
+        if attempt.call() != self.call || attempt >= AttemptId::new(self.call, self.next_attempt) {
+            return Err(Misuse::UnknownAttempt(attempt));
+        }
+        Ok(self.attempts.iter().position(|a| a.id == attempt))
+    }
+
+    /// Whether the stagger timer matters: attempts are connecting and more routes
+    /// may start once it fires.
+    fn stagger_pending(&self) -> bool {
+        self.config.plan.fast_fallback
+            && !self.attempts.is_empty()
+            && self.attempts.iter().all(|a| a.stage == Stage::Connecting)
+            && (self.planner.has_ready_route() || self.planner.can_advance())
+    }
+
+    fn advance(&mut self, now: Instant, db: &mut RouteDatabase) {
+        if self.finished {
+            return;
+        }
+        if self.deadline.is_some_and(|d| d <= now) {
+            self.cancel_all(now, CancelReason::CallTimeout);
+            self.finish_failed(RaceErrorKind::CallTimeout);
+            return;
+        }
+        // Attempt timeouts, in start order.
+        while let Some(index) = self.attempts.iter().position(|a| a.deadline <= now) {
+            let a = &self.attempts[index];
+            let error = match a.stage {
+                Stage::Connecting => ConnectError::ConnectTimeout {
+                    after: self.config.connect_timeout,
+                },
+                Stage::Handshaking => ConnectError::HandshakeTimeout {
+                    after: self.config.handshake_timeout,
+                },
+            };
+            let id = a.id;
+            self.actions.push_back(Action::Cancel { attempt: id });
+            self.fail_attempt(now, index, error, db);
+        }
+        self.start_due_attempts(now, db);
+    }
+
+    fn start_due_attempts(&mut self, now: Instant, db: &mut RouteDatabase) {
+        loop {
+            if self.attempts.iter().any(|a| a.stage == Stage::Handshaking) {
+                return;
+            }
+            let stagger_elapsed = self.config.plan.fast_fallback
+                && self
+                    .last_start
+                    .is_some_and(|last| now >= last + self.config.attempt_delay);
+            if !(self.attempts.is_empty() || stagger_elapsed) {
+                return;
+            }
+            match self.planner.next(now, db) {
+                PlanStep::Route(route) => self.start_attempt(now, route),
+                PlanStep::Resolve {
+                    query, host, port, ..
+                } => {
+                    self.emit(
+                        now,
+                        EventKind::DnsStart {
+                            query,
+                            host: host.clone(),
+                        },
+                    );
+                    self.actions
+                        .push_back(Action::Resolve { query, host, port });
+                    return;
+                }
+                PlanStep::Waiting => return,
+                PlanStep::Exhausted => {
+                    if self.attempts.is_empty() {
+                        self.finish_failed(RaceErrorKind::AllRoutesFailed);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn start_attempt(&mut self, now: Instant, route: Route) {
+        let id = AttemptId::new(self.call, self.next_attempt);
+        self.next_attempt += 1;
+        self.last_start = Some(now);
+        self.attempts.push(Attempt {
+            id,
+            route: route.clone(),
+            started: now,
+            stage: Stage::Connecting,
+            deadline: now + self.config.connect_timeout,
+        });
+        self.emit(
+            now,
+            EventKind::ConnectStart {
+                attempt: id,
+                route: route.clone(),
+            },
+        );
+        self.actions
+            .push_back(Action::Connect { attempt: id, route });
+    }
+
+    fn fail_attempt(
+        &mut self,
+        now: Instant,
+        index: usize,
+        error: ConnectError,
+        db: &mut RouteDatabase,
+    ) {
+        let a = self.attempts.remove(index);
+        db.failed(&a.route, now);
+        if a.stage == Stage::Handshaking {
+            // The TCP race is open again: retry the losers it cancelled first.
+            let deferred = std::mem::take(&mut self.deferred);
+            self.planner.push_front(deferred.into_iter());
+        }
+        self.failures.push(Failure::Connect {
+            attempt: a.id,
+            route: a.route.clone(),
+            error: error.clone(),
+        });
+        self.emit(
+            now,
+            EventKind::ConnectFailed {
+                attempt: a.id,
+                route: a.route,
+                error,
+            },
+        );
+    }
+
+    fn cancel_attempt(&mut self, now: Instant, a: &Attempt, reason: CancelReason) {
+        self.actions.push_back(Action::Cancel { attempt: a.id });
+        self.emit(
+            now,
+            EventKind::ConnectCancelled {
+                attempt: a.id,
+                route: a.route.clone(),
+                reason,
+            },
+        );
+    }
+
+    fn cancel_all(&mut self, now: Instant, reason: CancelReason) {
+        for a in std::mem::take(&mut self.attempts) {
+            self.cancel_attempt(now, &a, reason);
+        }
+        self.deferred.clear();
+        self.finished = true;
+    }
+
+    fn win(&mut self, now: Instant, protocol: Protocol, db: &mut RouteDatabase) {
+        let winner = self.attempts.remove(0);
+        debug_assert!(self.attempts.is_empty());
+        db.connected(&winner.route);
+        self.deferred.clear();
+        self.finished = true;
+        self.emit(
+            now,
+            EventKind::ConnectEnd {
+                attempt: winner.id,
+                route: winner.route.clone(),
+                protocol,
+            },
+        );
+        self.actions.push_back(Action::Won {
+            attempt: winner.id,
+            route: winner.route,
+            protocol,
+        });
+    }
+
+    fn finish_failed(&mut self, kind: RaceErrorKind) {
+        self.finished = true;
+        self.actions.push_back(Action::Failed(RaceError {
+            kind,
+            address: self.address.clone(),
+            failures: self.failures.clone(),
+        }));
+    }
+}

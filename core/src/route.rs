@@ -1,0 +1,325 @@
+//! [`Route`], one concrete way to reach an [`Address`], and the [`RouteDatabase`]
+//! of routes that failed recently.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::address::{Address, Host, Proxy};
+use crate::time::Instant;
+
+/// (Address, proxy, socket address): what a connect attempt dials.
+///
+/// For a direct route the socket address is one of the origin's resolved IPs;
+/// through a proxy it is one of the proxy's, and the origin host is left for the
+/// proxy (the `CONNECT` request, the absolute-form target or the SOCKS5 request).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Route {
+    address: Address,
+    proxy: Proxy,
+    socket_addr: SocketAddr,
+}
+
+impl Route {
+    /// A route to `address` through `proxy`, dialling `socket_addr`.
+    #[must_use]
+    pub fn new(address: Address, proxy: Proxy, socket_addr: SocketAddr) -> Route {
+        Route {
+            address,
+            proxy,
+            socket_addr,
+        }
+    }
+    /// The Address this route serves.
+    #[must_use]
+    pub fn address(&self) -> &Address {
+        &self.address
+    }
+    /// The proxy in use, [`Proxy::Direct`] for none.
+    #[must_use]
+    pub fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+    /// The socket address to dial.
+    #[must_use]
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.socket_addr
+    }
+    /// Whether the connection needs TLS with the origin.
+    #[must_use]
+    pub fn requires_tls(&self) -> bool {
+        self.address.is_https()
+    }
+    /// Whether an HTTP `CONNECT` tunnel must be opened through the proxy first.
+    #[must_use]
+    pub fn requires_tunnel(&self) -> bool {
+        matches!(self.proxy, Proxy::Http { .. }) && self.address.is_https()
+    }
+    /// Whether a SOCKS5 handshake must run first.
+    #[must_use]
+    pub fn requires_socks5(&self) -> bool {
+        matches!(self.proxy, Proxy::Socks5 { .. })
+    }
+    /// Whether anything must run after TCP connects (SOCKS5, tunnel, TLS) before the
+    /// connection can carry exchanges.
+    #[must_use]
+    pub fn requires_handshake(&self) -> bool {
+        self.requires_tls() || self.requires_socks5()
+    }
+    /// Whether requests use absolute-form targets (plain http through an HTTP proxy).
+    #[must_use]
+    pub fn uses_absolute_form(&self) -> bool {
+        matches!(self.proxy, Proxy::Http { .. }) && !self.address.is_https()
+    }
+}
+
+/// `example.com at 1.2.3.4:443`; `1.2.3.4:443` when the host is that IP;
+/// `example.com via proxy 10.0.0.1:3128`, with the origin port added when it
+/// differs from the socket's (`example.com:8443 via proxy 10.0.0.1:3128`).
+///
+/// ```
+/// use switchyard_core::{Address, Proxy, Route, Scheme};
+/// let a = Address::builder(Scheme::Https, "example.com", 443).build().unwrap();
+/// let direct = Route::new(a.clone(), Proxy::Direct, "[2001:db8::1]:443".parse().unwrap());
+/// assert_eq!(direct.to_string(), "example.com at [2001:db8::1]:443");
+/// let proxy = Proxy::http("10.0.0.1", 3128).unwrap();
+/// let via = Route::new(a, proxy, "10.0.0.1:3128".parse().unwrap());
+/// assert_eq!(via.to_string(), "example.com:443 via proxy 10.0.0.1:3128");
+/// ```
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = self.address.host();
+        let same_host = host.ip() == Some(self.socket_addr.ip());
+        write!(f, "{host}")?;
+        if same_host || self.address.port() != self.socket_addr.port() {
+            write!(f, ":{}", self.address.port())?;
+        }
+        if !same_host {
+            let via = match self.proxy {
+                Proxy::Direct => " at ",
+                _ => " via proxy ",
+            };
+            write!(f, "{via}{}", self.socket_addr)?;
+        }
+        Ok(())
+    }
+}
+
+/// Routes that failed recently. They are tried last, never skipped.
+///
+/// Records TCP-connect and handshake failures and timeouts, and attempts that were
+/// cancelled after running at least the attempt delay because a later route won
+/// (a black hole rarely fails; it just never answers). An entry is forgotten after
+/// the TTL (default 10 minutes) or on the next success of that route. The table is
+/// bounded: past `capacity` entries, expired ones are dropped, then the oldest.
+///
+/// ```
+/// use switchyard_core::{Address, Instant, Proxy, Route, RouteDatabase, Scheme};
+/// use std::time::Duration;
+/// let a = Address::builder(Scheme::Http, "example.com", 80).build().unwrap();
+/// let route = Route::new(a, Proxy::Direct, "127.0.0.1:80".parse().unwrap());
+/// let mut db = RouteDatabase::new(Duration::from_secs(600));
+/// db.failed(&route, Instant::from_millis(0));
+/// assert!(db.should_postpone(&route, Instant::from_millis(599_999)));
+/// assert!(!db.should_postpone(&route, Instant::from_millis(600_000)));
+/// db.failed(&route, Instant::from_millis(1));
+/// db.connected(&route);
+/// assert!(!db.should_postpone(&route, Instant::from_millis(2)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RouteDatabase {
+    ttl: Duration,
+    capacity: usize,
+    // Lookup only; nothing is emitted in this map's order.
+    failed: HashMap<Route, Instant>,
+}
+
+impl Default for RouteDatabase {
+    fn default() -> Self {
+        RouteDatabase::new(RouteDatabase::DEFAULT_TTL)
+    }
+}
+
+impl RouteDatabase {
+    /// How long a failure postpones a route by default: 10 minutes.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
+    /// How many failed routes are remembered by default.
+    pub const DEFAULT_CAPACITY: usize = 4096;
+
+    /// An empty database whose entries expire after `ttl`.
+    #[must_use]
+    pub fn new(ttl: Duration) -> RouteDatabase {
+        RouteDatabase {
+            ttl,
+            capacity: Self::DEFAULT_CAPACITY,
+            failed: HashMap::new(),
+        }
+    }
+
+    /// Sets how many entries are kept at most (minimum 1). Default: 4096.
+    #[must_use]
+    pub fn with_capacity(mut self, capacity: usize) -> RouteDatabase {
+        self.capacity = capacity.max(1);
+        self
+    }
+
+    /// Records that `route` failed at `now`.
+    pub fn failed(&mut self, route: &Route, now: Instant) {
+        if !self.failed.contains_key(route) && self.failed.len() >= self.capacity {
+            self.make_room(now);
+        }
+        self.failed.insert(route.clone(), now);
+    }
+
+    /// Records that `route` connected: its failure, if any, is forgotten.
+    pub fn connected(&mut self, route: &Route) {
+        self.failed.remove(route);
+    }
+
+    /// Whether `route` failed less than the TTL before `now`.
+    #[must_use]
+    pub fn should_postpone(&self, route: &Route, now: Instant) -> bool {
+        self.failed
+            .get(route)
+            .is_some_and(|&at| now < at.saturating_add(self.ttl))
+    }
+
+    /// Number of remembered failures, expired ones included until pruned.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.failed.len()
+    }
+
+    /// Whether nothing is remembered.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.failed.is_empty()
+    }
+
+    /// Forgets every entry that expired by `now`.
+    pub fn prune(&mut self, now: Instant) {
+        let ttl = self.ttl;
+        self.failed.retain(|_, at| now < at.saturating_add(ttl));
+    }
+
+    fn make_room(&mut self, now: Instant) {
+        self.prune(now);
+        while self.failed.len() >= self.capacity {
+            // Oldest first; ties broken by route order so the outcome is deterministic.
+            let oldest = self
+                .failed
+                .iter()
+                .min_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)))
+                .map(|(r, _)| r.clone());
+            match oldest {
+                Some(r) => {
+                    self.failed.remove(&r);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// Builds the routes for a list of resolved IPs (or one literal) through `proxy`.
+pub(crate) fn routes_for(
+    address: &Address,
+    proxy: &Proxy,
+    ips: &[std::net::IpAddr],
+    port: u16,
+) -> Vec<Route> {
+    ips.iter()
+        .map(|ip| Route::new(address.clone(), proxy.clone(), SocketAddr::new(*ip, port)))
+        .collect()
+}
+
+/// The host DNS must resolve for `proxy` (the proxy's own, or the origin's when
+/// direct) and the port routes dial.
+pub(crate) fn dial_target<'a>(address: &'a Address, proxy: &'a Proxy) -> (&'a Host, u16) {
+    proxy
+        .endpoint()
+        .unwrap_or_else(|| (address.host(), address.port()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::Scheme;
+
+    fn route(host: &str, port: u32, proxy: Proxy, sock: &str) -> Route {
+        let a = Address::builder(Scheme::Https, host, port).build().unwrap();
+        Route::new(a, proxy, sock.parse().unwrap())
+    }
+
+    #[test]
+    fn display_formats() {
+        assert_eq!(
+            route("example.com", 443, Proxy::Direct, "1.2.3.4:443").to_string(),
+            "example.com at 1.2.3.4:443"
+        );
+        assert_eq!(
+            route("1.2.3.4", 443, Proxy::Direct, "1.2.3.4:443").to_string(),
+            "1.2.3.4:443"
+        );
+        assert_eq!(
+            route("::1", 443, Proxy::Direct, "[::1]:443").to_string(),
+            "[::1]:443"
+        );
+        let proxy = Proxy::http("10.0.0.1", 3128).unwrap();
+        assert_eq!(
+            route("example.com", 3128, proxy.clone(), "10.0.0.1:3128").to_string(),
+            "example.com via proxy 10.0.0.1:3128"
+        );
+        assert_eq!(
+            route("example.com", 8443, proxy, "10.0.0.1:3128").to_string(),
+            "example.com:8443 via proxy 10.0.0.1:3128"
+        );
+        let socks = Proxy::socks5("::1", 1080).unwrap();
+        assert_eq!(
+            route("example.com", 1080, socks, "[::1]:1080").to_string(),
+            "example.com via proxy [::1]:1080"
+        );
+    }
+
+    #[test]
+    fn handshake_requirements() {
+        let direct = route("example.com", 443, Proxy::Direct, "1.2.3.4:443");
+        assert!(direct.requires_tls() && !direct.requires_tunnel());
+        let p = Proxy::http("10.0.0.1", 3128).unwrap();
+        let tunnel = route("example.com", 443, p.clone(), "10.0.0.1:3128");
+        assert!(tunnel.requires_tunnel() && tunnel.requires_handshake());
+        let a = Address::builder(Scheme::Http, "example.com", 80)
+            .build()
+            .unwrap();
+        let plain = Route::new(a.clone(), p, "10.0.0.1:3128".parse().unwrap());
+        assert!(plain.uses_absolute_form() && !plain.requires_handshake());
+        let socks = Route::new(
+            a,
+            Proxy::socks5("10.0.0.2", 1080).unwrap(),
+            "10.0.0.2:1080".parse().unwrap(),
+        );
+        assert!(socks.requires_socks5() && socks.requires_handshake());
+    }
+
+    #[test]
+    fn database_ttl_success_and_capacity() {
+        let r1 = route("a.example", 443, Proxy::Direct, "1.1.1.1:443");
+        let r2 = route("a.example", 443, Proxy::Direct, "1.1.1.2:443");
+        let r3 = route("a.example", 443, Proxy::Direct, "1.1.1.3:443");
+        let mut db = RouteDatabase::new(Duration::from_millis(100)).with_capacity(2);
+        db.failed(&r1, Instant::from_millis(0));
+        db.failed(&r2, Instant::from_millis(10));
+        assert!(db.should_postpone(&r1, Instant::from_millis(99)));
+        assert!(!db.should_postpone(&r1, Instant::from_millis(100)));
+        // Full: r1 (oldest) makes room for r3.
+        db.failed(&r3, Instant::from_millis(20));
+        assert_eq!(db.len(), 2);
+        assert!(!db.should_postpone(&r1, Instant::from_millis(20)));
+        assert!(db.should_postpone(&r2, Instant::from_millis(20)));
+        db.connected(&r2);
+        assert!(!db.should_postpone(&r2, Instant::from_millis(20)));
+        db.prune(Instant::from_millis(500));
+        assert!(db.is_empty());
+    }
+}
