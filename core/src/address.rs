@@ -422,7 +422,6 @@ impl Address {
     /// Starts an Address for `scheme://host:port`. The port is taken as `u32` so that
     /// an out-of-range value from configuration is a typed error, not a silent
     /// truncation.
-    #[must_use]
     pub fn builder(scheme: Scheme, host: &str, port: u32) -> AddressBuilder {
         AddressBuilder {
             scheme,

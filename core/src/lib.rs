@@ -1,4 +1,112 @@
-//! PLACEHOLDER
+//! # switchyard-core
+//!
+//! The connection layer of an HTTP client as pure state machines: no sockets, no
+//! clocks, no threads, no async. It decides which connection carries a request —
+//! plan routes (proxies, DNS answers ordered per RFC 8305, recently failed routes
+//! last) and race new connections (Happy Eyeballs) — and reports every step as an
+//! event. Runtime adapters (tokio, smol, blocking std) or your own event loop
+//! perform the I/O it asks for.
+//!
+//! ## The contract
+//!
+//! * **Inputs** are method calls that carry `now` (an [`Instant`], the core's only
+//!   clock) and facts from the world: a DNS answer, a TCP connect, a finished TLS
+//!   handshake, a failure.
+//! * **Outputs** are polled. [`Race::poll_action`] yields what the driver must do
+//!   next ([`Action`]); [`Race::poll_event`] what happened ([`Event`]);
+//!   [`Race::poll_timeout`] when the core next needs [`Race::handle_timeout`].
+//! * The driver's loop: feed an input with `now`; drain actions and perform them;
+//!   drain events; sleep until the next input or `poll_timeout()`, whichever is
+//!   first; call `handle_timeout(now)` when the timer fires.
+//! * Same inputs, same outputs. Ids ([`CallId`], [`AttemptId`], [`QueryId`],
+//!   [`ConnectionId`]) are opaque and never reused. Reports for cancelled attempts
+//!   are ignored; ids the core never issued are a typed [`Misuse`] and change
+//!   nothing. No input sequence panics.
+//!
+//! ## A whole race, by hand
+//!
+//! DNS answers with two IPv6 and two IPv4 addresses. The first IPv6 route is a
+//! black hole; the first IPv4 route, started 250 ms later, connects at 260 ms and
+//! wins; TLS finishes at 300 ms. (The addresses are data: the core dials nothing.)
+//!
+//! ```
+//! use std::time::Duration;
+//! use switchyard_core::{
+//!     Action, Address, IdAllocator, Instant, Protocol, Race, RaceConfig, RaceRequest,
+//!     RouteDatabase,
+//! };
+//!
+//! let ms = Instant::from_millis;
+//! let address = Address::from_uri(&"https://example.com/".parse()?)?.build()?;
+//! let mut ids = IdAllocator::default();
+//! let mut db = RouteDatabase::default(); // shared by every call of a client
+//! let request = RaceRequest { call: ids.next_call(), address, proxies: vec![], deadline: None };
+//! let mut race = Race::start(request, RaceConfig::default(), ms(0), &mut db);
+//!
+//! // 0 ms: the first action is a DNS lookup.
+//! let Some(Action::Resolve { query, host, port }) = race.poll_action() else { panic!() };
+//! assert_eq!((host.to_string(), port), ("example.com".to_owned(), 443));
+//!
+//! // 0 ms: the answer arrives; routes are interleaved IPv6-first (RFC 8305 §4)
+//! // and the first attempt starts at once.
+//! let answer = ["2001:db8::1", "2001:db8::2", "192.0.2.1", "192.0.2.2"]
+//!     .map(|ip| ip.parse().unwrap());
+//! race.handle_dns(ms(0), query, Ok(answer.to_vec()), &mut db)?;
+//! let Some(Action::Connect { attempt: v6, route }) = race.poll_action() else { panic!() };
+//! assert_eq!(route.to_string(), "example.com at [2001:db8::1]:443");
+//! assert_eq!(race.poll_action(), None);
+//!
+//! // The IPv6 route never answers. The next deadline is the attempt delay.
+//! assert_eq!(race.poll_timeout(), Some(ms(250)));
+//! race.handle_timeout(ms(250), &mut db);
+//! let Some(Action::Connect { attempt: v4, route }) = race.poll_action() else { panic!() };
+//! assert_eq!(route.to_string(), "example.com at 192.0.2.1:443");
+//!
+//! // 260 ms: IPv4's TCP handshake completes. The IPv6 attempt is cancelled at
+//! // once, and only the winner runs TLS.
+//! race.handle_connected(ms(260), v4, &mut db)?;
+//! assert_eq!(race.poll_action(), Some(Action::Cancel { attempt: v6 }));
+//! assert!(matches!(race.poll_action(), Some(Action::Handshake { attempt, .. }) if attempt == v4));
+//! assert_eq!(race.poll_timeout(), Some(ms(260) + Duration::from_secs(10))); // handshake timeout
+//!
+//! // 300 ms: TLS is done and ALPN chose h2. The race is won.
+//! race.handle_established(ms(300), v4, Some(Protocol::Http2), &mut db)?;
+//! let Some(Action::Won { attempt, protocol, .. }) = race.poll_action() else { panic!() };
+//! assert_eq!((attempt, protocol), (v4, Protocol::Http2));
+//! assert!(race.is_finished() && race.poll_timeout().is_none());
+//!
+//! // The black hole, in flight for a whole attempt delay, is remembered: the next
+//! // call to this Address tries it last.
+//! assert!(db.should_postpone(&switchyard_core::Route::new(
+//!     race.address().clone(), switchyard_core::Proxy::Direct, "[2001:db8::1]:443".parse()?), ms(300)));
+//!
+//! // Every step was an event, timestamped.
+//! let mut timeline = Vec::new();
+//! while let Some(e) = race.poll_event() {
+//!     let kind = format!("{:?}", e.kind);
+//!     let name = kind.split([' ', '{']).next().unwrap_or_default().to_owned();
+//!     timeline.push(format!("{} ms {name}", e.at.elapsed_since_origin().as_millis()));
+//! }
+//! assert_eq!(timeline, [
+//!     "0 ms ProxySelectStart", "0 ms ProxySelectEnd", "0 ms DnsStart", "0 ms DnsEnd",
+//!     "0 ms ConnectStart", "250 ms ConnectStart", "260 ms ConnectCancelled",
+//!     "260 ms SecureConnectStart", "300 ms SecureConnectEnd", "300 ms ConnectEnd",
+//! ]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Modules
+//!
+//! | module | concept |
+//! | --- | --- |
+//! | [`address`] | [`Address`] (the pool key), [`Proxy`], [`Protocol`], validation |
+//! | [`route`] | [`Route`] and the [`RouteDatabase`] of recent failures |
+//! | [`plan`] | [`RoutePlanner`]: proxies × DNS → RFC 8305 order, failed routes last |
+//! | [`race`] | [`Race`]: Happy Eyeballs for one call |
+//! | [`event`] | [`Event`]: what happened, timestamped |
+//! | [`error`] | typed errors: [`AddressError`], [`DnsError`], [`ConnectError`], [`RaceError`], [`Misuse`] |
+//! | [`id`] | opaque, never-reused ids |
+//! | [`time`] | [`Instant`], the virtual clock |
 #![forbid(unsafe_code)]
 
 pub mod address;
