@@ -7,7 +7,7 @@ use std::io;
 use std::time::Duration;
 
 use crate::address::{Address, Host};
-use crate::id::{AttemptId, QueryId};
+use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
 use crate::route::Route;
 
 /// Why a DNS query gave no usable answer.
@@ -260,6 +260,12 @@ pub enum Misuse {
     UnknownQuery(QueryId),
     /// A handshake result for an attempt that was not asked to handshake.
     NotHandshaking(AttemptId),
+    /// The connection id was never issued.
+    UnknownConnection(ConnectionId),
+    /// The connection was closed already.
+    ClosedConnection(ConnectionId),
+    /// The call holds no connection (it never acquired one, or already ended).
+    NoExchange(CallId),
 }
 
 impl fmt::Display for Misuse {
@@ -267,6 +273,9 @@ impl fmt::Display for Misuse {
         match self {
             Misuse::UnknownAttempt(id) => write!(f, "driver misuse: unknown attempt {id}"),
             Misuse::UnknownQuery(id) => write!(f, "driver misuse: unknown DNS query {id}"),
+            Misuse::UnknownConnection(id) => write!(f, "driver misuse: unknown connection {id}"),
+            Misuse::ClosedConnection(id) => write!(f, "driver misuse: {id} is already closed"),
+            Misuse::NoExchange(id) => write!(f, "driver misuse: {id} holds no connection"),
             Misuse::NotHandshaking(id) => {
                 write!(
                     f,

@@ -23,8 +23,9 @@ use crate::time::Instant;
 pub struct Event {
     /// When it happened (the `now` of the input that caused it).
     pub at: Instant,
-    /// The call it belongs to.
-    pub call: CallId,
+    /// The call it belongs to; `None` for pool-wide events (a connection closed,
+    /// a connection taking no new exchanges).
+    pub call: Option<CallId>,
     /// What happened.
     pub kind: EventKind,
 }
@@ -127,6 +128,39 @@ pub enum EventKind {
         route: Route,
         /// Why.
         reason: CancelReason,
+    },
+    /// The call got a connection for one exchange.
+    ConnectionAcquired {
+        /// The connection.
+        connection: ConnectionId,
+        /// Where it came from (pooled, shared, coalesced, new).
+        source: crate::pool::Source,
+    },
+    /// The call's exchange on the connection ended.
+    ConnectionReleased {
+        /// The connection.
+        connection: ConnectionId,
+    },
+    /// A connection was closed (pool-wide; `call` is `None`).
+    ConnectionClosed {
+        /// The connection.
+        connection: ConnectionId,
+        /// Why.
+        reason: crate::connection::CloseReason,
+    },
+    /// A connection stopped taking new exchanges; emitted once (pool-wide).
+    NoNewExchanges {
+        /// The connection.
+        connection: ConnectionId,
+        /// Why.
+        reason: crate::connection::CloseReason,
+    },
+    /// A failed exchange was judged: retried or failed.
+    RetryDecision {
+        /// The connection it failed on.
+        connection: ConnectionId,
+        /// The verdict.
+        decision: crate::pool::RetryDecision,
     },
     /// The call took a pooled connection that became eligible mid-race.
     PooledConnectionTaken {

@@ -73,6 +73,16 @@ impl IdAllocator {
         self.calls += 1;
         CallId(self.calls)
     }
+    /// Whether `id` was handed out by this allocator.
+    #[must_use]
+    pub fn has_issued_call(&self, id: CallId) -> bool {
+        (1..=self.calls).contains(&id.0)
+    }
+    /// Whether `id` was handed out by this allocator.
+    #[must_use]
+    pub fn has_issued_connection(&self, id: ConnectionId) -> bool {
+        (1..=self.connections).contains(&id.0)
+    }
     /// A fresh connection id.
     pub fn next_connection(&mut self) -> ConnectionId {
         self.connections += 1;

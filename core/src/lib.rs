@@ -44,7 +44,7 @@
 //! let mut race = Race::start(request, RaceConfig::default(), ms(0), &mut db);
 //!
 //! // 0 ms: the first action is a DNS lookup.
-//! let Some(Action::Resolve { query, host, port }) = race.poll_action() else { panic!() };
+//! let Some(Action::Resolve { query, host, port, .. }) = race.poll_action() else { panic!() };
 //! assert_eq!((host.to_string(), port), ("example.com".to_owned(), 443));
 //!
 //! // 0 ms: the answer arrives; routes are interleaved IPv6-first (RFC 8305 §4)
@@ -110,10 +110,12 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod connection;
 pub mod error;
 pub mod event;
 pub mod id;
 pub mod plan;
+pub mod pool;
 pub mod race;
 pub mod route;
 pub mod time;
@@ -122,10 +124,15 @@ pub use address::{
     Address, AddressBuilder, AddressError, Host, Protocol, Proxy, ResolverIdentity, Scheme,
     TlsIdentity,
 };
+pub use connection::{CloseReason, Reuse, TlsFacts};
 pub use error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind, TlsFailure};
 pub use event::{CancelReason, Event, EventKind};
 pub use id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
 pub use plan::{interleave, DnsOutcome, Family, PlanConfig, PlanStep, RoutePlanner};
+pub use pool::{
+    AcquireError, AcquireOptions, AddressStats, Connection, ExchangeError, FailureOutcome, Pool,
+    PoolAction, PoolConfig, PoolStats, Source, StreamLimitPolicy,
+};
 pub use race::{Action, Race, RaceConfig, RaceRequest};
 pub use route::{Route, RouteDatabase};
 pub use time::Instant;

@@ -100,6 +100,8 @@ pub enum Action {
         host: Host,
         /// The port the routes will dial.
         port: u16,
+        /// Whose host this is: [`Proxy::Direct`] for the origin, else the proxy.
+        proxy: Proxy,
     },
     /// Open a TCP connection to `route.socket_addr()`; answer with
     /// [`Race::handle_connected`] or [`Race::handle_failed`].
@@ -463,7 +465,7 @@ impl Race {
     fn emit(&mut self, at: Instant, kind: EventKind) {
         self.events.push_back(Event {
             at,
-            call: self.call,
+            call: Some(self.call),
             kind,
         });
     }
@@ -536,7 +538,10 @@ impl Race {
             match self.planner.next(now, db) {
                 PlanStep::Route(route) => self.start_attempt(now, route),
                 PlanStep::Resolve {
-                    query, host, port, ..
+                    query,
+                    host,
+                    port,
+                    proxy,
                 } => {
                     self.emit(
                         now,
@@ -545,8 +550,12 @@ impl Race {
                             host: host.clone(),
                         },
                     );
-                    self.actions
-                        .push_back(Action::Resolve { query, host, port });
+                    self.actions.push_back(Action::Resolve {
+                        query,
+                        host,
+                        port,
+                        proxy,
+                    });
                     return;
                 }
                 PlanStep::Waiting => return,

@@ -96,7 +96,9 @@ impl Sim {
 
     fn render(&mut self, action: &Action) -> String {
         match action {
-            Action::Resolve { query, host, port } => {
+            Action::Resolve {
+                query, host, port, ..
+            } => {
                 self.queries.push(*query);
                 format!("resolve {host}:{port}")
             }

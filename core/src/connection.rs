@@ -1,0 +1,97 @@
+//! Connection vocabulary shared by the pool and the adapters: why a connection
+//! stops taking exchanges or closes ([`CloseReason`]), what an exchange's end means
+//! for its connection ([`Reuse`]), and the TLS facts an adapter reports
+//! ([`TlsFacts`]).
+
+use std::fmt;
+use std::net::IpAddr;
+
+/// Why a connection takes no new exchanges, or why it closed. Every close and
+/// every no-new-exchanges transition carries one.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// Idle longer than the keep-alive.
+    IdleTimeout,
+    /// Older than the configured max lifetime.
+    MaxLifetime,
+    /// Over an idle cap (per Address or total); the oldest idle goes first.
+    OverIdleCap,
+    /// Closed to make room under the total connection cap for another Address.
+    Evicted,
+    /// The server closed it, or said `Connection: close` (or HTTP/1.0 without
+    /// keep-alive).
+    ServerClose,
+    /// The request said `Connection: close`.
+    RequestClose,
+    /// The response body was delimited by the connection closing.
+    CloseDelimited,
+    /// HTTP/2 GOAWAY.
+    GoAway,
+    /// An I/O or protocol failure on the connection.
+    Failure,
+    /// A response body was dropped unread beyond the drain limit; framing lost.
+    UnreadBody,
+    /// `Expect: 100-continue` was not honoured, so the body's fate is unknown.
+    ExpectNotHonoured,
+    /// Handed out for exclusive use (upgrade, `CONNECT`, WebSocket).
+    Exclusive,
+    /// A second HTTP/2 REFUSED_STREAM on this connection.
+    RefusedStreams,
+    /// The peer reset a stream with an error other than REFUSED_STREAM.
+    StreamReset,
+    /// A liveness check failed (HTTP/2 PING without PONG, EOF seen while idle).
+    Unhealthy,
+    /// A new HTTP/2 connection found an eligible one already pooled.
+    Duplicate,
+    /// [`Pool::evict_all`](crate::Pool::evict_all).
+    EvictAll,
+    /// The pool is shutting down.
+    Shutdown,
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CloseReason::IdleTimeout => "idle timeout",
+            CloseReason::MaxLifetime => "max lifetime",
+            CloseReason::OverIdleCap => "over idle cap",
+            CloseReason::Evicted => "evicted for capacity",
+            CloseReason::ServerClose => "server closed",
+            CloseReason::RequestClose => "request asked to close",
+            CloseReason::CloseDelimited => "close-delimited body",
+            CloseReason::GoAway => "GOAWAY",
+            CloseReason::Failure => "failure",
+            CloseReason::UnreadBody => "unread body",
+            CloseReason::ExpectNotHonoured => "100-continue not honoured",
+            CloseReason::Exclusive => "exclusive use",
+            CloseReason::RefusedStreams => "refused streams",
+            CloseReason::StreamReset => "stream reset",
+            CloseReason::Unhealthy => "unhealthy",
+            CloseReason::Duplicate => "duplicate",
+            CloseReason::EvictAll => "evict all",
+            CloseReason::Shutdown => "shutdown",
+        })
+    }
+}
+
+/// What the end of an exchange means for its connection.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Reuse {
+    /// The connection may carry another exchange.
+    Reusable,
+    /// It may not, for this reason; it closes once its other exchanges end.
+    Retire(CloseReason),
+}
+
+/// What the adapter learned from a verified TLS handshake, used for coalescing.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct TlsFacts {
+    /// DNS names the verified certificate covers (subjectAltName dNSName entries,
+    /// wildcards as written, e.g. `*.example.com`).
+    pub dns_names: Vec<String>,
+    /// IP addresses the certificate covers (subjectAltName iPAddress entries).
+    pub ip_addresses: Vec<IpAddr>,
+    /// SHA-256 digests of the chain's SubjectPublicKeyInfo, leaf first, for pins.
+    pub spki_sha256: Vec<[u8; 32]>,
+}

@@ -1,0 +1,487 @@
+//! Retry decisions as data (BEHAVIOUR §6). Given how an exchange failed, how far it
+//! got, and what the request allows, [`decide`] says: retry on the same
+//! connection, retry on another (possibly fresh) connection, or fail — and whether
+//! the request may have been sent.
+//!
+//! * Always safe, any method: the request was provably not processed — nothing of
+//!   it was written, REFUSED_STREAM, or GOAWAY above the last stream id.
+//! * A reused connection that failed after the request was written but before any
+//!   response byte: retry on a fresh connection only for idempotent methods (or a
+//!   request the caller marked retryable) whose body can be replayed. Otherwise
+//!   fail, saying the request may have been sent.
+//! * Never: timeouts, protocol errors, a response that had started, and a fresh
+//!   connection that failed after writing (retrying that would loop).
+//! * At most `max_retries` retries per call (3 by default).
+
+use std::fmt;
+use std::io;
+
+/// How an exchange failed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ExchangeFailureKind {
+    /// The connection failed: reset, EOF, broken pipe.
+    Io {
+        /// The I/O error's kind.
+        kind: io::ErrorKind,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// A read or write timed out.
+    Timeout,
+    /// The peer broke the protocol (malformed response, bad framing, …).
+    Protocol {
+        /// What was wrong.
+        message: String,
+    },
+    /// HTTP/2 RST_STREAM with REFUSED_STREAM: not processed.
+    RefusedStream,
+    /// HTTP/2 GOAWAY whose last-stream-id is below this stream: not processed.
+    GoAwayUnprocessed,
+    /// HTTP/2 RST_STREAM with another error code.
+    StreamReset {
+        /// The HTTP/2 error code.
+        code: u32,
+    },
+    /// The server answered `421 Misdirected Request`.
+    Misdirected,
+}
+
+impl ExchangeFailureKind {
+    /// An I/O failure from an `io::Error`.
+    #[must_use]
+    pub fn from_io(err: &io::Error) -> ExchangeFailureKind {
+        if err.kind() == io::ErrorKind::TimedOut {
+            return ExchangeFailureKind::Timeout;
+        }
+        ExchangeFailureKind::Io {
+            kind: err.kind(),
+            message: err.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ExchangeFailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExchangeFailureKind::Io { message, .. } => write!(f, "connection failed: {message}"),
+            ExchangeFailureKind::Timeout => f.write_str("timed out"),
+            ExchangeFailureKind::Protocol { message } => write!(f, "protocol error: {message}"),
+            ExchangeFailureKind::RefusedStream => f.write_str("stream refused (REFUSED_STREAM)"),
+            ExchangeFailureKind::GoAwayUnprocessed => f.write_str("not processed before GOAWAY"),
+            ExchangeFailureKind::StreamReset { code } => {
+                write!(f, "stream reset with error code {code:#x}")
+            }
+            ExchangeFailureKind::Misdirected => f.write_str("421 Misdirected Request"),
+        }
+    }
+}
+
+/// How far the exchange got before it failed.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Progress {
+    /// No byte of the request was written.
+    NothingWritten,
+    /// Some or all of the request was written; no response byte was read.
+    RequestWritten,
+    /// Response bytes had been read.
+    ResponseStarted,
+}
+
+/// What the request allows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RequestFacts {
+    /// The method is idempotent (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) or the
+    /// caller marked the request retryable.
+    pub idempotent: bool,
+    /// The body can be sent again (none, or buffered).
+    pub body_replayable: bool,
+}
+
+impl RequestFacts {
+    /// Facts for `method`; `marked_retryable` lets a caller vouch for a request
+    /// (e.g. a POST with an idempotency key).
+    ///
+    /// ```
+    /// use switchyard_core::pool::RequestFacts;
+    /// assert!(RequestFacts::new(&http::Method::PUT, false, true).idempotent);
+    /// assert!(!RequestFacts::new(&http::Method::POST, false, true).idempotent);
+    /// assert!(RequestFacts::new(&http::Method::POST, true, true).idempotent);
+    /// ```
+    #[must_use]
+    pub fn new(
+        method: &http::Method,
+        marked_retryable: bool,
+        body_replayable: bool,
+    ) -> RequestFacts {
+        use http::Method as M;
+        let idempotent = marked_retryable
+            || [M::GET, M::HEAD, M::PUT, M::DELETE, M::OPTIONS, M::TRACE].contains(method);
+        RequestFacts {
+            idempotent,
+            body_replayable,
+        }
+    }
+}
+
+/// One failed exchange, as the adapter saw it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ExchangeFailure {
+    /// What failed.
+    pub kind: ExchangeFailureKind,
+    /// How far the exchange got.
+    pub progress: Progress,
+    /// What the request allows.
+    pub request: RequestFacts,
+}
+
+/// Why a retry happens.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum RetryReason {
+    /// Nothing was written.
+    NotSent,
+    /// REFUSED_STREAM.
+    RefusedStream,
+    /// GOAWAY above the last stream id.
+    GoAwayUnprocessed,
+    /// A reused connection failed before any response byte; the request is idempotent.
+    StaleConnection,
+    /// `421 Misdirected Request`: the connection must not be coalesced.
+    Misdirected,
+}
+
+/// Why a failure was not retried.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum NoRetry {
+    /// Timeouts are never retried.
+    Timeout,
+    /// Protocol errors are never retried.
+    Protocol,
+    /// The response had started.
+    ResponseStarted,
+    /// The connection was fresh; retrying would loop.
+    FreshConnection,
+    /// The method is not idempotent and the request was not marked retryable.
+    NotIdempotent,
+    /// The body cannot be replayed.
+    BodyNotReplayable,
+    /// The stream was reset with an error.
+    StreamReset,
+    /// The call used up its retries.
+    RetryLimit,
+}
+
+impl fmt::Display for NoRetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NoRetry::Timeout => "timeouts are not retried",
+            NoRetry::Protocol => "protocol errors are not retried",
+            NoRetry::ResponseStarted => "the response had started",
+            NoRetry::FreshConnection => "the connection was new, so a retry could loop",
+            NoRetry::NotIdempotent => {
+                "the method is not idempotent and the request was not marked retryable"
+            }
+            NoRetry::BodyNotReplayable => "the body cannot be replayed",
+            NoRetry::StreamReset => "the stream was reset",
+            NoRetry::RetryLimit => "the retry limit was reached",
+        })
+    }
+}
+
+/// The verdict on a failed exchange.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RetryDecision {
+    /// Send it again on the same connection (a first REFUSED_STREAM).
+    SameConnection(RetryReason),
+    /// Send it again on another connection; `fresh` forbids pooled ones.
+    NewConnection {
+        /// Why.
+        reason: RetryReason,
+        /// Only a newly connected connection will do.
+        fresh: bool,
+    },
+    /// Give up.
+    Fail {
+        /// Why not retried.
+        why: NoRetry,
+        /// Whether the server may have received and processed the request.
+        may_have_been_sent: bool,
+    },
+}
+
+/// Decides what to do about `failure` on a connection. `reused`: the connection had
+/// completed an exchange before this one. `refusals_before`: REFUSED_STREAMs this
+/// connection gave earlier. `retries`: retries this call already made.
+///
+/// ```
+/// use switchyard_core::pool::*;
+/// let get = RequestFacts::new(&http::Method::GET, false, true);
+/// let post = RequestFacts::new(&http::Method::POST, false, true);
+/// let reset = ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionReset, message: "reset".into() };
+/// let stale = |request| ExchangeFailure { kind: reset.clone(), progress: Progress::RequestWritten, request };
+/// assert_eq!(decide(&stale(get), true, 0, 0, 3),
+///            RetryDecision::NewConnection { reason: RetryReason::StaleConnection, fresh: true });
+/// assert_eq!(decide(&stale(post), true, 0, 0, 3),
+///            RetryDecision::Fail { why: NoRetry::NotIdempotent, may_have_been_sent: true });
+/// ```
+#[must_use]
+pub fn decide(
+    failure: &ExchangeFailure,
+    reused: bool,
+    refusals_before: u32,
+    retries: u32,
+    max_retries: u32,
+) -> RetryDecision {
+    use ExchangeFailureKind as K;
+    let written = failure.progress != Progress::NothingWritten;
+    let fail = |why, may_have_been_sent| RetryDecision::Fail {
+        why,
+        may_have_been_sent,
+    };
+    // Provably unprocessed failures never "may have been sent".
+    let unprocessed = matches!(
+        failure.kind,
+        K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected
+    ) || (!written && matches!(failure.kind, K::Io { .. }));
+    if retries >= max_retries {
+        return fail(NoRetry::RetryLimit, !unprocessed && written);
+    }
+    // A body that was (partly) streamed and cannot be produced again rules out any retry.
+    let replay_blocked = written && !failure.request.body_replayable;
+    match &failure.kind {
+        K::Timeout => fail(NoRetry::Timeout, written),
+        K::Protocol { .. } => fail(NoRetry::Protocol, written),
+        K::StreamReset { .. } => fail(NoRetry::StreamReset, written),
+        K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected if replay_blocked => {
+            fail(NoRetry::BodyNotReplayable, false)
+        }
+        K::RefusedStream if refusals_before == 0 => {
+            RetryDecision::SameConnection(RetryReason::RefusedStream)
+        }
+        K::RefusedStream => RetryDecision::NewConnection {
+            reason: RetryReason::RefusedStream,
+            fresh: false,
+        },
+        K::GoAwayUnprocessed => RetryDecision::NewConnection {
+            reason: RetryReason::GoAwayUnprocessed,
+            fresh: false,
+        },
+        K::Misdirected => RetryDecision::NewConnection {
+            reason: RetryReason::Misdirected,
+            fresh: true,
+        },
+        K::Io { .. } => match failure.progress {
+            Progress::NothingWritten => RetryDecision::NewConnection {
+                reason: RetryReason::NotSent,
+                fresh: true,
+            },
+            Progress::ResponseStarted => fail(NoRetry::ResponseStarted, true),
+            Progress::RequestWritten if !reused => fail(NoRetry::FreshConnection, true),
+            Progress::RequestWritten if !failure.request.idempotent => {
+                fail(NoRetry::NotIdempotent, true)
+            }
+            Progress::RequestWritten if !failure.request.body_replayable => {
+                fail(NoRetry::BodyNotReplayable, true)
+            }
+            Progress::RequestWritten => RetryDecision::NewConnection {
+                reason: RetryReason::StaleConnection,
+                fresh: true,
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io() -> ExchangeFailureKind {
+        ExchangeFailureKind::Io {
+            kind: io::ErrorKind::ConnectionReset,
+            message: "reset".into(),
+        }
+    }
+    fn f(
+        kind: ExchangeFailureKind,
+        progress: Progress,
+        idempotent: bool,
+        replayable: bool,
+    ) -> ExchangeFailure {
+        ExchangeFailure {
+            kind,
+            progress,
+            request: RequestFacts {
+                idempotent,
+                body_replayable: replayable,
+            },
+        }
+    }
+    use Progress::*;
+
+    #[test]
+    fn not_written_is_always_retried_any_method() {
+        let d = decide(&f(io(), NothingWritten, false, false), false, 0, 0, 3);
+        assert_eq!(
+            d,
+            RetryDecision::NewConnection {
+                reason: RetryReason::NotSent,
+                fresh: true
+            }
+        );
+    }
+
+    #[test]
+    fn written_on_fresh_connection_is_never_retried() {
+        assert_eq!(
+            decide(&f(io(), RequestWritten, true, true), false, 0, 0, 3),
+            RetryDecision::Fail {
+                why: NoRetry::FreshConnection,
+                may_have_been_sent: true
+            }
+        );
+    }
+
+    #[test]
+    fn stale_reused_connection_rules() {
+        assert!(matches!(
+            decide(&f(io(), RequestWritten, true, true), true, 0, 0, 3),
+            RetryDecision::NewConnection {
+                reason: RetryReason::StaleConnection,
+                fresh: true
+            }
+        ));
+        assert_eq!(
+            decide(&f(io(), RequestWritten, true, false), true, 0, 0, 3),
+            RetryDecision::Fail {
+                why: NoRetry::BodyNotReplayable,
+                may_have_been_sent: true
+            }
+        );
+        assert_eq!(
+            decide(&f(io(), ResponseStarted, true, true), true, 0, 0, 3),
+            RetryDecision::Fail {
+                why: NoRetry::ResponseStarted,
+                may_have_been_sent: true
+            }
+        );
+    }
+
+    #[test]
+    fn timeouts_and_protocol_errors_never_retry() {
+        for p in [NothingWritten, RequestWritten, ResponseStarted] {
+            assert!(matches!(
+                decide(
+                    &f(ExchangeFailureKind::Timeout, p, true, true),
+                    true,
+                    0,
+                    0,
+                    3
+                ),
+                RetryDecision::Fail {
+                    why: NoRetry::Timeout,
+                    ..
+                }
+            ));
+            let proto = ExchangeFailureKind::Protocol {
+                message: "bad".into(),
+            };
+            assert!(matches!(
+                decide(&f(proto, p, true, true), true, 0, 0, 3),
+                RetryDecision::Fail {
+                    why: NoRetry::Protocol,
+                    ..
+                }
+            ));
+        }
+    }
+
+    #[test]
+    fn refused_stream_same_connection_once_then_elsewhere() {
+        let r = f(
+            ExchangeFailureKind::RefusedStream,
+            RequestWritten,
+            false,
+            true,
+        );
+        assert_eq!(
+            decide(&r, true, 0, 0, 3),
+            RetryDecision::SameConnection(RetryReason::RefusedStream)
+        );
+        assert_eq!(
+            decide(&r, true, 1, 1, 3),
+            RetryDecision::NewConnection {
+                reason: RetryReason::RefusedStream,
+                fresh: false
+            }
+        );
+        // A POST whose streamed body is gone cannot be resent, but was not processed.
+        let gone = f(
+            ExchangeFailureKind::RefusedStream,
+            RequestWritten,
+            false,
+            false,
+        );
+        assert_eq!(
+            decide(&gone, true, 0, 0, 3),
+            RetryDecision::Fail {
+                why: NoRetry::BodyNotReplayable,
+                may_have_been_sent: false
+            }
+        );
+    }
+
+    #[test]
+    fn goaway_and_misdirected() {
+        let g = f(
+            ExchangeFailureKind::GoAwayUnprocessed,
+            RequestWritten,
+            false,
+            true,
+        );
+        assert!(matches!(
+            decide(&g, true, 0, 0, 3),
+            RetryDecision::NewConnection { fresh: false, .. }
+        ));
+        let m = f(
+            ExchangeFailureKind::Misdirected,
+            ResponseStarted,
+            false,
+            true,
+        );
+        assert!(matches!(
+            decide(&m, true, 0, 0, 3),
+            RetryDecision::NewConnection { fresh: true, .. }
+        ));
+        let s = f(
+            ExchangeFailureKind::StreamReset { code: 2 },
+            RequestWritten,
+            true,
+            true,
+        );
+        assert!(matches!(
+            decide(&s, true, 0, 0, 3),
+            RetryDecision::Fail {
+                why: NoRetry::StreamReset,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn retry_limit() {
+        assert_eq!(
+            decide(&f(io(), NothingWritten, true, true), true, 0, 3, 3),
+            RetryDecision::Fail {
+                why: NoRetry::RetryLimit,
+                may_have_been_sent: false
+            }
+        );
+        assert_eq!(
+            decide(&f(io(), RequestWritten, true, true), true, 0, 3, 3),
+            RetryDecision::Fail {
+                why: NoRetry::RetryLimit,
+                may_have_been_sent: true
+            }
+        );
+    }
+}
