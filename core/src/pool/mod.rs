@@ -258,12 +258,15 @@ pub enum PoolAction {
         /// The abandoned attempt.
         attempt: AttemptId,
     },
-    /// The attempt's socket is now this connection; keep it under this id.
+    /// The attempt's socket is now this connection; keep it under this id and
+    /// speak `protocol` on it.
     Established {
         /// The winning attempt.
         attempt: AttemptId,
         /// Its new id.
         connection: ConnectionId,
+        /// The protocol negotiated (or known in advance).
+        protocol: Protocol,
     },
     /// The call may run one exchange on this connection.
     Acquired {
@@ -1307,8 +1310,11 @@ impl Pool {
         }
         let a = self.addrs.get(&call.address)?;
         let idle = a.idle.iter().rev().map(|(_, id)| *id).find(|id| {
-            !call.avoid.contains(id)
-                && (!call.options.require_multiplexed || self.conns[id].multiplexed())
+            let c = &self.conns[id];
+            // An HTTP/2 peer may allow zero streams (SETTINGS), idle or not.
+            c.stream_limit > 0
+                && !call.avoid.contains(id)
+                && (!call.options.require_multiplexed || c.multiplexed())
         });
         if let Some(id) = idle {
             return Some((id, Source::Pooled));
@@ -1591,6 +1597,7 @@ impl Pool {
         self.actions.push_back(PoolAction::Established {
             attempt,
             connection: id,
+            protocol,
         });
         // Post-connect de-duplication (the new connection is not indexed yet, so it
         // cannot find itself): an eligible multiplexed connection that appeared
