@@ -363,7 +363,7 @@ fn host_and_port(host: &str, port: u32) -> Result<(Host, u16), AddressError> {
 /// assert_eq!(err.to_string(), "cleartext not permitted: http://example.com (use https or allow cleartext)");
 /// ```
 #[derive(Clone)]
-pub struct Address(Arc<AddressInner>);
+pub struct Address(Arc<(AddressInner, u64)>);
 
 #[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 struct AddressInner {
@@ -376,15 +376,17 @@ struct AddressInner {
     resolver: ResolverIdentity,
 }
 
+// The pool looks Addresses up on every acquire and release: the hash is computed
+// once, when the Address is built.
 impl PartialEq for Address {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        Arc::ptr_eq(&self.0, &other.0) || (self.0 .1 == other.0 .1 && self.0 .0 == other.0 .0)
     }
 }
 impl Eq for Address {}
 impl std::hash::Hash for Address {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
+        state.write_u64(self.0 .1);
     }
 }
 impl PartialOrd for Address {
@@ -394,13 +396,13 @@ impl PartialOrd for Address {
 }
 impl Ord for Address {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.cmp(&other.0)
+        self.0 .0.cmp(&other.0 .0)
     }
 }
 
 impl fmt::Debug for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let a = &self.0;
+        let a = &self.0 .0;
         f.debug_struct("Address")
             .field("url", &format_args!("{self}"))
             .field("proxy", &a.proxy)
@@ -414,7 +416,8 @@ impl fmt::Debug for Address {
 /// `scheme://host:port`, IPv6 bracketed.
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}:{}", self.0.scheme, self.0.host, self.0.port)
+        let a = &self.0 .0;
+        write!(f, "{}://{}:{}", a.scheme, a.host, a.port)
     }
 }
 
@@ -481,47 +484,47 @@ impl Address {
     /// `http` or `https`.
     #[must_use]
     pub fn scheme(&self) -> Scheme {
-        self.0.scheme
+        self.0 .0.scheme
     }
     /// The origin host.
     #[must_use]
     pub fn host(&self) -> &Host {
-        &self.0.host
+        &self.0 .0.host
     }
     /// The origin port.
     #[must_use]
     pub fn port(&self) -> u16 {
-        self.0.port
+        self.0 .0.port
     }
     /// The explicit proxy, or `None` when the client's proxy selector decides.
     #[must_use]
     pub fn proxy(&self) -> Option<&Proxy> {
-        self.0.proxy.as_ref()
+        self.0 .0.proxy.as_ref()
     }
     /// The TLS configuration identity, for `https` Addresses.
     #[must_use]
     pub fn tls_identity(&self) -> Option<TlsIdentity> {
-        self.0.tls
+        self.0 .0.tls
     }
     /// The allowed protocols, in preference order.
     #[must_use]
     pub fn protocols(&self) -> &[Protocol] {
-        &self.0.protocols
+        &self.0 .0.protocols
     }
     /// The resolver identity.
     #[must_use]
     pub fn resolver_identity(&self) -> ResolverIdentity {
-        self.0.resolver
+        self.0 .0.resolver
     }
     /// Whether connections need TLS.
     #[must_use]
     pub fn is_https(&self) -> bool {
-        self.0.scheme == Scheme::Https
+        self.0 .0.scheme == Scheme::Https
     }
     /// The protocol a cleartext connection speaks without negotiation.
     #[must_use]
     pub fn cleartext_protocol(&self) -> Protocol {
-        if self.0.protocols.contains(&Protocol::H2PriorKnowledge) {
+        if self.0 .0.protocols.contains(&Protocol::H2PriorKnowledge) {
             Protocol::H2PriorKnowledge
         } else {
             Protocol::Http1
@@ -531,7 +534,7 @@ impl Address {
     /// coalescing (BEHAVIOUR §5).
     #[must_use]
     pub fn equal_except_host(&self, other: &Address) -> bool {
-        let (a, b) = (&*self.0, &*other.0);
+        let (a, b) = (&self.0 .0, &other.0 .0);
         a.scheme == b.scheme
             && a.port == b.port
             && a.proxy == b.proxy
@@ -631,7 +634,7 @@ impl AddressBuilder {
             }
         }
         let tls = (self.scheme == Scheme::Https).then_some(self.tls);
-        Ok(Address(Arc::new(AddressInner {
+        let inner = AddressInner {
             scheme: self.scheme,
             host,
             port,
@@ -639,7 +642,12 @@ impl AddressBuilder {
             tls,
             protocols,
             resolver: self.resolver,
-        })))
+        };
+        // A fixed-key hasher: the same Address hashes the same in every process.
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&inner, &mut hasher);
+        let hash = std::hash::Hasher::finish(&hasher);
+        Ok(Address(Arc::new((inner, hash))))
     }
 }
 

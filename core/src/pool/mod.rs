@@ -478,8 +478,8 @@ pub struct Pool {
     config: PoolConfig,
     ids: IdAllocator,
     db: RouteDatabase,
-    conns: BTreeMap<ConnectionId, Connection>,
     // Lookup only: nothing is emitted in these maps' order.
+    conns: HashMap<ConnectionId, Connection>,
     addrs: HashMap<Address, AddrState>,
     coalesce_index: HashMap<IpAddr, BTreeSet<ConnectionId>>,
     calls: BTreeMap<CallId, Call>,
@@ -507,7 +507,7 @@ impl Pool {
             config,
             ids: IdAllocator::default(),
             db,
-            conns: BTreeMap::new(),
+            conns: HashMap::new(),
             addrs: HashMap::new(),
             coalesce_index: HashMap::new(),
             calls: BTreeMap::new(),
@@ -993,7 +993,8 @@ impl Pool {
                 error: AcquireError::Shutdown,
             });
         }
-        let open: Vec<ConnectionId> = self.conns.keys().copied().collect();
+        let mut open: Vec<ConnectionId> = self.conns.keys().copied().collect();
+        open.sort_unstable();
         for id in open {
             self.retire(now, id, CloseReason::Shutdown);
         }
