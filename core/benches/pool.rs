@@ -7,9 +7,7 @@
 
 use std::time::Duration;
 
-use switchyard_core::{
-    AcquireOptions, Address, Instant, Pool, PoolAction, PoolConfig, Reuse, Scheme,
-};
+use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolAction, PoolConfig, Reuse, Scheme};
 
 fn main() {
     divan::main();
@@ -24,11 +22,7 @@ struct Setup {
 fn build(connections: usize) -> Setup {
     let address_count = connections.min(1000);
     let addresses: Vec<Address> = (0..address_count)
-        .map(|i| {
-            Address::builder(Scheme::Http, "127.0.0.1", 1 + i as u32)
-                .build()
-                .unwrap()
-        })
+        .map(|i| Address::builder(Scheme::Http, "127.0.0.1", 1 + i as u32).build().unwrap())
         .collect();
     let mut pool = Pool::new(PoolConfig {
         keep_alive: Duration::from_secs(1_000_000),
@@ -40,11 +34,7 @@ fn build(connections: usize) -> Setup {
     // all, so the pool ends with `connections` idle connections.
     let mut calls = Vec::with_capacity(connections);
     for i in 0..connections {
-        let call = pool.acquire(
-            now,
-            addresses[i % address_count].clone(),
-            AcquireOptions::default(),
-        );
+        let call = pool.acquire(now, addresses[i % address_count].clone(), AcquireOptions::default());
         let attempt = loop {
             match pool.poll_action() {
                 Some(PoolAction::Connect { attempt, .. }) => break attempt,
@@ -64,11 +54,7 @@ fn build(connections: usize) -> Setup {
         while pool.poll_event().is_some() {}
     }
     assert_eq!(pool.stats().totals.idle, connections);
-    Setup {
-        pool,
-        addresses,
-        now,
-    }
+    Setup { pool, addresses, now }
 }
 
 #[divan::bench(args = [10, 1_000, 100_000], sample_count = 50, sample_size = 2_000)]
@@ -83,9 +69,7 @@ fn acquire_release(bencher: divan::Bencher<'_, '_>, connections: usize) {
         let Some(PoolAction::Acquired { .. }) = s.pool.poll_action() else {
             panic!("not served from the pool")
         };
-        s.pool
-            .exchange_finished(s.now, call, Reuse::Reusable)
-            .unwrap();
+        s.pool.exchange_finished(s.now, call, Reuse::Reusable).unwrap();
         while s.pool.poll_action().is_some() {}
         while s.pool.poll_event().is_some() {}
     });

@@ -65,17 +65,12 @@ impl Host {
     /// assert!(Host::parse("exa mple.com").is_err());
     /// ```
     pub fn parse(input: &str) -> Result<Host, AddressError> {
-        let invalid = |reason: &'static str| AddressError::InvalidHost {
-            host: input.to_owned(),
-            reason,
-        };
+        let invalid = |reason: &'static str| AddressError::InvalidHost { host: input.to_owned(), reason };
         if input.is_empty() {
             return Err(AddressError::MissingHost);
         }
         if let Some(inner) = input.strip_prefix('[') {
-            let inner = inner
-                .strip_suffix(']')
-                .ok_or_else(|| invalid("unclosed '[' in IPv6 literal"))?;
+            let inner = inner.strip_suffix(']').ok_or_else(|| invalid("unclosed '[' in IPv6 literal"))?;
             return inner
                 .parse::<Ipv6Addr>()
                 .map(|ip| Host::Ip(IpAddr::V6(ip)))
@@ -85,9 +80,7 @@ impl Host {
             return Ok(Host::Ip(ip));
         }
         if !input.is_ascii() {
-            return Err(invalid(
-                "not ASCII; convert internationalised names to punycode first",
-            ));
+            return Err(invalid("not ASCII; convert internationalised names to punycode first"));
         }
         if input.len() > 253 {
             return Err(invalid("longer than 253 characters"));
@@ -103,13 +96,8 @@ impl Host {
             if label.len() > 63 {
                 return Err(invalid("label longer than 63 characters"));
             }
-            if !label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
-                return Err(invalid(
-                    "only letters, digits, '-' and '_' may appear in a name",
-                ));
+            if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                return Err(invalid("only letters, digits, '-' and '_' may appear in a name"));
             }
         }
         Ok(Host::Domain(input.to_ascii_lowercase()))
@@ -296,38 +284,27 @@ impl fmt::Display for AddressError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AddressError::UnsupportedScheme { scheme } => {
-                write!(
-                    f,
-                    "unsupported URL scheme {scheme:?} (expected http or https)"
-                )
+                write!(f, "unsupported URL scheme {scheme:?} (expected http or https)")
             }
             AddressError::MissingHost => f.write_str("URL has no host"),
             AddressError::InvalidHost { host, reason } => {
                 write!(f, "invalid host {host:?}: {reason}")
             }
             AddressError::InvalidPort { host, port } => {
-                write!(
-                    f,
-                    "invalid port {port:?} for host {host} (expected 1..=65535)"
-                )
+                write!(f, "invalid port {port:?} for host {host} (expected 1..=65535)")
             }
             AddressError::CleartextNotPermitted { host } => {
-                write!(
-                    f,
-                    "cleartext not permitted: http://{host} (use https or allow cleartext)"
-                )
+                write!(f, "cleartext not permitted: http://{host} (use https or allow cleartext)")
             }
-            AddressError::H2PriorKnowledgeWithHttps { host } => write!(
-                f,
-                "h2 prior knowledge is cleartext-only and cannot be used with https://{host}"
-            ),
+            AddressError::H2PriorKnowledgeWithHttps { host } => {
+                write!(f, "h2 prior knowledge is cleartext-only and cannot be used with https://{host}")
+            }
             AddressError::H2PriorKnowledgeNotAlone => {
                 f.write_str("h2 prior knowledge cannot be combined with other protocols")
             }
-            AddressError::NoCleartextProtocol { host } => write!(
-                f,
-                "http://{host} needs http/1.1 or h2 prior knowledge among the protocols"
-            ),
+            AddressError::NoCleartextProtocol { host } => {
+                write!(f, "http://{host} needs http/1.1 or h2 prior knowledge among the protocols")
+            }
             AddressError::NoProtocols => f.write_str("the protocol list is empty"),
         }
     }
@@ -339,10 +316,7 @@ fn host_and_port(host: &str, port: u32) -> Result<(Host, u16), AddressError> {
     let parsed = Host::parse(host)?;
     match u16::try_from(port) {
         Ok(p) if p != 0 => Ok((parsed, p)),
-        _ => Err(AddressError::InvalidPort {
-            host: parsed.to_string(),
-            port: port.to_string(),
-        }),
+        _ => Err(AddressError::InvalidPort { host: parsed.to_string(), port: port.to_string() }),
     }
 }
 
@@ -446,23 +420,12 @@ impl Address {
         let scheme = match uri.scheme_str() {
             Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
             Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
-            Some(s) => {
-                return Err(AddressError::UnsupportedScheme {
-                    scheme: s.to_owned(),
-                })
-            }
-            None => {
-                return Err(AddressError::UnsupportedScheme {
-                    scheme: String::new(),
-                })
-            }
+            Some(s) => return Err(AddressError::UnsupportedScheme { scheme: s.to_owned() }),
+            None => return Err(AddressError::UnsupportedScheme { scheme: String::new() }),
         };
         let authority = uri.authority().ok_or(AddressError::MissingHost)?;
         // Strip userinfo; it never identifies a connection.
-        let hostport = authority
-            .as_str()
-            .rsplit_once('@')
-            .map_or(authority.as_str(), |(_, hp)| hp);
+        let hostport = authority.as_str().rsplit_once('@').map_or(authority.as_str(), |(_, hp)| hp);
         let (host, port) = split_host_port(hostport);
         let mut builder = Address::builder(scheme, host, 0);
         match port {
@@ -599,12 +562,7 @@ impl AddressBuilder {
         let host = Host::parse(&self.host)?;
         let port = match self.port_value.map(u16::try_from) {
             Some(Ok(p)) if p != 0 => p,
-            _ => {
-                return Err(AddressError::InvalidPort {
-                    host: host.to_string(),
-                    port: self.port,
-                })
-            }
+            _ => return Err(AddressError::InvalidPort { host: host.to_string(), port: self.port }),
         };
         let name = || host.to_string();
         let protocols = self.protocols.unwrap_or_else(|| match self.scheme {
@@ -626,10 +584,7 @@ impl AddressBuilder {
             if !self.cleartext_permitted {
                 return Err(AddressError::CleartextNotPermitted { host: name() });
             }
-            if !protocols
-                .iter()
-                .any(|p| matches!(p, Protocol::Http1 | Protocol::H2PriorKnowledge))
-            {
+            if !protocols.iter().any(|p| matches!(p, Protocol::Http1 | Protocol::H2PriorKnowledge)) {
                 return Err(AddressError::NoCleartextProtocol { host: name() });
             }
         }
@@ -705,25 +660,15 @@ mod tests {
                 other => panic!("{input}: {other:?}"),
             }
         }
-        let e = Address::builder(Scheme::Https, "::1", 70_000)
-            .build()
-            .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "invalid port \"70000\" for host [::1] (expected 1..=65535)"
-        );
+        let e = Address::builder(Scheme::Https, "::1", 70_000).build().unwrap_err();
+        assert_eq!(e.to_string(), "invalid port \"70000\" for host [::1] (expected 1..=65535)");
         assert_eq!(uri("http://example.com:65535/").unwrap().port(), 65535);
         assert_eq!(uri("http://example.com:/").unwrap().port(), 80);
     }
 
     #[test]
     fn scheme_and_host_errors() {
-        assert_eq!(
-            uri("ftp://example.com/"),
-            Err(AddressError::UnsupportedScheme {
-                scheme: "ftp".into()
-            })
-        );
+        assert_eq!(uri("ftp://example.com/"), Err(AddressError::UnsupportedScheme { scheme: "ftp".into() }));
         assert!(matches!(
             Address::builder(Scheme::Http, "a..b", 80).build(),
             Err(AddressError::InvalidHost { .. })
@@ -732,10 +677,7 @@ mod tests {
             Address::builder(Scheme::Http, "bücher.de", 80).build(),
             Err(AddressError::InvalidHost { .. })
         ));
-        assert_eq!(
-            Address::builder(Scheme::Http, "", 80).build(),
-            Err(AddressError::MissingHost)
-        );
+        assert_eq!(Address::builder(Scheme::Http, "", 80).build(), Err(AddressError::MissingHost));
         assert!(matches!(
             Address::builder(Scheme::Http, "[::1", 80).build(),
             Err(AddressError::InvalidHost { .. })
@@ -756,29 +698,22 @@ mod tests {
             Address::builder(Scheme::Https, "example.com", 443)
                 .protocols([Protocol::H2PriorKnowledge])
                 .build(),
-            Err(AddressError::H2PriorKnowledgeWithHttps {
-                host: "example.com".into()
-            })
+            Err(AddressError::H2PriorKnowledgeWithHttps { host: "example.com".into() })
         );
         assert_eq!(
-            b().protocols([Protocol::H2PriorKnowledge, Protocol::Http1])
-                .build(),
+            b().protocols([Protocol::H2PriorKnowledge, Protocol::Http1]).build(),
             Err(AddressError::H2PriorKnowledgeNotAlone)
         );
         assert_eq!(
             b().protocols([Protocol::Http2]).build(),
-            Err(AddressError::NoCleartextProtocol {
-                host: "example.com".into()
-            })
+            Err(AddressError::NoCleartextProtocol { host: "example.com".into() })
         );
         assert_eq!(b().protocols([]).build(), Err(AddressError::NoProtocols));
         let h2c = b().protocols([Protocol::H2PriorKnowledge]).build().unwrap();
         assert_eq!(h2c.cleartext_protocol(), Protocol::H2PriorKnowledge);
         assert_eq!(
             b().cleartext_permitted(false).build(),
-            Err(AddressError::CleartextNotPermitted {
-                host: "example.com".into()
-            })
+            Err(AddressError::CleartextNotPermitted { host: "example.com".into() })
         );
     }
 

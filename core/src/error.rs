@@ -31,9 +31,7 @@ impl DnsError {
     pub fn from_io(err: &io::Error) -> DnsError {
         match err.kind() {
             io::ErrorKind::TimedOut => DnsError::Timeout,
-            _ => DnsError::Failed {
-                message: err.to_string(),
-            },
+            _ => DnsError::Failed { message: err.to_string() },
         }
     }
 }
@@ -106,19 +104,14 @@ impl ConnectError {
     /// A TCP-level failure from an I/O error.
     #[must_use]
     pub fn from_io(err: &io::Error) -> ConnectError {
-        ConnectError::Io {
-            kind: err.kind(),
-            message: err.to_string(),
-        }
+        ConnectError::Io { kind: err.kind(), message: err.to_string() }
     }
 
     /// Whether this was a timeout (timeouts are never retried by a call).
     #[must_use]
     pub fn is_timeout(&self) -> bool {
-        matches!(
-            self,
-            ConnectError::ConnectTimeout { .. } | ConnectError::HandshakeTimeout { .. }
-        ) || matches!(self, ConnectError::Io { kind, .. } if *kind == io::ErrorKind::TimedOut)
+        matches!(self, ConnectError::ConnectTimeout { .. } | ConnectError::HandshakeTimeout { .. })
+            || matches!(self, ConnectError::Io { kind, .. } if *kind == io::ErrorKind::TimedOut)
     }
 }
 
@@ -277,10 +270,7 @@ impl fmt::Display for Misuse {
             Misuse::ClosedConnection(id) => write!(f, "driver misuse: {id} is already closed"),
             Misuse::NoExchange(id) => write!(f, "driver misuse: {id} holds no connection"),
             Misuse::NotHandshaking(id) => {
-                write!(
-                    f,
-                    "driver misuse: handshake result for {id}, which was not asked to handshake"
-                )
+                write!(f, "driver misuse: handshake result for {id}, which was not asked to handshake")
             }
         }
     }

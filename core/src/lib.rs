@@ -12,9 +12,12 @@
 //! * **Inputs** are method calls that carry `now` (an [`Instant`], the core's only
 //!   clock) and facts from the world: a DNS answer, a TCP connect, a finished TLS
 //!   handshake, a failure.
-//! * **Outputs** are polled. [`Race::poll_action`] yields what the driver must do
-//!   next ([`Action`]); [`Race::poll_event`] what happened ([`Event`]);
-//!   [`Race::poll_timeout`] when the core next needs [`Race::handle_timeout`].
+//! * **Outputs** are polled. `poll_action()` yields what the driver must do next
+//!   ([`PoolAction`], or [`Action`] for a bare [`Race`]); `poll_event()` what
+//!   happened ([`Event`]); `poll_timeout()` when the core next needs
+//!   `handle_timeout(now)`.
+//! * Most drivers own one [`Pool`]: it runs a [`Race`] per connecting call and
+//!   owns the [`RouteDatabase`]. A [`Race`] can also be driven alone, as below.
 //! * The driver's loop: feed an input with `now`; drain actions and perform them;
 //!   drain events; sleep until the next input or `poll_timeout()`, whichever is
 //!   first; call `handle_timeout(now)` when the timer fires.
@@ -103,6 +106,8 @@
 //! | [`route`] | [`Route`] and the [`RouteDatabase`] of recent failures |
 //! | [`plan`] | [`RoutePlanner`]: proxies × DNS → RFC 8305 order, failed routes last |
 //! | [`race`] | [`Race`]: Happy Eyeballs for one call |
+//! | [`pool`] | [`Pool`]: acquire, share, coalesce, limits and waiters, eviction, retry decisions |
+//! | [`connection`] | [`CloseReason`], [`Reuse`], [`TlsFacts`]: the vocabulary of connection lifecycles |
 //! | [`event`] | [`Event`]: what happened, timestamped |
 //! | [`error`] | typed errors: [`AddressError`], [`DnsError`], [`ConnectError`], [`RaceError`], [`Misuse`] |
 //! | [`id`] | opaque, never-reused ids |
@@ -121,8 +126,7 @@ pub mod route;
 pub mod time;
 
 pub use address::{
-    Address, AddressBuilder, AddressError, Host, Protocol, Proxy, ResolverIdentity, Scheme,
-    TlsIdentity,
+    Address, AddressBuilder, AddressError, Host, Protocol, Proxy, ResolverIdentity, Scheme, TlsIdentity,
 };
 pub use connection::{CloseReason, Reuse, TlsFacts};
 pub use error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind, TlsFailure};
@@ -130,8 +134,8 @@ pub use event::{CancelReason, Event, EventKind};
 pub use id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
 pub use plan::{interleave, DnsOutcome, Family, PlanConfig, PlanStep, RoutePlanner};
 pub use pool::{
-    AcquireError, AcquireOptions, AddressStats, Connection, ExchangeError, FailureOutcome, Pool,
-    PoolAction, PoolConfig, PoolStats, Source, StreamLimitPolicy,
+    AcquireError, AcquireOptions, AddressStats, Connection, ExchangeError, FailureOutcome, Pool, PoolAction,
+    PoolConfig, PoolStats, Source, StreamLimitPolicy,
 };
 pub use race::{Action, Race, RaceConfig, RaceRequest};
 pub use route::{Route, RouteDatabase};

@@ -82,10 +82,7 @@ pub struct PlanConfig {
 
 impl Default for PlanConfig {
     fn default() -> Self {
-        PlanConfig {
-            fast_fallback: true,
-            preferred_family: Family::V6,
-        }
+        PlanConfig { fast_fallback: true, preferred_family: Family::V6 }
     }
 }
 
@@ -251,12 +248,7 @@ impl RoutePlanner {
                     None => {
                         let query = QueryId::new(self.call, self.next_query);
                         self.next_query += 1;
-                        self.pending = Some(Pending {
-                            query,
-                            host: host.clone(),
-                            port,
-                            proxy,
-                        });
+                        self.pending = Some(Pending { query, host: host.clone(), port, proxy });
                         self.announced = false;
                     }
                 }
@@ -304,11 +296,7 @@ impl RoutePlanner {
             }
             Err(e) => Err(e),
         };
-        Ok(Some(DnsOutcome {
-            host: pending.host,
-            proxy: pending.proxy,
-            result,
-        }))
+        Ok(Some(DnsOutcome { host: pending.host, proxy: pending.proxy, result }))
     }
 
     /// Puts a route back at the front (a cancelled loser to retry first).
@@ -318,14 +306,7 @@ impl RoutePlanner {
         }
     }
 
-    fn select(
-        &mut self,
-        proxy: &Proxy,
-        ips: &[IpAddr],
-        port: u16,
-        now: Instant,
-        db: &RouteDatabase,
-    ) {
+    fn select(&mut self, proxy: &Proxy, ips: &[IpAddr], port: u16, now: Instant, db: &RouteDatabase) {
         for route in routes_for(&self.address, proxy, ips, port) {
             if !self.seen.insert(route.clone()) {
                 continue;
@@ -352,15 +333,8 @@ mod tests {
     }
 
     fn planner(proxies: Vec<Proxy>) -> RoutePlanner {
-        let a = Address::builder(Scheme::Https, "example.com", 443)
-            .build()
-            .unwrap();
-        RoutePlanner::new(
-            IdAllocator::default().next_call(),
-            a,
-            proxies,
-            PlanConfig::default(),
-        )
+        let a = Address::builder(Scheme::Https, "example.com", 443).build().unwrap();
+        RoutePlanner::new(IdAllocator::default().next_call(), a, proxies, PlanConfig::default())
     }
 
     fn drain(p: &mut RoutePlanner, db: &RouteDatabase) -> Vec<String> {
@@ -369,13 +343,7 @@ mod tests {
             match p.next(Instant::ZERO, db) {
                 PlanStep::Route(r) => out.push(r.socket_addr().to_string()),
                 other => {
-                    out.push(
-                        format!("{other:?}")
-                            .split_whitespace()
-                            .next()
-                            .unwrap()
-                            .to_owned(),
-                    );
+                    out.push(format!("{other:?}").split_whitespace().next().unwrap().to_owned());
                     return out;
                 }
             }
@@ -404,9 +372,7 @@ mod tests {
         let mut p = planner(vec![]);
         assert_eq!(p.proxies(), &[Proxy::Direct]);
         let q = match p.next(Instant::ZERO, &db) {
-            PlanStep::Resolve {
-                query, host, port, ..
-            } => {
+            PlanStep::Resolve { query, host, port, .. } => {
                 assert_eq!(host, Host::Domain("example.com".into()));
                 assert_eq!(port, 443);
                 query
@@ -414,27 +380,14 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Waiting);
-        let out = p
-            .handle_dns(
-                q,
-                Ok(vec![ip("10.0.0.1"), ip("fd00::1")]),
-                Instant::ZERO,
-                &db,
-            )
-            .unwrap()
-            .unwrap();
+        let out =
+            p.handle_dns(q, Ok(vec![ip("10.0.0.1"), ip("fd00::1")]), Instant::ZERO, &db).unwrap().unwrap();
         assert_eq!(out.result, Ok(vec![ip("fd00::1"), ip("10.0.0.1")]));
-        assert_eq!(
-            drain(&mut p, &db),
-            ["[fd00::1]:443", "10.0.0.1:443", "Exhausted"]
-        );
+        assert_eq!(drain(&mut p, &db), ["[fd00::1]:443", "10.0.0.1:443", "Exhausted"]);
         // A duplicate answer is ignored, an invented id is misuse.
         assert_eq!(p.handle_dns(q, Ok(vec![]), Instant::ZERO, &db), Ok(None));
         let bogus = QueryId::new(q.call(), 9);
-        assert_eq!(
-            p.handle_dns(bogus, Ok(vec![]), Instant::ZERO, &db),
-            Err(Misuse::UnknownQuery(bogus))
-        );
+        assert_eq!(p.handle_dns(bogus, Ok(vec![]), Instant::ZERO, &db), Err(Misuse::UnknownQuery(bogus)));
     }
 
     #[test]
@@ -445,22 +398,8 @@ mod tests {
         let a = p.address().clone();
         let failed = Route::new(a, Proxy::Direct, "[fd00::1]:443".parse().unwrap());
         db.failed(&failed, Instant::ZERO);
-        p.handle_dns(
-            q,
-            Ok(vec![ip("fd00::1"), ip("10.0.0.1"), ip("fd00::2")]),
-            Instant::ZERO,
-            &db,
-        )
-        .unwrap();
-        assert_eq!(
-            drain(&mut p, &db),
-            [
-                "10.0.0.1:443",
-                "[fd00::2]:443",
-                "[fd00::1]:443",
-                "Exhausted"
-            ]
-        );
+        p.handle_dns(q, Ok(vec![ip("fd00::1"), ip("10.0.0.1"), ip("fd00::2")]), Instant::ZERO, &db).unwrap();
+        assert_eq!(drain(&mut p, &db), ["10.0.0.1:443", "[fd00::2]:443", "[fd00::1]:443", "Exhausted"]);
     }
 
     #[test]
@@ -468,14 +407,9 @@ mod tests {
         let mut db = RouteDatabase::default();
         let mut p = planner(vec![]);
         let q = resolve(&mut p, &db);
-        let only = Route::new(
-            p.address().clone(),
-            Proxy::Direct,
-            "10.0.0.1:443".parse().unwrap(),
-        );
+        let only = Route::new(p.address().clone(), Proxy::Direct, "10.0.0.1:443".parse().unwrap());
         db.failed(&only, Instant::ZERO);
-        p.handle_dns(q, Ok(vec![ip("10.0.0.1")]), Instant::ZERO, &db)
-            .unwrap();
+        p.handle_dns(q, Ok(vec![ip("10.0.0.1")]), Instant::ZERO, &db).unwrap();
         assert_eq!(drain(&mut p, &db), ["10.0.0.1:443", "Exhausted"]);
     }
 
@@ -488,10 +422,7 @@ mod tests {
         let mut db = RouteDatabase::default();
         let failed = Route::new(p.address().clone(), a, "10.1.0.1:3128".parse().unwrap());
         db.failed(&failed, Instant::ZERO);
-        assert_eq!(
-            drain(&mut p, &db),
-            ["10.2.0.1:3128", "10.1.0.1:3128", "Exhausted"]
-        );
+        assert_eq!(drain(&mut p, &db), ["10.2.0.1:3128", "10.1.0.1:3128", "Exhausted"]);
     }
 
     #[test]
@@ -500,42 +431,26 @@ mod tests {
         let mut p = planner(vec![named.clone(), Proxy::Direct]);
         let db = RouteDatabase::default();
         let q1 = resolve(&mut p, &db);
-        let out = p
-            .handle_dns(q1, Ok(vec![]), Instant::ZERO, &db)
-            .unwrap()
-            .unwrap();
+        let out = p.handle_dns(q1, Ok(vec![]), Instant::ZERO, &db).unwrap().unwrap();
         assert_eq!(out.host, Host::Domain("proxy.example".into()));
         assert_eq!(out.proxy, named);
         assert_eq!(out.result, Err(DnsError::NoAddresses));
         let q2 = resolve(&mut p, &db);
         assert_ne!(q1, q2);
-        let out = p
-            .handle_dns(q2, Err(DnsError::Timeout), Instant::ZERO, &db)
-            .unwrap()
-            .unwrap();
+        let out = p.handle_dns(q2, Err(DnsError::Timeout), Instant::ZERO, &db).unwrap().unwrap();
         assert_eq!(out.host, Host::Domain("example.com".into()));
         assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Exhausted);
     }
 
     #[test]
     fn ip_literal_skips_dns_and_explicit_proxy_wins() {
-        let a = Address::builder(Scheme::Http, "127.0.0.1", 8080)
-            .build()
-            .unwrap();
-        let mut p = RoutePlanner::new(
-            IdAllocator::default().next_call(),
-            a,
-            vec![],
-            PlanConfig::default(),
-        );
+        let a = Address::builder(Scheme::Http, "127.0.0.1", 8080).build().unwrap();
+        let mut p = RoutePlanner::new(IdAllocator::default().next_call(), a, vec![], PlanConfig::default());
         let db = RouteDatabase::default();
         assert_eq!(drain(&mut p, &db), ["127.0.0.1:8080", "Exhausted"]);
 
         let explicit = Proxy::http("10.9.9.9", 8080).unwrap();
-        let a = Address::builder(Scheme::Http, "example.com", 80)
-            .proxy(explicit.clone())
-            .build()
-            .unwrap();
+        let a = Address::builder(Scheme::Http, "example.com", 80).proxy(explicit.clone()).build().unwrap();
         let p = RoutePlanner::new(
             IdAllocator::default().next_call(),
             a,
@@ -547,26 +462,12 @@ mod tests {
 
     #[test]
     fn duplicate_answers_give_one_route_and_no_fast_fallback_keeps_order() {
-        let a = Address::builder(Scheme::Https, "example.com", 443)
-            .build()
-            .unwrap();
-        let cfg = PlanConfig {
-            fast_fallback: false,
-            ..PlanConfig::default()
-        };
+        let a = Address::builder(Scheme::Https, "example.com", 443).build().unwrap();
+        let cfg = PlanConfig { fast_fallback: false, ..PlanConfig::default() };
         let mut p = RoutePlanner::new(IdAllocator::default().next_call(), a, vec![], cfg);
         let db = RouteDatabase::default();
         let q = resolve(&mut p, &db);
-        p.handle_dns(
-            q,
-            Ok(vec![ip("10.0.0.1"), ip("fd00::1"), ip("10.0.0.1")]),
-            Instant::ZERO,
-            &db,
-        )
-        .unwrap();
-        assert_eq!(
-            drain(&mut p, &db),
-            ["10.0.0.1:443", "[fd00::1]:443", "Exhausted"]
-        );
+        p.handle_dns(q, Ok(vec![ip("10.0.0.1"), ip("fd00::1"), ip("10.0.0.1")]), Instant::ZERO, &db).unwrap();
+        assert_eq!(drain(&mut p, &db), ["10.0.0.1:443", "[fd00::1]:443", "Exhausted"]);
     }
 }

@@ -188,18 +188,8 @@ pub struct Race {
 impl Race {
     /// Starts a race at `now`: emits the proxy selection events and the first
     /// [`Action::Resolve`] or [`Action::Connect`].
-    pub fn start(
-        request: RaceRequest,
-        config: RaceConfig,
-        now: Instant,
-        db: &mut RouteDatabase,
-    ) -> Race {
-        let RaceRequest {
-            call,
-            address,
-            proxies,
-            deadline,
-        } = request;
+    pub fn start(request: RaceRequest, config: RaceConfig, now: Instant, db: &mut RouteDatabase) -> Race {
+        let RaceRequest { call, address, proxies, deadline } = request;
         let planner = RoutePlanner::new(call, address.clone(), proxies, config.plan);
         let mut race = Race {
             call,
@@ -311,20 +301,9 @@ impl Race {
         };
         let host = outcome.host;
         match outcome.result {
-            Ok(addresses) => self.emit(
-                now,
-                EventKind::DnsEnd {
-                    query,
-                    host,
-                    addresses,
-                },
-            ),
+            Ok(addresses) => self.emit(now, EventKind::DnsEnd { query, host, addresses }),
             Err(error) => {
-                self.failures.push(Failure::Dns {
-                    query,
-                    host: host.clone(),
-                    error: error.clone(),
-                });
+                self.failures.push(Failure::Dns { query, host: host.clone(), error: error.clone() });
                 self.emit(now, EventKind::DnsFailed { query, host, error });
             }
         }
@@ -347,12 +326,7 @@ impl Race {
             return Ok(()); // a repeated report
         }
         let winner_started = self.attempts[index].started;
-        let losers: Vec<Attempt> = self
-            .attempts
-            .iter()
-            .filter(|a| a.id != attempt)
-            .cloned()
-            .collect();
+        let losers: Vec<Attempt> = self.attempts.iter().filter(|a| a.id != attempt).cloned().collect();
         self.attempts.retain(|a| a.id == attempt);
         self.deferred.clear();
         for loser in losers {
@@ -369,10 +343,7 @@ impl Race {
             let winner = &mut self.attempts[0];
             winner.stage = Stage::Handshaking;
             winner.deadline = now + self.config.handshake_timeout;
-            self.actions.push_back(Action::Handshake {
-                attempt,
-                route: route.clone(),
-            });
+            self.actions.push_back(Action::Handshake { attempt, route: route.clone() });
             if route.requires_tls() {
                 self.emit(now, EventKind::SecureConnectStart { attempt });
             }
@@ -405,12 +376,7 @@ impl Race {
             self.address.cleartext_protocol()
         };
         if !self.address.protocols().contains(&protocol) {
-            self.fail_attempt(
-                now,
-                index,
-                ConnectError::ProtocolNotAllowed { protocol },
-                db,
-            );
+            self.fail_attempt(now, index, ConnectError::ProtocolNotAllowed { protocol }, db);
             self.advance(now, db);
             return Ok(());
         }
@@ -463,11 +429,7 @@ impl Race {
     // ---- internals ----
 
     fn emit(&mut self, at: Instant, kind: EventKind) {
-        self.events.push_back(Event {
-            at,
-            call: Some(self.call),
-            kind,
-        });
+        self.events.push_back(Event { at, call: Some(self.call), kind });
     }
 
     fn check_query(&self, query: QueryId) -> Result<(), Misuse> {
@@ -509,12 +471,8 @@ impl Race {
         while let Some(index) = self.attempts.iter().position(|a| a.deadline <= now) {
             let a = &self.attempts[index];
             let error = match a.stage {
-                Stage::Connecting => ConnectError::ConnectTimeout {
-                    after: self.config.connect_timeout,
-                },
-                Stage::Handshaking => ConnectError::HandshakeTimeout {
-                    after: self.config.handshake_timeout,
-                },
+                Stage::Connecting => ConnectError::ConnectTimeout { after: self.config.connect_timeout },
+                Stage::Handshaking => ConnectError::HandshakeTimeout { after: self.config.handshake_timeout },
             };
             let id = a.id;
             self.actions.push_back(Action::Cancel { attempt: id });
@@ -529,33 +487,15 @@ impl Race {
                 return;
             }
             let stagger_elapsed = self.config.plan.fast_fallback
-                && self
-                    .last_start
-                    .is_some_and(|last| now >= last + self.config.attempt_delay);
+                && self.last_start.is_some_and(|last| now >= last + self.config.attempt_delay);
             if !(self.attempts.is_empty() || stagger_elapsed) {
                 return;
             }
             match self.planner.next(now, db) {
                 PlanStep::Route(route) => self.start_attempt(now, route),
-                PlanStep::Resolve {
-                    query,
-                    host,
-                    port,
-                    proxy,
-                } => {
-                    self.emit(
-                        now,
-                        EventKind::DnsStart {
-                            query,
-                            host: host.clone(),
-                        },
-                    );
-                    self.actions.push_back(Action::Resolve {
-                        query,
-                        host,
-                        port,
-                        proxy,
-                    });
+                PlanStep::Resolve { query, host, port, proxy } => {
+                    self.emit(now, EventKind::DnsStart { query, host: host.clone() });
+                    self.actions.push_back(Action::Resolve { query, host, port, proxy });
                     return;
                 }
                 PlanStep::Waiting => return,
@@ -580,24 +520,11 @@ impl Race {
             stage: Stage::Connecting,
             deadline: now + self.config.connect_timeout,
         });
-        self.emit(
-            now,
-            EventKind::ConnectStart {
-                attempt: id,
-                route: route.clone(),
-            },
-        );
-        self.actions
-            .push_back(Action::Connect { attempt: id, route });
+        self.emit(now, EventKind::ConnectStart { attempt: id, route: route.clone() });
+        self.actions.push_back(Action::Connect { attempt: id, route });
     }
 
-    fn fail_attempt(
-        &mut self,
-        now: Instant,
-        index: usize,
-        error: ConnectError,
-        db: &mut RouteDatabase,
-    ) {
+    fn fail_attempt(&mut self, now: Instant, index: usize, error: ConnectError, db: &mut RouteDatabase) {
         let a = self.attempts.remove(index);
         db.failed(&a.route, now);
         if a.stage == Stage::Handshaking {
@@ -605,31 +532,13 @@ impl Race {
             let deferred = std::mem::take(&mut self.deferred);
             self.planner.push_front(deferred.into_iter());
         }
-        self.failures.push(Failure::Connect {
-            attempt: a.id,
-            route: a.route.clone(),
-            error: error.clone(),
-        });
-        self.emit(
-            now,
-            EventKind::ConnectFailed {
-                attempt: a.id,
-                route: a.route,
-                error,
-            },
-        );
+        self.failures.push(Failure::Connect { attempt: a.id, route: a.route.clone(), error: error.clone() });
+        self.emit(now, EventKind::ConnectFailed { attempt: a.id, route: a.route, error });
     }
 
     fn cancel_attempt(&mut self, now: Instant, a: &Attempt, reason: CancelReason) {
         self.actions.push_back(Action::Cancel { attempt: a.id });
-        self.emit(
-            now,
-            EventKind::ConnectCancelled {
-                attempt: a.id,
-                route: a.route.clone(),
-                reason,
-            },
-        );
+        self.emit(now, EventKind::ConnectCancelled { attempt: a.id, route: a.route.clone(), reason });
     }
 
     fn cancel_all(&mut self, now: Instant, reason: CancelReason) {
@@ -646,19 +555,8 @@ impl Race {
         db.connected(&winner.route);
         self.deferred.clear();
         self.finished = true;
-        self.emit(
-            now,
-            EventKind::ConnectEnd {
-                attempt: winner.id,
-                route: winner.route.clone(),
-                protocol,
-            },
-        );
-        self.actions.push_back(Action::Won {
-            attempt: winner.id,
-            route: winner.route,
-            protocol,
-        });
+        self.emit(now, EventKind::ConnectEnd { attempt: winner.id, route: winner.route.clone(), protocol });
+        self.actions.push_back(Action::Won { attempt: winner.id, route: winner.route, protocol });
     }
 
     fn finish_failed(&mut self, kind: RaceErrorKind) {

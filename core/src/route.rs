@@ -25,11 +25,7 @@ impl Route {
     /// A route to `address` through `proxy`, dialling `socket_addr`.
     #[must_use]
     pub fn new(address: Address, proxy: Proxy, socket_addr: SocketAddr) -> Route {
-        Route {
-            address,
-            proxy,
-            socket_addr,
-        }
+        Route { address, proxy, socket_addr }
     }
     /// The Address this route serves.
     #[must_use]
@@ -150,11 +146,7 @@ impl RouteDatabase {
     /// An empty database whose entries expire after `ttl`.
     #[must_use]
     pub fn new(ttl: Duration) -> RouteDatabase {
-        RouteDatabase {
-            ttl,
-            capacity: Self::DEFAULT_CAPACITY,
-            failed: HashMap::new(),
-        }
+        RouteDatabase { ttl, capacity: Self::DEFAULT_CAPACITY, failed: HashMap::new() }
     }
 
     /// Sets how many entries are kept at most (minimum 1). Default: 4096.
@@ -180,9 +172,7 @@ impl RouteDatabase {
     /// Whether `route` failed less than the TTL before `now`.
     #[must_use]
     pub fn should_postpone(&self, route: &Route, now: Instant) -> bool {
-        self.failed
-            .get(route)
-            .is_some_and(|&at| now < at.saturating_add(self.ttl))
+        self.failed.get(route).is_some_and(|&at| now < at.saturating_add(self.ttl))
     }
 
     /// Number of remembered failures, expired ones included until pruned.
@@ -229,17 +219,13 @@ pub(crate) fn routes_for(
     ips: &[std::net::IpAddr],
     port: u16,
 ) -> Vec<Route> {
-    ips.iter()
-        .map(|ip| Route::new(address.clone(), proxy.clone(), SocketAddr::new(*ip, port)))
-        .collect()
+    ips.iter().map(|ip| Route::new(address.clone(), proxy.clone(), SocketAddr::new(*ip, port))).collect()
 }
 
 /// The host DNS must resolve for `proxy` (the proxy's own, or the origin's when
 /// direct) and the port routes dial.
 pub(crate) fn dial_target<'a>(address: &'a Address, proxy: &'a Proxy) -> (&'a Host, u16) {
-    proxy
-        .endpoint()
-        .unwrap_or_else(|| (address.host(), address.port()))
+    proxy.endpoint().unwrap_or_else(|| (address.host(), address.port()))
 }
 
 #[cfg(test)]
@@ -258,14 +244,8 @@ mod tests {
             route("example.com", 443, Proxy::Direct, "1.2.3.4:443").to_string(),
             "example.com at 1.2.3.4:443"
         );
-        assert_eq!(
-            route("1.2.3.4", 443, Proxy::Direct, "1.2.3.4:443").to_string(),
-            "1.2.3.4:443"
-        );
-        assert_eq!(
-            route("::1", 443, Proxy::Direct, "[::1]:443").to_string(),
-            "[::1]:443"
-        );
+        assert_eq!(route("1.2.3.4", 443, Proxy::Direct, "1.2.3.4:443").to_string(), "1.2.3.4:443");
+        assert_eq!(route("::1", 443, Proxy::Direct, "[::1]:443").to_string(), "[::1]:443");
         let proxy = Proxy::http("10.0.0.1", 3128).unwrap();
         assert_eq!(
             route("example.com", 3128, proxy.clone(), "10.0.0.1:3128").to_string(),
@@ -289,16 +269,10 @@ mod tests {
         let p = Proxy::http("10.0.0.1", 3128).unwrap();
         let tunnel = route("example.com", 443, p.clone(), "10.0.0.1:3128");
         assert!(tunnel.requires_tunnel() && tunnel.requires_handshake());
-        let a = Address::builder(Scheme::Http, "example.com", 80)
-            .build()
-            .unwrap();
+        let a = Address::builder(Scheme::Http, "example.com", 80).build().unwrap();
         let plain = Route::new(a.clone(), p, "10.0.0.1:3128".parse().unwrap());
         assert!(plain.uses_absolute_form() && !plain.requires_handshake());
-        let socks = Route::new(
-            a,
-            Proxy::socks5("10.0.0.2", 1080).unwrap(),
-            "10.0.0.2:1080".parse().unwrap(),
-        );
+        let socks = Route::new(a, Proxy::socks5("10.0.0.2", 1080).unwrap(), "10.0.0.2:1080".parse().unwrap());
         assert!(socks.requires_socks5() && socks.requires_handshake());
     }
 

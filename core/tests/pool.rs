@@ -12,15 +12,12 @@ use switchyard_core::pool::{
     ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryReason,
 };
 use switchyard_core::{
-    AcquireOptions, Address, CloseReason, EventKind, FailureOutcome, Misuse, PoolConfig, Protocol,
-    Proxy, Reuse, Scheme, StreamLimitPolicy, TlsIdentity,
+    AcquireOptions, Address, CloseReason, EventKind, FailureOutcome, Misuse, PoolConfig, Protocol, Proxy,
+    Reuse, Scheme, StreamLimitPolicy, TlsIdentity,
 };
 
 fn config() -> PoolConfig {
-    PoolConfig {
-        keep_alive: Duration::from_millis(100),
-        ..PoolConfig::default()
-    }
+    PoolConfig { keep_alive: Duration::from_millis(100), ..PoolConfig::default() }
 }
 
 // ---------------------------------------------------------------- eviction
@@ -32,10 +29,7 @@ fn keep_alive_closes_exactly_on_time() {
     let (c1, conn) = sim.open(0, &a);
     assert_eq!(sim.pool.poll_timeout(), None, "in use: no timer");
     sim.finish(50, c1);
-    assert_eq!(
-        sim.pool.connection(conn).unwrap().idle_since(),
-        Some(ms(50))
-    );
+    assert_eq!(sim.pool.connection(conn).unwrap().idle_since(), Some(ms(50)));
     assert_eq!(sim.timeout(150), [format!("close {conn} idle timeout")]);
     assert_eq!(sim.pool.stats().closed[&CloseReason::IdleTimeout], 1);
     assert_eq!(sim.pool.poll_timeout(), None);
@@ -68,10 +62,7 @@ fn in_use_connections_are_never_evicted() {
 
 #[test]
 fn max_idle_closes_the_oldest_at_once() {
-    let mut sim = PoolSim::new(PoolConfig {
-        max_idle_per_address: 2,
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { max_idle_per_address: 2, ..config() });
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     let (c2, _) = sim.open(0, &a);
@@ -84,10 +75,7 @@ fn max_idle_closes_the_oldest_at_once() {
 
 #[test]
 fn total_idle_cap_spans_addresses() {
-    let mut sim = PoolSim::new(PoolConfig {
-        max_idle_total: Some(1),
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { max_idle_total: Some(1), ..config() });
     let (c1, k1) = sim.open(0, &http("127.0.0.1"));
     let (c2, _) = sim.open(0, &http("127.0.0.2"));
     sim.finish(10, c1);
@@ -106,10 +94,7 @@ fn max_lifetime_retires_in_use_and_closes_idle() {
     let (c2, k2) = sim.open(500, &a);
     sim.finish(600, c2);
     assert!(sim.timeout(1000).is_empty(), "in use: retired, not closed");
-    assert_eq!(
-        sim.pool.connection(k1).unwrap().no_new_exchanges(),
-        Some(CloseReason::MaxLifetime)
-    );
+    assert_eq!(sim.pool.connection(k1).unwrap().no_new_exchanges(), Some(CloseReason::MaxLifetime));
     // Released after its lifetime: closed, not pooled.
     assert_eq!(sim.finish(1200, c1), [format!("close {k1} max lifetime")]);
     assert_eq!(sim.timeout(1500), [format!("close {k2} max lifetime")]);
@@ -129,10 +114,7 @@ fn evict_all_closes_idle_only() {
 
 #[test]
 fn shutdown_refuses_closes_idle_lets_in_use_finish() {
-    let mut sim = PoolSim::new(PoolConfig {
-        max_connections_per_address: Some(2),
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { max_connections_per_address: Some(2), ..config() });
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     let (c2, k2) = sim.open(0, &a);
@@ -145,23 +127,12 @@ fn shutdown_refuses_closes_idle_lets_in_use_finish() {
     sim.drain();
     sim.pool.shutdown(ms(5));
     let out = sim.drain();
-    assert!(
-        out.contains(&format!(
-            "failed {racing}: the connection pool is shut down"
-        )),
-        "{out:?}"
-    );
-    assert!(
-        out.iter().any(|s| s.starts_with("cancel-attempt")),
-        "{out:?}"
-    );
+    assert!(out.contains(&format!("failed {racing}: the connection pool is shut down")), "{out:?}");
+    assert!(out.iter().any(|s| s.starts_with("cancel-attempt")), "{out:?}");
     assert!(out.contains(&format!("close {k1} shutdown")), "{out:?}");
     assert!(sim.pool.connection(k2).is_some(), "in use: left to finish");
     let late = sim.acquire(6, &a);
-    assert_eq!(
-        sim.drain(),
-        [format!("failed {late}: the connection pool is shut down")]
-    );
+    assert_eq!(sim.drain(), [format!("failed {late}: the connection pool is shut down")]);
     assert_eq!(sim.finish(7, c2), [format!("close {k2} shutdown")]);
     assert_eq!(sim.pool.stats().totals.open, 0);
 }
@@ -185,10 +156,7 @@ fn most_recently_used_idle_connection_first_and_no_connect_events() {
 
 #[test]
 fn per_address_cap_queues_fifo_and_wakes_on_release() {
-    let mut sim = PoolSim::new(PoolConfig {
-        max_connections_per_address: Some(1),
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { max_connections_per_address: Some(1), ..config() });
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     let c2 = sim.acquire(1, &a);
@@ -202,10 +170,7 @@ fn per_address_cap_queues_fifo_and_wakes_on_release() {
 
 #[test]
 fn a_cancelled_waiter_leaves_nothing_behind() {
-    let mut sim = PoolSim::new(PoolConfig {
-        max_connections_per_address: Some(1),
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { max_connections_per_address: Some(1), ..config() });
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     let c2 = sim.acquire(1, &a);
@@ -230,19 +195,14 @@ fn waiting_is_bounded_by_the_acquire_timeout() {
     let c2 = sim.acquire(100, &a);
     assert_eq!(
         sim.timeout(600),
-        [format!(
-            "failed {c2}: timed out after 500ms waiting for a connection to http://127.0.0.1:80"
-        )]
+        [format!("failed {c2}: timed out after 500ms waiting for a connection to http://127.0.0.1:80")]
     );
     assert_eq!(sim.pool.stats().totals.waiters, 0);
 }
 
 #[test]
 fn total_cap_evicts_the_oldest_idle_connection_of_another_address() {
-    let mut sim = PoolSim::new(PoolConfig {
-        max_connections_total: Some(1),
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { max_connections_total: Some(1), ..config() });
     let (c1, k1) = sim.open(0, &http("127.0.0.1"));
     sim.finish(1, c1);
     let c2 = sim.acquire(2, &http("127.0.0.2"));
@@ -260,13 +220,7 @@ fn a_pooled_connection_arriving_mid_race_wins() {
     assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.1:80")]);
     let attempt = sim.last_attempt(c2);
     let out = sim.finish(2, c1);
-    assert_eq!(
-        out,
-        [
-            format!("cancel-attempt {attempt}"),
-            format!("acquired {c2} {k1} Pooled")
-        ]
-    );
+    assert_eq!(out, [format!("cancel-attempt {attempt}"), format!("acquired {c2} {k1} Pooled")]);
     // The late TCP report is ignored.
     sim.pool.handle_connected(ms(3), attempt).unwrap();
     assert!(sim.drain().is_empty());
@@ -278,19 +232,9 @@ fn exclusive_connections_are_retired_when_handed_out() {
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     sim.finish(1, c1);
-    let up = sim.acquire_with(
-        2,
-        &a,
-        AcquireOptions {
-            exclusive: true,
-            ..AcquireOptions::default()
-        },
-    );
+    let up = sim.acquire_with(2, &a, AcquireOptions { exclusive: true, ..AcquireOptions::default() });
     assert_eq!(sim.drain(), [format!("acquired {up} {k1} Pooled")]);
-    assert_eq!(
-        sim.pool.connection(k1).unwrap().no_new_exchanges(),
-        Some(CloseReason::Exclusive)
-    );
+    assert_eq!(sim.pool.connection(k1).unwrap().no_new_exchanges(), Some(CloseReason::Exclusive));
     let other = sim.acquire(3, &a);
     assert_eq!(sim.drain(), [format!("connect {other} 127.0.0.1:80")]);
     assert_eq!(sim.finish(4, up), [format!("close {k1} exclusive use")]);
@@ -312,10 +256,7 @@ fn http2_shares_up_to_the_stream_limit_then_opens_another() {
 
 #[test]
 fn http2_wait_policy_waits_for_a_stream() {
-    let mut sim = PoolSim::new(PoolConfig {
-        stream_limit_policy: StreamLimitPolicy::Wait,
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { stream_limit_policy: StreamLimitPolicy::Wait, ..config() });
     let a = h2c("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     sim.pool.settings(ms(1), k1, 1).unwrap();
@@ -339,11 +280,7 @@ fn goaway_retires_once_and_closes_when_streams_end() {
     sim.pool.goaway(ms(2), k1).unwrap();
     sim.pool.goaway(ms(3), k1).unwrap();
     assert!(sim.drain().is_empty());
-    let no_new = sim
-        .events
-        .iter()
-        .filter(|e| matches!(e.kind, EventKind::NoNewExchanges { .. }))
-        .count();
+    let no_new = sim.events.iter().filter(|e| matches!(e.kind, EventKind::NoNewExchanges { .. })).count();
     assert_eq!(no_new, 1, "emitted once, on the transition");
     let c3 = sim.acquire(4, &a);
     assert_eq!(sim.drain(), [format!("connect {c3} 127.0.0.1:80")]);
@@ -354,12 +291,7 @@ fn goaway_retires_once_and_closes_when_streams_end() {
 // ---------------------------------------------------------------- coalescing
 
 /// Opens an h2 TLS connection to `host` at `ip` whose certificate covers `names`.
-fn h2_conn(
-    sim: &mut PoolSim,
-    address: &Address,
-    ip: &str,
-    names: &[&str],
-) -> switchyard_core::ConnectionId {
+fn h2_conn(sim: &mut PoolSim, address: &Address, ip: &str, names: &[&str]) -> switchyard_core::ConnectionId {
     let c = sim.acquire(0, address);
     assert_eq!(sim.drain(), [format!("resolve {}", address.host())]);
     sim.dns(0, c, &[ip]);
@@ -378,12 +310,7 @@ fn coalesce_attempt(sim: &mut PoolSim, address: &Address, ips: &[&str]) -> Vec<S
 #[test]
 fn coalesces_when_ip_and_certificate_both_match() {
     let mut sim = PoolSim::new(config());
-    let k1 = h2_conn(
-        &mut sim,
-        &https("a.example.com"),
-        "10.0.0.1",
-        &["a.example.com", "*.example.com"],
-    );
+    let k1 = h2_conn(&mut sim, &https("a.example.com"), "10.0.0.1", &["a.example.com", "*.example.com"]);
     let out = coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.9", "10.0.0.1"]);
     assert_eq!(out.len(), 1);
     assert!(out[0].ends_with(&format!("{k1} Coalesced")), "{out:?}");
@@ -393,12 +320,7 @@ fn coalesces_when_ip_and_certificate_both_match() {
 #[test]
 fn never_coalesces_on_ip_alone() {
     let mut sim = PoolSim::new(config());
-    h2_conn(
-        &mut sim,
-        &https("a.example.com"),
-        "10.0.0.1",
-        &["a.example.com"],
-    );
+    h2_conn(&mut sim, &https("a.example.com"), "10.0.0.1", &["a.example.com"]);
     let out = coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.1"]);
     assert!(out[0].starts_with("connect"), "{out:?}");
 }
@@ -406,12 +328,7 @@ fn never_coalesces_on_ip_alone() {
 #[test]
 fn never_coalesces_on_certificate_alone() {
     let mut sim = PoolSim::new(config());
-    h2_conn(
-        &mut sim,
-        &https("a.example.com"),
-        "10.0.0.1",
-        &["a.example.com", "b.example.com"],
-    );
+    h2_conn(&mut sim, &https("a.example.com"), "10.0.0.1", &["a.example.com", "b.example.com"]);
     let out = coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.2"]);
     assert!(out[0].starts_with("connect"), "{out:?}");
 }
@@ -419,20 +336,11 @@ fn never_coalesces_on_certificate_alone() {
 #[test]
 fn never_coalesces_across_tls_identities_ports_or_http1() {
     let mut sim = PoolSim::new(config());
-    h2_conn(
-        &mut sim,
-        &https("a.example.com"),
-        "10.0.0.1",
-        &["*.example.com"],
-    );
-    let other_tls = Address::builder(Scheme::Https, "b.example.com", 443)
-        .tls_identity(TlsIdentity(9))
-        .build()
-        .unwrap();
+    h2_conn(&mut sim, &https("a.example.com"), "10.0.0.1", &["*.example.com"]);
+    let other_tls =
+        Address::builder(Scheme::Https, "b.example.com", 443).tls_identity(TlsIdentity(9)).build().unwrap();
     assert!(coalesce_attempt(&mut sim, &other_tls, &["10.0.0.1"])[0].starts_with("connect"));
-    let other_port = Address::builder(Scheme::Https, "c.example.com", 8443)
-        .build()
-        .unwrap();
+    let other_port = Address::builder(Scheme::Https, "c.example.com", 8443).build().unwrap();
     assert!(coalesce_attempt(&mut sim, &other_port, &["10.0.0.1"])[0].starts_with("connect"));
 
     let mut sim = PoolSim::new(config());
@@ -441,20 +349,14 @@ fn never_coalesces_across_tls_identities_ports_or_http1() {
     sim.dns(0, c, &["10.0.0.1"]);
     sim.connected(1, c);
     sim.established(2, c, Some(Protocol::Http1), Some(tls(&["*.example.com"])));
-    assert!(
-        coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.1"])[0]
-            .starts_with("connect")
-    );
+    assert!(coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.1"])[0].starts_with("connect"));
 }
 
 #[test]
 fn never_coalesces_onto_a_proxied_connection() {
     let mut sim = PoolSim::new(config());
     let proxy = Proxy::http("10.9.0.1", 3128).unwrap();
-    let a = Address::builder(Scheme::Https, "a.example.com", 443)
-        .proxy(proxy.clone())
-        .build()
-        .unwrap();
+    let a = Address::builder(Scheme::Https, "a.example.com", 443).proxy(proxy.clone()).build().unwrap();
     let c = sim.acquire(0, &a);
     assert_eq!(sim.drain(), [format!("connect {c} 10.9.0.1:3128")]);
     sim.connected(1, c);
@@ -469,32 +371,19 @@ fn pins_must_pass_to_coalesce() {
     let mut pins = switchyard_core::pool::CertificatePins::default();
     pins.add("b.example.com", [7; 32]);
     let mut sim = PoolSim::new(PoolConfig { pins, ..config() });
-    h2_conn(
-        &mut sim,
-        &https("a.example.com"),
-        "10.0.0.1",
-        &["*.example.com"],
-    );
+    h2_conn(&mut sim, &https("a.example.com"), "10.0.0.1", &["*.example.com"]);
     let out = coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.1"]);
     assert!(out[0].starts_with("connect"), "{out:?}");
 }
 
 fn facts(idempotent: bool) -> RequestFacts {
-    RequestFacts {
-        idempotent,
-        body_replayable: true,
-    }
+    RequestFacts { idempotent, body_replayable: true }
 }
 
 #[test]
 fn a_421_marks_no_coalescing_and_retries_on_a_fresh_connection() {
     let mut sim = PoolSim::new(config());
-    let k1 = h2_conn(
-        &mut sim,
-        &https("a.example.com"),
-        "10.0.0.1",
-        &["*.example.com"],
-    );
+    let k1 = h2_conn(&mut sim, &https("a.example.com"), "10.0.0.1", &["*.example.com"]);
     let b = https("b.example.com");
     let c = sim.acquire(10, &b);
     sim.drain();
@@ -514,11 +403,7 @@ fn a_421_marks_no_coalescing_and_retries_on_a_fresh_connection() {
         .unwrap();
     assert_eq!(outcome, FailureOutcome::Retrying(RetryReason::Misdirected));
     let out = sim.drain();
-    assert_eq!(
-        out,
-        ["resolve b.example.com"],
-        "a fresh connection: a new race"
-    );
+    assert_eq!(out, ["resolve b.example.com"], "a fresh connection: a new race");
     assert!(sim.pool.connection(k1).unwrap().is_no_coalescing());
     // Nor will anyone else coalesce onto it.
     let out = coalesce_attempt(&mut sim, &https("c.example.com"), &["10.0.0.1"]);
@@ -544,22 +429,16 @@ fn a_new_http2_connection_that_finds_a_coalescable_one_is_closed_as_duplicate() 
     let dup = out[0].rsplit(' ').next().unwrap().to_owned();
     assert_eq!(out[1], format!("close {dup} duplicate"));
     assert_eq!(out[2], format!("acquired {cb} {ka} Coalesced"));
-    assert!(sim.events.iter().any(|e| matches!(
-        e.kind,
-        EventKind::ConnectionClosed {
-            reason: CloseReason::Duplicate,
-            ..
-        }
-    )));
+    assert!(sim
+        .events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::ConnectionClosed { reason: CloseReason::Duplicate, .. })));
 }
 
 // ---------------------------------------------------------------- retries
 
 fn io_reset() -> ExchangeFailureKind {
-    ExchangeFailureKind::Io {
-        kind: std::io::ErrorKind::ConnectionReset,
-        message: "connection reset".into(),
-    }
+    ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionReset, message: "connection reset".into() }
 }
 
 #[test]
@@ -575,25 +454,12 @@ fn a_stale_pooled_connection_retries_a_get_on_a_fresh_connection() {
         .exchange_failed(
             ms(2),
             c2,
-            ExchangeFailure {
-                kind: io_reset(),
-                progress: Progress::RequestWritten,
-                request: facts(true),
-            },
+            ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) },
         )
         .unwrap();
-    assert_eq!(
-        outcome,
-        FailureOutcome::Retrying(RetryReason::StaleConnection)
-    );
+    assert_eq!(outcome, FailureOutcome::Retrying(RetryReason::StaleConnection));
     let out = sim.drain();
-    assert_eq!(
-        out,
-        [
-            format!("close {k1} failure"),
-            format!("connect {c2} 127.0.0.1:80")
-        ]
-    );
+    assert_eq!(out, [format!("close {k1} failure"), format!("connect {c2} 127.0.0.1:80")]);
 }
 
 #[test]
@@ -609,16 +475,10 @@ fn a_stale_pooled_connection_does_not_replay_a_post() {
         .exchange_failed(
             ms(3),
             c2,
-            ExchangeFailure {
-                kind: io_reset(),
-                progress: Progress::RequestWritten,
-                request: facts(false),
-            },
+            ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(false) },
         )
         .unwrap();
-    let FailureOutcome::Failed(e) = outcome else {
-        panic!("{outcome:?}")
-    };
+    let FailureOutcome::Failed(e) = outcome else { panic!("{outcome:?}") };
     assert!(e.may_have_been_sent);
     assert_eq!(e.why, NoRetry::NotIdempotent);
     assert_eq!(
@@ -648,13 +508,7 @@ fn refused_stream_retries_on_the_same_connection_once() {
     // The second refusal retires the connection; the call moves elsewhere.
     let out = sim.pool.exchange_failed(ms(2), c1, refused()).unwrap();
     assert_eq!(out, FailureOutcome::Retrying(RetryReason::RefusedStream));
-    assert_eq!(
-        sim.drain(),
-        [
-            format!("close {k1} refused streams"),
-            format!("connect {c1} 127.0.0.1:80")
-        ]
-    );
+    assert_eq!(sim.drain(), [format!("close {k1} refused streams"), format!("connect {c1} 127.0.0.1:80")]);
 }
 
 #[test]
@@ -668,11 +522,7 @@ fn a_fresh_connection_failing_after_write_is_not_retried_and_marks_the_route() {
         .exchange_failed(
             ms(1),
             c1,
-            ExchangeFailure {
-                kind: io_reset(),
-                progress: Progress::RequestWritten,
-                request: facts(true),
-            },
+            ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) },
         )
         .unwrap();
     assert!(matches!(out, FailureOutcome::Failed(ref e) if e.why == NoRetry::FreshConnection));
@@ -703,10 +553,7 @@ fn timeouts_are_never_retried() {
 
 #[test]
 fn retries_stop_at_the_limit_and_never_return_to_a_failed_connection() {
-    let mut sim = PoolSim::new(PoolConfig {
-        max_retries: 1,
-        ..config()
-    });
+    let mut sim = PoolSim::new(PoolConfig { max_retries: 1, ..config() });
     let a = h2c("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     let not_sent = || ExchangeFailure {
@@ -717,15 +564,8 @@ fn retries_stop_at_the_limit_and_never_return_to_a_failed_connection() {
     let c2 = sim.acquire(1, &a); // shares k1
     sim.drain();
     let out = sim.pool.exchange_failed(ms(2), c2, not_sent()).unwrap();
-    assert_eq!(
-        out,
-        FailureOutcome::Retrying(RetryReason::GoAwayUnprocessed)
-    );
-    assert_eq!(
-        sim.drain(),
-        [format!("connect {c2} 127.0.0.1:80")],
-        "not back onto {k1}"
-    );
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::GoAwayUnprocessed));
+    assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.1:80")], "not back onto {k1}");
     sim.connected(3, c2);
     let out = sim.pool.exchange_failed(ms(4), c2, not_sent()).unwrap();
     assert!(
@@ -742,16 +582,10 @@ fn driver_misuse_is_typed() {
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     sim.finish(1, c1);
-    assert_eq!(
-        sim.pool.exchange_finished(ms(2), c1, Reuse::Reusable),
-        Err(Misuse::NoExchange(c1))
-    );
+    assert_eq!(sim.pool.exchange_finished(ms(2), c1, Reuse::Reusable), Err(Misuse::NoExchange(c1)));
     sim.pool.evict_all(ms(3));
     sim.drain();
-    assert_eq!(
-        sim.pool.goaway(ms(4), k1),
-        Err(Misuse::ClosedConnection(k1))
-    );
+    assert_eq!(sim.pool.goaway(ms(4), k1), Err(Misuse::ClosedConnection(k1)));
     sim.pool.check_invariants().unwrap();
 }
 
@@ -761,14 +595,60 @@ fn peer_close_while_idle_closes_with_its_reason() {
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     sim.finish(1, c1);
-    sim.pool
-        .connection_closed(ms(2), k1, CloseReason::ServerClose)
-        .unwrap();
+    sim.pool.connection_closed(ms(2), k1, CloseReason::ServerClose).unwrap();
     assert_eq!(sim.drain(), [format!("close {k1} server closed")]);
     let c2 = sim.acquire(3, &a);
+    assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.1:80")], "never handed out closed");
+}
+
+// ---------------------------------------------------------------- events
+
+#[test]
+fn event_order_for_a_fresh_call_then_a_pooled_call() {
+    let mut sim = PoolSim::new(config());
+    let a = http("example.com");
+    let c1 = sim.acquire(0, &a);
+    assert_eq!(sim.drain(), ["resolve example.com"]);
+    sim.dns(1, c1, &["10.0.0.1"]);
+    sim.connected(2, c1);
+    sim.finish(3, c1);
     assert_eq!(
-        sim.drain(),
-        [format!("connect {c2} 127.0.0.1:80")],
-        "never handed out closed"
+        sim.event_names(),
+        [
+            "ProxySelectStart",
+            "ProxySelectEnd",
+            "DnsStart",
+            "DnsEnd",
+            "ConnectStart",
+            "ConnectEnd",
+            "ConnectionAcquired",
+            "ConnectionReleased",
+        ]
+    );
+    sim.events.clear();
+    let c2 = sim.acquire(4, &a);
+    sim.drain();
+    sim.finish(5, c2);
+    assert_eq!(sim.event_names(), ["ConnectionAcquired", "ConnectionReleased"]);
+    assert!(sim.events.iter().all(|e| e.call == Some(c2)));
+}
+
+#[test]
+fn failed_route_then_success_events() {
+    let mut sim = PoolSim::new(config());
+    let a = http("example.com");
+    let c1 = sim.acquire(0, &a);
+    sim.drain();
+    sim.dns(0, c1, &["10.0.0.1", "10.0.0.2"]);
+    let first = sim.last_attempt(c1);
+    let refused =
+        switchyard_core::ConnectError::from_io(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    sim.pool.handle_failed(ms(5), first, refused).unwrap();
+    sim.drain();
+    sim.connected(6, c1);
+    let names = sim.event_names();
+    assert_eq!(
+        names[4..],
+        ["ConnectStart", "ConnectFailed", "ConnectStart", "ConnectEnd", "ConnectionAcquired"]
     );
 }

@@ -14,35 +14,19 @@ use std::time::Duration;
 use proptest::prelude::*;
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{
-    AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId,
-    FailureOutcome, Instant, Pool, PoolAction, PoolConfig, Protocol, Reuse, Scheme,
-    StreamLimitPolicy, TlsFacts,
+    AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, FailureOutcome,
+    Instant, Pool, PoolAction, PoolConfig, Protocol, Reuse, Scheme, StreamLimitPolicy, TlsFacts,
 };
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire {
-        addr: usize,
-        exclusive: bool,
-        multiplexed: bool,
-    },
+    Acquire { addr: usize, exclusive: bool, multiplexed: bool },
     ConnectOk(usize),
     ConnectFail(usize),
-    Finish {
-        call: usize,
-        reusable: bool,
-    },
-    ExchangeFail {
-        call: usize,
-        kind: u8,
-        progress: u8,
-        idempotent: bool,
-    },
+    Finish { call: usize, reusable: bool },
+    ExchangeFail { call: usize, kind: u8, progress: u8, idempotent: bool },
     PeerClose(usize),
-    Settings {
-        conn: usize,
-        limit: u32,
-    },
+    Settings { conn: usize, limit: u32 },
     GoAway(usize),
     Advance(u64),
     Cancel(usize),
@@ -72,16 +56,9 @@ fn addresses() -> Vec<Address> {
     vec![
         b(Scheme::Http, "127.0.0.1").build().unwrap(),
         b(Scheme::Http, "127.0.0.2").build().unwrap(),
-        b(Scheme::Http, "127.0.0.3")
-            .protocols([Protocol::H2PriorKnowledge])
-            .build()
-            .unwrap(),
-        Address::builder(Scheme::Https, "a.example.com", 443)
-            .build()
-            .unwrap(),
-        Address::builder(Scheme::Https, "b.example.com", 443)
-            .build()
-            .unwrap(),
+        b(Scheme::Http, "127.0.0.3").protocols([Protocol::H2PriorKnowledge]).build().unwrap(),
+        Address::builder(Scheme::Https, "a.example.com", 443).build().unwrap(),
+        Address::builder(Scheme::Https, "b.example.com", 443).build().unwrap(),
     ]
 }
 
@@ -113,9 +90,7 @@ impl Model {
             match a {
                 PoolAction::Resolve { query, .. } => {
                     // Every https host lives on one IP, so coalescing can happen.
-                    self.pool
-                        .handle_dns(self.now, query, Ok(vec!["127.0.0.4".parse().unwrap()]))
-                        .unwrap();
+                    self.pool.handle_dns(self.now, query, Ok(vec!["127.0.0.4".parse().unwrap()])).unwrap();
                 }
                 PoolAction::Connect { attempt, .. } => self.attempts.push(attempt),
                 PoolAction::Handshake { attempt, .. } => {
@@ -132,27 +107,18 @@ impl Model {
                         "cancel of unknown attempt"
                     );
                 }
-                PoolAction::Established {
-                    attempt,
-                    connection,
-                    protocol,
-                } => {
+                PoolAction::Established { attempt, connection, protocol } => {
                     self.attempts.retain(|a| *a != attempt);
                     self.handshakes.retain(|a| *a != attempt);
                     prop_assert!(self.open.insert(connection, protocol).is_none());
                 }
-                PoolAction::Acquired {
-                    call, connection, ..
-                } => {
+                PoolAction::Acquired { call, connection, .. } => {
                     prop_assert_eq!(
                         self.calls.get(&call),
                         Some(&CallModel::Pending),
                         "acquired twice or ended"
                     );
-                    prop_assert!(
-                        self.open.contains_key(&connection),
-                        "handed out a closed connection"
-                    );
+                    prop_assert!(self.open.contains_key(&connection), "handed out a closed connection");
                     let c = self.pool.connection(connection).unwrap();
                     prop_assert!(
                         matches!(c.no_new_exchanges(), None | Some(CloseReason::Exclusive)),
@@ -189,11 +155,7 @@ impl Model {
         prop_assert_eq!(stats.totals.open, self.open.len());
         let in_use = self.active.values().filter(|s| !s.is_empty()).count();
         prop_assert_eq!(stats.totals.in_use, in_use);
-        let live = self
-            .calls
-            .values()
-            .filter(|s| **s != CallModel::Ended)
-            .count();
+        let live = self.calls.values().filter(|s| **s != CallModel::Ended).count();
         prop_assert_eq!(stats.calls, live);
         Ok(())
     }
@@ -206,21 +168,13 @@ impl Model {
     }
 
     fn active_calls(&self) -> Vec<CallId> {
-        self.calls
-            .iter()
-            .filter(|(_, s)| matches!(s, CallModel::Active(_)))
-            .map(|(c, _)| *c)
-            .collect()
+        self.calls.iter().filter(|(_, s)| matches!(s, CallModel::Active(_))).map(|(c, _)| *c).collect()
     }
 
     fn apply(&mut self, op: &Op, addrs: &[Address]) -> Result<(), TestCaseError> {
         let now = self.now;
         match *op {
-            Op::Acquire {
-                addr,
-                exclusive,
-                multiplexed,
-            } => {
+            Op::Acquire { addr, exclusive, multiplexed } => {
                 let options = AcquireOptions {
                     exclusive,
                     require_multiplexed: multiplexed,
@@ -231,59 +185,36 @@ impl Model {
                 self.order.push(id);
             }
             Op::ConnectOk(i) => {
-                let all: Vec<AttemptId> = self
-                    .attempts
-                    .iter()
-                    .chain(&self.handshakes)
-                    .copied()
-                    .collect();
+                let all: Vec<AttemptId> = self.attempts.iter().chain(&self.handshakes).copied().collect();
                 if let Some(a) = pick(&all, i) {
                     if self.handshakes.contains(&a) {
-                        let facts = TlsFacts {
-                            dns_names: vec!["*.example.com".into()],
-                            ..TlsFacts::default()
-                        };
-                        self.pool
-                            .handle_established(now, a, Some(Protocol::Http2), Some(facts))
-                            .unwrap();
+                        let facts =
+                            TlsFacts { dns_names: vec!["*.example.com".into()], ..TlsFacts::default() };
+                        self.pool.handle_established(now, a, Some(Protocol::Http2), Some(facts)).unwrap();
                     } else {
                         self.pool.handle_connected(now, a).unwrap();
                     }
                 }
             }
             Op::ConnectFail(i) => {
-                let all: Vec<AttemptId> = self
-                    .attempts
-                    .iter()
-                    .chain(&self.handshakes)
-                    .copied()
-                    .collect();
+                let all: Vec<AttemptId> = self.attempts.iter().chain(&self.handshakes).copied().collect();
                 if let Some(a) = pick(&all, i) {
                     self.attempts.retain(|x| *x != a);
                     self.handshakes.retain(|x| *x != a);
-                    let e = ConnectError::from_io(&std::io::Error::from(
-                        std::io::ErrorKind::ConnectionRefused,
-                    ));
+                    let e =
+                        ConnectError::from_io(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
                     self.pool.handle_failed(now, a, e).unwrap();
                 }
             }
             Op::Finish { call, reusable } => {
                 if let Some(c) = pick(&self.active_calls(), call) {
-                    let reuse = if reusable {
-                        Reuse::Reusable
-                    } else {
-                        Reuse::Retire(CloseReason::ServerClose)
-                    };
+                    let reuse =
+                        if reusable { Reuse::Reusable } else { Reuse::Retire(CloseReason::ServerClose) };
                     self.end_exchange(c);
                     self.pool.exchange_finished(now, c, reuse).unwrap();
                 }
             }
-            Op::ExchangeFail {
-                call,
-                kind,
-                progress,
-                idempotent,
-            } => {
+            Op::ExchangeFail { call, kind, progress, idempotent } => {
                 if let Some(c) = pick(&self.active_calls(), call) {
                     let kind = match kind {
                         0 => ExchangeFailureKind::Io {
@@ -296,22 +227,15 @@ impl Model {
                         4 => ExchangeFailureKind::Misdirected,
                         _ => ExchangeFailureKind::StreamReset { code: 2 },
                     };
-                    let progress = [
-                        Progress::NothingWritten,
-                        Progress::RequestWritten,
-                        Progress::ResponseStarted,
-                    ][progress as usize];
+                    let progress =
+                        [Progress::NothingWritten, Progress::RequestWritten, Progress::ResponseStarted]
+                            [progress as usize];
                     let failure = ExchangeFailure {
                         kind,
                         progress,
-                        request: RequestFacts {
-                            idempotent,
-                            body_replayable: true,
-                        },
+                        request: RequestFacts { idempotent, body_replayable: true },
                     };
-                    let CallModel::Active(conn) = self.calls[&c] else {
-                        unreachable!()
-                    };
+                    let CallModel::Active(conn) = self.calls[&c] else { unreachable!() };
                     self.active.get_mut(&conn).unwrap().remove(&c);
                     match self.pool.exchange_failed(now, c, failure).unwrap() {
                         FailureOutcome::Retrying(_) => {
@@ -326,9 +250,7 @@ impl Model {
             Op::PeerClose(i) => {
                 let open: Vec<ConnectionId> = self.open.keys().copied().collect();
                 if let Some(k) = pick(&open, i) {
-                    self.pool
-                        .connection_closed(now, k, CloseReason::ServerClose)
-                        .unwrap();
+                    self.pool.connection_closed(now, k, CloseReason::ServerClose).unwrap();
                 }
             }
             Op::Settings { conn, limit } => {
@@ -350,20 +272,13 @@ impl Model {
                     self.now = t.max(self.now);
                     self.pool.handle_timeout(self.now);
                     self.drain()?;
-                    prop_assert!(
-                        self.pool.poll_timeout().is_none_or(|n| n > self.now),
-                        "timer busy loop"
-                    );
+                    prop_assert!(self.pool.poll_timeout().is_none_or(|n| n > self.now), "timer busy loop");
                 }
                 self.now = target;
             }
             Op::Cancel(i) => {
-                let live: Vec<CallId> = self
-                    .calls
-                    .iter()
-                    .filter(|(_, s)| **s != CallModel::Ended)
-                    .map(|(c, _)| *c)
-                    .collect();
+                let live: Vec<CallId> =
+                    self.calls.iter().filter(|(_, s)| **s != CallModel::Ended).map(|(c, _)| *c).collect();
                 if let Some(c) = pick(&live, i) {
                     self.end_exchange(c);
                     self.calls.insert(c, CallModel::Ended);
@@ -379,22 +294,17 @@ impl Model {
     fn wind_down(&mut self) -> Result<(), TestCaseError> {
         for _ in 0..1000 {
             let mut progressed = false;
-            for a in std::mem::take(&mut self.attempts)
-                .into_iter()
-                .chain(std::mem::take(&mut self.handshakes))
+            for a in
+                std::mem::take(&mut self.attempts).into_iter().chain(std::mem::take(&mut self.handshakes))
             {
-                let e = ConnectError::from_io(&std::io::Error::from(
-                    std::io::ErrorKind::ConnectionRefused,
-                ));
+                let e = ConnectError::from_io(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
                 self.pool.handle_failed(self.now, a, e).unwrap();
                 progressed = true;
             }
             self.drain()?;
             for c in self.active_calls() {
                 self.end_exchange(c);
-                self.pool
-                    .exchange_finished(self.now, c, Reuse::Reusable)
-                    .unwrap();
+                self.pool.exchange_finished(self.now, c, Reuse::Reusable).unwrap();
                 progressed = true;
                 self.drain()?;
             }
@@ -421,23 +331,17 @@ fn config() -> impl Strategy<Value = PoolConfig> {
         prop::option::of(100u64..400),
         any::<bool>(),
     )
-        .prop_map(
-            |(per, total, idle, idle_total, lifetime, wait)| PoolConfig {
-                keep_alive: Duration::from_millis(150),
-                max_connections_per_address: per,
-                max_connections_total: total,
-                max_idle_per_address: idle,
-                max_idle_total: idle_total,
-                max_lifetime: lifetime.map(Duration::from_millis),
-                acquire_timeout: Duration::from_millis(300),
-                stream_limit_policy: if wait {
-                    StreamLimitPolicy::Wait
-                } else {
-                    StreamLimitPolicy::OpenNew
-                },
-                ..PoolConfig::default()
-            },
-        )
+        .prop_map(|(per, total, idle, idle_total, lifetime, wait)| PoolConfig {
+            keep_alive: Duration::from_millis(150),
+            max_connections_per_address: per,
+            max_connections_total: total,
+            max_idle_per_address: idle,
+            max_idle_total: idle_total,
+            max_lifetime: lifetime.map(Duration::from_millis),
+            acquire_timeout: Duration::from_millis(300),
+            stream_limit_policy: if wait { StreamLimitPolicy::Wait } else { StreamLimitPolicy::OpenNew },
+            ..PoolConfig::default()
+        })
 }
 
 proptest! {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use support::{ms, refused, Sim};
 use switchyard_core::{
-    Action, Address, CancelReason, ConnectError, DnsError, EventKind, Failure, Misuse, PlanConfig,
-    Protocol, Proxy, RaceConfig, RaceErrorKind, Route, RouteDatabase, Scheme, TlsFailure,
+    Action, Address, CancelReason, ConnectError, DnsError, EventKind, Failure, Misuse, PlanConfig, Protocol,
+    Proxy, RaceConfig, RaceErrorKind, Route, RouteDatabase, Scheme, TlsFailure,
 };
 
 fn https(host: &str) -> Address {
@@ -22,12 +22,8 @@ fn http(host: &str) -> Address {
 
 /// Starts an http race on `example.com` and answers its DNS at 0 ms.
 fn http_race(ips: &[&str]) -> (Sim, Vec<String>) {
-    let (mut sim, out) = Sim::start(
-        http("example.com"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, out) =
+        Sim::start(http("example.com"), vec![], RaceConfig::default(), RouteDatabase::default());
     assert_eq!(out, ["resolve example.com:80"]);
     let out = sim.dns(0, 0, ips);
     (sim, out)
@@ -68,11 +64,7 @@ fn winner_at_260ms_cancels_the_others_at_260ms() {
     assert!(sim.race.is_finished());
     assert_eq!(sim.race.poll_timeout(), None);
     // The loser ran 260 ms >= the attempt delay: recorded, so it goes last next time.
-    let black_hole = Route::new(
-        http("example.com"),
-        Proxy::Direct,
-        "[fd00::1]:80".parse().unwrap(),
-    );
+    let black_hole = Route::new(http("example.com"), Proxy::Direct, "[fd00::1]:80".parse().unwrap());
     assert!(sim.db.should_postpone(&black_hole, ms(260)));
     // A late report from the cancelled loser is ignored.
     assert!(sim.connected(270, 0).is_empty());
@@ -97,57 +89,27 @@ fn a_black_hole_costs_one_attempt_delay_once() {
     sim.timeout(250);
     sim.connected(260, 1);
     // The next call for the same Address, sharing the database, tries IPv4 first.
-    let (mut next, out) = Sim::start(
-        http("example.com"),
-        vec![],
-        RaceConfig::default(),
-        sim.db.clone(),
-    );
+    let (mut next, out) = Sim::start(http("example.com"), vec![], RaceConfig::default(), sim.db.clone());
     assert_eq!(out, ["resolve example.com:80"]);
-    assert_eq!(
-        next.dns(1000, 0, &["fd00::1", "10.0.0.1"]),
-        ["connect 0 10.0.0.1:80"]
-    );
+    assert_eq!(next.dns(1000, 0, &["fd00::1", "10.0.0.1"]), ["connect 0 10.0.0.1:80"]);
     // A loser cancelled before a whole attempt delay is not recorded.
-    let (mut quick, _) = Sim::start(
-        http("example.com"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut quick, _) =
+        Sim::start(http("example.com"), vec![], RaceConfig::default(), RouteDatabase::default());
     quick.dns(0, 0, &["fd00::1", "10.0.0.1"]);
     quick.timeout(250);
     assert_eq!(quick.connected(251, 1), ["cancel 0", "won 1 http/1.1"]);
-    let r0 = Route::new(
-        http("example.com"),
-        Proxy::Direct,
-        "[fd00::1]:80".parse().unwrap(),
-    );
-    assert!(
-        quick.db.should_postpone(&r0, ms(251)),
-        "251 ms >= 250 ms counts"
-    );
+    let r0 = Route::new(http("example.com"), Proxy::Direct, "[fd00::1]:80".parse().unwrap());
+    assert!(quick.db.should_postpone(&r0, ms(251)), "251 ms >= 250 ms counts");
     // With nothing else in flight a failure restarts at once, so a loser can be
     // beaten by a later route after less than the delay: not recorded.
-    let (mut short, _) = Sim::start(
-        http("example.com"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut short, _) =
+        Sim::start(http("example.com"), vec![], RaceConfig::default(), RouteDatabase::default());
     short.dns(0, 0, &["fd00::1", "10.0.0.1", "fd00::2"]);
     short.failed(10, 0, refused()); // starts 10.0.0.1 at 10
     short.timeout(260); // starts fd00::2 at 260
     assert_eq!(short.connected(300, 2), ["cancel 1", "won 2 http/1.1"]);
-    let r1 = Route::new(
-        http("example.com"),
-        Proxy::Direct,
-        "10.0.0.1:80".parse().unwrap(),
-    );
-    assert!(
-        short.db.should_postpone(&r1, ms(300)),
-        "in flight 290 ms, started before the winner"
-    );
+    let r1 = Route::new(http("example.com"), Proxy::Direct, "10.0.0.1:80".parse().unwrap());
+    assert!(short.db.should_postpone(&r1, ms(300)), "in flight 290 ms, started before the winner");
 }
 
 #[test]
@@ -182,26 +144,14 @@ fn interleaves_4a_4b_4c_6a_6b_as_6a_4a_6b_4b_4c() {
 fn preferred_family_v4_starts_with_ipv4() {
     let mut config = RaceConfig::default();
     config.plan.preferred_family = switchyard_core::Family::V4;
-    let (mut sim, _) = Sim::start(
-        http("example.com"),
-        vec![],
-        config,
-        RouteDatabase::default(),
-    );
-    assert_eq!(
-        sim.dns(0, 0, &["fd00::1", "10.0.0.1"]),
-        ["connect 0 10.0.0.1:80"]
-    );
+    let (mut sim, _) = Sim::start(http("example.com"), vec![], config, RouteDatabase::default());
+    assert_eq!(sim.dns(0, 0, &["fd00::1", "10.0.0.1"]), ["connect 0 10.0.0.1:80"]);
 }
 
 #[test]
 fn a_single_failed_route_is_still_tried() {
     let mut db = RouteDatabase::default();
-    let only = Route::new(
-        http("example.com"),
-        Proxy::Direct,
-        "10.0.0.1:80".parse().unwrap(),
-    );
+    let only = Route::new(http("example.com"), Proxy::Direct, "10.0.0.1:80".parse().unwrap());
     db.failed(&only, ms(0));
     let (mut sim, _) = Sim::start(http("example.com"), vec![], RaceConfig::default(), db);
     assert_eq!(sim.dns(5, 0, &["10.0.0.1"]), ["connect 0 10.0.0.1:80"]);
@@ -215,31 +165,15 @@ fn proxies_a_b_with_a_failed_route_try_b_first() {
     let a = Proxy::http("10.1.0.1", 3128).unwrap();
     let b = Proxy::http("10.2.0.1", 3128).unwrap();
     let mut db = RouteDatabase::default();
-    db.failed(
-        &Route::new(
-            https("example.com"),
-            a.clone(),
-            "10.1.0.1:3128".parse().unwrap(),
-        ),
-        ms(0),
-    );
+    db.failed(&Route::new(https("example.com"), a.clone(), "10.1.0.1:3128".parse().unwrap()), ms(0));
     let (mut sim, out) = Sim::start(https("example.com"), vec![a, b], RaceConfig::default(), db);
     assert_eq!(out, ["connect 0 10.2.0.1:3128"]);
     assert_eq!(sim.failed(40, 0, refused()), ["connect 1 10.1.0.1:3128"]);
     assert_eq!(sim.connected(50, 1), ["handshake 1"]);
-    assert_eq!(
-        sim.established(90, 1, Some(Protocol::Http1)),
-        ["won 1 http/1.1"]
-    );
+    assert_eq!(sim.established(90, 1, Some(Protocol::Http1)), ["won 1 http/1.1"]);
     let log = sim.event_log();
-    assert_eq!(
-        log[1],
-        "0 proxy_select_end [http://10.1.0.1:3128, http://10.2.0.1:3128]"
-    );
-    assert_eq!(
-        log[2],
-        "0 connect_start 0 example.com:443 via proxy 10.2.0.1:3128"
-    );
+    assert_eq!(log[1], "0 proxy_select_end [http://10.1.0.1:3128, http://10.2.0.1:3128]");
+    assert_eq!(log[2], "0 connect_start 0 example.com:443 via proxy 10.2.0.1:3128");
 }
 
 #[test]
@@ -253,45 +187,24 @@ fn proxy_dns_failure_is_reported_and_planning_continues() {
     );
     assert_eq!(out, ["resolve proxy.internal:3128"]);
     assert_eq!(
-        sim.dns_err(
-            20,
-            0,
-            DnsError::Failed {
-                message: "NXDOMAIN".into()
-            }
-        ),
+        sim.dns_err(20, 0, DnsError::Failed { message: "NXDOMAIN".into() }),
         ["resolve example.com:80"]
     );
     assert_eq!(sim.dns(30, 1, &["10.0.0.1"]), ["connect 0 10.0.0.1:80"]);
-    assert!(sim
-        .event_log()
-        .contains(&"20 dns_failed proxy.internal: lookup failed: NXDOMAIN".to_owned()));
+    assert!(sim.event_log().contains(&"20 dns_failed proxy.internal: lookup failed: NXDOMAIN".to_owned()));
     assert_eq!(sim.connected(31, 0), ["won 0 http/1.1"]);
 }
 
 #[test]
 fn empty_dns_answer_is_an_error_naming_the_host() {
-    let (mut sim, _) = Sim::start(
-        http("example.com"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, _) =
+        Sim::start(http("example.com"), vec![], RaceConfig::default(), RouteDatabase::default());
     let out = sim.dns(7, 0, &[]);
-    assert_eq!(
-        out,
-        ["failed: could not connect to http://example.com:80: dns example.com: no addresses"]
-    );
+    assert_eq!(out, ["failed: could not connect to http://example.com:80: dns example.com: no addresses"]);
     match sim.finished {
         Some(Action::Failed(ref e)) => {
             assert_eq!(e.kind, RaceErrorKind::AllRoutesFailed);
-            assert!(matches!(
-                e.failures[..],
-                [Failure::Dns {
-                    error: DnsError::NoAddresses,
-                    ..
-                }]
-            ));
+            assert!(matches!(e.failures[..], [Failure::Dns { error: DnsError::NoAddresses, .. }]));
         }
         ref other => panic!("{other:?}"),
     }
@@ -299,12 +212,8 @@ fn empty_dns_answer_is_an_error_naming_the_host() {
 
 #[test]
 fn ip_literal_skips_dns() {
-    let (mut sim, out) = Sim::start(
-        http("127.0.0.1"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, out) =
+        Sim::start(http("127.0.0.1"), vec![], RaceConfig::default(), RouteDatabase::default());
     assert_eq!(out, ["connect 0 127.0.0.1:80"]);
     assert_eq!(sim.connected(1, 0), ["won 0 http/1.1"]);
     assert!(!sim.event_log().iter().any(|e| e.contains("dns")));
@@ -312,12 +221,8 @@ fn ip_literal_skips_dns() {
 
 #[test]
 fn tls_runs_only_for_the_winner_and_events_nest() {
-    let (mut sim, out) = Sim::start(
-        https("example.com"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, out) =
+        Sim::start(https("example.com"), vec![], RaceConfig::default(), RouteDatabase::default());
     assert_eq!(out, ["resolve example.com:443"]);
     sim.dns(0, 0, &["fd00::1", "10.0.0.1"]);
     sim.timeout(250);
@@ -340,19 +245,12 @@ fn tls_runs_only_for_the_winner_and_events_nest() {
 
 #[test]
 fn tls_failure_continues_the_race_retrying_cancelled_losers_first() {
-    let (mut sim, _) = Sim::start(
-        https("example.com"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, _) =
+        Sim::start(https("example.com"), vec![], RaceConfig::default(), RouteDatabase::default());
     sim.dns(0, 0, &["fd00::1", "10.0.0.1", "fd00::2"]);
     sim.timeout(250);
     assert_eq!(sim.connected(260, 1), ["cancel 0", "handshake 1"]);
-    let tls = ConnectError::Tls {
-        kind: TlsFailure::Protocol,
-        message: "handshake alert".into(),
-    };
+    let tls = ConnectError::Tls { kind: TlsFailure::Protocol, message: "handshake alert".into() };
     // The cancelled loser (fd00::1) is retried before the untried fd00::2.
     assert_eq!(sim.failed(280, 1, tls), ["connect 2 [fd00::1]:443"]);
     assert_eq!(sim.timeout(530), ["connect 3 [fd00::2]:443"]);
@@ -364,31 +262,15 @@ fn tls_failure_continues_the_race_retrying_cancelled_losers_first() {
 
 #[test]
 fn connect_timeout_bounds_each_attempt() {
-    let config = RaceConfig {
-        connect_timeout: Duration::from_millis(1000),
-        ..RaceConfig::default()
-    };
-    let (mut sim, _) = Sim::start(
-        http("example.com"),
-        vec![],
-        config,
-        RouteDatabase::default(),
-    );
+    let config = RaceConfig { connect_timeout: Duration::from_millis(1000), ..RaceConfig::default() };
+    let (mut sim, _) = Sim::start(http("example.com"), vec![], config, RouteDatabase::default());
     sim.dns(0, 0, &["fd00::1", "10.0.0.1"]);
     assert_eq!(sim.timeout(250), ["connect 1 10.0.0.1:80"]);
     assert_eq!(sim.timeout(1000), ["cancel 0"]);
-    match sim
-        .events
-        .iter()
-        .rev()
-        .find(|e| matches!(e.kind, EventKind::ConnectFailed { .. }))
-    {
+    match sim.events.iter().rev().find(|e| matches!(e.kind, EventKind::ConnectFailed { .. })) {
         Some(e) => assert!(matches!(
             e.kind,
-            EventKind::ConnectFailed {
-                error: ConnectError::ConnectTimeout { .. },
-                ..
-            }
+            EventKind::ConnectFailed { error: ConnectError::ConnectTimeout { .. }, .. }
         )),
         None => panic!("no connect_failed"),
     }
@@ -404,16 +286,8 @@ fn connect_timeout_bounds_each_attempt() {
 
 #[test]
 fn handshake_timeout_fails_the_route_and_the_race_goes_on() {
-    let config = RaceConfig {
-        handshake_timeout: Duration::from_millis(500),
-        ..RaceConfig::default()
-    };
-    let (mut sim, _) = Sim::start(
-        https("example.com"),
-        vec![],
-        config,
-        RouteDatabase::default(),
-    );
+    let config = RaceConfig { handshake_timeout: Duration::from_millis(500), ..RaceConfig::default() };
+    let (mut sim, _) = Sim::start(https("example.com"), vec![], config, RouteDatabase::default());
     sim.dns(0, 0, &["10.0.0.1", "10.0.0.2"]);
     assert_eq!(sim.connected(10, 0), ["handshake 0"]);
     assert_eq!(sim.timeout(510), ["cancel 0", "connect 1 10.0.0.2:443"]);
@@ -424,15 +298,10 @@ fn all_failures_are_aggregated_in_order() {
     let (mut sim, _) = http_race(&["fd00::1", "10.0.0.1"]);
     sim.timeout(250);
     sim.failed(300, 1, refused());
-    let out = sim.failed(
-        400,
-        0,
-        ConnectError::from_io(&std::io::Error::from(std::io::ErrorKind::HostUnreachable)),
-    );
+    let out =
+        sim.failed(400, 0, ConnectError::from_io(&std::io::Error::from(std::io::ErrorKind::HostUnreachable)));
     assert_eq!(out.len(), 1);
-    let Some(Action::Failed(e)) = &sim.finished else {
-        panic!("not failed")
-    };
+    let Some(Action::Failed(e)) = &sim.finished else { panic!("not failed") };
     let routes: Vec<String> = e
         .failures
         .iter()
@@ -441,38 +310,24 @@ fn all_failures_are_aggregated_in_order() {
             Failure::Dns { host, .. } => host.to_string(),
         })
         .collect();
-    assert_eq!(
-        routes,
-        ["example.com at 10.0.0.1:80", "example.com at [fd00::1]:80"]
-    );
+    assert_eq!(routes, ["example.com at 10.0.0.1:80", "example.com at [fd00::1]:80"]);
     assert!(e.is_retryable());
 }
 
 #[test]
 fn certificate_failures_are_not_retryable() {
-    let (mut sim, _) = Sim::start(
-        https("example.com"),
-        vec![],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, _) =
+        Sim::start(https("example.com"), vec![], RaceConfig::default(), RouteDatabase::default());
     sim.dns(0, 0, &["10.0.0.1"]);
     sim.connected(1, 0);
-    let cert = ConnectError::Tls {
-        kind: TlsFailure::Hostname,
-        message: "not valid for example.com".into(),
-    };
+    let cert = ConnectError::Tls { kind: TlsFailure::Hostname, message: "not valid for example.com".into() };
     let out = sim.failed(2, 0, cert);
     assert_eq!(
         out,
-        [
-            "failed: could not connect to https://example.com:443: example.com at 10.0.0.1:443: \
-          certificate does not cover the host: not valid for example.com"
-        ]
+        ["failed: could not connect to https://example.com:443: example.com at 10.0.0.1:443: \
+          certificate does not cover the host: not valid for example.com"]
     );
-    let Some(Action::Failed(e)) = &sim.finished else {
-        panic!()
-    };
+    let Some(Action::Failed(e)) = &sim.finished else { panic!() };
     assert!(!e.is_retryable());
 }
 
@@ -502,25 +357,13 @@ fn call_deadline_ends_the_race_with_a_timeout_error() {
     sim.dns(0, 0, &["fd00::1", "10.0.0.1"]);
     sim.timeout(250);
     let out = sim.timeout(400);
-    assert_eq!(
-        out,
-        [
-            "cancel 0",
-            "cancel 1",
-            "failed: call timed out connecting to http://example.com:80"
-        ]
-    );
-    let Some(Action::Failed(e)) = &sim.finished else {
-        panic!()
-    };
+    assert_eq!(out, ["cancel 0", "cancel 1", "failed: call timed out connecting to http://example.com:80"]);
+    let Some(Action::Failed(e)) = &sim.finished else { panic!() };
     assert!(!e.is_retryable());
-    assert!(sim.events.iter().any(|e| matches!(
-        e.kind,
-        EventKind::ConnectCancelled {
-            reason: CancelReason::CallTimeout,
-            ..
-        }
-    )));
+    assert!(sim
+        .events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::ConnectCancelled { reason: CancelReason::CallTimeout, .. })));
 }
 
 #[test]
@@ -559,31 +402,11 @@ fn ids_from_another_call_are_misuse() {
     use switchyard_core::{IdAllocator, Race, RaceRequest};
     let mut ids = IdAllocator::default();
     let mut db = RouteDatabase::default();
-    let request = |call| RaceRequest {
-        call,
-        address: http("127.0.0.1"),
-        proxies: vec![],
-        deadline: None,
-    };
-    let mut a = Race::start(
-        request(ids.next_call()),
-        RaceConfig::default(),
-        ms(0),
-        &mut db,
-    );
-    let mut b = Race::start(
-        request(ids.next_call()),
-        RaceConfig::default(),
-        ms(0),
-        &mut db,
-    );
-    let Some(Action::Connect { attempt: b0, .. }) = b.poll_action() else {
-        panic!()
-    };
-    assert_eq!(
-        a.handle_connected(ms(1), b0, &mut db),
-        Err(Misuse::UnknownAttempt(b0))
-    );
+    let request = |call| RaceRequest { call, address: http("127.0.0.1"), proxies: vec![], deadline: None };
+    let mut a = Race::start(request(ids.next_call()), RaceConfig::default(), ms(0), &mut db);
+    let mut b = Race::start(request(ids.next_call()), RaceConfig::default(), ms(0), &mut db);
+    let Some(Action::Connect { attempt: b0, .. }) = b.poll_action() else { panic!() };
+    assert_eq!(a.handle_connected(ms(1), b0, &mut db), Err(Misuse::UnknownAttempt(b0)));
     assert_eq!(a.in_flight(), 1);
     assert!(matches!(a.poll_action(), Some(Action::Connect { .. })));
     assert_eq!(a.poll_action(), None);
@@ -597,8 +420,7 @@ fn an_unknown_attempt_id_is_misuse() {
     bigger.timeout(250);
     let unissued = bigger.attempts[1];
     assert_eq!(
-        sim.race
-            .handle_failed(ms(3), unissued, refused(), &mut sim.db),
+        sim.race.handle_failed(ms(3), unissued, refused(), &mut sim.db),
         Err(Misuse::UnknownAttempt(unissued))
     );
     assert_eq!(sim.race.in_flight(), 1);
@@ -606,10 +428,7 @@ fn an_unknown_attempt_id_is_misuse() {
 
 #[test]
 fn negotiated_protocol_must_be_allowed() {
-    let a = Address::builder(Scheme::Https, "example.com", 443)
-        .protocols([Protocol::Http2])
-        .build()
-        .unwrap();
+    let a = Address::builder(Scheme::Https, "example.com", 443).protocols([Protocol::Http2]).build().unwrap();
     let (mut sim, _) = Sim::start(a, vec![], RaceConfig::default(), RouteDatabase::default());
     sim.dns(0, 0, &["10.0.0.1", "10.0.0.2"]);
     sim.connected(1, 0);
@@ -633,12 +452,8 @@ fn h2_prior_knowledge_wins_without_handshake() {
 #[test]
 fn socks5_plain_http_handshakes_without_tls_events() {
     let socks = Proxy::socks5("10.5.0.1", 1080).unwrap();
-    let (mut sim, out) = Sim::start(
-        http("example.com"),
-        vec![socks],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, out) =
+        Sim::start(http("example.com"), vec![socks], RaceConfig::default(), RouteDatabase::default());
     // The origin is not resolved: the proxy does that.
     assert_eq!(out, ["connect 0 10.5.0.1:1080"]);
     assert_eq!(sim.connected(5, 0), ["handshake 0"]);
@@ -649,22 +464,11 @@ fn socks5_plain_http_handshakes_without_tls_events() {
 #[test]
 fn without_fast_fallback_attempts_are_sequential_in_dns_order() {
     let config = RaceConfig {
-        plan: PlanConfig {
-            fast_fallback: false,
-            ..PlanConfig::default()
-        },
+        plan: PlanConfig { fast_fallback: false, ..PlanConfig::default() },
         ..RaceConfig::default()
     };
-    let (mut sim, _) = Sim::start(
-        http("example.com"),
-        vec![],
-        config,
-        RouteDatabase::default(),
-    );
-    assert_eq!(
-        sim.dns(0, 0, &["10.0.0.1", "fd00::1"]),
-        ["connect 0 10.0.0.1:80"]
-    );
+    let (mut sim, _) = Sim::start(http("example.com"), vec![], config, RouteDatabase::default());
+    assert_eq!(sim.dns(0, 0, &["10.0.0.1", "fd00::1"]), ["connect 0 10.0.0.1:80"]);
     // No stagger timer: only the connect timeout.
     assert_eq!(sim.race.poll_timeout(), Some(ms(10_000)));
     assert_eq!(sim.failed(700, 0, refused()), ["connect 1 [fd00::1]:80"]);
@@ -674,12 +478,8 @@ fn without_fast_fallback_attempts_are_sequential_in_dns_order() {
 fn lazy_dns_for_the_next_proxy_happens_at_the_stagger() {
     let a = Proxy::http("10.1.0.1", 3128).unwrap();
     let b = Proxy::http("proxy-b.internal", 3128).unwrap();
-    let (mut sim, out) = Sim::start(
-        http("example.com"),
-        vec![a, b],
-        RaceConfig::default(),
-        RouteDatabase::default(),
-    );
+    let (mut sim, out) =
+        Sim::start(http("example.com"), vec![a, b], RaceConfig::default(), RouteDatabase::default());
     assert_eq!(out, ["connect 0 10.1.0.1:3128"]);
     assert_eq!(sim.timeout(250), ["resolve proxy-b.internal:3128"]);
     // Waiting for DNS arms no stagger timer (no busy loop).

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use switchyard_core::{
-    Action, Address, AttemptId, ConnectError, EventKind, Failure, IdAllocator, Instant, Protocol,
-    Race, RaceConfig, RaceErrorKind, RaceRequest, RouteDatabase, Scheme, TlsFailure,
+    Action, Address, AttemptId, ConnectError, EventKind, Failure, IdAllocator, Instant, Protocol, Race,
+    RaceConfig, RaceErrorKind, RaceRequest, RouteDatabase, Scheme, TlsFailure,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -43,11 +43,7 @@ struct Scenario {
 }
 
 fn tcp() -> impl Strategy<Value = Tcp> {
-    prop_oneof![
-        (0u64..3000).prop_map(Tcp::Connect),
-        (0u64..3000).prop_map(Tcp::Refuse),
-        Just(Tcp::BlackHole),
-    ]
+    prop_oneof![(0u64..3000).prop_map(Tcp::Connect), (0u64..3000).prop_map(Tcp::Refuse), Just(Tcp::BlackHole),]
 }
 
 fn tls() -> impl Strategy<Value = Tls> {
@@ -69,15 +65,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop::option::weighted(0.2, 100u64..20_000),
     )
         .prop_map(
-            |(
-                https,
-                routes,
-                dns_ms,
-                attempt_delay,
-                connect_timeout,
-                handshake_timeout,
-                deadline,
-            )| Scenario {
+            |(https, routes, dns_ms, attempt_delay, connect_timeout, handshake_timeout, deadline)| Scenario {
                 https,
                 routes,
                 dns_ms,
@@ -106,16 +94,7 @@ struct Outcome {
 fn ip_of(i: usize, v6: bool) -> IpAddr {
     let n = u8::try_from(i + 1).unwrap();
     if v6 {
-        IpAddr::V6(std::net::Ipv6Addr::new(
-            0xfd00,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            u16::from(n),
-        ))
+        IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, u16::from(n)))
     } else {
         IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, n))
     }
@@ -123,21 +102,10 @@ fn ip_of(i: usize, v6: bool) -> IpAddr {
 
 fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
     let scheme = if s.https { Scheme::Https } else { Scheme::Http };
-    let address = Address::builder(scheme, "example.com", 443)
-        .build()
-        .unwrap();
-    let ips: Vec<IpAddr> = s
-        .routes
-        .iter()
-        .enumerate()
-        .map(|(i, r)| ip_of(i, r.0))
-        .collect();
-    let outcome_of: BTreeMap<SocketAddr, (Tcp, Tls)> = s
-        .routes
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (SocketAddr::new(ip_of(i, r.0), 443), (r.1, r.2)))
-        .collect();
+    let address = Address::builder(scheme, "example.com", 443).build().unwrap();
+    let ips: Vec<IpAddr> = s.routes.iter().enumerate().map(|(i, r)| ip_of(i, r.0)).collect();
+    let outcome_of: BTreeMap<SocketAddr, (Tcp, Tls)> =
+        s.routes.iter().enumerate().map(|(i, r)| (SocketAddr::new(ip_of(i, r.0), 443), (r.1, r.2))).collect();
     let config = RaceConfig {
         attempt_delay: Duration::from_millis(s.attempt_delay),
         connect_timeout: Duration::from_millis(s.connect_timeout),
@@ -157,11 +125,10 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
 
     let mut scheduled: BTreeMap<(Instant, u64), Input> = BTreeMap::new();
     let mut seq = 0u64;
-    let mut schedule =
-        |scheduled: &mut BTreeMap<(Instant, u64), Input>, at: Instant, input: Input| {
-            seq += 1;
-            scheduled.insert((at, seq), input);
-        };
+    let mut schedule = |scheduled: &mut BTreeMap<(Instant, u64), Input>, at: Instant, input: Input| {
+        seq += 1;
+        scheduled.insert((at, seq), input);
+    };
     // attempt -> route, for attempts the driver considers live.
     let mut live: BTreeMap<AttemptId, SocketAddr> = BTreeMap::new();
     let mut last_start: Option<Instant> = None;
@@ -173,17 +140,10 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
         // Drain actions.
         while let Some(action) = race.poll_action() {
             transcript.push(format!("{now:?} {action:?}"));
-            prop_assert!(
-                final_action.is_none(),
-                "action after the final one: {action:?}"
-            );
+            prop_assert!(final_action.is_none(), "action after the final one: {action:?}");
             match &action {
                 Action::Resolve { query, .. } => {
-                    schedule(
-                        &mut scheduled,
-                        now + Duration::from_millis(s.dns_ms),
-                        Input::Dns(*query),
-                    );
+                    schedule(&mut scheduled, now + Duration::from_millis(s.dns_ms), Input::Dns(*query));
                 }
                 Action::Connect { attempt, route } => {
                     let sa = route.socket_addr();
@@ -240,10 +200,7 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
                     }
                 }
                 Action::Cancel { attempt } => {
-                    prop_assert!(
-                        live.remove(attempt).is_some(),
-                        "cancel of a dead attempt {attempt:?}"
-                    );
+                    prop_assert!(live.remove(attempt).is_some(), "cancel of a dead attempt {attempt:?}");
                 }
                 Action::Won { attempt, .. } => {
                     prop_assert!(live.remove(attempt).is_some());
@@ -293,15 +250,10 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
                     live.remove(&a);
                     race.handle_failed(now, a, refused(), &mut db)
                 }
-                Input::Established(a) => {
-                    race.handle_established(now, a, Some(Protocol::Http1), &mut db)
-                }
+                Input::Established(a) => race.handle_established(now, a, Some(Protocol::Http1), &mut db),
                 Input::TlsFailed(a) => {
                     live.remove(&a);
-                    let e = ConnectError::Tls {
-                        kind: TlsFailure::Protocol,
-                        message: "alert".into(),
-                    };
+                    let e = ConnectError::Tls { kind: TlsFailure::Protocol, message: "alert".into() };
                     race.handle_failed(now, a, e, &mut db)
                 }
             };
@@ -310,25 +262,16 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
             race.handle_timeout(now, &mut db);
             // Drain before re-reading the timer: poll_timeout must have moved past now.
             let t = race.poll_timeout();
-            prop_assert!(
-                t.is_none_or(|t| t > now),
-                "busy loop: timer {t:?} at {now:?}"
-            );
+            prop_assert!(t.is_none_or(|t| t > now), "busy loop: timer {t:?} at {now:?}");
         }
     }
     prop_assert!(race.is_finished(), "race did not end");
-    prop_assert!(
-        open_connects.is_empty(),
-        "connect_start without an end: {open_connects:?}"
-    );
+    prop_assert!(open_connects.is_empty(), "connect_start without an end: {open_connects:?}");
     prop_assert_eq!(race.poll_timeout(), None);
     let Some(final_action) = final_action else {
         return Err(TestCaseError::fail("no final action"));
     };
-    Ok(Outcome {
-        transcript,
-        final_action,
-    })
+    Ok(Outcome { transcript, final_action })
 }
 
 fn refused() -> ConnectError {

@@ -28,10 +28,7 @@ pub fn certificate_covers(facts: &TlsFacts, host: &Host) -> bool {
         Host::Ip(ip) => facts.ip_addresses.contains(ip),
         Host::Domain(name) => {
             let name = name.strip_suffix('.').unwrap_or(name);
-            facts
-                .dns_names
-                .iter()
-                .any(|pattern| name_matches(pattern, name))
+            facts.dns_names.iter().any(|pattern| name_matches(pattern, name))
         }
     }
 }
@@ -116,10 +113,7 @@ mod tests {
     use super::*;
 
     fn facts(names: &[&str]) -> TlsFacts {
-        TlsFacts {
-            dns_names: names.iter().map(|s| (*s).to_owned()).collect(),
-            ..TlsFacts::default()
-        }
+        TlsFacts { dns_names: names.iter().map(|s| (*s).to_owned()).collect(), ..TlsFacts::default() }
     }
     fn host(s: &str) -> Host {
         Host::parse(s).unwrap()
@@ -132,14 +126,8 @@ mod tests {
         assert!(certificate_covers(&f, &host("img.cdn.example.com")));
         assert!(!certificate_covers(&f, &host("cdn.example.com")));
         assert!(!certificate_covers(&f, &host("www.example.com")));
-        assert!(!certificate_covers(
-            &facts(&["*.com"]),
-            &host("example.com")
-        ));
-        assert!(!certificate_covers(
-            &facts(&["w*.example.com"]),
-            &host("www.example.com")
-        ));
+        assert!(!certificate_covers(&facts(&["*.com"]), &host("example.com")));
+        assert!(!certificate_covers(&facts(&["w*.example.com"]), &host("www.example.com")));
     }
 
     #[test]
@@ -154,10 +142,7 @@ mod tests {
     fn wildcard_pins() {
         let mut p = CertificatePins::default();
         p.add("*.example.com", [1; 32]);
-        let ok = TlsFacts {
-            spki_sha256: vec![[9; 32], [1; 32]],
-            ..TlsFacts::default()
-        };
+        let ok = TlsFacts { spki_sha256: vec![[9; 32], [1; 32]], ..TlsFacts::default() };
         assert!(p.check(&host("a.example.com"), &ok));
         assert!(!p.check(&host("a.example.com"), &TlsFacts::default()));
         assert!(p.check(&host("example.com"), &TlsFacts::default()));

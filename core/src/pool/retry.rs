@@ -54,10 +54,7 @@ impl ExchangeFailureKind {
         if err.kind() == io::ErrorKind::TimedOut {
             return ExchangeFailureKind::Timeout;
         }
-        ExchangeFailureKind::Io {
-            kind: err.kind(),
-            message: err.to_string(),
-        }
+        ExchangeFailureKind::Io { kind: err.kind(), message: err.to_string() }
     }
 }
 
@@ -109,18 +106,11 @@ impl RequestFacts {
     /// assert!(RequestFacts::new(&http::Method::POST, true, true).idempotent);
     /// ```
     #[must_use]
-    pub fn new(
-        method: &http::Method,
-        marked_retryable: bool,
-        body_replayable: bool,
-    ) -> RequestFacts {
+    pub fn new(method: &http::Method, marked_retryable: bool, body_replayable: bool) -> RequestFacts {
         use http::Method as M;
-        let idempotent = marked_retryable
-            || [M::GET, M::HEAD, M::PUT, M::DELETE, M::OPTIONS, M::TRACE].contains(method);
-        RequestFacts {
-            idempotent,
-            body_replayable,
-        }
+        let idempotent =
+            marked_retryable || [M::GET, M::HEAD, M::PUT, M::DELETE, M::OPTIONS, M::TRACE].contains(method);
+        RequestFacts { idempotent, body_replayable }
     }
 }
 
@@ -178,9 +168,7 @@ impl fmt::Display for NoRetry {
             NoRetry::Protocol => "protocol errors are not retried",
             NoRetry::ResponseStarted => "the response had started",
             NoRetry::FreshConnection => "the connection was new, so a retry could loop",
-            NoRetry::NotIdempotent => {
-                "the method is not idempotent and the request was not marked retryable"
-            }
+            NoRetry::NotIdempotent => "the method is not idempotent and the request was not marked retryable",
             NoRetry::BodyNotReplayable => "the body cannot be replayed",
             NoRetry::StreamReset => "the stream was reset",
             NoRetry::RetryLimit => "the retry limit was reached",
@@ -234,15 +222,10 @@ pub fn decide(
 ) -> RetryDecision {
     use ExchangeFailureKind as K;
     let written = failure.progress != Progress::NothingWritten;
-    let fail = |why, may_have_been_sent| RetryDecision::Fail {
-        why,
-        may_have_been_sent,
-    };
+    let fail = |why, may_have_been_sent| RetryDecision::Fail { why, may_have_been_sent };
     // Provably unprocessed failures never "may have been sent".
-    let unprocessed = matches!(
-        failure.kind,
-        K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected
-    ) || (!written && matches!(failure.kind, K::Io { .. }));
+    let unprocessed = matches!(failure.kind, K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected)
+        || (!written && matches!(failure.kind, K::Io { .. }));
     if retries >= max_retries {
         return fail(NoRetry::RetryLimit, !unprocessed && written);
     }
@@ -255,38 +238,25 @@ pub fn decide(
         K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected if replay_blocked => {
             fail(NoRetry::BodyNotReplayable, false)
         }
-        K::RefusedStream if refusals_before == 0 => {
-            RetryDecision::SameConnection(RetryReason::RefusedStream)
+        K::RefusedStream if refusals_before == 0 => RetryDecision::SameConnection(RetryReason::RefusedStream),
+        K::RefusedStream => RetryDecision::NewConnection { reason: RetryReason::RefusedStream, fresh: false },
+        K::GoAwayUnprocessed => {
+            RetryDecision::NewConnection { reason: RetryReason::GoAwayUnprocessed, fresh: false }
         }
-        K::RefusedStream => RetryDecision::NewConnection {
-            reason: RetryReason::RefusedStream,
-            fresh: false,
-        },
-        K::GoAwayUnprocessed => RetryDecision::NewConnection {
-            reason: RetryReason::GoAwayUnprocessed,
-            fresh: false,
-        },
-        K::Misdirected => RetryDecision::NewConnection {
-            reason: RetryReason::Misdirected,
-            fresh: true,
-        },
+        K::Misdirected => RetryDecision::NewConnection { reason: RetryReason::Misdirected, fresh: true },
         K::Io { .. } => match failure.progress {
-            Progress::NothingWritten => RetryDecision::NewConnection {
-                reason: RetryReason::NotSent,
-                fresh: true,
-            },
+            Progress::NothingWritten => {
+                RetryDecision::NewConnection { reason: RetryReason::NotSent, fresh: true }
+            }
             Progress::ResponseStarted => fail(NoRetry::ResponseStarted, true),
             Progress::RequestWritten if !reused => fail(NoRetry::FreshConnection, true),
-            Progress::RequestWritten if !failure.request.idempotent => {
-                fail(NoRetry::NotIdempotent, true)
-            }
+            Progress::RequestWritten if !failure.request.idempotent => fail(NoRetry::NotIdempotent, true),
             Progress::RequestWritten if !failure.request.body_replayable => {
                 fail(NoRetry::BodyNotReplayable, true)
             }
-            Progress::RequestWritten => RetryDecision::NewConnection {
-                reason: RetryReason::StaleConnection,
-                fresh: true,
-            },
+            Progress::RequestWritten => {
+                RetryDecision::NewConnection { reason: RetryReason::StaleConnection, fresh: true }
+            }
         },
     }
 }
@@ -296,10 +266,7 @@ mod tests {
     use super::*;
 
     fn io() -> ExchangeFailureKind {
-        ExchangeFailureKind::Io {
-            kind: io::ErrorKind::ConnectionReset,
-            message: "reset".into(),
-        }
+        ExchangeFailureKind::Io { kind: io::ErrorKind::ConnectionReset, message: "reset".into() }
     }
     fn f(
         kind: ExchangeFailureKind,
@@ -307,37 +274,21 @@ mod tests {
         idempotent: bool,
         replayable: bool,
     ) -> ExchangeFailure {
-        ExchangeFailure {
-            kind,
-            progress,
-            request: RequestFacts {
-                idempotent,
-                body_replayable: replayable,
-            },
-        }
+        ExchangeFailure { kind, progress, request: RequestFacts { idempotent, body_replayable: replayable } }
     }
     use Progress::*;
 
     #[test]
     fn not_written_is_always_retried_any_method() {
         let d = decide(&f(io(), NothingWritten, false, false), false, 0, 0, 3);
-        assert_eq!(
-            d,
-            RetryDecision::NewConnection {
-                reason: RetryReason::NotSent,
-                fresh: true
-            }
-        );
+        assert_eq!(d, RetryDecision::NewConnection { reason: RetryReason::NotSent, fresh: true });
     }
 
     #[test]
     fn written_on_fresh_connection_is_never_retried() {
         assert_eq!(
             decide(&f(io(), RequestWritten, true, true), false, 0, 0, 3),
-            RetryDecision::Fail {
-                why: NoRetry::FreshConnection,
-                may_have_been_sent: true
-            }
+            RetryDecision::Fail { why: NoRetry::FreshConnection, may_have_been_sent: true }
         );
     }
 
@@ -345,24 +296,15 @@ mod tests {
     fn stale_reused_connection_rules() {
         assert!(matches!(
             decide(&f(io(), RequestWritten, true, true), true, 0, 0, 3),
-            RetryDecision::NewConnection {
-                reason: RetryReason::StaleConnection,
-                fresh: true
-            }
+            RetryDecision::NewConnection { reason: RetryReason::StaleConnection, fresh: true }
         ));
         assert_eq!(
             decide(&f(io(), RequestWritten, true, false), true, 0, 0, 3),
-            RetryDecision::Fail {
-                why: NoRetry::BodyNotReplayable,
-                may_have_been_sent: true
-            }
+            RetryDecision::Fail { why: NoRetry::BodyNotReplayable, may_have_been_sent: true }
         );
         assert_eq!(
             decide(&f(io(), ResponseStarted, true, true), true, 0, 0, 3),
-            RetryDecision::Fail {
-                why: NoRetry::ResponseStarted,
-                may_have_been_sent: true
-            }
+            RetryDecision::Fail { why: NoRetry::ResponseStarted, may_have_been_sent: true }
         );
     }
 
@@ -370,118 +312,52 @@ mod tests {
     fn timeouts_and_protocol_errors_never_retry() {
         for p in [NothingWritten, RequestWritten, ResponseStarted] {
             assert!(matches!(
-                decide(
-                    &f(ExchangeFailureKind::Timeout, p, true, true),
-                    true,
-                    0,
-                    0,
-                    3
-                ),
-                RetryDecision::Fail {
-                    why: NoRetry::Timeout,
-                    ..
-                }
+                decide(&f(ExchangeFailureKind::Timeout, p, true, true), true, 0, 0, 3),
+                RetryDecision::Fail { why: NoRetry::Timeout, .. }
             ));
-            let proto = ExchangeFailureKind::Protocol {
-                message: "bad".into(),
-            };
+            let proto = ExchangeFailureKind::Protocol { message: "bad".into() };
             assert!(matches!(
                 decide(&f(proto, p, true, true), true, 0, 0, 3),
-                RetryDecision::Fail {
-                    why: NoRetry::Protocol,
-                    ..
-                }
+                RetryDecision::Fail { why: NoRetry::Protocol, .. }
             ));
         }
     }
 
     #[test]
     fn refused_stream_same_connection_once_then_elsewhere() {
-        let r = f(
-            ExchangeFailureKind::RefusedStream,
-            RequestWritten,
-            false,
-            true,
-        );
-        assert_eq!(
-            decide(&r, true, 0, 0, 3),
-            RetryDecision::SameConnection(RetryReason::RefusedStream)
-        );
+        let r = f(ExchangeFailureKind::RefusedStream, RequestWritten, false, true);
+        assert_eq!(decide(&r, true, 0, 0, 3), RetryDecision::SameConnection(RetryReason::RefusedStream));
         assert_eq!(
             decide(&r, true, 1, 1, 3),
-            RetryDecision::NewConnection {
-                reason: RetryReason::RefusedStream,
-                fresh: false
-            }
+            RetryDecision::NewConnection { reason: RetryReason::RefusedStream, fresh: false }
         );
         // A POST whose streamed body is gone cannot be resent, but was not processed.
-        let gone = f(
-            ExchangeFailureKind::RefusedStream,
-            RequestWritten,
-            false,
-            false,
-        );
+        let gone = f(ExchangeFailureKind::RefusedStream, RequestWritten, false, false);
         assert_eq!(
             decide(&gone, true, 0, 0, 3),
-            RetryDecision::Fail {
-                why: NoRetry::BodyNotReplayable,
-                may_have_been_sent: false
-            }
+            RetryDecision::Fail { why: NoRetry::BodyNotReplayable, may_have_been_sent: false }
         );
     }
 
     #[test]
     fn goaway_and_misdirected() {
-        let g = f(
-            ExchangeFailureKind::GoAwayUnprocessed,
-            RequestWritten,
-            false,
-            true,
-        );
-        assert!(matches!(
-            decide(&g, true, 0, 0, 3),
-            RetryDecision::NewConnection { fresh: false, .. }
-        ));
-        let m = f(
-            ExchangeFailureKind::Misdirected,
-            ResponseStarted,
-            false,
-            true,
-        );
-        assert!(matches!(
-            decide(&m, true, 0, 0, 3),
-            RetryDecision::NewConnection { fresh: true, .. }
-        ));
-        let s = f(
-            ExchangeFailureKind::StreamReset { code: 2 },
-            RequestWritten,
-            true,
-            true,
-        );
-        assert!(matches!(
-            decide(&s, true, 0, 0, 3),
-            RetryDecision::Fail {
-                why: NoRetry::StreamReset,
-                ..
-            }
-        ));
+        let g = f(ExchangeFailureKind::GoAwayUnprocessed, RequestWritten, false, true);
+        assert!(matches!(decide(&g, true, 0, 0, 3), RetryDecision::NewConnection { fresh: false, .. }));
+        let m = f(ExchangeFailureKind::Misdirected, ResponseStarted, false, true);
+        assert!(matches!(decide(&m, true, 0, 0, 3), RetryDecision::NewConnection { fresh: true, .. }));
+        let s = f(ExchangeFailureKind::StreamReset { code: 2 }, RequestWritten, true, true);
+        assert!(matches!(decide(&s, true, 0, 0, 3), RetryDecision::Fail { why: NoRetry::StreamReset, .. }));
     }
 
     #[test]
     fn retry_limit() {
         assert_eq!(
             decide(&f(io(), NothingWritten, true, true), true, 0, 3, 3),
-            RetryDecision::Fail {
-                why: NoRetry::RetryLimit,
-                may_have_been_sent: false
-            }
+            RetryDecision::Fail { why: NoRetry::RetryLimit, may_have_been_sent: false }
         );
         assert_eq!(
             decide(&f(io(), RequestWritten, true, true), true, 0, 3, 3),
-            RetryDecision::Fail {
-                why: NoRetry::RetryLimit,
-                may_have_been_sent: true
-            }
+            RetryDecision::Fail { why: NoRetry::RetryLimit, may_have_been_sent: true }
         );
     }
 }

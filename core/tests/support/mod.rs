@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use switchyard_core::{
-    Action, Address, AttemptId, ConnectError, DnsError, Event, IdAllocator, Instant, Protocol,
-    Proxy, QueryId, Race, RaceConfig, RaceRequest, RouteDatabase,
+    Action, Address, AttemptId, ConnectError, DnsError, Event, IdAllocator, Instant, Protocol, Proxy,
+    QueryId, Race, RaceConfig, RaceRequest, RouteDatabase,
 };
 
 pub fn ms(t: u64) -> Instant {
@@ -48,12 +48,7 @@ impl Sim {
         deadline: Option<Instant>,
     ) -> (Sim, Vec<String>) {
         let mut ids = IdAllocator::default();
-        let request = RaceRequest {
-            call: ids.next_call(),
-            address,
-            proxies,
-            deadline,
-        };
+        let request = RaceRequest { call: ids.next_call(), address, proxies, deadline };
         let race = Race::start(request, config, ms(0), &mut db);
         let mut sim = Sim {
             race,
@@ -73,10 +68,7 @@ impl Sim {
         let mut out = Vec::new();
         while let Some(action) = self.race.poll_action() {
             out.push(self.render(&action));
-            if matches!(
-                action,
-                Action::Won { .. } | Action::Failed(_) | Action::UsePooled { .. }
-            ) {
+            if matches!(action, Action::Won { .. } | Action::Failed(_) | Action::UsePooled { .. }) {
                 assert!(self.finished.is_none(), "two final actions");
                 self.finished = Some(action);
             }
@@ -88,33 +80,22 @@ impl Sim {
     }
 
     fn n(&self, id: AttemptId) -> usize {
-        self.attempts
-            .iter()
-            .position(|a| *a == id)
-            .expect("known attempt")
+        self.attempts.iter().position(|a| *a == id).expect("known attempt")
     }
 
     fn render(&mut self, action: &Action) -> String {
         match action {
-            Action::Resolve {
-                query, host, port, ..
-            } => {
+            Action::Resolve { query, host, port, .. } => {
                 self.queries.push(*query);
                 format!("resolve {host}:{port}")
             }
             Action::Connect { attempt, route } => {
                 self.attempts.push(*attempt);
-                format!(
-                    "connect {} {}",
-                    self.attempts.len() - 1,
-                    route.socket_addr()
-                )
+                format!("connect {} {}", self.attempts.len() - 1, route.socket_addr())
             }
             Action::Handshake { attempt, .. } => format!("handshake {}", self.n(*attempt)),
             Action::Cancel { attempt } => format!("cancel {}", self.n(*attempt)),
-            Action::Won {
-                attempt, protocol, ..
-            } => format!("won {} {protocol}", self.n(*attempt)),
+            Action::Won { attempt, protocol, .. } => format!("won {} {protocol}", self.n(*attempt)),
             Action::UsePooled { connection } => format!("pooled {connection}"),
             Action::Failed(e) => format!("failed: {e}"),
         }
@@ -122,37 +103,27 @@ impl Sim {
 
     pub fn dns(&mut self, t: u64, query: usize, ips: &[&str]) -> Vec<String> {
         let ips: Vec<IpAddr> = ips.iter().map(|s| s.parse().expect("ip")).collect();
-        self.race
-            .handle_dns(ms(t), self.queries[query], Ok(ips), &mut self.db)
-            .expect("no misuse");
+        self.race.handle_dns(ms(t), self.queries[query], Ok(ips), &mut self.db).expect("no misuse");
         self.drain()
     }
 
     pub fn dns_err(&mut self, t: u64, query: usize, e: DnsError) -> Vec<String> {
-        self.race
-            .handle_dns(ms(t), self.queries[query], Err(e), &mut self.db)
-            .expect("no misuse");
+        self.race.handle_dns(ms(t), self.queries[query], Err(e), &mut self.db).expect("no misuse");
         self.drain()
     }
 
     pub fn connected(&mut self, t: u64, n: usize) -> Vec<String> {
-        self.race
-            .handle_connected(ms(t), self.attempts[n], &mut self.db)
-            .expect("no misuse");
+        self.race.handle_connected(ms(t), self.attempts[n], &mut self.db).expect("no misuse");
         self.drain()
     }
 
     pub fn established(&mut self, t: u64, n: usize, alpn: Option<Protocol>) -> Vec<String> {
-        self.race
-            .handle_established(ms(t), self.attempts[n], alpn, &mut self.db)
-            .expect("no misuse");
+        self.race.handle_established(ms(t), self.attempts[n], alpn, &mut self.db).expect("no misuse");
         self.drain()
     }
 
     pub fn failed(&mut self, t: u64, n: usize, e: ConnectError) -> Vec<String> {
-        self.race
-            .handle_failed(ms(t), self.attempts[n], e, &mut self.db)
-            .expect("no misuse");
+        self.race.handle_failed(ms(t), self.attempts[n], e, &mut self.db).expect("no misuse");
         self.drain()
     }
 
@@ -170,12 +141,7 @@ impl Sim {
     /// Events rendered as `ms kind`, attempt numbers as in actions.
     pub fn event_log(&self) -> Vec<String> {
         use switchyard_core::EventKind as K;
-        let n = |id: &AttemptId| {
-            self.attempts
-                .iter()
-                .position(|a| a == id)
-                .unwrap_or(usize::MAX)
-        };
+        let n = |id: &AttemptId| self.attempts.iter().position(|a| a == id).unwrap_or(usize::MAX);
         self.events
             .iter()
             .map(|e| {
@@ -184,11 +150,7 @@ impl Sim {
                     K::ProxySelectStart { .. } => "proxy_select_start".to_owned(),
                     K::ProxySelectEnd { proxies } => format!(
                         "proxy_select_end [{}]",
-                        proxies
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
                     ),
                     K::DnsStart { host, .. } => format!("dns_start {host}"),
                     K::DnsEnd { addresses, .. } => format!("dns_end {}", addresses.len()),
@@ -202,15 +164,13 @@ impl Sim {
                     K::SecureConnectEnd { attempt, protocol } => {
                         format!("secure_connect_end {} {protocol}", n(attempt))
                     }
-                    K::ConnectEnd {
-                        attempt, protocol, ..
-                    } => format!("connect_end {} {protocol}", n(attempt)),
+                    K::ConnectEnd { attempt, protocol, .. } => {
+                        format!("connect_end {} {protocol}", n(attempt))
+                    }
                     K::ConnectFailed { attempt, error, .. } => {
                         format!("connect_failed {} {error}", n(attempt))
                     }
-                    K::ConnectCancelled {
-                        attempt, reason, ..
-                    } => {
+                    K::ConnectCancelled { attempt, reason, .. } => {
                         format!("connect_cancelled {} {reason:?}", n(attempt))
                     }
                     K::PooledConnectionTaken { connection } => format!("pooled_taken {connection}"),

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use switchyard_core::{
-    AcquireOptions, Address, AttemptId, CallId, ConnectionId, Event, Instant, Pool, PoolAction,
-    PoolConfig, Protocol, QueryId, Scheme, TlsFacts,
+    AcquireOptions, Address, AttemptId, CallId, ConnectionId, Event, Instant, Pool, PoolAction, PoolConfig,
+    Protocol, QueryId, Scheme, TlsFacts,
 };
 
 pub fn ms(t: u64) -> Instant {
@@ -21,17 +21,11 @@ pub fn https(host: &str) -> Address {
     Address::builder(Scheme::Https, host, 443).build().unwrap()
 }
 pub fn h2c(host: &str) -> Address {
-    Address::builder(Scheme::Http, host, 80)
-        .protocols([Protocol::H2PriorKnowledge])
-        .build()
-        .unwrap()
+    Address::builder(Scheme::Http, host, 80).protocols([Protocol::H2PriorKnowledge]).build().unwrap()
 }
 
 pub fn tls(names: &[&str]) -> TlsFacts {
-    TlsFacts {
-        dns_names: names.iter().map(|s| (*s).to_owned()).collect(),
-        ..TlsFacts::default()
-    }
+    TlsFacts { dns_names: names.iter().map(|s| (*s).to_owned()).collect(), ..TlsFacts::default() }
 }
 
 pub struct PoolSim {
@@ -64,20 +58,13 @@ impl PoolSim {
                     format!("resolve {host}")
                 }
                 PoolAction::Connect { attempt, route } => {
-                    self.attempts
-                        .entry(attempt.call())
-                        .or_default()
-                        .push(attempt);
+                    self.attempts.entry(attempt.call()).or_default().push(attempt);
                     format!("connect {} {}", attempt.call(), route.socket_addr())
                 }
                 PoolAction::Handshake { attempt, .. } => format!("handshake {}", attempt.call()),
                 PoolAction::CancelAttempt { attempt } => format!("cancel-attempt {attempt}"),
                 PoolAction::Established { connection, .. } => format!("established {connection}"),
-                PoolAction::Acquired {
-                    call,
-                    connection,
-                    source,
-                } => {
+                PoolAction::Acquired { call, connection, source } => {
                     self.held.insert(call, connection);
                     format!("acquired {call} {connection} {source:?}")
                 }
@@ -140,9 +127,7 @@ impl PoolSim {
     }
 
     pub fn finish(&mut self, t: u64, call: CallId) -> Vec<String> {
-        self.pool
-            .exchange_finished(ms(t), call, switchyard_core::Reuse::Reusable)
-            .unwrap();
+        self.pool.exchange_finished(ms(t), call, switchyard_core::Reuse::Reusable).unwrap();
         self.drain()
     }
 

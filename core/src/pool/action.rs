@@ -1,0 +1,173 @@
+//! What the pool tells the driver ([`PoolAction`]) and how calls end: where a
+//! connection came from ([`Source`]), [`AcquireError`], [`ExchangeError`].
+
+use std::fmt;
+use std::time::Duration;
+
+use super::{ExchangeFailureKind, NoRetry, RetryReason};
+use crate::address::{Address, Host, Protocol, Proxy};
+use crate::connection::CloseReason;
+use crate::error::RaceError;
+use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
+use crate::route::Route;
+
+/// Where an acquired connection came from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Source {
+    /// An idle pooled connection.
+    Pooled,
+    /// A share of an HTTP/2 connection already carrying exchanges.
+    Shared,
+    /// An HTTP/2 connection to another host, coalesced.
+    Coalesced,
+    /// Newly connected by this call's race.
+    New,
+}
+
+impl Source {
+    /// Whether the connection existed before this call.
+    #[must_use]
+    pub fn is_reused(self) -> bool {
+        self != Source::New
+    }
+}
+
+/// Why an acquisition failed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// The call waited for capacity longer than the acquire timeout or its deadline.
+    Timeout {
+        /// The Address it waited for.
+        address: Address,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The pool is shut down.
+    Shutdown,
+    /// Connecting failed: every route, or the call's deadline.
+    Connect(RaceError),
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::Timeout { address, waited } => {
+                write!(f, "timed out after {waited:?} waiting for a connection to {address}")
+            }
+            AcquireError::Shutdown => f.write_str("the connection pool is shut down"),
+            AcquireError::Connect(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {}
+
+/// An exchange failed and will not be retried.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ExchangeError {
+    /// What failed.
+    pub kind: ExchangeFailureKind,
+    /// Whether the server may have received and processed the request.
+    pub may_have_been_sent: bool,
+    /// Why it was not retried.
+    pub why: NoRetry,
+    /// The connection it failed on.
+    pub connection: ConnectionId,
+    /// That connection's route.
+    pub route: Route,
+    /// Retries the call had made.
+    pub retries: u32,
+}
+
+impl fmt::Display for ExchangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} on {} ({})", self.kind, self.route, self.connection)?;
+        if self.may_have_been_sent {
+            f.write_str("; the request may have been sent")?;
+        } else {
+            f.write_str("; the request was not processed")?;
+        }
+        write!(f, "; not retried: {}", self.why)
+    }
+}
+
+impl std::error::Error for ExchangeError {}
+
+/// What [`Pool::exchange_failed`](super::Pool::exchange_failed) decided.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum FailureOutcome {
+    /// The call goes on: a new [`PoolAction::Acquired`] (or failure) follows.
+    Retrying(RetryReason),
+    /// The call is over.
+    Failed(ExchangeError),
+}
+
+/// An instruction for the driver.
+#[must_use]
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum PoolAction {
+    /// Resolve `host`; answer with [`Pool::handle_dns`](super::Pool::handle_dns).
+    Resolve {
+        /// Quote this in the answer.
+        query: QueryId,
+        /// The name.
+        host: Host,
+        /// The port routes will dial.
+        port: u16,
+        /// Whose host: [`Proxy::Direct`] for the origin.
+        proxy: Proxy,
+    },
+    /// Open TCP to the route; answer with [`Pool::handle_connected`](super::Pool::handle_connected) or [`Pool::handle_failed`](super::Pool::handle_failed).
+    Connect {
+        /// Quote this.
+        attempt: AttemptId,
+        /// What to dial.
+        route: Route,
+    },
+    /// Run the route's handshakes; answer with [`Pool::handle_established`](super::Pool::handle_established) or [`Pool::handle_failed`](super::Pool::handle_failed).
+    Handshake {
+        /// Quote this.
+        attempt: AttemptId,
+        /// The route.
+        route: Route,
+    },
+    /// Close this attempt's socket now.
+    CancelAttempt {
+        /// The abandoned attempt.
+        attempt: AttemptId,
+    },
+    /// The attempt's socket is now this connection; keep it under this id and
+    /// speak `protocol` on it.
+    Established {
+        /// The winning attempt.
+        attempt: AttemptId,
+        /// Its new id.
+        connection: ConnectionId,
+        /// The protocol negotiated (or known in advance).
+        protocol: Protocol,
+    },
+    /// The call may run one exchange on this connection.
+    Acquired {
+        /// The call.
+        call: CallId,
+        /// The connection.
+        connection: ConnectionId,
+        /// Where it came from.
+        source: Source,
+    },
+    /// The call gets no connection.
+    AcquireFailed {
+        /// The call.
+        call: CallId,
+        /// Why.
+        error: AcquireError,
+    },
+    /// Close this connection's socket.
+    Close {
+        /// The connection.
+        connection: ConnectionId,
+        /// Why.
+        reason: CloseReason,
+    },
+}

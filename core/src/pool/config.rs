@@ -1,0 +1,83 @@
+//! The pool's configuration and a call's options.
+
+use std::time::Duration;
+
+use super::CertificatePins;
+use crate::address::Proxy;
+use crate::race::RaceConfig;
+#[allow(unused_imports)] // for rustdoc links
+use crate::race::RaceRequest;
+use crate::route::RouteDatabase;
+use crate::time::Instant;
+
+/// What to do when every HTTP/2 connection to an Address is at its stream limit.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum StreamLimitPolicy {
+    /// Open another connection (OkHttp, Go). Default.
+    #[default]
+    OpenNew,
+    /// Wait for a stream to free (hyper; RFC 9113's SHOULD).
+    Wait,
+}
+
+/// The pool's knobs. Every default is stated on its field.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// The connect race's timing. Default: [`RaceConfig::default`].
+    pub race: RaceConfig,
+    /// Idle connections older than this are closed. Default: 90 s.
+    pub keep_alive: Duration,
+    /// Connections older than this take no new exchanges. Default: none.
+    pub max_lifetime: Option<Duration>,
+    /// Open plus connecting connections per Address. Default: unlimited.
+    pub max_connections_per_address: Option<usize>,
+    /// Open plus connecting connections in total. Default: unlimited.
+    pub max_connections_total: Option<usize>,
+    /// Idle connections kept per Address. Default: 32.
+    pub max_idle_per_address: usize,
+    /// Idle connections kept in total. Default: unlimited.
+    pub max_idle_total: Option<usize>,
+    /// How long a call may wait for capacity. Default: 30 s.
+    pub acquire_timeout: Duration,
+    /// HTTP/2 at its stream limit. Default: open another connection.
+    pub stream_limit_policy: StreamLimitPolicy,
+    /// How long a failed route stays postponed. Default: 10 min.
+    pub route_ttl: Duration,
+    /// Retries per call. Default: 3.
+    pub max_retries: u32,
+    /// Public-key pins, checked before coalescing. Default: none.
+    pub pins: CertificatePins,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            race: RaceConfig::default(),
+            keep_alive: Duration::from_secs(90),
+            max_lifetime: None,
+            max_connections_per_address: None,
+            max_connections_total: None,
+            max_idle_per_address: 32,
+            max_idle_total: None,
+            acquire_timeout: Duration::from_secs(30),
+            stream_limit_policy: StreamLimitPolicy::OpenNew,
+            route_ttl: RouteDatabase::DEFAULT_TTL,
+            max_retries: 3,
+            pins: CertificatePins::default(),
+        }
+    }
+}
+
+/// What a call asks for.
+#[derive(Clone, Debug, Default)]
+pub struct AcquireOptions {
+    /// A connection no one else will use (upgrades, `CONNECT`, WebSocket). It is
+    /// marked no-new-exchanges when handed out.
+    pub exclusive: bool,
+    /// Only a multiplexed (HTTP/2) connection will do.
+    pub require_multiplexed: bool,
+    /// The call's own deadline; bounds waiting and connecting.
+    pub deadline: Option<Instant>,
+    /// The proxy selector's answer for this call (see [`RaceRequest::proxies`]).
+    pub proxies: Vec<Proxy>,
+}

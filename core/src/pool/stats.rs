@@ -1,0 +1,162 @@
+//! Counts and counters, kept incrementally; [`Pool::recount`] and
+//! [`Pool::check_invariants`] recompute them from scratch for tests.
+
+use std::collections::BTreeMap;
+
+use super::{CallState, Pool};
+use crate::address::Address;
+use crate::connection::CloseReason;
+use crate::id::ConnectionId;
+
+/// Per-Address counts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct AddressStats {
+    /// Races in progress (each will make at most one connection).
+    pub connecting: usize,
+    /// Open connections with no exchange and accepting new ones.
+    pub idle: usize,
+    /// Connections carrying at least one exchange.
+    pub in_use: usize,
+    /// Open connections (idle, in use, or draining).
+    pub open: usize,
+    /// Calls waiting for capacity.
+    pub waiters: usize,
+}
+
+/// Pool-wide counts and counters.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct PoolStats {
+    /// Totals of [`AddressStats`] over every Address.
+    pub totals: AddressStats,
+    /// Calls not yet ended.
+    pub calls: usize,
+    /// Connections established.
+    pub created: u64,
+    /// Acquisitions served by an existing connection (pooled or shared).
+    pub reused: u64,
+    /// Acquisitions served by coalescing.
+    pub coalesced: u64,
+    /// Connections closed, by reason.
+    pub closed: BTreeMap<CloseReason, u64>,
+}
+
+impl Pool {
+    /// Counts per Address (all zero for an Address the pool does not know).
+    #[must_use]
+    pub fn address_stats(&self, address: &Address) -> AddressStats {
+        self.addrs.get(address).map_or_else(AddressStats::default, |a| AddressStats {
+            connecting: a.racing.len(),
+            idle: a.idle.len(),
+            in_use: a.in_use,
+            open: a.open,
+            waiters: a.waiters,
+        })
+    }
+
+    /// Pool-wide counts and counters, kept incrementally (O(1)).
+    #[must_use]
+    pub fn stats(&self) -> PoolStats {
+        let mut s = self.stats.clone();
+        s.totals = AddressStats {
+            connecting: self.racing_total,
+            idle: self.idle_all.len(),
+            in_use: self.in_use_total,
+            open: self.open_total,
+            waiters: self.waiters.len(),
+        };
+        s.calls = self.calls.len();
+        s
+    }
+
+    /// Recounts every statistic from the raw records, for tests and debugging:
+    /// equals [`Pool::stats`] unless the pool is corrupt. O(connections + calls).
+    #[must_use]
+    pub fn recount(&self) -> PoolStats {
+        let mut s = self.stats.clone();
+        let mut t = AddressStats::default();
+        for c in self.conns.values() {
+            t.open += 1;
+            if c.is_idle() {
+                t.idle += 1;
+            }
+            if c.in_flight > 0 {
+                t.in_use += 1;
+            }
+        }
+        for c in self.calls.values() {
+            match c.state {
+                CallState::Racing { .. } => t.connecting += 1,
+                CallState::Waiting { .. } => t.waiters += 1,
+                _ => {}
+            }
+        }
+        s.totals = t;
+        s.calls = self.calls.len();
+        s
+    }
+
+    /// Checks the pool's internal invariants, for tests: every index agrees with
+    /// the records, no HTTP/1 connection carries two exchanges, no HTTP/2 connection
+    /// carries more than its limit, no cap is exceeded, every active call's
+    /// connection is open. Returns the first violation.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.stats() != self.recount() {
+            return Err(format!("stats {:?} != recount {:?}", self.stats(), self.recount()));
+        }
+        let mut active: BTreeMap<ConnectionId, u32> = BTreeMap::new();
+        for (id, c) in &self.calls {
+            if let CallState::Active { connection } = c.state {
+                let Some(conn) = self.conns.get(&connection) else {
+                    return Err(format!("{id} holds closed {connection}"));
+                };
+                if conn.address != c.address && !conn.address.equal_except_host(&c.address) {
+                    return Err(format!("{id} holds {connection} for another Address"));
+                }
+                *active.entry(connection).or_default() += 1;
+            }
+        }
+        for (id, c) in &self.conns {
+            let n = active.get(id).copied().unwrap_or(0);
+            if n != c.in_flight {
+                return Err(format!("{id}: in_flight {} but {n} active calls", c.in_flight));
+            }
+            if !c.multiplexed() && c.in_flight > 1 {
+                return Err(format!("{id}: HTTP/1 with {} exchanges", c.in_flight));
+            }
+            let a = &self.addrs[&c.address];
+            let idle_key = c.idle_since.map(|s| (s, *id));
+            let indexed_idle = idle_key.is_some_and(|k| a.idle.contains(&k) && self.idle_all.contains(&k));
+            if c.is_idle() != indexed_idle {
+                return Err(format!("{id}: idle index disagrees"));
+            }
+            if c.shareable() != a.shareable.contains(id) {
+                return Err(format!("{id}: shareable index disagrees"));
+            }
+        }
+        for (address, a) in &self.addrs {
+            if let Some(max) = self.config.max_connections_per_address {
+                if a.open + a.racing.len() > max {
+                    return Err(format!(
+                        "{address}: {} open + {} connecting > {max}",
+                        a.open,
+                        a.racing.len()
+                    ));
+                }
+            }
+            if a.idle.len() > self.config.max_idle_per_address {
+                return Err(format!("{address}: {} idle > cap", a.idle.len()));
+            }
+        }
+        if let Some(max) = self.config.max_connections_total {
+            if self.open_total + self.racing_total > max {
+                return Err(format!("{} open + {} connecting > {max}", self.open_total, self.racing_total));
+            }
+        }
+        if let Some(max) = self.config.max_idle_total {
+            if self.idle_all.len() > max {
+                return Err("over the total idle cap".into());
+            }
+        }
+        Ok(())
+    }
+}

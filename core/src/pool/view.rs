@@ -1,0 +1,104 @@
+//! [`Connection`]: the pool's record of one connection, lent out read-only.
+
+use crate::address::{Address, Protocol, Proxy};
+use crate::connection::{CloseReason, TlsFacts};
+use crate::id::ConnectionId;
+use crate::route::Route;
+use crate::time::Instant;
+
+/// A read-only view of one connection.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub(super) id: ConnectionId,
+    pub(super) address: Address,
+    pub(super) route: Route,
+    pub(super) protocol: Protocol,
+    pub(super) created: Instant,
+    pub(super) in_flight: u32,
+    pub(super) stream_limit: u32,
+    pub(super) idle_since: Option<Instant>,
+    pub(super) no_new: Option<CloseReason>,
+    pub(super) no_coalescing: bool,
+    pub(super) refusals: u32,
+    pub(super) completed: u64,
+    pub(super) tls: Option<TlsFacts>,
+    pub(super) lifetime_deadline: Option<Instant>,
+}
+
+impl Connection {
+    /// Its id.
+    #[must_use]
+    pub fn id(&self) -> ConnectionId {
+        self.id
+    }
+    /// The Address it was made for.
+    #[must_use]
+    pub fn address(&self) -> &Address {
+        &self.address
+    }
+    /// Its route.
+    #[must_use]
+    pub fn route(&self) -> &Route {
+        &self.route
+    }
+    /// The protocol it speaks.
+    #[must_use]
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+    /// When it was established.
+    #[must_use]
+    pub fn created(&self) -> Instant {
+        self.created
+    }
+    /// Exchanges it carries now.
+    #[must_use]
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+    /// Most exchanges it may carry at once (1 for HTTP/1; the peer's
+    /// MAX_CONCURRENT_STREAMS for HTTP/2, unlimited until SETTINGS arrive).
+    #[must_use]
+    pub fn stream_limit(&self) -> u32 {
+        self.stream_limit
+    }
+    /// Since when it is idle, if it is.
+    #[must_use]
+    pub fn idle_since(&self) -> Option<Instant> {
+        self.idle_since
+    }
+    /// Why it takes no new exchanges, if it does not.
+    #[must_use]
+    pub fn no_new_exchanges(&self) -> Option<CloseReason> {
+        self.no_new
+    }
+    /// Whether a 421 forbade coalescing onto it.
+    #[must_use]
+    pub fn is_no_coalescing(&self) -> bool {
+        self.no_coalescing
+    }
+    /// Exchanges it completed.
+    #[must_use]
+    pub fn completed_exchanges(&self) -> u64 {
+        self.completed
+    }
+    pub(super) fn multiplexed(&self) -> bool {
+        self.protocol.is_multiplexed()
+    }
+    pub(super) fn usable(&self) -> bool {
+        self.no_new.is_none()
+    }
+    pub(super) fn is_idle(&self) -> bool {
+        self.usable() && self.in_flight == 0
+    }
+    pub(super) fn shareable(&self) -> bool {
+        self.usable() && self.multiplexed() && self.in_flight > 0 && self.in_flight < self.stream_limit
+    }
+    pub(super) fn coalescable(&self) -> bool {
+        self.usable()
+            && self.protocol == Protocol::Http2
+            && !self.no_coalescing
+            && self.tls.is_some()
+            && *self.route.proxy() == Proxy::Direct
+    }
+}

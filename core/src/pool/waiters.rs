@@ -1,0 +1,143 @@
+//! Serving calls: from the pool, by starting a race, or by queueing them first
+//! come first served until capacity frees (a connection closes, an exchange ends,
+//! a race ends, SETTINGS raise a stream limit).
+
+use super::{Call, CallState, Pool, StreamLimitPolicy};
+use crate::address::Address;
+use crate::connection::CloseReason;
+use crate::id::CallId;
+use crate::time::Instant;
+
+impl Pool {
+    /// Serves a call now (pooled, shared, or a new race) or queues it.
+    pub(super) fn dispatch(&mut self, now: Instant, call_id: CallId) {
+        if !self.try_serve(now, call_id) {
+            let (address, deadline) = {
+                let c = &self.calls[&call_id];
+                let wait = now + self.config.acquire_timeout;
+                (c.address.clone(), c.options.deadline.map_or(wait, |d| d.min(wait)))
+            };
+            let seq = self.next_wait_seq;
+            self.next_wait_seq += 1;
+            self.waiters.insert(seq, call_id);
+            self.wait_deadlines.insert((deadline, call_id));
+            self.addrs.entry(address).or_default().waiters += 1;
+            self.calls.get_mut(&call_id).expect("call exists").state =
+                CallState::Waiting { seq, since: now, deadline };
+        }
+    }
+
+    /// Tries to serve a pending call without queueing it. Returns whether it was
+    /// served (acquired, or a race started).
+    pub(super) fn try_serve(&mut self, now: Instant, call_id: CallId) -> bool {
+        if let Some((conn, source)) = self.find_pooled(call_id) {
+            self.assign(now, call_id, conn, source);
+            return true;
+        }
+        let (address, exclusive, fresh) = {
+            let c = &self.calls[&call_id];
+            (c.address.clone(), c.options.exclusive, c.fresh_only)
+        };
+        if self.config.stream_limit_policy == StreamLimitPolicy::Wait
+            && !exclusive
+            && !fresh
+            && self.addrs.get(&address).is_some_and(|a| !a.multiplexed.is_empty())
+        {
+            // Every usable HTTP/2 connection is at its limit: wait for a stream.
+            return false;
+        }
+        if !self.has_capacity(&address) {
+            let per_address_ok = self.per_address_room(&address);
+            // Blocked only by the total cap: make room by closing the oldest idle
+            // connection of another Address.
+            if per_address_ok && self.total_full() {
+                if let Some(&(_, victim)) = self.idle_all.first() {
+                    self.close(now, victim, CloseReason::Evicted);
+                }
+            }
+            if !self.has_capacity(&address) {
+                return false;
+            }
+        }
+        self.start_race(now, call_id);
+        true
+    }
+
+    pub(super) fn per_address_room(&self, address: &Address) -> bool {
+        let Some(max) = self.config.max_connections_per_address else {
+            return true;
+        };
+        self.addrs.get(address).map_or(0, |a| a.open + a.racing.len()) < max
+    }
+
+    pub(super) fn total_full(&self) -> bool {
+        self.config.max_connections_total.is_some_and(|max| self.open_total + self.racing_total >= max)
+    }
+
+    pub(super) fn has_capacity(&self, address: &Address) -> bool {
+        self.per_address_room(address) && !self.total_full()
+    }
+
+    /// Capacity may have freed: serve waiters first come first served, then offer
+    /// eligible pooled connections to calls racing for `address`.
+    pub(super) fn rebalance(&mut self, now: Instant, address: &Address) {
+        let queued: Vec<(u64, CallId)> = self.waiters.iter().map(|(s, c)| (*s, *c)).collect();
+        for (seq, call_id) in queued {
+            if self.waiters.is_empty() {
+                break;
+            }
+            let Some(c) = self.calls.get(&call_id) else {
+                continue;
+            };
+            let CallState::Waiting { deadline, since, .. } = c.state else {
+                continue;
+            };
+            let waiter_address = c.address.clone();
+            // Leave the queue tentatively; back in place if still blocked.
+            self.calls.get_mut(&call_id).expect("call exists").state = CallState::Pending;
+            if self.try_serve(now, call_id) {
+                self.waiters.remove(&seq);
+                self.wait_deadlines.remove(&(deadline, call_id));
+                if let Some(a) = self.addrs.get_mut(&waiter_address) {
+                    a.waiters -= 1;
+                }
+                self.gc_address(&waiter_address);
+            } else {
+                self.calls.get_mut(&call_id).expect("call exists").state =
+                    CallState::Waiting { seq, since, deadline };
+            }
+        }
+        let racing: Vec<CallId> =
+            self.addrs.get(address).map(|a| a.racing.iter().copied().collect()).unwrap_or_default();
+        for call_id in racing {
+            let Some((conn, source)) = self.find_pooled(call_id) else {
+                continue;
+            };
+            if let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) {
+                let _ = race.adopt_pooled(now, conn);
+            }
+            self.stop_race(now, call_id);
+            self.assign(now, call_id, conn, source);
+        }
+    }
+
+    pub(super) fn end_call_waiting_or_racing(&mut self, now: Instant, call_id: CallId) {
+        let Some(call) = self.calls.get(&call_id) else {
+            return;
+        };
+        match call.state {
+            CallState::Waiting { seq, deadline, .. } => {
+                let address = call.address.clone();
+                self.waiters.remove(&seq);
+                self.wait_deadlines.remove(&(deadline, call_id));
+                if let Some(a) = self.addrs.get_mut(&address) {
+                    a.waiters -= 1;
+                }
+                self.gc_address(&address);
+                self.calls.get_mut(&call_id).expect("call exists").state = CallState::Pending;
+            }
+            CallState::Racing { .. } => self.stop_race(now, call_id),
+            _ => {}
+        }
+    }
+}
