@@ -34,6 +34,8 @@ pub enum CloseReason {
     UnreadBody,
     /// `Expect: 100-continue` was not honoured, so the body's fate is unknown.
     ExpectNotHonoured,
+    /// The response ended before the request body was fully sent.
+    RequestBodyIncomplete,
     /// Handed out for exclusive use (upgrade, `CONNECT`, WebSocket).
     Exclusive,
     /// A second HTTP/2 REFUSED_STREAM on this connection.
@@ -64,6 +66,7 @@ impl fmt::Display for CloseReason {
             CloseReason::Failure => "failure",
             CloseReason::UnreadBody => "unread body",
             CloseReason::ExpectNotHonoured => "100-continue not honoured",
+            CloseReason::RequestBodyIncomplete => "request body not fully sent",
             CloseReason::Exclusive => "exclusive use",
             CloseReason::RefusedStreams => "refused streams",
             CloseReason::StreamReset => "stream reset",

@@ -108,6 +108,7 @@
 //! | [`race`] | [`Race`]: Happy Eyeballs for one call |
 //! | [`pool`] | [`Pool`]: acquire, share, coalesce, limits and waiters, eviction, retry decisions |
 //! | [`connection`] | [`CloseReason`], [`Reuse`], [`TlsFacts`]: the vocabulary of connection lifecycles |
+//! | [`http1`] | the HTTP/1.1 exchange codec: request encoding, incremental response decoding, keep-alive |
 //! | [`event`] | [`Event`]: what happened, timestamped |
 //! | [`error`] | typed errors: [`AddressError`], [`DnsError`], [`ConnectError`], [`RaceError`], [`Misuse`] |
 //! | [`id`] | opaque, never-reused ids |
@@ -118,6 +119,7 @@ pub mod address;
 pub mod connection;
 pub mod error;
 pub mod event;
+pub mod http1;
 pub mod id;
 pub mod plan;
 pub mod pool;

@@ -1,0 +1,541 @@
+//! Response decoding: incremental, split-invariant, bounded, zero-copy bodies.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+
+use super::request::trim;
+use super::Http1Error;
+use crate::connection::{CloseReason, Reuse};
+
+/// Bounds on what the decoder buffers. Every default is stated on its field.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Limits {
+    /// Largest response head (status line and header fields), and largest trailer
+    /// section. Default: 64 KiB.
+    pub max_head_size: usize,
+    /// Most header fields in a head or trailer section. Default: 100.
+    pub max_headers: usize,
+    /// Longest chunk-size line, extensions included. Default: 4 KiB.
+    pub max_chunk_line: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_head_size: 64 * 1024, max_headers: 100, max_chunk_line: 4096 }
+    }
+}
+
+/// One piece of a decoded response, in order: any number of `Informational`, one
+/// `Head`, then `Data`* and optionally `Trailers` followed by `End` — or, after a
+/// `101` or a successful `CONNECT`, `Upgraded`.
+#[derive(Clone, Debug)]
+pub enum Frame {
+    /// A 1xx response other than 101 (100 Continue, 103 Early Hints, …).
+    Informational(http::Response<()>),
+    /// The final response head.
+    Head(http::Response<()>),
+    /// Body bytes: a view of the caller's buffer, not a copy.
+    Data(Bytes),
+    /// The chunked body's trailer fields.
+    Trailers(HeaderMap),
+    /// The body is complete.
+    End,
+    /// The connection now belongs to the caller (101 Switching Protocols, or a 2xx
+    /// answer to `CONNECT`); bytes left in the buffer belong to the new protocol.
+    Upgraded,
+}
+
+/// Heads compare by status, version and header fields (extensions are ignored).
+impl PartialEq for Frame {
+    fn eq(&self, other: &Frame) -> bool {
+        let same_head = |a: &http::Response<()>, b: &http::Response<()>| {
+            a.status() == b.status() && a.version() == b.version() && a.headers() == b.headers()
+        };
+        match (self, other) {
+            (Frame::Informational(a), Frame::Informational(b)) | (Frame::Head(a), Frame::Head(b)) => {
+                same_head(a, b)
+            }
+            (Frame::Data(a), Frame::Data(b)) => a == b,
+            (Frame::Trailers(a), Frame::Trailers(b)) => a == b,
+            (Frame::End, Frame::End) | (Frame::Upgraded, Frame::Upgraded) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Frame {}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Chunk {
+    Size { scanned: usize },
+    Data { remaining: u64 },
+    DataEnd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    Head { scanned: usize },
+    Empty,
+    Length { remaining: u64 },
+    Chunked(Chunk),
+    Trailers { scanned: usize },
+    UntilClose,
+    EndPending,
+    UpgradePending,
+    Ended,
+    Upgraded,
+}
+
+/// Decodes one response. Feed it the connection's read buffer; it consumes what it
+/// decodes and leaves the rest. See [`ResponseDecoder::decode`].
+#[derive(Clone, Debug)]
+pub struct ResponseDecoder {
+    limits: Limits,
+    head_request: bool,
+    connect_request: bool,
+    state: State,
+    failed: Option<Http1Error>,
+    received: u64,
+    declared: Option<u64>,
+    server_close: bool,
+    close_delimited: bool,
+    got_continue: bool,
+    informational_seen: bool,
+    got_final: bool,
+}
+
+impl ResponseDecoder {
+    /// A decoder for the response to a request with `method` (HEAD responses have
+    /// no body; a 2xx to CONNECT is a tunnel).
+    #[must_use]
+    pub fn new(method: &http::Method, limits: Limits) -> ResponseDecoder {
+        ResponseDecoder {
+            limits,
+            head_request: *method == http::Method::HEAD,
+            connect_request: *method == http::Method::CONNECT,
+            state: State::Head { scanned: 0 },
+            failed: None,
+            received: 0,
+            declared: None,
+            server_close: false,
+            close_delimited: false,
+            got_continue: false,
+            informational_seen: false,
+            got_final: false,
+        }
+    }
+
+    /// Decodes the next frame from the front of `buf`, consuming its bytes.
+    /// `Ok(None)`: more input is needed (or the response is over). `eof`: the peer
+    /// closed its side, so nothing more will arrive — a close-delimited body ends,
+    /// anything else incomplete is a truncation error. Errors are sticky.
+    ///
+    /// Any split of the same bytes into successive `buf` contents yields the same
+    /// head, body bytes, trailers and keep-alive decision.
+    pub fn decode(&mut self, buf: &mut BytesMut, eof: bool) -> Result<Option<Frame>, Http1Error> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.step(buf, eof) {
+            Ok(frame) => Ok(frame),
+            Err(e) => {
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the final head has been decoded.
+    #[must_use]
+    pub fn has_head(&self) -> bool {
+        self.got_final
+    }
+
+    /// Whether a `100 Continue` arrived.
+    #[must_use]
+    pub fn got_continue(&self) -> bool {
+        self.got_continue
+    }
+
+    /// Whether the response is complete (`End` or `Upgraded` was returned).
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
+        matches!(self.state, State::Ended | State::Upgraded)
+    }
+
+    /// Whether the connection was handed over (101 or a CONNECT tunnel).
+    #[must_use]
+    pub fn is_upgraded(&self) -> bool {
+        matches!(self.state, State::Upgraded | State::UpgradePending)
+    }
+
+    /// Body bytes decoded so far.
+    #[must_use]
+    pub fn body_received(&self) -> u64 {
+        self.received
+    }
+
+    /// What the response means for the connection, as of now: reusable only when
+    /// the response is complete, framed by length or chunks, and neither side asked
+    /// to close. Before completion: [`CloseReason::UnreadBody`].
+    #[must_use]
+    pub fn reuse(&self) -> Reuse {
+        let reason = if self.failed.is_some() {
+            CloseReason::Failure
+        } else if self.is_upgraded() {
+            CloseReason::Exclusive
+        } else if !self.is_complete() {
+            CloseReason::UnreadBody
+        } else if self.server_close {
+            CloseReason::ServerClose
+        } else if self.close_delimited {
+            CloseReason::CloseDelimited
+        } else {
+            return Reuse::Reusable;
+        };
+        Reuse::Retire(reason)
+    }
+
+    fn step(&mut self, buf: &mut BytesMut, eof: bool) -> Result<Option<Frame>, Http1Error> {
+        loop {
+            match self.state {
+                State::Head { scanned } => return self.head(buf, eof, scanned),
+                State::Empty | State::EndPending => {
+                    self.state = State::Ended;
+                    return Ok(Some(Frame::End));
+                }
+                State::UpgradePending => {
+                    self.state = State::Upgraded;
+                    return Ok(Some(Frame::Upgraded));
+                }
+                State::Ended | State::Upgraded => return Ok(None),
+                State::Length { remaining: 0 } => {
+                    self.state = State::Ended;
+                    return Ok(Some(Frame::End));
+                }
+                State::Length { remaining } => {
+                    let Some(data) = self.take(buf, remaining, eof)? else { return Ok(None) };
+                    self.state = State::Length { remaining: remaining - data.len() as u64 };
+                    return Ok(Some(Frame::Data(data)));
+                }
+                State::UntilClose => {
+                    if !buf.is_empty() {
+                        let data = buf.split().freeze();
+                        self.received += data.len() as u64;
+                        return Ok(Some(Frame::Data(data)));
+                    }
+                    if eof {
+                        self.state = State::Ended;
+                        return Ok(Some(Frame::End));
+                    }
+                    return Ok(None);
+                }
+                State::Chunked(Chunk::Size { scanned }) => {
+                    let Some(size) = self.chunk_size(buf, eof, scanned)? else { return Ok(None) };
+                    self.state = if size == 0 {
+                        State::Trailers { scanned: 0 }
+                    } else {
+                        State::Chunked(Chunk::Data { remaining: size })
+                    };
+                }
+                State::Chunked(Chunk::Data { remaining }) => {
+                    let Some(data) = self.take(buf, remaining, eof)? else { return Ok(None) };
+                    let left = remaining - data.len() as u64;
+                    self.state = State::Chunked(if left == 0 {
+                        Chunk::DataEnd
+                    } else {
+                        Chunk::Data { remaining: left }
+                    });
+                    return Ok(Some(Frame::Data(data)));
+                }
+                State::Chunked(Chunk::DataEnd) => {
+                    if buf.len() < 2 {
+                        if buf.first().is_some_and(|b| *b != b'\r') {
+                            return Err(Http1Error::MissingChunkTerminator);
+                        }
+                        return self.need_more(eof);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(Http1Error::MissingChunkTerminator);
+                    }
+                    buf.advance(2);
+                    self.state = State::Chunked(Chunk::Size { scanned: 0 });
+                }
+                State::Trailers { scanned } => return self.trailers(buf, eof, scanned),
+            }
+        }
+    }
+
+    fn need_more(&self, eof: bool) -> Result<Option<Frame>, Http1Error> {
+        if eof {
+            Err(Http1Error::TruncatedBody { expected: self.declared, received: self.received })
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Up to `remaining` body bytes from the front of `buf`, without copying.
+    fn take(&mut self, buf: &mut BytesMut, remaining: u64, eof: bool) -> Result<Option<Bytes>, Http1Error> {
+        if buf.is_empty() {
+            return self.need_more(eof).map(|_| None);
+        }
+        let n = usize::try_from(remaining).unwrap_or(usize::MAX).min(buf.len());
+        self.received += n as u64;
+        Ok(Some(buf.split_to(n).freeze()))
+    }
+
+    fn head(&mut self, buf: &mut BytesMut, eof: bool, scanned: usize) -> Result<Option<Frame>, Http1Error> {
+        let limit = self.limits.max_head_size;
+        let Some(end) = find_blank_line(buf, scanned) else {
+            if buf.len() > limit {
+                return Err(Http1Error::HeadTooLarge { limit });
+            }
+            self.state = State::Head { scanned: buf.len() };
+            if eof {
+                return Err(if buf.is_empty() && !self.informational_seen {
+                    Http1Error::EmptyResponse
+                } else {
+                    Http1Error::TruncatedHead { received: buf.len() }
+                });
+            }
+            return Ok(None);
+        };
+        if end > limit {
+            return Err(Http1Error::HeadTooLarge { limit });
+        }
+        let mut headers = vec![httparse::EMPTY_HEADER; self.limits.max_headers];
+        let mut parsed = httparse::Response::new(&mut headers);
+        let n = match parsed.parse(&buf[..end]) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => {
+                return Err(Http1Error::MalformedHead { reason: "incomplete head" })
+            }
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(Http1Error::TooManyHeaders { limit: self.limits.max_headers })
+            }
+            Err(e) => return Err(Http1Error::MalformedHead { reason: httparse_reason(e) }),
+        };
+        let code = parsed.code.unwrap_or(0);
+        let status = StatusCode::from_u16(code)
+            .map_err(|_| Http1Error::MalformedHead { reason: "invalid status code" })?;
+        let version = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+        // Small header values are copied: measured faster than sharing the head's
+        // buffer, which costs a reference count per value.
+        let map = header_map(parsed.headers)?;
+        buf.advance(n);
+        self.state = State::Head { scanned: 0 };
+        let mut response = http::Response::new(());
+        *response.status_mut() = status;
+        *response.version_mut() = version;
+        *response.headers_mut() = map;
+
+        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+            if status == StatusCode::CONTINUE {
+                self.got_continue = true;
+            }
+            self.informational_seen = true;
+            return Ok(Some(Frame::Informational(response)));
+        }
+        self.got_final = true;
+        self.server_close = wants_close(response.headers(), version);
+        self.state = self.framing(&response)?;
+        Ok(Some(Frame::Head(response)))
+    }
+
+    /// RFC 9112 §6.3: how the body of this response is delimited.
+    fn framing(&mut self, response: &http::Response<()>) -> Result<State, Http1Error> {
+        let status = response.status();
+        if status == StatusCode::SWITCHING_PROTOCOLS || (self.connect_request && status.is_success()) {
+            return Ok(State::UpgradePending);
+        }
+        if self.head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+            return Ok(State::Empty);
+        }
+        let headers = response.headers();
+        let te = headers.contains_key(TRANSFER_ENCODING);
+        let cl = headers.contains_key(CONTENT_LENGTH);
+        if te && cl {
+            return Err(Http1Error::ContentLengthAndTransferEncoding);
+        }
+        if te {
+            if final_coding_is_chunked(headers) {
+                return Ok(State::Chunked(Chunk::Size { scanned: 0 }));
+            }
+            self.close_delimited = true;
+            return Ok(State::UntilClose);
+        }
+        if cl {
+            let n = response_content_length(headers)?;
+            self.declared = Some(n);
+            return Ok(State::Length { remaining: n });
+        }
+        self.close_delimited = true;
+        Ok(State::UntilClose)
+    }
+
+    /// Parses a chunk-size line (`1a;ext=v\r\n`), consuming it.
+    fn chunk_size(
+        &mut self,
+        buf: &mut BytesMut,
+        eof: bool,
+        scanned: usize,
+    ) -> Result<Option<u64>, Http1Error> {
+        let limit = self.limits.max_chunk_line;
+        let Some(nl) = buf[scanned.min(buf.len())..].iter().position(|b| *b == b'\n').map(|p| p + scanned)
+        else {
+            if buf.len() > limit {
+                return Err(Http1Error::ChunkLineTooLong { limit });
+            }
+            self.state = State::Chunked(Chunk::Size { scanned: buf.len() });
+            return self.need_more(eof).map(|_| None);
+        };
+        if nl + 1 > limit {
+            return Err(Http1Error::ChunkLineTooLong { limit });
+        }
+        let line = &buf[..nl];
+        let bad = || Http1Error::InvalidChunkSize { line: lossy(line) };
+        let line_body = line.strip_suffix(b"\r").ok_or_else(bad)?;
+        let size_part = match line_body.iter().position(|b| *b == b';') {
+            Some(i) => trim(&line_body[..i]),
+            None => line_body,
+        };
+        if size_part.is_empty() || size_part.len() > 16 {
+            return Err(bad());
+        }
+        let mut size: u64 = 0;
+        for &b in size_part {
+            let digit = (b as char).to_digit(16).ok_or_else(bad)?;
+            size = (size << 4) | u64::from(digit);
+        }
+        buf.advance(nl + 1);
+        Ok(Some(size))
+    }
+
+    fn trailers(
+        &mut self,
+        buf: &mut BytesMut,
+        eof: bool,
+        scanned: usize,
+    ) -> Result<Option<Frame>, Http1Error> {
+        if buf.starts_with(b"\r\n") {
+            buf.advance(2);
+            self.state = State::Ended;
+            return Ok(Some(Frame::End));
+        }
+        if buf.len() < 2 && (buf.is_empty() || buf[0] == b'\r') {
+            return self.need_more(eof);
+        }
+        let limit = self.limits.max_head_size;
+        let Some(end) = find_blank_line(buf, scanned) else {
+            if buf.len() > limit {
+                return Err(Http1Error::MalformedTrailers { reason: "trailer section too large" });
+            }
+            self.state = State::Trailers { scanned: buf.len() };
+            return self.need_more(eof);
+        };
+        if end > limit {
+            return Err(Http1Error::MalformedTrailers { reason: "trailer section too large" });
+        }
+        let mut headers = vec![httparse::EMPTY_HEADER; self.limits.max_headers];
+        let n = match httparse::parse_headers(&buf[..end], &mut headers) {
+            Ok(httparse::Status::Complete((n, _))) => n,
+            Ok(httparse::Status::Partial) => {
+                return Err(Http1Error::MalformedTrailers { reason: "incomplete" })
+            }
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(Http1Error::MalformedTrailers { reason: "too many trailer fields" })
+            }
+            Err(e) => return Err(Http1Error::MalformedTrailers { reason: httparse_reason(e) }),
+        };
+        let count = headers.iter().take_while(|h| !h.name.is_empty()).count();
+        let map = header_map(&headers[..count])
+            .map_err(|_| Http1Error::MalformedTrailers { reason: "invalid trailer field" })?;
+        buf.advance(n);
+        self.state = State::EndPending;
+        Ok(Some(Frame::Trailers(map)))
+    }
+}
+
+/// The index just past the first empty line (`\n\n`, `\n\r\n`) at or after
+/// `scanned - 2`, so a terminator split across reads is still found.
+fn find_blank_line(buf: &[u8], scanned: usize) -> Option<usize> {
+    let start = scanned.saturating_sub(2);
+    let mut i = start;
+    while let Some(p) = buf.get(i..).and_then(|rest| rest.iter().position(|b| *b == b'\n')) {
+        let nl = i + p;
+        match buf.get(nl + 1) {
+            Some(b'\n') => return Some(nl + 2),
+            Some(b'\r') if buf.get(nl + 2) == Some(&b'\n') => return Some(nl + 3),
+            _ => i = nl + 1,
+        }
+    }
+    None
+}
+
+fn header_map(headers: &[httparse::Header<'_>]) -> Result<HeaderMap, Http1Error> {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for h in headers {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| Http1Error::MalformedHead { reason: "invalid header name" })?;
+        let value = HeaderValue::from_bytes(h.value)
+            .map_err(|_| Http1Error::MalformedHead { reason: "invalid header value" })?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> + 'a {
+    headers.get_all(name).into_iter().flat_map(|v| v.as_bytes().split(|b| *b == b',')).map(trim)
+}
+
+/// `Connection: close`, or HTTP/1.0 without `Connection: keep-alive`.
+fn wants_close(headers: &HeaderMap, version: Version) -> bool {
+    let mut close = false;
+    let mut keep_alive = false;
+    for t in tokens(headers, &CONNECTION) {
+        close |= t.eq_ignore_ascii_case(b"close");
+        keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+    }
+    close || (version == Version::HTTP_10 && !keep_alive)
+}
+
+fn final_coding_is_chunked(headers: &HeaderMap) -> bool {
+    tokens(headers, &TRANSFER_ENCODING)
+        .filter(|t| !t.is_empty())
+        .last()
+        .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
+}
+
+fn response_content_length(headers: &HeaderMap) -> Result<u64, Http1Error> {
+    let mut values: Vec<&[u8]> = tokens(headers, &CONTENT_LENGTH).collect();
+    let mut found: Option<u64> = None;
+    for v in &values {
+        let n =
+            super::parse_decimal(v).ok_or_else(|| Http1Error::InvalidContentLength { value: lossy(v) })?;
+        if found.is_some_and(|f| f != n) {
+            values.dedup();
+            return Err(Http1Error::ConflictingContentLength {
+                values: values.iter().map(|v| lossy(v)).collect(),
+            });
+        }
+        found = Some(n);
+    }
+    found.ok_or(Http1Error::InvalidContentLength { value: String::new() })
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(64)]).into_owned()
+}
+
+fn httparse_reason(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status line",
+        httparse::Error::Token => "invalid token",
+        httparse::Error::TooManyHeaders => "too many headers",
+        httparse::Error::Version => "invalid HTTP version",
+    }
+}

@@ -1,0 +1,436 @@
+//! The HTTP/1.1 codec: RFC 9112 framing cases, keep-alive rules and errors as
+//! tables; split invariance and request round trips as properties.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../fuzz/harness.rs"]
+mod harness;
+
+use bytes::BytesMut;
+use harness::{decode_in_splits, Outcome, RoundTrip};
+use http::Method;
+use proptest::prelude::*;
+use switchyard_core::http1::{BodyPermission, Exchange, Frame, Http1Error, Limits, RequestBody, TargetForm};
+use switchyard_core::{CloseReason, Reuse};
+
+fn decode(method: &Method, input: &str, eof: bool) -> Outcome {
+    decode_in_splits(method, input.as_bytes(), &[], eof, Limits::default())
+}
+fn get(input: &str) -> Outcome {
+    decode(&Method::GET, input, false)
+}
+fn get_eof(input: &str) -> Outcome {
+    decode(&Method::GET, input, true)
+}
+fn retire(r: CloseReason) -> Reuse {
+    Reuse::Retire(r)
+}
+
+// ------------------------------------------------------------------ framing
+
+#[test]
+fn content_length_body() {
+    let o = get("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+    assert_eq!(o.head.as_ref().unwrap().0, 200);
+    assert_eq!(o.body, b"hello");
+    assert!(o.end);
+    assert_eq!(o.reuse, Reuse::Reusable);
+}
+
+#[test]
+fn chunked_with_extensions_and_trailers() {
+    // RFC 9112 §7.1: chunk-ext after the size, trailer fields after the last chunk.
+    let o = get(
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+         4;name=value\r\nWiki\r\n5 ; x=\"q\"\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nExpires: never\r\n\r\n",
+    );
+    assert_eq!(o.body, b"Wikipedia in\r\n\r\nchunks.");
+    assert_eq!(o.trailers, [("expires".to_owned(), b"never".to_vec())]);
+    assert!(o.end);
+    assert_eq!(o.reuse, Reuse::Reusable);
+    let bare = get("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n");
+    assert!(bare.end && bare.body.is_empty() && bare.trailers.is_empty());
+}
+
+#[test]
+fn close_delimited_body_ends_at_eof_and_retires_the_connection() {
+    let o = get("HTTP/1.1 200 OK\r\n\r\nuntil the end");
+    assert!(!o.end, "not over before EOF");
+    assert_eq!(o.reuse, retire(CloseReason::UnreadBody));
+    let o = get_eof("HTTP/1.1 200 OK\r\n\r\nuntil the end");
+    assert_eq!(o.body, b"until the end");
+    assert!(o.end);
+    assert_eq!(o.reuse, retire(CloseReason::CloseDelimited));
+    // A transfer coding that does not end in chunked is also close-delimited.
+    let o = get_eof("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxyz");
+    assert_eq!((o.body.as_slice(), o.reuse), (&b"xyz"[..], retire(CloseReason::CloseDelimited)));
+}
+
+#[test]
+fn no_body_for_head_204_304() {
+    let o = decode(&Method::HEAD, "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n", false);
+    assert!(o.end && o.body.is_empty());
+    assert_eq!(o.reuse, Reuse::Reusable);
+    for status in ["204 No Content", "304 Not Modified"] {
+        let o = get(&format!("HTTP/1.1 {status}\r\nContent-Length: 10\r\n\r\n"));
+        assert!(o.end && o.body.is_empty(), "{status}");
+    }
+}
+
+#[test]
+fn informational_responses_are_skipped() {
+    let o = get("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(o.informational, [100, 103]);
+    assert_eq!(o.head.unwrap().0, 200);
+    assert!(o.end);
+}
+
+#[test]
+fn switching_protocols_hands_over_the_connection() {
+    let mut buf =
+        BytesMut::from(&b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello"[..]);
+    let (parts, ()) = http::Request::get("http://e.com/ws").body(()).unwrap().into_parts();
+    let (mut ex, _) =
+        Exchange::new(&parts, TargetForm::Origin, RequestBody::None, Limits::default()).unwrap();
+    assert!(matches!(ex.decode(&mut buf, false).unwrap(), Some(Frame::Head(r)) if r.status() == 101));
+    assert_eq!(ex.decode(&mut buf, false).unwrap(), Some(Frame::Upgraded));
+    assert_eq!(ex.decode(&mut buf, false).unwrap(), None);
+    assert_eq!(&buf[..], b"\x81\x05hello", "the new protocol's bytes are left for the caller");
+    assert_eq!(ex.reuse(), retire(CloseReason::Exclusive));
+}
+
+#[test]
+fn connect_2xx_is_a_tunnel() {
+    let o = decode(&Method::CONNECT, "HTTP/1.1 200 Connection Established\r\n\r\n", false);
+    assert!(o.upgraded);
+    assert_eq!(o.reuse, retire(CloseReason::Exclusive));
+    let o = decode(&Method::CONNECT, "HTTP/1.1 407 Proxy Auth\r\nContent-Length: 2\r\n\r\nno", false);
+    assert!(!o.upgraded && o.end);
+}
+
+// ------------------------------------------------------------------ keep-alive
+
+#[test]
+fn keep_alive_rules() {
+    let cases: &[(&str, Reuse)] = &[
+        ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", Reuse::Reusable),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            retire(CloseReason::ServerClose),
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: upgrade, Close\r\nContent-Length: 0\r\n\r\n",
+            retire(CloseReason::ServerClose),
+        ),
+        ("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", retire(CloseReason::ServerClose)),
+        ("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", Reuse::Reusable),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(get(input).reuse, *expected, "{input:?}");
+    }
+}
+
+#[test]
+fn request_connection_close_retires() {
+    let (parts, ()) =
+        http::Request::get("http://e.com/").header("connection", "close").body(()).unwrap().into_parts();
+    let (mut ex, _) =
+        Exchange::new(&parts, TargetForm::Origin, RequestBody::None, Limits::default()).unwrap();
+    let mut buf = BytesMut::from(&b"HTTP/1.1 204 No Content\r\n\r\n"[..]);
+    while ex.decode(&mut buf, false).unwrap().is_some() {}
+    assert_eq!(ex.reuse(), retire(CloseReason::RequestClose));
+}
+
+#[test]
+fn unread_body_and_framing_errors_retire() {
+    assert_eq!(
+        get("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").reuse,
+        retire(CloseReason::UnreadBody)
+    );
+    assert_eq!(get("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").reuse, retire(CloseReason::Failure));
+}
+
+#[test]
+fn expect_100_continue() {
+    let req = || {
+        http::Request::put("http://e.com/big")
+            .header("expect", "100-continue")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    };
+    // 100 arrives: the body may go.
+    let (mut ex, _) =
+        Exchange::new(&req(), TargetForm::Origin, RequestBody::Length(3), Limits::default()).unwrap();
+    assert_eq!(ex.body_permission(), BodyPermission::AwaitContinue);
+    assert_eq!(ex.encode_body(b"abc", &mut Vec::new()), Err(Http1Error::BodyNotAllowed));
+    let mut buf = BytesMut::from(&b"HTTP/1.1 100 Continue\r\n\r\n"[..]);
+    ex.decode(&mut buf, false).unwrap();
+    assert_eq!(ex.body_permission(), BodyPermission::Send);
+    let mut out = Vec::new();
+    ex.encode_body(b"abc", &mut out).unwrap();
+    ex.finish_body(None, &mut out).unwrap();
+    buf.extend_from_slice(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n");
+    while ex.decode(&mut buf, false).unwrap().is_some() {}
+    assert_eq!(ex.reuse(), Reuse::Reusable);
+
+    // A final response first: the body is withheld and the connection retired.
+    let (mut ex, _) =
+        Exchange::new(&req(), TargetForm::Origin, RequestBody::Length(3), Limits::default()).unwrap();
+    let mut buf = BytesMut::from(&b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n"[..]);
+    while ex.decode(&mut buf, false).unwrap().is_some() {}
+    assert_eq!(ex.body_permission(), BodyPermission::Withheld);
+    assert_eq!(ex.reuse(), retire(CloseReason::ExpectNotHonoured));
+
+    // The adapter's timeout: send anyway.
+    let (mut ex, _) =
+        Exchange::new(&req(), TargetForm::Origin, RequestBody::Length(3), Limits::default()).unwrap();
+    ex.continue_timed_out();
+    assert_eq!(ex.body_permission(), BodyPermission::Send);
+}
+
+#[test]
+fn response_before_the_request_body_is_sent_retires() {
+    let (parts, ()) = http::Request::post("http://e.com/").body(()).unwrap().into_parts();
+    let (mut ex, _) =
+        Exchange::new(&parts, TargetForm::Origin, RequestBody::Length(10), Limits::default()).unwrap();
+    ex.encode_body(b"12345", &mut Vec::new()).unwrap();
+    let mut buf = BytesMut::from(&b"HTTP/1.1 400 Bad\r\nContent-Length: 0\r\n\r\n"[..]);
+    while ex.decode(&mut buf, false).unwrap().is_some() {}
+    assert_eq!(ex.reuse(), retire(CloseReason::RequestBodyIncomplete));
+}
+
+// ------------------------------------------------------------------ errors
+
+#[test]
+fn framing_errors() {
+    let cases: &[(&str, Http1Error)] = &[
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n",
+            Http1Error::InvalidContentLength { value: "abc".into() },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            Http1Error::InvalidContentLength { value: "-1".into() },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n",
+            Http1Error::InvalidContentLength { value: "+5".into() },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            Http1Error::InvalidContentLength { value: "99999999999999999999".into() },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            Http1Error::ConflictingContentLength { values: vec!["5".into(), "6".into()] },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Http1Error::ContentLengthAndTransferEncoding,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            Http1Error::InvalidChunkSize { line: "zz\r".into() },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n",
+            Http1Error::InvalidChunkSize { line: "10000000000000000\r".into() },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\n",
+            Http1Error::InvalidChunkSize { line: "5".into() },
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX",
+            Http1Error::MissingChunkTerminator,
+        ),
+        ("HTTP/1.1 2000 OK\r\n\r\n", Http1Error::MalformedHead { reason: "invalid status line" }),
+        ("HTTP/2.0 200 OK\r\n\r\n", Http1Error::MalformedHead { reason: "invalid HTTP version" }),
+        (
+            "HTTP/1.1 200 OK\r\nBad Header: x\r\n\r\n",
+            Http1Error::MalformedHead { reason: "invalid header name" },
+        ),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(get(input).error.as_ref(), Some(expected), "{input:?}");
+    }
+    // Equal duplicates are one length (RFC 9112 §6.3 item 5).
+    assert_eq!(get("HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok").body, b"ok");
+}
+
+#[test]
+fn limits() {
+    let limits = Limits { max_head_size: 64, max_headers: 3, max_chunk_line: 8 };
+    let big = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(100));
+    let o = decode_in_splits(&Method::GET, big.as_bytes(), &[], false, limits);
+    assert_eq!(o.error, Some(Http1Error::HeadTooLarge { limit: 64 }));
+    // Without a terminator in sight, buffering stops at the limit too.
+    let o = decode_in_splits(&Method::GET, &big.as_bytes()[..80], &[], false, limits);
+    assert_eq!(o.error, Some(Http1Error::HeadTooLarge { limit: 64 }));
+    let many = "HTTP/1.1 200 OK\r\na: 1\r\nb: 2\r\nc: 3\r\nd: 4\r\n\r\n";
+    let o = decode_in_splits(&Method::GET, many.as_bytes(), &[], false, limits);
+    assert_eq!(o.error, Some(Http1Error::TooManyHeaders { limit: 3 }));
+    let ext = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;aaaaaaaaaaaaa\r\nx\r\n0\r\n\r\n";
+    let o = decode_in_splits(&Method::GET, ext.as_bytes(), &[], false, limits);
+    assert_eq!(o.error, Some(Http1Error::ChunkLineTooLong { limit: 8 }));
+    let default = format!("HTTP/1.1 200 OK\r\n{}\r\n", "h: v\r\n".repeat(101));
+    assert_eq!(get(&default).error, Some(Http1Error::TooManyHeaders { limit: 100 }));
+}
+
+#[test]
+fn truncation_is_an_error_not_silent_success() {
+    let o = get_eof("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
+    assert_eq!(o.error, Some(Http1Error::TruncatedBody { expected: Some(10), received: 3 }));
+    assert_eq!(o.body, b"abc");
+    let o = get_eof("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab");
+    assert_eq!(o.error, Some(Http1Error::TruncatedBody { expected: None, received: 2 }));
+    let o = get_eof("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n");
+    assert_eq!(o.error, Some(Http1Error::TruncatedBody { expected: None, received: 5 }));
+    assert_eq!(get_eof("").error, Some(Http1Error::EmptyResponse));
+    assert_eq!(get_eof("HTTP/1.1 200").error, Some(Http1Error::TruncatedHead { received: 12 }));
+    assert_eq!(
+        get_eof("HTTP/1.1 100 Continue\r\n\r\n").error,
+        Some(Http1Error::TruncatedHead { received: 0 }),
+        "after an interim response, EOF is a truncated head, not an empty response"
+    );
+}
+
+#[test]
+fn body_frames_share_the_read_buffer() {
+    let mut buf = BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody"[..]);
+    let base = buf.as_ptr() as usize;
+    let mut dec = switchyard_core::http1::ResponseDecoder::new(&Method::GET, Limits::default());
+    dec.decode(&mut buf, false).unwrap();
+    let Some(Frame::Data(d)) = dec.decode(&mut buf, false).unwrap() else { panic!() };
+    assert_eq!(d.as_ptr() as usize, base + 38, "a view of the buffer, not a copy");
+}
+
+// ------------------------------------------------------------------ properties
+
+#[derive(Debug, Clone)]
+enum Framing {
+    Length,
+    Chunked(Vec<usize>),
+    Close,
+}
+
+fn response() -> impl Strategy<Value = (Vec<u8>, bool)> {
+    (
+        prop::sample::select(vec![200u16, 201, 204, 304, 404, 500]),
+        prop::collection::vec(("[a-z][a-z0-9-]{0,10}", "[ -~]{0,20}"), 0..5),
+        prop::collection::vec(any::<u8>(), 0..300),
+        prop_oneof![
+            Just(Framing::Length),
+            prop::collection::vec(1usize..64, 0..8).prop_map(Framing::Chunked),
+            Just(Framing::Close)
+        ],
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(status, headers, body, framing, close, interim)| {
+            let mut out = Vec::new();
+            if interim {
+                out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            }
+            out.extend_from_slice(format!("HTTP/1.1 {status} X\r\n").as_bytes());
+            for (n, v) in headers {
+                if matches!(n.as_str(), "content-length" | "transfer-encoding" | "connection") {
+                    continue;
+                }
+                out.extend_from_slice(format!("x-{n}: {}\r\n", v.trim()).as_bytes());
+            }
+            if close {
+                out.extend_from_slice(b"connection: close\r\n");
+            }
+            let eof = matches!(framing, Framing::Close);
+            match framing {
+                Framing::Length => {
+                    out.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+                    out.extend_from_slice(&body);
+                }
+                Framing::Chunked(sizes) => {
+                    out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+                    let mut rest = &body[..];
+                    for s in sizes.into_iter().chain(std::iter::once(usize::MAX)) {
+                        let n = s.min(rest.len());
+                        if n == 0 {
+                            break;
+                        }
+                        out.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                        out.extend_from_slice(&rest[..n]);
+                        out.extend_from_slice(b"\r\n");
+                        rest = &rest[n..];
+                    }
+                    out.extend_from_slice(b"0\r\nx-trailer: t\r\n\r\n");
+                }
+                Framing::Close => {
+                    out.extend_from_slice(b"\r\n");
+                    out.extend_from_slice(&body);
+                }
+            }
+            (out, eof)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Any chunking of a valid response decodes to the same head, body, trailers
+    /// and keep-alive decision as the whole — and the decode succeeds.
+    #[test]
+    fn split_invariant_on_valid_responses(
+        (input, eof) in response(),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let whole = decode_in_splits(&Method::GET, &input, &[], eof, Limits::default());
+        prop_assert!(whole.error.is_none(), "{:?}", whole.error);
+        prop_assert!(whole.end);
+        let split = decode_in_splits(&Method::GET, &input, &cuts, eof, Limits::default());
+        prop_assert_eq!(&whole, &split);
+        let bytewise: Vec<usize> = (0..input.len()).collect();
+        prop_assert_eq!(&whole, &decode_in_splits(&Method::GET, &input, &bytewise, eof, Limits::default()));
+    }
+
+    /// Arbitrary bytes: never a panic, and still split-invariant (errors included).
+    #[test]
+    fn split_invariant_on_arbitrary_bytes(data in prop::collection::vec(any::<u8>(), 0..400)) {
+        harness::check_split_invariance(&data);
+    }
+
+    #[test]
+    fn chunked_requests_round_trip(
+        method in prop::sample::select(vec![Method::GET, Method::POST, Method::PUT, Method::DELETE]),
+        path in "/[a-z0-9._~-]{0,20}",
+        headers in prop::collection::vec(("x-[a-z]{1,8}", "[a-zA-Z0-9 ]{0,16}"), 0..5),
+        chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..100), 0..6),
+        trailers in prop::collection::vec(("x-t[a-z]{1,4}", "[a-z0-9]{1,8}"), 0..3),
+    ) {
+        let headers = headers.into_iter().map(|(n, v)| (n, v.trim().to_owned())).collect();
+        harness::roundtrip(&RoundTrip { method, path, headers, chunks, trailers });
+    }
+}
+
+/// Replays the checked-in fuzz corpus, so `cargo test` catches regressions found
+/// by the fuzzers without any fuzz tooling.
+#[test]
+fn fuzz_corpus_replays() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+    let mut replayed = 0;
+    for (target, check) in [
+        ("response_decoder", harness::check_split_invariance as fn(&[u8])),
+        ("request_roundtrip", harness::check_roundtrip),
+    ] {
+        let dir = root.join(target);
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        for f in files {
+            check(&std::fs::read(&f).unwrap());
+            replayed += 1;
+        }
+    }
+    assert!(replayed >= 10, "the seed corpus is missing ({replayed} files)");
+}
