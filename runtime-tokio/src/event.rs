@@ -1,0 +1,176 @@
+//! Events: the core's (proxy selection, DNS, connect attempts, TLS, acquisition,
+//! release, close with reason, retries) and the exchange's own (request and
+//! response heads and bodies, call end), delivered to an [`EventListener`] and to
+//! `tracing` at debug level. Listeners run outside the client's lock.
+
+use std::sync::{Arc, Mutex};
+
+use http::StatusCode;
+use switchyard_core::{CallId, Event, Instant};
+
+use crate::Error;
+
+/// Receives a call's events. Every method does nothing by default; implement the
+/// ones you need. Keep them fast: they run on the task that made the progress.
+///
+/// ```
+/// use switchyard_tokio::{EventListener, Client};
+/// use switchyard_core::{CallId, Event, Instant};
+/// struct Printer;
+/// impl EventListener for Printer {
+///     fn core_event(&self, event: &Event) {
+///         println!("{:?} {:?}", event.at, event.kind);
+///     }
+///     fn response_headers_end(&self, call: CallId, status: http::StatusCode, _at: Instant) {
+///         println!("{call}: {status}");
+///     }
+/// }
+/// let client = Client::builder().event_listener(Printer).build().unwrap();
+/// # drop(client);
+/// ```
+#[allow(unused_variables)]
+pub trait EventListener: Send + Sync + 'static {
+    /// A call starts.
+    fn call_start(&self, call: CallId, request: &http::request::Parts, at: Instant) {}
+    /// An event from the core: proxy selection, DNS, connect start/end/failed,
+    /// secure connect, connection acquired/released/closed, no new exchanges,
+    /// retry decisions.
+    fn core_event(&self, event: &Event) {}
+    /// The request head was written.
+    fn request_headers_end(&self, call: CallId, at: Instant) {}
+    /// The request body was written (`bytes` long).
+    fn request_body_end(&self, call: CallId, bytes: u64, at: Instant) {}
+    /// The response head arrived.
+    fn response_headers_end(&self, call: CallId, status: StatusCode, at: Instant) {}
+    /// The response body ended (`bytes` long).
+    fn response_body_end(&self, call: CallId, bytes: u64, at: Instant) {}
+    /// The call succeeded (its response head arrived).
+    fn call_end(&self, call: CallId, at: Instant) {}
+    /// The call failed.
+    fn call_failed(&self, call: CallId, error: &Error, at: Instant) {}
+}
+
+/// A listener that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoopListener;
+impl EventListener for NoopListener {}
+
+/// One recorded event: when, for which call (none for pool-wide events), what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// When, on the client's clock.
+    pub at: Instant,
+    /// The call, if the event belongs to one.
+    pub call: Option<CallId>,
+    /// The event's name (`dns_start`, `connect_end`, `connection_acquired`, …).
+    pub name: &'static str,
+    /// Details, human-readable.
+    pub detail: String,
+}
+
+/// A listener that records every event in order, for tests and timelines.
+///
+/// ```
+/// use switchyard_tokio::{Client, EventLog};
+/// let log = EventLog::default();
+/// let client = Client::builder().event_listener(log.clone()).build().unwrap();
+/// assert!(log.events().is_empty());
+/// # drop(client);
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct EventLog {
+    events: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl EventLog {
+    /// Everything recorded so far.
+    #[must_use]
+    pub fn events(&self) -> Vec<Recorded> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+    /// The names of one call's events, in order.
+    #[must_use]
+    pub fn names_for(&self, call: CallId) -> Vec<&'static str> {
+        self.events().into_iter().filter(|e| e.call == Some(call)).map(|e| e.name).collect()
+    }
+    /// Forgets everything.
+    pub fn clear(&self) {
+        if let Ok(mut e) = self.events.lock() {
+            e.clear();
+        }
+    }
+    fn push(&self, at: Instant, call: Option<CallId>, name: &'static str, detail: String) {
+        if let Ok(mut e) = self.events.lock() {
+            e.push(Recorded { at, call, name, detail });
+        }
+    }
+}
+
+/// The snake_case name of a core event and its details.
+#[must_use]
+pub fn describe(event: &Event) -> (&'static str, String) {
+    use switchyard_core::EventKind as K;
+    match &event.kind {
+        K::ProxySelectStart { address } => ("proxy_select_start", address.to_string()),
+        K::ProxySelectEnd { proxies } => {
+            ("proxy_select_end", proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        }
+        K::DnsStart { host, .. } => ("dns_start", host.to_string()),
+        K::DnsEnd { host, addresses, .. } => (
+            "dns_end",
+            format!("{host} -> {}", addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
+        ),
+        K::DnsFailed { host, error, .. } => ("dns_failed", format!("{host}: {error}")),
+        K::ConnectStart { attempt, route } => ("connect_start", format!("{attempt} {route}")),
+        K::SecureConnectStart { attempt } => ("secure_connect_start", attempt.to_string()),
+        K::SecureConnectEnd { attempt, protocol } => {
+            ("secure_connect_end", format!("{attempt} alpn={protocol}"))
+        }
+        K::ConnectEnd { attempt, route, protocol } => {
+            ("connect_end", format!("{attempt} {route} {protocol}"))
+        }
+        K::ConnectFailed { attempt, route, error } => {
+            ("connect_failed", format!("{attempt} {route}: {error}"))
+        }
+        K::ConnectCancelled { attempt, route, reason } => {
+            ("connect_cancelled", format!("{attempt} {route} ({reason:?})"))
+        }
+        K::PooledConnectionTaken { connection } => ("pooled_connection_taken", connection.to_string()),
+        K::ConnectionAcquired { connection, source } => {
+            ("connection_acquired", format!("{connection} {source:?}"))
+        }
+        K::ConnectionReleased { connection } => ("connection_released", connection.to_string()),
+        K::ConnectionClosed { connection, reason } => ("connection_closed", format!("{connection} {reason}")),
+        K::NoNewExchanges { connection, reason } => ("no_new_exchanges", format!("{connection} {reason}")),
+        K::RetryDecision { connection, decision } => ("retry_decision", format!("{connection} {decision:?}")),
+        other => ("other", format!("{other:?}")),
+    }
+}
+
+impl EventListener for EventLog {
+    fn call_start(&self, call: CallId, request: &http::request::Parts, at: Instant) {
+        self.push(at, Some(call), "call_start", format!("{} {}", request.method, request.uri));
+    }
+    fn core_event(&self, event: &Event) {
+        let (name, detail) = describe(event);
+        self.push(event.at, event.call, name, detail);
+    }
+    fn request_headers_end(&self, call: CallId, at: Instant) {
+        self.push(at, Some(call), "request_headers_end", String::new());
+    }
+    fn request_body_end(&self, call: CallId, bytes: u64, at: Instant) {
+        self.push(at, Some(call), "request_body_end", format!("{bytes} bytes"));
+    }
+    fn response_headers_end(&self, call: CallId, status: StatusCode, at: Instant) {
+        self.push(at, Some(call), "response_headers_end", status.to_string());
+    }
+    fn response_body_end(&self, call: CallId, bytes: u64, at: Instant) {
+        self.push(at, Some(call), "response_body_end", format!("{bytes} bytes"));
+    }
+    fn call_end(&self, call: CallId, at: Instant) {
+        self.push(at, Some(call), "call_end", String::new());
+    }
+    fn call_failed(&self, call: CallId, error: &Error, at: Instant) {
+        self.push(at, Some(call), "call_failed", error.to_string());
+    }
+}

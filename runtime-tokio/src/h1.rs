@@ -1,0 +1,431 @@
+//! HTTP/1.1 over one connection, through the core's codec: write the request,
+//! read the response head, stream the body, and hand the socket back to the pool
+//! (or close it) exactly as the codec's keep-alive decision says.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use switchyard_core::http1::{BodyPermission, Exchange, Frame, Http1Error, RequestBody, TargetForm};
+use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
+use switchyard_core::{Address, CallId, CloseReason, ConnectError, ConnectionId, Reuse};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::body::{Body, Kind};
+use crate::driver::{H1Conn, H1Source, Io, Shared};
+use crate::error::{BodyError, Error};
+
+/// How an attempt to run the exchange ended, when it did not produce a response.
+pub(crate) enum Attempted {
+    /// The pool decides: retry or fail.
+    Failed(ExchangeFailure),
+    /// The request itself is wrong; nothing was sent.
+    Fatal(Error),
+}
+
+pub(crate) struct Request<'a> {
+    pub(crate) parts: &'a http::request::Parts,
+    pub(crate) body: &'a mut Body,
+    pub(crate) form: TargetForm,
+    pub(crate) facts: RequestFacts,
+}
+
+async fn timed<T>(
+    limit: Option<Duration>,
+    f: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match limit {
+        Some(d) => tokio::time::timeout(d, f).await.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+        None => f.await,
+    }
+}
+
+fn io_failure(e: &io::Error, progress: Progress, facts: RequestFacts) -> Attempted {
+    Attempted::Failed(ExchangeFailure { kind: ExchangeFailureKind::from_io(e), progress, request: facts })
+}
+
+/// Writes `data`, counting what reached the socket so a failure can say whether
+/// any of the request was sent.
+async fn write_counted(
+    conn: &mut H1Conn,
+    data: &[u8],
+    written: &mut u64,
+    limit: Option<Duration>,
+) -> io::Result<()> {
+    let mut rest = data;
+    while !rest.is_empty() {
+        let n = timed(limit, conn.io.write(rest)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        *written += n as u64;
+        rest = &rest[n..];
+    }
+    Ok(())
+}
+
+/// Runs one exchange. On success the response's body owns the connection until
+/// it ends.
+pub(crate) async fn exchange(
+    shared: &Arc<Shared>,
+    call: CallId,
+    connection: ConnectionId,
+    source: H1Source,
+    req: Request<'_>,
+) -> Result<http::Response<crate::ResponseBody>, Attempted> {
+    let facts = req.facts;
+    let mut conn = match source {
+        H1Source::Ready(c) => c,
+        H1Source::Watched(stop, back) => {
+            let _ = stop.send(());
+            match back.await {
+                Ok(c) => c,
+                Err(_) => {
+                    let e = io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "the server closed the idle connection",
+                    );
+                    return Err(io_failure(&e, Progress::NothingWritten, facts));
+                }
+            }
+        }
+    };
+    let settings = &shared.settings;
+    let body_kind = match req.body.len() {
+        Some(0) => RequestBody::None,
+        Some(n) => RequestBody::Length(n),
+        None => RequestBody::Chunked,
+    };
+    let (mut ex, head) = match Exchange::new(req.parts, req.form, body_kind, settings.limits) {
+        Ok(x) => x,
+        Err(e) => {
+            // Nothing was written: the connection goes back as it was.
+            shared.release_h1(call, connection, conn, Reuse::Reusable);
+            return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
+        }
+    };
+    let mut written = 0u64;
+    let progress = |w: u64| if w == 0 { Progress::NothingWritten } else { Progress::RequestWritten };
+
+    // Head, and a buffered body in the same write when it may go at once.
+    let mut out = head;
+    if ex.body_permission() == BodyPermission::Send {
+        if let Some(bytes) = req.body.bytes() {
+            let encoded = ex.encode_body(&bytes, &mut out).and_then(|()| ex.finish_body(None, &mut out));
+            if let Err(e) = encoded {
+                shared.release_h1(call, connection, conn, Reuse::Reusable);
+                return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
+            }
+        }
+    }
+    if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+        return Err(io_failure(&e, progress(written), facts));
+    }
+    let at = shared.now();
+    shared.emit(move |l| l.request_headers_end(call, at));
+
+    // `Expect: 100-continue`: wait for the server's word, or our own timeout.
+    let mut early_head = None;
+    if ex.body_permission() == BodyPermission::AwaitContinue {
+        let deadline = tokio::time::Instant::now() + settings.expect_continue_timeout;
+        loop {
+            match ex.decode(&mut conn.buf, false) {
+                Ok(Some(Frame::Informational(r))) if r.status() == http::StatusCode::CONTINUE => break,
+                Ok(Some(Frame::Informational(_))) => continue,
+                Ok(Some(Frame::Head(r))) => {
+                    early_head = Some(r);
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => return Err(protocol_failure(&e, facts)),
+            }
+            match tokio::time::timeout_at(deadline, conn.io.read_buf(&mut conn.buf)).await {
+                Err(_) => {
+                    ex.continue_timed_out();
+                    break;
+                }
+                Ok(Ok(0)) => {
+                    let e =
+                        io::Error::new(io::ErrorKind::UnexpectedEof, "closed while awaiting 100 Continue");
+                    return Err(io_failure(&e, Progress::RequestWritten, facts));
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(io_failure(&e, Progress::RequestWritten, facts)),
+            }
+        }
+        if ex.body_permission() == BodyPermission::Send {
+            if let Some(bytes) = req.body.bytes() {
+                let mut out = Vec::with_capacity(bytes.len() + 16);
+                let encoded = ex.encode_body(&bytes, &mut out).and_then(|()| ex.finish_body(None, &mut out));
+                if let Err(e) = encoded {
+                    let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
+                    shared.release_h1(call, connection, conn, reuse);
+                    return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
+                }
+                if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+                    return Err(io_failure(&e, Progress::RequestWritten, facts));
+                }
+            }
+        }
+    }
+
+    // A streaming body, chunk by chunk.
+    if ex.body_permission() == BodyPermission::Send {
+        if let Kind::Stream(rx) = &mut req.body.kind {
+            let mut out = Vec::new();
+            while let Some(chunk) = rx.recv().await {
+                out.clear();
+                if let Err(e) = ex.encode_body(&chunk, &mut out) {
+                    let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
+                    shared.release_h1(call, connection, conn, reuse);
+                    return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
+                }
+                if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+                    return Err(io_failure(&e, Progress::RequestWritten, facts));
+                }
+            }
+            out.clear();
+            let _ = ex.finish_body(None, &mut out);
+            if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+                return Err(io_failure(&e, Progress::RequestWritten, facts));
+            }
+        }
+    }
+    if ex.body_permission() == BodyPermission::Done && !req.body.is_empty() {
+        let (at, n) = (shared.now(), req.body.len().unwrap_or(0));
+        shared.emit(move |l| l.request_body_end(call, n, at));
+    }
+    if let Err(e) = timed(settings.write_timeout, conn.io.flush()).await {
+        return Err(io_failure(&e, Progress::RequestWritten, facts));
+    }
+
+    // The response head.
+    let head = match early_head {
+        Some(h) => h,
+        None => read_head(&mut conn, &mut ex, settings.read_timeout, facts).await?,
+    };
+    let (at, status) = (shared.now(), head.status());
+    shared.emit(move |l| l.response_headers_end(call, status, at));
+    let (parts, ()) = head.into_parts();
+    let body = H1Body {
+        shared: Arc::clone(shared),
+        call,
+        connection,
+        conn: Some(conn),
+        ex,
+        complete: false,
+        trailers: None,
+    };
+    Ok(http::Response::from_parts(parts, crate::ResponseBody::h1(body)))
+}
+
+fn protocol_failure(e: &Http1Error, facts: RequestFacts) -> Attempted {
+    let (kind, progress) = match e {
+        Http1Error::EmptyResponse => (
+            ExchangeFailureKind::Io {
+                kind: io::ErrorKind::UnexpectedEof,
+                message: "the connection closed before any response byte".into(),
+            },
+            Progress::RequestWritten,
+        ),
+        other => (ExchangeFailureKind::Protocol { message: other.to_string() }, Progress::ResponseStarted),
+    };
+    Attempted::Failed(ExchangeFailure { kind, progress, request: facts })
+}
+
+async fn read_head(
+    conn: &mut H1Conn,
+    ex: &mut Exchange,
+    read_timeout: Option<Duration>,
+    facts: RequestFacts,
+) -> Result<http::Response<()>, Attempted> {
+    let mut eof = false;
+    let mut any = !conn.buf.is_empty();
+    loop {
+        match ex.decode(&mut conn.buf, eof) {
+            Ok(Some(Frame::Head(r))) => return Ok(r),
+            Ok(Some(_)) => continue,
+            Ok(None) => {}
+            Err(e) => return Err(protocol_failure(&e, facts)),
+        }
+        match timed(read_timeout, conn.io.read_buf(&mut conn.buf)).await {
+            Ok(0) => eof = true,
+            Ok(_) => any = true,
+            Err(e) => {
+                let progress = if any { Progress::ResponseStarted } else { Progress::RequestWritten };
+                return Err(io_failure(&e, progress, facts));
+            }
+        }
+    }
+}
+
+/// An HTTP/1.1 response body: reads frames from the connection; at the end gives
+/// the connection back (or closes it) per the codec's decision.
+pub(crate) struct H1Body {
+    shared: Arc<Shared>,
+    call: CallId,
+    connection: ConnectionId,
+    conn: Option<H1Conn>,
+    ex: Exchange,
+    complete: bool,
+    pub(crate) trailers: Option<http::HeaderMap>,
+}
+
+impl H1Body {
+    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
+        let read_timeout = self.shared.settings.read_timeout;
+        let mut eof = false;
+        loop {
+            if self.complete {
+                return Ok(None);
+            }
+            let Some(conn) = self.conn.as_mut() else { return Ok(None) };
+            match self.ex.decode(&mut conn.buf, eof) {
+                Ok(Some(Frame::Data(b))) => return Ok(Some(b)),
+                Ok(Some(Frame::Trailers(t))) => self.trailers = Some(t),
+                Ok(Some(Frame::End | Frame::Upgraded)) => {
+                    // Released by `finish`, after the body-end event.
+                    self.complete = true;
+                    return Ok(None);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => match timed(read_timeout, conn.io.read_buf(&mut conn.buf)).await {
+                    Ok(0) => eof = true,
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.retire();
+                        return Err(if e.kind() == io::ErrorKind::TimedOut {
+                            BodyError::Timeout
+                        } else {
+                            BodyError::Io(std::sync::Arc::new(e))
+                        });
+                    }
+                },
+                Err(e) => {
+                    self.retire();
+                    return Err(BodyError::Http1(e));
+                }
+            }
+        }
+    }
+
+    /// Gives the connection back per the codec's keep-alive decision.
+    pub(crate) fn finish(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.shared.release_h1(self.call, self.connection, conn, self.ex.reuse());
+        }
+    }
+
+    fn retire(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.shared.release_h1(self.call, self.connection, conn, Reuse::Retire(CloseReason::Failure));
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.conn.is_none()
+    }
+}
+
+/// How much of an abandoned body is drained so the connection can be reused.
+const DRAIN_BYTES: u64 = 64 * 1024;
+const DRAIN_TIME: Duration = Duration::from_millis(100);
+
+impl Drop for H1Body {
+    fn drop(&mut self) {
+        if self.complete {
+            self.finish();
+            return;
+        }
+        let Some(mut conn) = self.conn.take() else { return };
+        // What is already buffered may finish the body without any I/O.
+        loop {
+            match self.ex.decode(&mut conn.buf, false) {
+                Ok(Some(Frame::End | Frame::Upgraded)) => {
+                    self.shared.release_h1(self.call, self.connection, conn, self.ex.reuse());
+                    return;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => {
+                    self.shared.release_h1(
+                        self.call,
+                        self.connection,
+                        conn,
+                        Reuse::Retire(CloseReason::Failure),
+                    );
+                    return;
+                }
+            }
+        }
+        // Drain in the background up to 64 KiB or 100 ms; past that, close.
+        let (shared, call, connection) = (Arc::clone(&self.shared), self.call, self.connection);
+        let mut ex = self.ex.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            shared.release_h1(call, connection, conn, Reuse::Retire(CloseReason::UnreadBody));
+            return;
+        };
+        runtime.spawn(async move {
+            let start = ex.decoder().body_received();
+            let drained = tokio::time::timeout(DRAIN_TIME, async {
+                let mut eof = false;
+                loop {
+                    match ex.decode(&mut conn.buf, eof) {
+                        Ok(Some(Frame::End | Frame::Upgraded)) => return true,
+                        Ok(Some(_)) if ex.decoder().body_received() - start > DRAIN_BYTES => return false,
+                        Ok(Some(_)) => {}
+                        Ok(None) => match conn.io.read_buf(&mut conn.buf).await {
+                            Ok(0) => eof = true,
+                            Ok(_) => {}
+                            Err(_) => return false,
+                        },
+                        Err(_) => return false,
+                    }
+                }
+            })
+            .await
+            .unwrap_or(false);
+            let reuse = if drained { ex.reuse() } else { Reuse::Retire(CloseReason::UnreadBody) };
+            shared.release_h1(call, connection, conn, reuse);
+        });
+    }
+}
+
+/// Opens an HTTP `CONNECT` tunnel through a proxy to the Address.
+pub(crate) async fn connect_tunnel(mut io: Io, address: &Address) -> Result<Io, ConnectError> {
+    let authority = format!("{}:{}", address.host(), address.port());
+    let proxy_error = |message: String| ConnectError::Proxy { message };
+    let req = http::Request::connect(authority.as_str())
+        .body(())
+        .map_err(|e| proxy_error(format!("cannot build CONNECT request: {e}")))?;
+    let (parts, ()) = req.into_parts();
+    let (mut ex, head) = Exchange::new(&parts, TargetForm::Authority, RequestBody::None, Default::default())
+        .map_err(|e| proxy_error(e.to_string()))?;
+    io.write_all(&head).await.map_err(|e| ConnectError::from_io(&e))?;
+    let mut buf = BytesMut::with_capacity(1024);
+    let mut eof = false;
+    loop {
+        match ex.decode(&mut buf, eof) {
+            Ok(Some(Frame::Head(r))) if r.status().is_success() => {
+                if !buf.is_empty() {
+                    return Err(proxy_error("the proxy sent bytes before the tunnel was used".into()));
+                }
+                return Ok(io);
+            }
+            Ok(Some(Frame::Head(r))) => {
+                return Err(proxy_error(format!(
+                    "the proxy refused the tunnel to {authority}: {}",
+                    r.status()
+                )))
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => match io.read_buf(&mut buf).await {
+                Ok(0) => eof = true,
+                Ok(_) => {}
+                Err(e) => return Err(ConnectError::from_io(&e)),
+            },
+            Err(e) => return Err(proxy_error(format!("bad CONNECT response: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! The conformance suite: scenarios written once against [`Adapter`], run for
+//! every runtime adapter by [`conformance_suite!`](crate::conformance_suite).
+//! Each asserts behaviour from both sides: the client's result and events, and
+//! the server's record of connections and exchanges.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use switchyard_core::{CloseReason, PoolStats};
+
+use crate::certs::{untrusted_leaf, TestCa};
+use crate::net::{refused_port, v4_listener_with_hanging_v6, RawServer};
+use crate::server::{ServerOptions, TestServer};
+
+/// Which protocols the client may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Version {
+    /// ALPN decides for https; HTTP/1.1 for http.
+    #[default]
+    Auto,
+    /// HTTP/1.1 only.
+    Http1,
+    /// HTTP/2 only (prior knowledge for http).
+    Http2,
+}
+
+/// Adapter-neutral client settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Happy Eyeballs attempt delay.
+    pub attempt_delay: Duration,
+    /// Per-attempt connect timeout.
+    pub connect_timeout: Duration,
+    /// Keep-alive for idle connections.
+    pub idle_timeout: Duration,
+    /// Connections per host.
+    pub max_per_host: Option<usize>,
+    /// Protocols.
+    pub version: Version,
+    /// Wait for an HTTP/2 stream instead of opening another connection.
+    pub wait_for_streams: bool,
+    /// A hermetic resolver: these names only; any other name fails to resolve.
+    pub hosts: BTreeMap<String, Vec<IpAddr>>,
+    /// Extra trusted root (DER).
+    pub root: Option<Vec<u8>>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            attempt_delay: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(90),
+            max_per_host: None,
+            version: Version::Auto,
+            wait_for_streams: false,
+            hosts: BTreeMap::new(),
+            root: None,
+        }
+    }
+}
+
+/// A request.
+#[derive(Clone, Debug)]
+pub struct Req {
+    /// Method.
+    pub method: http::Method,
+    /// Absolute URL.
+    pub url: String,
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// Exclusive acquisition.
+    pub exclusive: bool,
+}
+
+impl Req {
+    /// A GET.
+    #[must_use]
+    pub fn get(url: impl Into<String>) -> Req {
+        Req { method: http::Method::GET, url: url.into(), body: Vec::new(), exclusive: false }
+    }
+}
+
+/// A response, fully read.
+#[derive(Clone, Debug)]
+pub struct Resp {
+    /// Status code.
+    pub status: u16,
+    /// Protocol version.
+    pub version: http::Version,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+/// How a call failed, classified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Malformed URL or configuration.
+    InvalidUrl,
+    /// DNS gave nothing.
+    Dns,
+    /// Every connect attempt failed at TCP.
+    Connect,
+    /// The certificate is not trusted.
+    TlsCertificate,
+    /// The certificate does not cover the host.
+    TlsHostname,
+    /// A timeout.
+    Timeout,
+    /// Anything else.
+    Other,
+}
+
+/// One client event: (call, name, detail). Pool-wide events have no call.
+pub type EventRow = (Option<u64>, &'static str, String);
+
+/// What each adapter provides to the suite.
+pub trait TestClient: Send + Sync {
+    /// Sends one request and reads its whole body.
+    fn send(&self, req: Req) -> Result<Resp, (Failure, String)>;
+    /// Sends these requests concurrently, results in order.
+    fn send_all(&self, reqs: Vec<Req>) -> Vec<Result<Resp, (Failure, String)>>;
+    /// The pool's stats.
+    fn stats(&self) -> PoolStats;
+    /// Every event so far, in order; calls numbered by the adapter's call ids.
+    fn events(&self) -> Vec<EventRow>;
+    /// Forgets recorded events.
+    fn clear_events(&self);
+    /// Closes idle connections.
+    fn evict(&self);
+}
+
+/// An adapter under test.
+pub trait Adapter {
+    /// Its name, for messages.
+    fn name(&self) -> &'static str;
+    /// A client with these settings.
+    fn client(&self, config: Config) -> Box<dyn TestClient>;
+}
+
+fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
+    match r {
+        Ok(r) => r,
+        Err((kind, msg)) => panic!("call failed ({kind:?}): {msg}"),
+    }
+}
+
+/// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
+fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The (connection, exchange) pairs the server recorded.
+fn reuse_pattern(server: &TestServer) -> Vec<(usize, usize)> {
+    server.records().iter().map(|r| (r.connection, r.exchange)).collect()
+}
+
+/// Sequential GETs reuse one connection: exchange 0, 1, 2 on connection 0.
+pub fn sequential_reuse(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config::default());
+    for _ in 0..3 {
+        let r = ok(client.send(Req::get(format!("http://127.0.0.1:{}/hello", server.port()))));
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    }
+    assert_eq!(reuse_pattern(&server), [(0, 0), (0, 1), (0, 2)]);
+    let s = client.stats();
+    assert_eq!((s.created, s.reused), (1, 2));
+}
+
+/// `Connection: close` retires the connection: the next call connects again.
+pub fn connection_close(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config::default());
+    ok(client.send(Req::get(format!("http://127.0.0.1:{}/close", server.port()))));
+    ok(client.send(Req::get(format!("http://127.0.0.1:{}/hello", server.port()))));
+    assert_eq!(reuse_pattern(&server), [(0, 0), (1, 0)]);
+    assert_eq!(client.stats().closed.get(&CloseReason::ServerClose), Some(&1));
+}
+
+/// A body delimited by the connection closing is read whole, and the
+/// connection is not reused.
+pub fn close_delimited_body(a: &dyn Adapter) {
+    let raw = RawServer::start(vec![
+        b"HTTP/1.1 200 OK\r\n\r\nread until close".to_vec(),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+    ]);
+    let client = a.client(Config::default());
+    let r = ok(client.send(Req::get(format!("http://{}/", raw.addr))));
+    assert_eq!(r.body, b"read until close");
+    let r = ok(client.send(Req::get(format!("http://{}/", raw.addr))));
+    assert_eq!(r.body, b"ok");
+    assert_eq!(client.stats().created, 2);
+    assert_eq!(client.stats().closed.get(&CloseReason::CloseDelimited), Some(&1));
+}
+
+fn tls_server(ca: &TestCa, names: &[&str], options: ServerOptions) -> TestServer {
+    let leaf = ca.leaf(names);
+    let mut options = options;
+    options.tls.push((names.iter().map(|s| (*s).to_owned()).collect(), leaf));
+    TestServer::start(options)
+}
+
+fn tls_config(ca: &TestCa, hosts: &[&str]) -> Config {
+    let mut c = Config { root: Some(ca.cert.clone()), ..Config::default() };
+    for h in hosts {
+        c.hosts.insert((*h).to_owned(), vec!["127.0.0.1".parse().expect("ip")]);
+    }
+    c
+}
+
+/// Concurrent calls share one HTTP/2 connection.
+pub fn http2_multiplexing(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    let server = tls_server(&ca, &["a.test"], ServerOptions::default());
+    let client = a.client(tls_config(&ca, &["a.test"]));
+    let url = format!("https://a.test:{}/sleep/100", server.port());
+    // Warm up so the connection exists before the burst.
+    ok(client.send(Req::get(format!("https://a.test:{}/hello", server.port()))));
+    let results = client.send_all((0..5).map(|_| Req::get(url.clone())).collect());
+    for r in results {
+        assert_eq!(ok(r).version, http::Version::HTTP_2);
+    }
+    assert_eq!(server.connections(), 1, "one HTTP/2 connection carries every call");
+    assert!(server.records().iter().all(|r| r.version == http::Version::HTTP_2));
+}
+
+/// The server allows 2 streams: 3 concurrent calls open a second connection,
+/// or wait for a stream under the wait policy.
+pub fn http2_stream_limit(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    for (wait, expected) in [(false, 2), (true, 1)] {
+        let server = tls_server(
+            &ca,
+            &["a.test"],
+            ServerOptions { max_concurrent_streams: Some(2), ..Default::default() },
+        );
+        let mut config = tls_config(&ca, &["a.test"]);
+        config.wait_for_streams = wait;
+        let client = a.client(config);
+        ok(client.send(Req::get(format!("https://a.test:{}/hello", server.port()))));
+        let url = format!("https://a.test:{}/sleep/300", server.port());
+        for r in client.send_all((0..3).map(|_| Req::get(url.clone())).collect()) {
+            ok(r);
+        }
+        assert_eq!(server.connections(), expected, "wait policy {wait}");
+    }
+}
+
+/// Two host names coalesce onto one HTTP/2 connection when the IP and the
+/// certificate both match — and not when either does not.
+pub fn coalescing(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    let mut options = ServerOptions { also_on: vec!["127.0.0.2".parse().expect("ip")], ..Default::default() };
+    options.tls.push((vec!["a.test".into(), "b.test".into()], ca.leaf(&["a.test", "b.test"])));
+    options.tls.push((vec!["d.test".into()], ca.leaf(&["d.test"])));
+    let server = TestServer::start(options);
+    let mut config = tls_config(&ca, &["a.test", "b.test", "d.test"]);
+    config.hosts.insert("e.test".into(), vec!["127.0.0.2".parse().expect("ip")]);
+    let client = a.client(config);
+    let port = server.port();
+    ok(client.send(Req::get(format!("https://a.test:{port}/hello"))));
+    ok(client.send(Req::get(format!("https://b.test:{port}/hello"))));
+    assert_eq!(server.connections(), 1, "b.test coalesced onto a.test's connection");
+    assert_eq!(client.stats().coalesced, 1);
+    // d.test: same IP, but a.test's certificate does not cover it.
+    ok(client.send(Req::get(format!("https://d.test:{port}/hello"))));
+    assert_eq!(server.connections(), 2);
+    assert_eq!(client.stats().coalesced, 1);
+    let _ = e_test_differs(client.as_ref(), port);
+    assert_eq!(client.stats().coalesced, 1, "never on the certificate alone");
+}
+
+/// e.test resolves to 127.0.0.2 only: the certificate (served by SNI default)
+/// does not matter, the IP differs, so a new connection is made (and fails its
+/// hostname check, which is fine: the point is no coalescing).
+fn e_test_differs(client: &dyn TestClient, port: u16) -> Result<Resp, (Failure, String)> {
+    client.send(Req::get(format!("https://e.test:{port}/hello")))
+}
+
+/// The first route never answers: the call succeeds on the second route after
+/// the attempt delay, and the event log shows the race; the next connection
+/// tries the working route first.
+pub fn happy_eyeballs_hanging_first_route(a: &dyn Adapter) {
+    // Every CI machine of this kind has an IPv6 loopback; a machine without one
+    // cannot run this scenario at all, which must fail loudly rather than pass.
+    let (v4, _hanging) = v4_listener_with_hanging_v6().expect("an IPv6 loopback whose backlog can be filled");
+    let server = TestServer::start_on(v4, ServerOptions::default());
+    let mut config = Config { attempt_delay: Duration::from_millis(100), ..Config::default() };
+    config
+        .hosts
+        .insert("dual.test".into(), vec!["::1".parse().expect("ip"), "127.0.0.1".parse().expect("ip")]);
+    let client = a.client(config);
+    let url = format!("http://dual.test:{}/hello", server.port());
+    ok(client.send(Req::get(url.clone())));
+    let names: Vec<(&str, String)> = client.events().into_iter().map(|(_, n, d)| (n, d)).collect();
+    let connects: Vec<&(&str, String)> = names.iter().filter(|(n, _)| n.starts_with("connect_")).collect();
+    assert!(connects[0].0 == "connect_start" && connects[0].1.contains("[::1]"), "{connects:?}");
+    assert!(connects[1].0 == "connect_start" && connects[1].1.contains("127.0.0.1"), "{connects:?}");
+    assert!(connects.iter().any(|(n, d)| *n == "connect_cancelled" && d.contains("[::1]")), "{connects:?}");
+    assert!(connects.iter().any(|(n, d)| *n == "connect_end" && d.contains("127.0.0.1")), "{connects:?}");
+    // The black hole is remembered: a new connection tries IPv4 first.
+    client.evict();
+    client.clear_events();
+    ok(client.send(Req::get(url)));
+    let first = client.events().into_iter().find(|(_, n, _)| *n == "connect_start").expect("a connect");
+    assert!(first.2.contains("127.0.0.1"), "postponed route still first: {first:?}");
+}
+
+/// A refused first route: the second starts at once, without waiting the delay.
+pub fn refused_first_route(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    // Nothing listens on [::1]:P (the server is v4 only).
+    let mut config = Config { attempt_delay: Duration::from_secs(30), ..Config::default() };
+    config
+        .hosts
+        .insert("dual.test".into(), vec!["::1".parse().expect("ip"), "127.0.0.1".parse().expect("ip")]);
+    let client = a.client(config);
+    let start = Instant::now();
+    ok(client.send(Req::get(format!("http://dual.test:{}/hello", server.port()))));
+    // With a 30 s delay, only the at-once rule explains finishing at all.
+    assert!(start.elapsed() < Duration::from_secs(20));
+    let seq: Vec<&'static str> =
+        client.events().into_iter().map(|(_, n, _)| n).filter(|n| n.starts_with("connect_")).collect();
+    assert_eq!(seq, ["connect_start", "connect_failed", "connect_start", "connect_end"]);
+}
+
+/// Idle connections are closed after the keep-alive.
+pub fn idle_eviction(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config { idle_timeout: Duration::from_millis(200), ..Config::default() });
+    ok(client.send(Req::get(format!("http://127.0.0.1:{}/hello", server.port()))));
+    eventually("idle connection closed", Duration::from_secs(10), || client.stats().totals.open == 0);
+    assert_eq!(client.stats().closed.get(&CloseReason::IdleTimeout), Some(&1));
+}
+
+/// A per-host cap of 2: 10 concurrent calls all succeed over at most 2
+/// connections.
+pub fn per_host_cap(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config { max_per_host: Some(2), ..Config::default() });
+    let url = format!("http://127.0.0.1:{}/sleep/50", server.port());
+    for r in client.send_all((0..10).map(|_| Req::get(url.clone())).collect()) {
+        ok(r);
+    }
+    assert!(server.connections() <= 2, "{} connections", server.connections());
+    assert_eq!(server.records().len(), 10);
+    let s = client.stats();
+    assert_eq!((s.totals.waiters, s.totals.in_use), (0, 0));
+}
+
+/// An exclusive call's connection is never shared or reused.
+pub fn exclusive_acquisition(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config::default());
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    ok(client.send(Req { exclusive: true, ..Req::get(url.clone()) }));
+    ok(client.send(Req::get(url)));
+    assert_eq!(reuse_pattern(&server), [(0, 0), (1, 0)]);
+    assert_eq!(client.stats().closed.get(&CloseReason::Exclusive), Some(&1));
+}
+
+/// Event order for a fresh call and a pooled call (BEHAVIOUR §7).
+pub fn event_order(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let mut config = Config::default();
+    config.hosts.insert("local.test".into(), vec!["127.0.0.1".parse().expect("ip")]);
+    let client = a.client(config);
+    let url = format!("http://local.test:{}/hello", server.port());
+    ok(client.send(Req::get(url.clone())));
+    let fresh: Vec<&'static str> =
+        client.events().into_iter().filter(|e| e.0.is_some()).map(|e| e.1).collect();
+    assert_eq!(
+        fresh,
+        [
+            "call_start",
+            "proxy_select_start",
+            "proxy_select_end",
+            "dns_start",
+            "dns_end",
+            "connect_start",
+            "connect_end",
+            "connection_acquired",
+            "request_headers_end",
+            "response_headers_end",
+            "response_body_end",
+            "connection_released",
+            "call_end",
+        ]
+    );
+    client.clear_events();
+    ok(client.send(Req::get(url)));
+    let pooled: Vec<&'static str> =
+        client.events().into_iter().filter(|e| e.0.is_some()).map(|e| e.1).collect();
+    assert_eq!(
+        pooled,
+        [
+            "call_start",
+            "connection_acquired",
+            "request_headers_end",
+            "response_headers_end",
+            "response_body_end",
+            "connection_released",
+            "call_end",
+        ]
+    );
+}
+
+/// Bad input ends in a typed error: malformed URL, unknown host, refused port,
+/// untrusted certificate, certificate for another name.
+pub fn bad_input(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    let client = a.client(tls_config(&ca, &["a.test", "other.test"]));
+    let kind = |r: Result<Resp, (Failure, String)>| r.err().map(|e| e.0);
+    assert_eq!(kind(client.send(Req::get("ftp://a.test/"))), Some(Failure::InvalidUrl));
+    assert_eq!(kind(client.send(Req::get("http://a.test:99999/"))), Some(Failure::InvalidUrl));
+    assert_eq!(kind(client.send(Req::get("http://nowhere.test/"))), Some(Failure::Dns));
+    assert_eq!(
+        kind(client.send(Req::get(format!("http://127.0.0.1:{}/", refused_port())))),
+        Some(Failure::Connect)
+    );
+    let mut untrusted = ServerOptions::default();
+    untrusted.tls.push((vec!["a.test".into()], untrusted_leaf(&["a.test"])));
+    let server = TestServer::start(untrusted);
+    assert_eq!(
+        kind(client.send(Req::get(format!("https://a.test:{}/", server.port())))),
+        Some(Failure::TlsCertificate)
+    );
+    let wrong = tls_server(&ca, &["elsewhere.test"], ServerOptions::default());
+    assert_eq!(
+        kind(client.send(Req::get(format!("https://other.test:{}/", wrong.port())))),
+        Some(Failure::TlsHostname)
+    );
+    // Nothing leaked by the failures.
+    let s = client.stats();
+    assert_eq!((s.calls, s.totals.in_use, s.totals.connecting), (0, 0, 0));
+}
+
+/// Instantiates every scenario as a `#[test]` for an adapter expression.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($adapter:expr) => {
+        $crate::conformance_suite!(@tests $adapter;
+            sequential_reuse, connection_close, close_delimited_body, http2_multiplexing,
+            http2_stream_limit, coalescing, happy_eyeballs_hanging_first_route, refused_first_route,
+            idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input);
+    };
+    (@tests $adapter:expr; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::conformance::$name(&$adapter);
+            }
+        )*
+    };
+}

@@ -1,0 +1,12 @@
+//! # switchyard-tests
+//!
+//! The conformance suite every switchyard adapter must pass
+//! ([`conformance`]), the servers it runs against ([`server`]: hyper with
+//! rustls; [`net`]: loopback tricks and a raw scripted server), and test
+//! certificates ([`certs`]). Everything listens on loopback only and stops when
+//! dropped.
+
+pub mod certs;
+pub mod conformance;
+pub mod net;
+pub mod server;
