@@ -160,3 +160,135 @@ impl Adapter for TokioAdapter {
 }
 
 switchyard_tests::conformance_suite!(TokioAdapter);
+
+// ---------------------------------------------------------------------------
+// Tokio-specific behaviour: bodies, timeouts, listeners.
+
+use std::time::Duration;
+
+use switchyard_tests::certs::TestCa;
+use switchyard_tests::server::{ServerOptions, TestServer};
+use switchyard_tokio::{Body, EventListener};
+
+fn tls_client(ca: &TestCa, log: &EventLog) -> Client {
+    Client::builder()
+        .event_listener(log.clone())
+        .add_root_certificate(ca.cert.clone())
+        .resolver(Hermetic(BTreeMap::from([("a.test".to_owned(), vec!["127.0.0.1".parse().unwrap()])])))
+        .build()
+        .unwrap()
+}
+
+fn tls_server(ca: &TestCa) -> TestServer {
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["a.test".into()], ca.leaf(&["a.test"])));
+    TestServer::start(options)
+}
+
+#[test]
+fn post_bodies_round_trip_on_http1_and_http2() {
+    let ca = TestCa::new();
+    let server = tls_server(&ca);
+    let plain = TestServer::start(ServerOptions::default());
+    let client = tls_client(&ca, &EventLog::default());
+    runtime().block_on(async {
+        for url in [format!("https://a.test:{}/echo", server.port()), format!("http://127.0.0.1:{}/echo", plain.port())] {
+            let payload = vec![7u8; 100_000];
+            let mut r = client.post(&url).body(payload.clone()).send().await.unwrap();
+            assert_eq!(r.body_mut().collect().await.unwrap().as_ref(), payload.as_slice(), "{url}");
+        }
+    });
+    assert_eq!(server.records()[0].version, http::Version::HTTP_2);
+    assert_eq!(plain.records()[0].body_len, 100_000);
+}
+
+#[test]
+fn streaming_request_bodies_are_sent_chunked() {
+    let ca = TestCa::new();
+    let server = tls_server(&ca);
+    let plain = TestServer::start(ServerOptions::default());
+    let client = tls_client(&ca, &EventLog::default());
+    runtime().block_on(async {
+        for url in [format!("http://127.0.0.1:{}/echo", plain.port()), format!("https://a.test:{}/echo", server.port())] {
+            let (sender, body) = Body::channel();
+            tokio::spawn(async move {
+                for part in ["stream", "ing ", "body"] {
+                    sender.send(part).await.unwrap();
+                }
+            });
+            let request = http::Request::put(url.as_str()).body(body).unwrap();
+            let mut r = client.send(request).await.unwrap();
+            assert_eq!(r.body_mut().text().await.unwrap(), "streaming body", "{url}");
+        }
+    });
+}
+
+#[test]
+fn dropping_a_body_early_never_leaks_the_connection() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::builder().build().unwrap();
+    runtime().block_on(async {
+        // Small remainder: drained in the background, then reused.
+        let small = client.get(&format!("http://127.0.0.1:{}/bytes/2000", server.port())).send().await.unwrap();
+        drop(small);
+        // Large remainder (2 MiB): past the drain limit, so the connection is closed.
+        let mut big = client.get(&format!("http://127.0.0.1:{}/bytes/2097152", server.port())).send().await.unwrap();
+        let _first = big.body_mut().chunk().await.unwrap();
+        drop(big);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while client.stats().totals.in_use > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "connection leaked: {:?}", client.stats());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let s = client.stats();
+    assert_eq!((s.totals.in_use, s.calls), (0, 0));
+    assert_eq!(s.closed.get(&switchyard_core::CloseReason::UnreadBody), Some(&1), "{s:?}");
+}
+
+#[test]
+fn the_call_timeout_ends_a_stalled_call_and_frees_its_connection() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::builder().timeout(Duration::from_millis(200)).build().unwrap();
+    let err = runtime()
+        .block_on(client.get(&format!("http://127.0.0.1:{}/sleep/5000", server.port())).send())
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let s = client.stats();
+    assert_eq!((s.totals.in_use, s.calls, s.totals.connecting), (0, 0, 0), "{s:?}");
+}
+
+#[test]
+fn a_panicking_listener_does_not_corrupt_the_pool() {
+    struct Panics;
+    impl EventListener for Panics {
+        fn core_event(&self, _: &switchyard_core::Event) {
+            panic!("listener bug");
+        }
+    }
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::builder().event_listener(Panics).build().unwrap();
+    runtime().block_on(async {
+        for _ in 0..3 {
+            let mut r = client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
+            assert_eq!(r.body_mut().text().await.unwrap(), "hello");
+        }
+    });
+    assert_eq!(client.stats().reused, 2);
+}
+
+#[test]
+fn head_and_no_content_responses_release_without_reading() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::builder().build().unwrap();
+    runtime().block_on(async {
+        let r = client.head(&format!("http://127.0.0.1:{}/bytes/100", server.port())).send().await.unwrap();
+        drop(r);
+        let r = client.get(&format!("http://127.0.0.1:{}/status/204", server.port())).send().await.unwrap();
+        assert_eq!(r.status(), 204);
+        drop(r);
+        let mut r = client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
+        assert_eq!(r.body_mut().text().await.unwrap(), "hello");
+    });
+    assert_eq!(server.connections(), 1, "every call reused the one connection");
+}
