@@ -6,37 +6,45 @@
 //! performs the I/O the core asks for: DNS, TCP, TLS (rustls, ring provider),
 //! HTTP/2 (`h2`), timers.
 //!
-//! ```no_run
-//! # async fn run() -> Result<(), switchyard_tokio::Error> {
+//! ```
+//! # use switchyard_tests::server::{ServerOptions, TestServer};
+//! # let server = TestServer::start(ServerOptions::default()); // loopback, for this example
+//! # let authority = format!("example.test:{}", server.port());
+//! # let base = format!("http://{authority}");
+//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! # rt.block_on(async {
 //! use switchyard_tokio::{Body, Client, EventLog};
 //!
-//! let log = EventLog::default();
-//! let client = Client::builder().event_listener(log.clone()).build()?;
+//! let log = EventLog::default(); // a listener that records every event
+//! let client = Client::builder()
+//!     .event_listener(log.clone())
+//!     .resolve(&authority, ["127.0.0.1".parse().unwrap()]) // like curl --resolve
+//!     .build()?;
 //!
 //! // GET, body collected.
-//! let mut response = client.get("https://example.com/").send().await?;
-//! let text = response.body_mut().text().await?;
+//! let mut response = client.get(&format!("{base}/hello")).send().await?;
+//! assert_eq!(response.body_mut().text().await?, "hello");
 //!
 //! // POST with a body.
-//! client.post("https://example.com/items").header("content-type", "application/json")
-//!     .body(r#"{"name":"switch"}"#).send().await?;
+//! let mut response = client.post(&format!("{base}/echo")).body("ping").send().await?;
+//! assert_eq!(response.body_mut().text().await?, "ping");
 //!
 //! // A streaming request body (chunked on HTTP/1.1).
 //! let (sender, body) = Body::channel();
 //! tokio::spawn(async move {
-//!     for part in ["a", "b", "c"] {
+//!     for part in ["str", "eam"] {
 //!         if sender.send(part).await.is_err() { break; }
 //!     }
 //! });
-//! let request = http::Request::put("https://example.com/upload").body(body).unwrap();
-//! client.send(request).await?;
+//! let request = http::Request::put(format!("{base}/echo")).body(body).unwrap();
+//! let mut response = client.send(request).await?;
+//! assert_eq!(response.body_mut().text().await?, "stream");
 //!
-//! // What happened, and the pool's view.
-//! for e in log.events() {
-//!     println!("{:>8?} {:<22} {}", e.at, e.name, e.detail);
-//! }
-//! println!("reused {} times", client.stats().reused);
-//! # let _ = text; Ok(()) }
+//! // What happened, and the pool's view: one connection carried all three calls.
+//! assert_eq!(log.events().iter().filter(|e| e.name == "connect_start").count(), 1);
+//! let stats = client.stats();
+//! assert_eq!((stats.created, stats.reused), (1, 2));
+//! # Ok::<(), switchyard_tokio::Error>(()) }).unwrap();
 //! ```
 
 mod body;

@@ -192,7 +192,10 @@ fn post_bodies_round_trip_on_http1_and_http2() {
     let plain = TestServer::start(ServerOptions::default());
     let client = tls_client(&ca, &EventLog::default());
     runtime().block_on(async {
-        for url in [format!("https://a.test:{}/echo", server.port()), format!("http://127.0.0.1:{}/echo", plain.port())] {
+        for url in [
+            format!("https://a.test:{}/echo", server.port()),
+            format!("http://127.0.0.1:{}/echo", plain.port()),
+        ] {
             let payload = vec![7u8; 100_000];
             let mut r = client.post(&url).body(payload.clone()).send().await.unwrap();
             assert_eq!(r.body_mut().collect().await.unwrap().as_ref(), payload.as_slice(), "{url}");
@@ -209,7 +212,10 @@ fn streaming_request_bodies_are_sent_chunked() {
     let plain = TestServer::start(ServerOptions::default());
     let client = tls_client(&ca, &EventLog::default());
     runtime().block_on(async {
-        for url in [format!("http://127.0.0.1:{}/echo", plain.port()), format!("https://a.test:{}/echo", server.port())] {
+        for url in [
+            format!("http://127.0.0.1:{}/echo", plain.port()),
+            format!("https://a.test:{}/echo", server.port()),
+        ] {
             let (sender, body) = Body::channel();
             tokio::spawn(async move {
                 for part in ["stream", "ing ", "body"] {
@@ -229,10 +235,12 @@ fn dropping_a_body_early_never_leaks_the_connection() {
     let client = Client::builder().build().unwrap();
     runtime().block_on(async {
         // Small remainder: drained in the background, then reused.
-        let small = client.get(&format!("http://127.0.0.1:{}/bytes/2000", server.port())).send().await.unwrap();
+        let small =
+            client.get(&format!("http://127.0.0.1:{}/bytes/2000", server.port())).send().await.unwrap();
         drop(small);
         // Large remainder (2 MiB): past the drain limit, so the connection is closed.
-        let mut big = client.get(&format!("http://127.0.0.1:{}/bytes/2097152", server.port())).send().await.unwrap();
+        let mut big =
+            client.get(&format!("http://127.0.0.1:{}/bytes/2097152", server.port())).send().await.unwrap();
         let _first = big.body_mut().chunk().await.unwrap();
         drop(big);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -270,7 +278,8 @@ fn a_panicking_listener_does_not_corrupt_the_pool() {
     let client = Client::builder().event_listener(Panics).build().unwrap();
     runtime().block_on(async {
         for _ in 0..3 {
-            let mut r = client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
+            let mut r =
+                client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
             assert_eq!(r.body_mut().text().await.unwrap(), "hello");
         }
     });
@@ -291,4 +300,45 @@ fn head_and_no_content_responses_release_without_reading() {
         assert_eq!(r.body_mut().text().await.unwrap(), "hello");
     });
     assert_eq!(server.connections(), 1, "every call reused the one connection");
+}
+
+#[test]
+fn h2c_prior_knowledge() {
+    let server = TestServer::start(ServerOptions { http2_only: true, ..ServerOptions::default() });
+    let client = Client::builder().http_version(HttpVersion::Http2Only).build().unwrap();
+    runtime().block_on(async {
+        for _ in 0..2 {
+            let mut r =
+                client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
+            assert_eq!(r.version(), http::Version::HTTP_2);
+            assert_eq!(r.body_mut().text().await.unwrap(), "hello");
+        }
+    });
+    assert_eq!(server.connections(), 1);
+    assert!(server.records().iter().all(|r| r.version == http::Version::HTTP_2));
+}
+
+#[test]
+fn a_server_closing_an_idle_connection_is_noticed_before_reuse() {
+    // Each connection: one keep-alive response, then the server closes it.
+    let raw = switchyard_tests::net::RawServer::start(vec![
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst".to_vec(),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond".to_vec(),
+    ]);
+    let log = EventLog::default();
+    let client = Client::builder().event_listener(log.clone()).build().unwrap();
+    runtime().block_on(async {
+        let url = format!("http://{}/", raw.addr);
+        let mut r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.body_mut().text().await.unwrap(), "first");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while client.stats().totals.open > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the close was not noticed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(client.stats().closed.get(&switchyard_core::CloseReason::ServerClose), Some(&1));
+        let mut r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.body_mut().text().await.unwrap(), "second");
+    });
+    assert!(!log.events().iter().any(|e| e.name == "retry_decision"), "no retry was needed");
 }
