@@ -55,9 +55,21 @@ pub fn refused_port() -> u16 {
     port
 }
 
-/// A raw HTTP/1.1 server: each connection reads one request head, writes the
-/// next scripted response, and closes. For responses real servers won't make
-/// (close-delimited bodies, malformed heads).
+/// What a scripted connection does with each request it reads.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Write these bytes (a whole response), keep the connection.
+    Respond(Vec<u8>),
+    /// Write these bytes, then close.
+    RespondAndClose(Vec<u8>),
+    /// Close without answering (a stale keep-alive connection).
+    Close,
+}
+
+/// A raw HTTP/1.1 server for responses real servers won't make
+/// (close-delimited bodies, stale keep-alive connections). Each accepted
+/// connection follows the next script: for every request head it reads, one
+/// [`Step`]. When a script runs out, the connection closes.
 pub struct RawServer {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -72,39 +84,73 @@ impl std::fmt::Debug for RawServer {
 }
 
 impl RawServer {
-    /// Serves `responses` in order, one per connection.
+    /// One response per connection, then close.
     #[must_use]
     pub fn start(responses: Vec<Vec<u8>>) -> RawServer {
+        RawServer::scripted(responses.into_iter().map(|r| vec![Step::RespondAndClose(r)]).collect())
+    }
+
+    /// One script per connection, in accept order.
+    #[must_use]
+    pub fn scripted(scripts: Vec<Vec<Step>>) -> RawServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = std::sync::Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
-            let mut script = responses.into_iter();
+            let mut scripts = scripts.into_iter();
+            let mut workers = Vec::new();
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                        let mut head = Vec::new();
-                        let mut byte = [0u8; 1];
-                        while !head.ends_with(b"\r\n\r\n")
-                            && s.read(&mut byte).map(|n| n == 1).unwrap_or(false)
-                        {
-                            head.push(byte[0]);
-                        }
-                        if let Some(r) = script.next() {
-                            let _ = s.write_all(&r);
-                        }
-                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    Ok((s, _)) => {
+                        let script = scripts.next().unwrap_or_default();
+                        workers.push(std::thread::spawn(move || run_script(s, script)));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
             }
+            for w in workers {
+                let _ = w.join();
+            }
         });
         RawServer { addr, stop, thread: Some(thread) }
     }
+}
+
+fn read_head(s: &mut TcpStream) -> bool {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn run_script(mut s: TcpStream, script: Vec<Step>) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    for step in script {
+        if !read_head(&mut s) {
+            return;
+        }
+        match step {
+            Step::Respond(r) => {
+                if s.write_all(&r).is_err() {
+                    return;
+                }
+            }
+            Step::RespondAndClose(r) => {
+                let _ = s.write_all(&r);
+                break;
+            }
+            Step::Close => break,
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Both);
 }
 
 impl Drop for RawServer {

@@ -342,3 +342,47 @@ fn a_server_closing_an_idle_connection_is_noticed_before_reuse() {
     });
     assert!(!log.events().iter().any(|e| e.name == "retry_decision"), "no retry was needed");
 }
+
+fn ok_response(body: &str) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+#[test]
+fn a_stale_pooled_connection_retries_a_get_on_a_fresh_connection() {
+    use switchyard_tests::net::{RawServer, Step};
+    let raw = RawServer::scripted(vec![
+        vec![Step::Respond(ok_response("first")), Step::Close],
+        vec![Step::Respond(ok_response("second"))],
+    ]);
+    let log = EventLog::default();
+    let client = Client::builder().event_listener(log.clone()).build().unwrap();
+    runtime().block_on(async {
+        let url = format!("http://{}/", raw.addr);
+        assert_eq!(client.get(&url).send().await.unwrap().body_mut().text().await.unwrap(), "first");
+        assert_eq!(client.get(&url).send().await.unwrap().body_mut().text().await.unwrap(), "second");
+    });
+    let retries: Vec<String> =
+        log.events().into_iter().filter(|e| e.name == "retry_decision").map(|e| e.detail).collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert!(retries[0].contains("StaleConnection"), "{retries:?}");
+    assert_eq!(client.stats().created, 2);
+}
+
+#[test]
+fn a_stale_pooled_connection_never_replays_a_post() {
+    use switchyard_tests::net::{RawServer, Step};
+    let raw = RawServer::scripted(vec![vec![Step::Respond(ok_response("first")), Step::Close]]);
+    let client = Client::builder().build().unwrap();
+    let err = runtime().block_on(async {
+        let url = format!("http://{}/", raw.addr);
+        client.get(&url).send().await.unwrap().body_mut().text().await.unwrap();
+        client.post(&url).body("once").send().await.unwrap_err()
+    });
+    assert!(err.may_have_been_sent(), "{err}");
+    assert!(
+        matches!(err, Error::Exchange(ref e) if e.why == switchyard_core::pool::NoRetry::NotIdempotent),
+        "{err}"
+    );
+    let s = client.stats();
+    assert_eq!((s.calls, s.totals.in_use, s.created), (0, 0, 1));
+}
