@@ -1,0 +1,145 @@
+//! Command-line arguments.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// switchyard: an HTTP client's connection layer, made visible.
+#[derive(Parser, Debug)]
+#[command(name = "switchyard", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Fetch URLs, printing the body; -v shows the connection timeline.
+    Get(GetArgs),
+    /// A narrated tour on embedded loopback servers: Happy Eyeballs, reuse,
+    /// coalescing, a per-host cap, a stale-connection retry, pool stats.
+    Demo(DemoArgs),
+}
+
+/// Which runtime adapter performs the I/O.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// switchyard-tokio.
+    Tokio,
+    /// switchyard-smol (not built yet).
+    Smol,
+    /// switchyard-std (not built yet).
+    Std,
+}
+
+/// `switchyard get`.
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// URLs to fetch (http:// or https://).
+    #[arg(required = true)]
+    pub urls: Vec<String>,
+    /// Print the connection timeline (to stderr).
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Write the body to this file instead of stdout.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Send each URL this many times, then print a summary.
+    #[arg(short = 'n', long = "requests", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub requests: u64,
+    /// Run this many requests at a time.
+    #[arg(short = 'c', long = "concurrency", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub concurrency: u64,
+    /// HOST:PORT:ADDR[,ADDR]: answer DNS for HOST:PORT with these addresses.
+    #[arg(long, value_parser = parse_resolve)]
+    pub resolve: Vec<Resolve>,
+    /// Trust the CA certificates in this PEM file.
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// HTTP/1.1 only.
+    #[arg(long = "http1.1", conflicts_with_all = ["http2", "h2_prior_knowledge"])]
+    pub http1: bool,
+    /// HTTP/2 only (ALPN h2 over TLS).
+    #[arg(long, conflicts_with = "h2_prior_knowledge")]
+    pub http2: bool,
+    /// HTTP/2 over cleartext without negotiation.
+    #[arg(long)]
+    pub h2_prior_knowledge: bool,
+    /// Bound on each TCP connect (e.g. 10s, 500ms).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Happy Eyeballs delay between connect attempts.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    pub attempt_delay: Duration,
+    /// Connections per host.
+    #[arg(long)]
+    pub max_per_host: Option<usize>,
+    /// Which runtime performs the I/O.
+    #[arg(long, value_enum, default_value_t = Runtime::Tokio)]
+    pub runtime: Runtime,
+    /// Machine-readable output: one JSON object per event (and a summary) on
+    /// stdout; the body goes only to --output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `switchyard demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// One JSON object per step on stdout, for scripts and CI.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A `--resolve` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolve {
+    /// The host.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The addresses.
+    pub addrs: Vec<IpAddr>,
+}
+
+/// Parses `HOST:PORT:ADDR[,ADDR]` (IPv6 addresses may be bracketed).
+pub fn parse_resolve(s: &str) -> Result<Resolve, String> {
+    let mut parts = s.splitn(3, ':');
+    let (Some(host), Some(port), Some(addrs)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("expected HOST:PORT:ADDR[,ADDR], got {s:?}"));
+    };
+    if host.is_empty() {
+        return Err(format!("no host in {s:?}"));
+    }
+    let port: u16 = port.parse().map_err(|_| format!("bad port {port:?} in {s:?}"))?;
+    let addrs = addrs
+        .split(',')
+        .map(|a| {
+            let a = a.trim().trim_start_matches('[').trim_end_matches(']');
+            a.parse::<IpAddr>().map_err(|_| format!("bad address {a:?} in {s:?}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Resolve { host: host.to_ascii_lowercase(), port, addrs })
+}
+
+/// Parses `250ms`, `10s`, `1.5s`, `2m`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("bad duration unit {unit:?} in {s:?} (use ms, s or m)")),
+    };
+    if !seconds.is_finite() || !(0.0..=86_400.0).contains(&seconds) {
+        return Err(format!("duration {s:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}

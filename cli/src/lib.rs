@@ -1,0 +1,8 @@
+//! The `switchyard` command's pieces: arguments, `get`, `demo`, timelines.
+// A command-line tool prints by design.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod args;
+pub mod demo;
+pub mod get;
+pub mod timeline;

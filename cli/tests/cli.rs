@@ -1,0 +1,143 @@
+//! The `switchyard` binary: argument parsing, `--json` shape, and the demo's
+//! outcomes (asserted from its JSON, not its wording).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::process::Command;
+
+use clap::Parser;
+use switchyard_cli::args::{parse_duration, parse_resolve, Cli, Command as Sub};
+use switchyard_tests::server::{ServerOptions, TestServer};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+}
+
+fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect()
+}
+
+#[test]
+fn argument_parsing() {
+    let r = parse_resolve("Example.com:443:127.0.0.1,[::1]").unwrap();
+    assert_eq!((r.host.as_str(), r.port, r.addrs.len()), ("example.com", 443, 2));
+    assert!(parse_resolve("example.com:443").is_err());
+    assert!(parse_resolve("example.com:99999:127.0.0.1").is_err());
+    assert!(parse_resolve("example.com:443:not-an-ip").is_err());
+    assert_eq!(parse_duration("250ms").unwrap().as_millis(), 250);
+    assert_eq!(parse_duration("1.5s").unwrap().as_millis(), 1500);
+    assert_eq!(parse_duration("2").unwrap().as_secs(), 2);
+    assert!(parse_duration("5h").is_err());
+    assert!(parse_duration("-1s").is_err());
+
+    let cli =
+        Cli::try_parse_from(["switchyard", "get", "-v", "-n", "3", "-c", "2", "--http1.1", "http://a/"])
+            .unwrap();
+    let Sub::Get(g) = cli.command else { panic!() };
+    assert!(g.verbose && g.http1 && g.requests == 3 && g.concurrency == 2);
+    assert!(Cli::try_parse_from(["switchyard", "get", "--http1.1", "--http2", "http://a/"]).is_err());
+    assert!(Cli::try_parse_from(["switchyard", "get", "-n", "0", "http://a/"]).is_err());
+    assert!(Cli::try_parse_from(["switchyard", "get"]).is_err(), "a URL is required");
+}
+
+#[test]
+fn get_prints_the_body_and_status() {
+    let server = TestServer::start(ServerOptions::default());
+    let out = bin().args(["get", &format!("http://127.0.0.1:{}/hello", server.port())]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, b"hello");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("200 OK"));
+}
+
+#[test]
+fn get_json_has_one_event_per_line() {
+    let server = TestServer::start(ServerOptions::default());
+    let out = bin()
+        .args(["get", "--json", "--resolve", &format!("local.test:{}:127.0.0.1", server.port())])
+        .arg(format!("http://local.test:{}/hello", server.port()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let events = json_lines(&out.stdout);
+    let names: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    for expected in [
+        "call_start",
+        "dns_start",
+        "dns_end",
+        "connect_start",
+        "connect_end",
+        "connection_acquired",
+        "call_end",
+    ] {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    for e in &events {
+        assert!(e["t_ms"].is_f64() && e["detail"].is_string(), "{e}");
+    }
+}
+
+#[test]
+fn repeated_runs_print_a_summary() {
+    let server = TestServer::start(ServerOptions::default());
+    let out = bin()
+        .args(["get", "--json", "-n", "20", "-c", "4", "--max-per-host", "2"])
+        .arg(format!("http://127.0.0.1:{}/hello", server.port()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out.stdout);
+    let summary = &lines.last().unwrap()["summary"];
+    assert_eq!(summary["succeeded"], 20);
+    assert!(summary["connections_opened"].as_u64().unwrap() <= 2, "{summary}");
+    assert_eq!(summary["reused"].as_u64().unwrap() + summary["connections_opened"].as_u64().unwrap(), 20);
+    assert!(server.connections() <= 2);
+}
+
+#[test]
+fn errors_are_one_clear_line_and_exit_non_zero() {
+    let cases = [
+        (vec!["get", "ftp://example.com/"], "unsupported URL scheme"),
+        (vec!["get", "--resolve", "nowhere.test:80:127.0.0.1", "http://127.0.0.1:1/"], "could not connect"),
+        (vec!["get", "--runtime", "smol", "http://127.0.0.1:1/"], "not available yet"),
+    ];
+    for (args, expected) in cases {
+        let out = bin().args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn demo_outcomes() {
+    let out = bin().args(["demo", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let steps = json_lines(&out.stdout);
+    assert_eq!(steps.len(), 6);
+    let s = |i: usize| &steps[i];
+    // 1: the race tried [::1] first, fell back to 127.0.0.1, cancelled the loser.
+    let routes: Vec<&str> = s(0)["routes"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    assert!(routes[0].contains("[::1]") && routes[1].contains("127.0.0.1"), "{routes:?}");
+    assert!(s(0)["cancelled"].as_u64().unwrap() >= 1);
+    assert_eq!(s(0)["version"], "HTTP/2.0");
+    // 2: reused; 3: coalesced; one server connection throughout.
+    assert!(s(1)["acquired"].as_str().unwrap().contains("Pooled"));
+    assert!(s(2)["acquired"].as_str().unwrap().contains("Coalesced"));
+    assert_eq!(s(2)["server_connections"], 1);
+    // 4: the cap held.
+    assert_eq!(s(3)["succeeded"], 20);
+    assert!(s(3)["server_connections"].as_u64().unwrap() <= 4);
+    // 5: one retry, on a fresh connection, and the body arrived.
+    assert_eq!(s(4)["body"], "second");
+    let retries = s(4)["retries"].as_array().unwrap();
+    assert_eq!(retries.len(), 1);
+    assert!(retries[0].as_str().unwrap().contains("StaleConnection"));
+    // 6: the pool's counters.
+    assert_eq!(
+        (s(5)["created"].as_u64(), s(5)["reused"].as_u64(), s(5)["coalesced"].as_u64()),
+        (Some(1), Some(1), Some(1))
+    );
+}
