@@ -54,7 +54,7 @@ pub struct GetArgs {
     /// Run this many requests at a time.
     #[arg(short = 'c', long = "concurrency", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub concurrency: u64,
-    /// HOST:PORT:ADDR[,ADDR]: answer DNS for HOST:PORT with these addresses.
+    /// `HOST:PORT:ADDR[,ADDR]`: answer DNS for HOST:PORT with these addresses.
     #[arg(long, value_parser = parse_resolve)]
     pub resolve: Vec<Resolve>,
     /// Trust the CA certificates in this PEM file.

@@ -1,5 +1,5 @@
 //! `switchyard demo`: a narrated tour on embedded loopback servers. No network is
-//! needed; everything listens on 127.0.0.1 / [::1] and stops at the end.
+//! needed; everything listens on 127.0.0.1 / `[::1]` and stops at the end.
 
 use std::io::Write;
 use std::time::Instant;
