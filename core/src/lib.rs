@@ -43,7 +43,7 @@
 //! let address = Address::from_uri(&"https://example.com/".parse()?)?.build()?;
 //! let mut ids = IdAllocator::default();
 //! let mut db = RouteDatabase::default(); // shared by every call of a client
-//! let request = RaceRequest { call: ids.next_call(), address, proxies: vec![], deadline: None };
+//! let request = RaceRequest { call: ids.next_call(), address, proxies: vec![], deadline: None, first_sequence: Default::default() };
 //! let mut race = Race::start(request, RaceConfig::default(), ms(0), &mut db);
 //!
 //! // 0 ms: the first action is a DNS lookup.
@@ -139,6 +139,6 @@ pub use pool::{
     AcquireError, AcquireOptions, AddressStats, Connection, ExchangeError, FailureOutcome, Pool, PoolAction,
     PoolConfig, PoolStats, Source, StreamLimitPolicy,
 };
-pub use race::{Action, Race, RaceConfig, RaceRequest};
+pub use race::{Action, Race, RaceConfig, RaceRequest, Sequence};
 pub use route::{Route, RouteDatabase};
 pub use time::Instant;

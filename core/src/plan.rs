@@ -180,6 +180,20 @@ impl RoutePlanner {
         }
     }
 
+    /// Numbers this planner's DNS queries from `first` (for a call that plans
+    /// again, so query ids are never reused).
+    #[must_use]
+    pub fn starting_queries_at(mut self, first: u32) -> Self {
+        self.next_query = first;
+        self
+    }
+
+    /// The number the next query would get.
+    #[must_use]
+    pub fn next_query_number(&self) -> u32 {
+        self.next_query
+    }
+
     /// The proxies that will be tried, in order.
     #[must_use]
     pub fn proxies(&self) -> &[Proxy] {

@@ -86,6 +86,19 @@ pub struct RaceRequest {
     pub proxies: Vec<Proxy>,
     /// When the whole call gives up, if ever.
     pub deadline: Option<Instant>,
+    /// Where this race's attempt and query numbering starts. A call that races
+    /// again (a retry) passes the previous race's [`Race::sequence_end`], so no id
+    /// is ever reused within a call. Default: from zero.
+    pub first_sequence: Sequence,
+}
+
+/// The next attempt and query numbers of a call (see [`RaceRequest::first_sequence`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Sequence {
+    /// The next attempt number.
+    pub attempts: u32,
+    /// The next DNS query number.
+    pub queries: u32,
 }
 
 /// An instruction for the driver. Each is given once.
@@ -189,8 +202,9 @@ impl Race {
     /// Starts a race at `now`: emits the proxy selection events and the first
     /// [`Action::Resolve`] or [`Action::Connect`].
     pub fn start(request: RaceRequest, config: RaceConfig, now: Instant, db: &mut RouteDatabase) -> Race {
-        let RaceRequest { call, address, proxies, deadline } = request;
-        let planner = RoutePlanner::new(call, address.clone(), proxies, config.plan);
+        let RaceRequest { call, address, proxies, deadline, first_sequence } = request;
+        let planner = RoutePlanner::new(call, address.clone(), proxies, config.plan)
+            .starting_queries_at(first_sequence.queries);
         let mut race = Race {
             call,
             address: address.clone(),
@@ -198,7 +212,7 @@ impl Race {
             deadline,
             planner,
             attempts: Vec::new(),
-            next_attempt: 0,
+            next_attempt: first_sequence.attempts,
             last_start: None,
             deferred: Vec::new(),
             failures: Vec::new(),
@@ -230,6 +244,12 @@ impl Race {
     #[must_use]
     pub fn is_finished(&self) -> bool {
         self.finished
+    }
+
+    /// The numbers the next race for this call must start from.
+    #[must_use]
+    pub fn sequence_end(&self) -> Sequence {
+        Sequence { attempts: self.next_attempt, queries: self.planner.next_query_number() }
     }
 
     /// Attempts in flight (connecting or handshaking), for stats and tests.

@@ -652,3 +652,32 @@ fn failed_route_then_success_events() {
         ["ConnectStart", "ConnectFailed", "ConnectStart", "ConnectEnd", "ConnectionAcquired"]
     );
 }
+
+#[test]
+fn a_retried_call_never_reuses_an_attempt_id() {
+    // Found by the simulation: the retry's race numbered its attempts from zero
+    // again, so a late report from the first race could be taken for the second's.
+    let mut sim = PoolSim::new(config());
+    let a = http("127.0.0.1");
+    let c = sim.acquire(0, &a);
+    sim.drain();
+    let first = sim.last_attempt(c);
+    sim.connected(1, c);
+    let out = sim
+        .pool
+        .exchange_failed(
+            ms(2),
+            c,
+            ExchangeFailure { kind: io_reset(), progress: Progress::NothingWritten, request: facts(true) },
+        )
+        .unwrap();
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::NotSent));
+    let out = sim.drain();
+    assert_eq!(out.len(), 2, "{out:?}"); // the failed connection closes, a new race starts
+    let second = sim.last_attempt(c);
+    assert_ne!(first, second);
+    // A late, duplicate report about the first race's attempt changes nothing.
+    sim.pool.handle_connected(ms(3), first).unwrap();
+    assert!(sim.drain().is_empty());
+    assert_eq!(sim.pool.stats().totals.connecting, 1);
+}

@@ -402,7 +402,13 @@ fn ids_from_another_call_are_misuse() {
     use switchyard_core::{IdAllocator, Race, RaceRequest};
     let mut ids = IdAllocator::default();
     let mut db = RouteDatabase::default();
-    let request = |call| RaceRequest { call, address: http("127.0.0.1"), proxies: vec![], deadline: None };
+    let request = |call| RaceRequest {
+        call,
+        address: http("127.0.0.1"),
+        proxies: vec![],
+        deadline: None,
+        first_sequence: Default::default(),
+    };
     let mut a = Race::start(request(ids.next_call()), RaceConfig::default(), ms(0), &mut db);
     let mut b = Race::start(request(ids.next_call()), RaceConfig::default(), ms(0), &mut db);
     let Some(Action::Connect { attempt: b0, .. }) = b.poll_action() else { panic!() };

@@ -119,6 +119,7 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
         address,
         proxies: vec![],
         deadline: s.deadline.map(Instant::from_millis),
+        first_sequence: Default::default(),
     };
     let mut now = Instant::ZERO;
     let mut race = Race::start(request, config, now, &mut db);

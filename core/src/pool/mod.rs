@@ -93,7 +93,7 @@ use crate::connection::{CloseReason, Reuse, TlsFacts};
 use crate::error::{ConnectError, DnsError, Misuse};
 use crate::event::{Event, EventKind};
 use crate::id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
-use crate::race::{Action, Race, RaceRequest};
+use crate::race::{Action, Race, RaceRequest, Sequence};
 use crate::route::{Route, RouteDatabase};
 use crate::time::{earliest, Instant};
 
@@ -137,6 +137,8 @@ enum CallState {
 #[derive(Debug)]
 struct Call {
     address: Address,
+    /// Where the next race's ids start, so a retried call never reuses one.
+    sequence: Sequence,
     options: AcquireOptions,
     retries: u32,
     avoid: Vec<ConnectionId>,
@@ -268,6 +270,7 @@ impl Pool {
                 avoid: Vec::new(),
                 fresh_only: false,
                 state: CallState::Pending,
+                sequence: Sequence::default(),
             },
         );
         self.dispatch(now, id);
@@ -757,6 +760,7 @@ impl Pool {
             address: call.address.clone(),
             proxies: call.options.proxies.clone(),
             deadline: call.options.deadline,
+            first_sequence: call.sequence,
         };
         let race = Race::start(request, self.config.race, now, &mut self.db);
         call.state = CallState::Racing {
@@ -842,6 +846,7 @@ impl Pool {
             return;
         };
         race.cancel(now);
+        let sequence = race.sequence_end();
         while let Some(e) = race.poll_event() {
             self.events.push_back(e);
         }
@@ -854,6 +859,7 @@ impl Pool {
             self.race_timers.remove(&(t, call_id));
         }
         call.state = CallState::Pending;
+        call.sequence = sequence;
         let address = call.address.clone();
         if let Some(a) = self.addrs.get_mut(&address) {
             a.racing.remove(&call_id);

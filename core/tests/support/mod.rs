@@ -48,7 +48,13 @@ impl Sim {
         deadline: Option<Instant>,
     ) -> (Sim, Vec<String>) {
         let mut ids = IdAllocator::default();
-        let request = RaceRequest { call: ids.next_call(), address, proxies, deadline };
+        let request = RaceRequest {
+            call: ids.next_call(),
+            address,
+            proxies,
+            deadline,
+            first_sequence: Default::default(),
+        };
         let race = Race::start(request, config, ms(0), &mut db);
         let mut sim = Sim {
             race,

@@ -1,0 +1,658 @@
+//! Deterministic whole-core simulation: the pool, its races and the route
+//! database driven by a simulated network and clock, from a seed. Time jumps to
+//! the next deadline or event, so a simulated hour costs milliseconds.
+//!
+//! The world: host names with DNS answers (IPv4/IPv6 mixes, failures, latency)
+//! over a small shared set of server IPs (so HTTP/2 coalescing happens), each IP
+//! with a behaviour (connects after a latency, refuses, black-holes; TLS passes
+//! or fails), servers that close idle connections (noticed, or silently, making
+//! stale connections), reset exchanges, HTTP/2 stream limits and GOAWAY.
+//!
+//! After every step the checker asserts the pool's invariants; per call: every
+//! acquisition ends by the call's deadline; the race keeps its stagger; routes
+//! that failed are tried after the others on the next call; at the end every
+//! call has ended and nothing is left open, waiting, connecting or in flight.
+//!
+//! Replay one seed: `SWITCHYARD_SIM_SEED=<seed> cargo test -p switchyard-core --test sim`.
+//! Change the count: `SWITCHYARD_SIM_SCENARIOS=<n>` (default 20 000).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
+use switchyard_core::{
+    AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError,
+    FailureOutcome, Instant, Pool, PoolAction, PoolConfig, Protocol, Proxy, QueryId, Reuse, Route, Scheme,
+    TlsFacts, TlsFailure,
+};
+
+/// SplitMix64: small, seeded, deterministic.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Tcp {
+    Connect(u64),
+    Refuse(u64),
+    BlackHole,
+}
+
+#[derive(Clone, Debug)]
+struct Ip {
+    tcp: Tcp,
+    tls_ok: bool,
+    tls_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Host {
+    address: Address,
+    dns: Result<Vec<IpAddr>, ()>,
+    dns_ms: u64,
+    h2: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Server {
+    idle_close_ms: Option<u64>,
+    stale_percent: u64,
+    reset_percent: u64,
+    close_percent: u64,
+    stream_limit: Option<u32>,
+    goaway_after: Option<u32>,
+}
+
+#[derive(Clone, Debug)]
+struct CallSpec {
+    at: u64,
+    host: usize,
+    idempotent: bool,
+    exclusive: bool,
+    timeout_ms: u64,
+    exchange_ms: u64,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Arrive(usize),
+    Dns(QueryId, Result<Vec<IpAddr>, DnsError>),
+    Tcp(AttemptId, bool),
+    Tls(AttemptId, bool, Protocol),
+    Settings(ConnectionId, u32),
+    ExchangeDone(CallId, ConnectionId),
+    IdleClose(ConnectionId, u64),
+}
+
+#[derive(Debug, Default)]
+struct SimConn {
+    ip: Option<IpAddr>,
+    protocol: Option<Protocol>,
+    exchanges: u32,
+    idle_generation: u64,
+    stale: bool,
+    goaway_sent: bool,
+}
+
+#[derive(Debug)]
+struct SimCall {
+    spec: usize,
+    deadline: Instant,
+    acquiring_since: Option<Instant>,
+    holding: Option<ConnectionId>,
+    ended: bool,
+    attempts_in_flight: BTreeSet<AttemptId>,
+    last_connect: Option<Instant>,
+    postponed: Option<(BTreeSet<IpAddr>, bool)>,
+}
+
+struct World {
+    rng: Rng,
+    config: PoolConfig,
+    ips: BTreeMap<IpAddr, Ip>,
+    hosts: Vec<Host>,
+    server: Server,
+    calls: Vec<CallSpec>,
+}
+
+fn world(seed: u64) -> World {
+    let mut rng = Rng(seed);
+    let mut ips = BTreeMap::new();
+    for i in 0..rng.range(1, 4) {
+        let ip: IpAddr = if rng.chance(50) {
+            format!("fd00::{}", i + 1).parse().unwrap()
+        } else {
+            format!("10.0.0.{}", i + 1).parse().unwrap()
+        };
+        let tcp = match rng.below(10) {
+            0..=5 => Tcp::Connect(rng.range(1, 400)),
+            6..=7 => Tcp::Refuse(rng.range(1, 100)),
+            _ => Tcp::BlackHole,
+        };
+        ips.insert(ip, Ip { tcp, tls_ok: rng.chance(90), tls_ms: rng.range(1, 200) });
+    }
+    let pool_ips: Vec<IpAddr> = ips.keys().copied().collect();
+    let https = rng.chance(60);
+    let mut hosts = Vec::new();
+    for h in 0..rng.range(1, 3) {
+        let scheme = if https { Scheme::Https } else { Scheme::Http };
+        let h2 = https && rng.chance(60);
+        let address = Address::builder(scheme, &format!("h{h}.sim.test"), 443).build().unwrap();
+        let dns = if rng.chance(8) {
+            Err(())
+        } else {
+            let mut answer: Vec<IpAddr> = pool_ips.iter().copied().filter(|_| rng.chance(70)).collect();
+            if answer.is_empty() {
+                answer.push(pool_ips[0]);
+            }
+            Ok(answer)
+        };
+        hosts.push(Host { address, dns, dns_ms: rng.range(0, 50), h2 });
+    }
+    let server = Server {
+        idle_close_ms: rng.chance(50).then(|| rng.range(50, 3000)),
+        stale_percent: rng.range(0, 40),
+        reset_percent: rng.range(0, 15),
+        close_percent: rng.range(0, 20),
+        stream_limit: rng.chance(50).then(|| u32::try_from(rng.range(1, 4)).unwrap()),
+        goaway_after: rng.chance(30).then(|| u32::try_from(rng.range(1, 5)).unwrap()),
+    };
+    let mut config = PoolConfig {
+        keep_alive: Duration::from_millis(rng.range(100, 5000)),
+        max_connections_per_address: rng.chance(50).then(|| usize::try_from(rng.range(1, 4)).unwrap()),
+        max_connections_total: rng.chance(30).then(|| usize::try_from(rng.range(1, 6)).unwrap()),
+        max_idle_per_address: usize::try_from(rng.range(1, 4)).unwrap(),
+        acquire_timeout: Duration::from_millis(rng.range(200, 5000)),
+        max_lifetime: rng.chance(20).then(|| Duration::from_millis(rng.range(200, 5000))),
+        ..PoolConfig::default()
+    };
+    config.race.attempt_delay = Duration::from_millis(rng.range(50, 300));
+    config.race.connect_timeout = Duration::from_millis(rng.range(300, 3000));
+    config.race.handshake_timeout = Duration::from_millis(rng.range(300, 3000));
+    let mut calls = Vec::new();
+    let mut t = 0;
+    for _ in 0..rng.range(1, 25) {
+        t += rng.range(0, 400);
+        calls.push(CallSpec {
+            at: t,
+            host: usize::try_from(rng.below(hosts.len() as u64)).unwrap(),
+            idempotent: rng.chance(70),
+            exclusive: rng.chance(5),
+            timeout_ms: rng.range(500, 10_000),
+            exchange_ms: rng.range(1, 500),
+        });
+    }
+    World { rng, config, ips, hosts, server, calls }
+}
+
+/// What happened across scenarios, to prove the generator reaches every path.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    calls: u64,
+    acquired: u64,
+    acquire_failed: u64,
+    retries: u64,
+    stale: u64,
+    goaways: u64,
+    coalesced: u64,
+    races_lost: u64,
+}
+
+struct Sim {
+    w: World,
+    counters: Counters,
+    pool: Pool,
+    now: Instant,
+    queue: BTreeMap<(Instant, u64), Ev>,
+    seq: u64,
+    attempts: BTreeMap<AttemptId, IpAddr>,
+    conns: BTreeMap<ConnectionId, SimConn>,
+    calls: BTreeMap<CallId, SimCall>,
+    trace: u64,
+    steps: u64,
+}
+
+fn ms(t: u64) -> Duration {
+    Duration::from_millis(t)
+}
+
+impl Sim {
+    fn at(&mut self, delay: Duration, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((self.now + delay, self.seq), ev);
+    }
+
+    fn mix(&mut self, v: u64) {
+        self.trace = self.trace.rotate_left(5) ^ v.wrapping_mul(0x100_0000_01B3);
+    }
+
+    fn host_of(&self, call: CallId) -> &Host {
+        &self.w.hosts[self.w.calls[self.calls[&call].spec].host]
+    }
+
+    fn drain(&mut self) -> Result<(), String> {
+        while let Some(action) = self.pool.poll_action() {
+            self.mix(self.now.elapsed_since_origin().as_nanos() as u64);
+            self.perform(action)?;
+        }
+        while self.pool.poll_event().is_some() {}
+        self.pool.check_invariants()
+    }
+
+    fn perform(&mut self, action: PoolAction) -> Result<(), String> {
+        match action {
+            PoolAction::Resolve { query, .. } => {
+                let host = self.host_of(query.call()).clone();
+                let answer = host.dns.clone().map_err(|()| DnsError::Failed { message: "SERVFAIL".into() });
+                self.at(ms(host.dns_ms), Ev::Dns(query, answer));
+            }
+            PoolAction::Connect { attempt, route } => {
+                let ip = route.socket_addr().ip();
+                let delay = self.w.config.race.attempt_delay;
+                let c = self.calls.get_mut(&attempt.call()).unwrap();
+                // The race keeps its stagger unless nothing is in flight.
+                if let Some(last) = c.last_connect {
+                    if !c.attempts_in_flight.is_empty() && self.now - last < delay {
+                        return Err(format!(
+                            "{attempt} started {:?} after the previous with attempts in flight",
+                            self.now - last
+                        ));
+                    }
+                }
+                // Postponed routes go last: the first attempt after DNS is a fresh one.
+                if let Some((postponed, some_fresh)) = c.postponed.take() {
+                    if some_fresh && postponed.contains(&ip) {
+                        return Err(format!("{attempt} tried postponed {ip} before a fresh route"));
+                    }
+                }
+                c.last_connect = Some(self.now);
+                c.attempts_in_flight.insert(attempt);
+                self.attempts.insert(attempt, ip);
+                match self.w.ips[&ip].tcp {
+                    Tcp::Connect(t) => self.at(ms(t), Ev::Tcp(attempt, true)),
+                    Tcp::Refuse(t) => self.at(ms(t), Ev::Tcp(attempt, false)),
+                    Tcp::BlackHole => {}
+                }
+            }
+            PoolAction::Handshake { attempt, .. } => {
+                let ip = self.attempts[&attempt];
+                let spec = &self.w.ips[&ip];
+                let alpn = if self.host_of(attempt.call()).h2 { Protocol::Http2 } else { Protocol::Http1 };
+                let (ok, t) = (spec.tls_ok, spec.tls_ms);
+                self.at(ms(t), Ev::Tls(attempt, ok, alpn));
+            }
+            PoolAction::CancelAttempt { attempt } => {
+                self.counters.races_lost += 1;
+                self.attempts.remove(&attempt);
+                if let Some(c) = self.calls.get_mut(&attempt.call()) {
+                    c.attempts_in_flight.remove(&attempt);
+                }
+            }
+            PoolAction::Established { attempt, connection, protocol } => {
+                let ip = self.attempts.remove(&attempt);
+                if let Some(c) = self.calls.get_mut(&attempt.call()) {
+                    c.attempts_in_flight.remove(&attempt);
+                }
+                self.conns.insert(connection, SimConn { ip, protocol: Some(protocol), ..SimConn::default() });
+                if protocol.is_multiplexed() {
+                    if let Some(limit) = self.w.server.stream_limit {
+                        self.at(ms(1), Ev::Settings(connection, limit));
+                    }
+                }
+            }
+            PoolAction::Acquired { call, connection, source } => {
+                self.counters.acquired += 1;
+                if source == switchyard_core::Source::Coalesced {
+                    self.counters.coalesced += 1;
+                }
+                let c = self.calls.get_mut(&call).ok_or("acquired for an unknown call")?;
+                if c.ended || c.holding.is_some() {
+                    return Err(format!("{call} acquired while ended or holding"));
+                }
+                if let Some(since) = c.acquiring_since.take() {
+                    if since <= c.deadline && self.now > c.deadline {
+                        return Err(format!(
+                            "{call} acquired at {:?}, past its deadline {:?}",
+                            self.now, c.deadline
+                        ));
+                    }
+                }
+                c.holding = Some(connection);
+                let t = self.w.calls[c.spec].exchange_ms;
+                self.at(ms(t), Ev::ExchangeDone(call, connection));
+            }
+            PoolAction::AcquireFailed { call, .. } => {
+                self.counters.acquire_failed += 1;
+                let c = self.calls.get_mut(&call).ok_or("failed for an unknown call")?;
+                if let Some(since) = c.acquiring_since.take() {
+                    if since <= c.deadline && self.now > c.deadline {
+                        return Err(format!(
+                            "{call} failed at {:?}, past its deadline {:?}",
+                            self.now, c.deadline
+                        ));
+                    }
+                }
+                c.ended = true;
+            }
+            PoolAction::Close { connection, .. } => {
+                self.conns.remove(&connection).ok_or_else(|| format!("{connection} closed twice"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn exchange_done(&mut self, call: CallId, connection: ConnectionId) -> Result<(), String> {
+        let spec = self.calls[&call].spec;
+        let idempotent = self.w.calls[spec].idempotent;
+        let facts = RequestFacts { idempotent, body_replayable: true };
+        let conn = self.conns.get_mut(&connection);
+        let stale = conn.as_ref().is_some_and(|c| c.stale);
+        let reset = self.w.rng.chance(self.w.server.reset_percent);
+        self.calls.get_mut(&call).unwrap().holding = None;
+        if stale || reset {
+            let failure = ExchangeFailure {
+                kind: ExchangeFailureKind::Io {
+                    kind: std::io::ErrorKind::ConnectionReset,
+                    message: "reset".into(),
+                },
+                progress: Progress::RequestWritten,
+                request: facts,
+            };
+            match self.pool.exchange_failed(self.now, call, failure).map_err(|e| e.to_string())? {
+                FailureOutcome::Retrying(_) => {
+                    self.counters.retries += 1;
+                    self.calls.get_mut(&call).unwrap().acquiring_since = Some(self.now);
+                }
+                FailureOutcome::Failed(_) => self.calls.get_mut(&call).unwrap().ended = true,
+            }
+            return Ok(());
+        }
+        let (protocol, exchanges) = match self.conns.get_mut(&connection) {
+            Some(c) => {
+                c.exchanges += 1;
+                (c.protocol, c.exchanges)
+            }
+            None => (None, 0),
+        };
+        let reuse = if protocol == Some(Protocol::Http1) && self.w.rng.chance(self.w.server.close_percent) {
+            Reuse::Retire(CloseReason::ServerClose)
+        } else {
+            Reuse::Reusable
+        };
+        self.pool.exchange_finished(self.now, call, reuse).map_err(|e| e.to_string())?;
+        self.calls.get_mut(&call).unwrap().ended = true;
+        // HTTP/2 servers that send GOAWAY after a few exchanges.
+        if protocol.is_some_and(Protocol::is_multiplexed) {
+            if let Some(limit) = self.w.server.goaway_after {
+                let c = self.conns.get_mut(&connection);
+                if let Some(c) = c {
+                    if exchanges >= limit && !c.goaway_sent && self.pool.connection(connection).is_some() {
+                        c.goaway_sent = true;
+                        self.counters.goaways += 1;
+                        self.pool.goaway(self.now, connection).map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+        }
+        // A server that closes idle connections.
+        let idle = self.pool.connection(connection).is_some_and(|c| c.in_flight() == 0);
+        if let (true, Some(t)) = (idle, self.w.server.idle_close_ms) {
+            let generation = {
+                let c = self.conns.get_mut(&connection).unwrap();
+                c.idle_generation += 1;
+                c.idle_generation
+            };
+            self.at(ms(t), Ev::IdleClose(connection, generation));
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, ev: Ev) -> Result<(), String> {
+        let now = self.now;
+        match ev {
+            Ev::Arrive(i) => {
+                let spec = self.w.calls[i].clone();
+                let deadline = now + ms(spec.timeout_ms);
+                let address = self.w.hosts[spec.host].address.clone();
+                let options = AcquireOptions {
+                    exclusive: spec.exclusive,
+                    deadline: Some(deadline),
+                    ..AcquireOptions::default()
+                };
+                let id = self.pool.acquire(now, address, options);
+                self.calls.insert(
+                    id,
+                    SimCall {
+                        spec: i,
+                        deadline,
+                        acquiring_since: Some(now),
+                        holding: None,
+                        ended: false,
+                        attempts_in_flight: BTreeSet::new(),
+                        last_connect: None,
+                        postponed: None,
+                    },
+                );
+            }
+            Ev::Dns(q, answer) => {
+                // Remember which of the answer's routes the database postpones now.
+                if let (Ok(ips), Some(c)) = (&answer, self.calls.get(&q.call())) {
+                    let address = self.w.hosts[self.w.calls[c.spec].host].address.clone();
+                    let db = self.pool.route_database();
+                    let postponed: BTreeSet<IpAddr> = ips
+                        .iter()
+                        .copied()
+                        .filter(|ip| {
+                            db.should_postpone(
+                                &Route::new(address.clone(), Proxy::Direct, SocketAddr::new(*ip, 443)),
+                                now,
+                            )
+                        })
+                        .collect();
+                    let some_fresh = ips.iter().any(|ip| !postponed.contains(ip));
+                    self.calls.get_mut(&q.call()).unwrap().postponed = Some((postponed, some_fresh));
+                }
+                self.pool.handle_dns(now, q, answer).map_err(|e| e.to_string())?;
+            }
+            Ev::Tcp(a, ok) => {
+                // Reports for cancelled attempts are delivered too: the pool must ignore them.
+                if let Some(c) = self.calls.get_mut(&a.call()) {
+                    if !ok {
+                        c.attempts_in_flight.remove(&a);
+                    }
+                }
+                let r = if ok {
+                    self.pool.handle_connected(now, a)
+                } else {
+                    self.attempts.remove(&a);
+                    let e =
+                        ConnectError::from_io(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+                    self.pool.handle_failed(now, a, e)
+                };
+                r.map_err(|e| e.to_string())?;
+            }
+            Ev::Tls(a, ok, alpn) => {
+                let r = if ok {
+                    let facts = TlsFacts { dns_names: vec!["*.sim.test".into()], ..TlsFacts::default() };
+                    self.pool.handle_established(now, a, Some(alpn), Some(facts))
+                } else {
+                    if self.attempts.remove(&a).is_some() {
+                        if let Some(c) = self.calls.get_mut(&a.call()) {
+                            c.attempts_in_flight.remove(&a);
+                        }
+                    }
+                    let e = ConnectError::Tls { kind: TlsFailure::Protocol, message: "alert".into() };
+                    self.pool.handle_failed(now, a, e)
+                };
+                // A handshake result for an attempt cancelled meanwhile is ignored.
+                r.map_err(|e| e.to_string())?;
+            }
+            Ev::Settings(c, limit) => {
+                if self.pool.connection(c).is_some() {
+                    self.pool.settings(now, c, limit).map_err(|e| e.to_string())?;
+                }
+            }
+            Ev::ExchangeDone(call, c) => self.exchange_done(call, c)?,
+            Ev::IdleClose(c, generation) => {
+                let idle = self.pool.connection(c).is_some_and(|k| k.in_flight() == 0);
+                let current = self.conns.get(&c).is_some_and(|k| k.idle_generation == generation);
+                if idle && current {
+                    if self.w.rng.chance(self.w.server.stale_percent) {
+                        // Closed without the client noticing: the next exchange fails.
+                        self.conns.get_mut(&c).unwrap().stale = true;
+                        self.counters.stale += 1;
+                    } else {
+                        self.pool
+                            .connection_closed(now, c, CloseReason::ServerClose)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+        }
+        self.drain()
+    }
+
+    fn run(seed: u64) -> Result<u64, String> {
+        Sim::run_counted(seed).map(|(trace, _)| trace)
+    }
+
+    fn run_counted(seed: u64) -> Result<(u64, Counters), String> {
+        let w = world(seed);
+        let pool = Pool::new(w.config.clone());
+        let mut sim = Sim {
+            pool,
+            now: Instant::ZERO,
+            queue: BTreeMap::new(),
+            seq: 0,
+            attempts: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            trace: seed,
+            steps: 0,
+            counters: Counters::default(),
+            w,
+        };
+        sim.counters.calls = sim.w.calls.len() as u64;
+        for i in 0..sim.w.calls.len() {
+            let at = ms(sim.w.calls[i].at);
+            sim.seq += 1;
+            sim.queue.insert((Instant::ZERO + at, sim.seq), Ev::Arrive(i));
+        }
+        loop {
+            sim.steps += 1;
+            if sim.steps > 200_000 {
+                return Err("no progress after 200 000 steps (livelock?)".into());
+            }
+            let timer = sim.pool.poll_timeout();
+            let next = sim.queue.keys().next().copied();
+            match (timer, next) {
+                (None, None) => break,
+                (Some(t), Some((e, _))) if t < e => {
+                    sim.now = t.max(sim.now);
+                    sim.pool.handle_timeout(sim.now);
+                    sim.drain()?;
+                }
+                (Some(t), None) => {
+                    sim.now = t.max(sim.now);
+                    sim.pool.handle_timeout(sim.now);
+                    sim.drain()?;
+                    if sim.pool.poll_timeout().is_some_and(|n| n <= sim.now) {
+                        return Err("timer busy loop".into());
+                    }
+                }
+                (_, Some(key)) => {
+                    let ev = sim.queue.remove(&key).unwrap();
+                    sim.now = key.0.max(sim.now);
+                    sim.step(ev)?;
+                }
+            }
+        }
+        // Everything ended, nothing leaked.
+        if let Some((id, _)) = sim.calls.iter().find(|(_, c)| !c.ended) {
+            return Err(format!("{id} never ended"));
+        }
+        let s = sim.pool.stats();
+        if s.calls != 0 || s.totals.open != 0 || s.totals.waiters != 0 || s.totals.connecting != 0 {
+            return Err(format!("leaked at the end: {s:?}"));
+        }
+        if !sim.attempts.is_empty() || !sim.conns.is_empty() {
+            return Err(format!(
+                "driver ledger not empty: {} attempts, {} connections",
+                sim.attempts.len(),
+                sim.conns.len()
+            ));
+        }
+        Ok((sim.trace ^ sim.steps, sim.counters))
+    }
+}
+
+#[test]
+fn seeded_scenarios() {
+    if let Ok(seed) = std::env::var("SWITCHYARD_SIM_SEED") {
+        let seed: u64 = seed.parse().expect("SWITCHYARD_SIM_SEED is a number");
+        if let Err(e) = Sim::run(seed) {
+            panic!("seed {seed}: {e}");
+        }
+        return;
+    }
+    let count: u64 =
+        std::env::var("SWITCHYARD_SIM_SCENARIOS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    let started = std::time::Instant::now();
+    let mut total = Counters::default();
+    for seed in 0..count {
+        match Sim::run_counted(seed) {
+            Ok((trace, c)) => {
+                total.calls += c.calls;
+                total.acquired += c.acquired;
+                total.acquire_failed += c.acquire_failed;
+                total.retries += c.retries;
+                total.stale += c.stale;
+                total.goaways += c.goaways;
+                total.coalesced += c.coalesced;
+                total.races_lost += c.races_lost;
+                // Same seed, same run.
+                if seed % 97 == 0 {
+                    assert_eq!(Sim::run(seed), Ok(trace), "seed {seed} is not deterministic");
+                }
+            }
+            Err(e) => panic!(
+                "seed {seed}: {e}\nreplay: SWITCHYARD_SIM_SEED={seed} cargo test -p switchyard-core --test sim"
+            ),
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!("{count} scenarios in {secs:.2} s ({:.0} scenarios/s): {total:?}", count as f64 / secs);
+    if count >= 1000 {
+        // The generator must reach every path it claims to.
+        let t = total;
+        for (what, n) in [
+            ("acquisitions", t.acquired),
+            ("failed acquisitions", t.acquire_failed),
+            ("retries", t.retries),
+            ("stale connections", t.stale),
+            ("GOAWAYs", t.goaways),
+            ("coalesced calls", t.coalesced),
+            ("cancelled attempts", t.races_lost),
+        ] {
+            assert!(n > 0, "no {what} in {count} scenarios");
+        }
+    }
+}
