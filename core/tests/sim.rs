@@ -104,7 +104,6 @@ enum Ev {
 
 #[derive(Debug, Default)]
 struct SimConn {
-    ip: Option<IpAddr>,
     protocol: Option<Protocol>,
     exchanges: u32,
     idle_generation: u64,
@@ -307,11 +306,11 @@ impl Sim {
                 }
             }
             PoolAction::Established { attempt, connection, protocol } => {
-                let ip = self.attempts.remove(&attempt);
+                self.attempts.remove(&attempt);
                 if let Some(c) = self.calls.get_mut(&attempt.call()) {
                     c.attempts_in_flight.remove(&attempt);
                 }
-                self.conns.insert(connection, SimConn { ip, protocol: Some(protocol), ..SimConn::default() });
+                self.conns.insert(connection, SimConn { protocol: Some(protocol), ..SimConn::default() });
                 if protocol.is_multiplexed() {
                     if let Some(limit) = self.w.server.stream_limit {
                         self.at(ms(1), Ev::Settings(connection, limit));
