@@ -98,6 +98,43 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## Embedding: driving the core from your own event loop
+//!
+//! A driver owns one [`Pool`] (or one [`Race`]) and repeats, in order:
+//!
+//! 1. **Feed an input with `now`** — a DNS answer ([`Pool::handle_dns`]), a TCP
+//!    result ([`Pool::handle_connected`], [`Pool::handle_failed`]), a handshake
+//!    result ([`Pool::handle_established`]), an exchange's end
+//!    ([`Pool::exchange_finished`], [`Pool::exchange_failed`]), what the peer did
+//!    ([`Pool::connection_closed`], [`Pool::settings`], [`Pool::goaway`]), or a new
+//!    call ([`Pool::acquire`]). `now` is an [`Instant`] on the driver's own clock.
+//! 2. **Drain [`Pool::poll_action`] and perform every action**: resolve, connect
+//!    (non-blocking), run handshakes, close cancelled attempts at once, keep an
+//!    established socket under its [`ConnectionId`], hand a connection to a call,
+//!    close a connection.
+//! 3. **Drain [`Pool::poll_event`]** for listeners and logs (optional, but events
+//!    queue until drained).
+//! 4. **Sleep until the next I/O readiness or [`Pool::poll_timeout`]**, whichever
+//!    is first, then call [`Pool::handle_timeout`] with the new `now`.
+//!
+//! What the core promises in return:
+//!
+//! * A report that comes **late** (for an attempt already cancelled, a race
+//!   already won or lost, a call already over) is accepted and ignored.
+//! * A report that comes **twice** is ignored the second time.
+//! * An id the core **never issued** (or a connection it already closed) is a
+//!   typed [`Misuse`] error, and the state is unchanged.
+//! * `handle_timeout` **early, late or twice** is harmless: it acts only on
+//!   deadlines `<= now`, and a `now` that goes backwards only delays work.
+//! * Nothing panics on any input sequence — the `pool_ops` fuzz target and the
+//!   seeded simulation (`core/tests/sim.rs`) check that, with the pool's invariants
+//!   after every step.
+//!
+//! `core/examples/fetch_loop.rs` is a complete driver in about 230 lines: mio for
+//! readiness, non-blocking connects for the race, the [`http1`] codec for the
+//! bytes, timers from `poll_timeout()`. Run it with
+//! `cargo run -p switchyard-core --example fetch_loop`.
+//!
 //! ## Modules
 //!
 //! | module | concept |
