@@ -106,7 +106,10 @@ pub(crate) async fn exchange(
         }
     };
     let mut written = 0u64;
-    let progress = |w: u64| if w == 0 { Progress::NothingWritten } else { Progress::RequestWritten };
+    // Once a write has been attempted, nothing proves the request did not leave:
+    // a buffering writer (TLS) may have sent records before reporting an error.
+    // Only a failure before the first write counts as "nothing written".
+    let progress = |_: u64| Progress::RequestWritten;
 
     // Head, and a buffered body in the same write when it may go at once.
     let mut out = head;

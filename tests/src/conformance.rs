@@ -44,6 +44,14 @@ pub struct Config {
     pub hosts: BTreeMap<String, Vec<IpAddr>>,
     /// Extra trusted root (DER).
     pub root: Option<Vec<u8>>,
+    /// Bound on each read.
+    pub read_timeout: Option<Duration>,
+    /// Bound on the winner's handshakes.
+    pub handshake_timeout: Duration,
+    /// Bound on a whole call (a guard against hangs).
+    pub call_timeout: Option<Duration>,
+    /// How long `Expect: 100-continue` waits before sending the body anyway.
+    pub expect_continue_timeout: Duration,
 }
 
 impl Default for Config {
@@ -57,6 +65,10 @@ impl Default for Config {
             wait_for_streams: false,
             hosts: BTreeMap::new(),
             root: None,
+            read_timeout: None,
+            handshake_timeout: Duration::from_secs(5),
+            call_timeout: Some(Duration::from_secs(20)),
+            expect_continue_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -72,13 +84,21 @@ pub struct Req {
     pub body: Vec<u8>,
     /// Exclusive acquisition.
     pub exclusive: bool,
+    /// Extra header fields.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Req {
     /// A GET.
     #[must_use]
     pub fn get(url: impl Into<String>) -> Req {
-        Req { method: http::Method::GET, url: url.into(), body: Vec::new(), exclusive: false }
+        Req {
+            method: http::Method::GET,
+            url: url.into(),
+            body: Vec::new(),
+            exclusive: false,
+            headers: Vec::new(),
+        }
     }
 }
 
@@ -108,6 +128,11 @@ pub enum Failure {
     TlsHostname,
     /// A timeout.
     Timeout,
+    /// The exchange failed and was not retried; `true`: the request may have
+    /// been sent.
+    Exchange(bool),
+    /// The response body failed mid-stream.
+    Body,
     /// Anything else.
     Other,
 }

@@ -8,5 +8,7 @@
 
 pub mod certs;
 pub mod conformance;
+pub mod fault;
 pub mod net;
+pub mod reliability;
 pub mod server;

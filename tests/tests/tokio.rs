@@ -54,6 +54,8 @@ fn classify(e: &Error) -> Failure {
             }
         }
         e if e.is_timeout() => Failure::Timeout,
+        Error::Exchange(x) => Failure::Exchange(x.may_have_been_sent),
+        Error::Body(_) => Failure::Body,
         _ => Failure::Other,
     }
 }
@@ -68,6 +70,9 @@ async fn send(client: &Client, req: Req) -> Result<Resp, (Failure, String)> {
     };
     if req.exclusive {
         builder = builder.exclusive();
+    }
+    for (n, v) in &req.headers {
+        builder = builder.header(n, v);
     }
     let result = async {
         let mut response = builder.body(req.body).send().await?;
@@ -147,6 +152,15 @@ impl Adapter for TokioAdapter {
         if let Some(n) = config.max_per_host {
             b = b.max_connections_per_host(n);
         }
+        if let Some(d) = config.read_timeout {
+            b = b.read_timeout(d);
+        }
+        if let Some(d) = config.call_timeout {
+            b = b.timeout(d);
+        }
+        b = b
+            .handshake_timeout(config.handshake_timeout)
+            .expect_continue_timeout(config.expect_continue_timeout);
         if config.wait_for_streams {
             b = b.http2_stream_limit_policy(StreamLimitPolicy::Wait);
         }
@@ -160,6 +174,7 @@ impl Adapter for TokioAdapter {
 }
 
 switchyard_tests::conformance_suite!(TokioAdapter);
+switchyard_tests::reliability_matrix!(TokioAdapter);
 
 // ---------------------------------------------------------------------------
 // Tokio-specific behaviour: bodies, timeouts, listeners.

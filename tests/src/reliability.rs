@@ -1,0 +1,372 @@
+//! The reliability matrix: every fault of the fault server × HTTP/1.1 and
+//! HTTP/2 (where the fault applies) × cleartext and TLS, for an adapter. Each
+//! case ends in success or in the typed error BEHAVIOUR §6 prescribes, within a
+//! bounded time; the server's records prove the retry rules; afterwards the
+//! client has nothing in use, waiting or connecting.
+
+use std::time::Duration;
+
+use crate::certs::TestCa;
+use crate::conformance::{Adapter, Config, Failure, Req, Version};
+use crate::fault::{Fault, FaultOptions, FaultServer, Reply};
+
+/// One protocol/transport combination.
+#[derive(Clone, Copy, Debug)]
+pub struct Transport {
+    /// HTTP/2 (ALPN over TLS, prior knowledge over cleartext).
+    pub http2: bool,
+    /// TLS.
+    pub tls: bool,
+}
+
+/// What a case must end in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Err(Failure),
+}
+
+struct Case {
+    name: &'static str,
+    /// Replies queued before the calls.
+    script: Vec<Reply>,
+    /// Requests, sent one after the other.
+    requests: Vec<Req>,
+    /// The last request's outcome (earlier ones must succeed).
+    expect: Outcome,
+    /// The server's (connection, exchange) records, when they prove a rule.
+    pattern: Option<Vec<(usize, usize)>>,
+    /// Where the case applies.
+    applies: fn(Transport) -> bool,
+}
+
+fn any(_: Transport) -> bool {
+    true
+}
+fn h1(t: Transport) -> bool {
+    !t.http2
+}
+fn h2(t: Transport) -> bool {
+    t.http2
+}
+fn tls(t: Transport) -> bool {
+    t.tls
+}
+
+fn get(url: &str) -> Req {
+    Req::get(url)
+}
+fn post(url: &str, body: usize) -> Req {
+    Req { method: http::Method::POST, body: vec![b'p'; body], ..Req::get(url) }
+}
+
+fn cases(url: &str) -> Vec<Case> {
+    let ok = |b: &str| Reply::ok(b);
+    let stale_script = || vec![ok("first"), ok("stale").with(Fault::CloseAfterRequest), ok("second")];
+    vec![
+        Case {
+            name: "no fault",
+            script: vec![ok("a")],
+            requests: vec![get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0)]),
+            applies: any,
+        },
+        Case {
+            name: "stale pooled connection, GET: retried once on a new connection",
+            script: stale_script(),
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (0, 1), (1, 0)]),
+            applies: any,
+        },
+        Case {
+            name: "stale pooled connection, POST: not replayed, may have been sent",
+            script: stale_script(),
+            requests: vec![get(url), post(url, 10)],
+            expect: Outcome::Err(Failure::Exchange(true)),
+            pattern: Some(vec![(0, 0), (0, 1)]),
+            applies: any,
+        },
+        Case {
+            name: "half-close after the request on a pooled connection, GET: retried",
+            script: vec![ok("first"), ok("x").with(Fault::HalfCloseAfterRequest), ok("second")],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (0, 1), (1, 0)]),
+            applies: h1,
+        },
+        Case {
+            name: "close after the request on a fresh connection: not retried",
+            script: vec![ok("x").with(Fault::CloseAfterRequest)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Exchange(true)),
+            pattern: Some(vec![(0, 0)]),
+            applies: h1,
+        },
+        Case {
+            name: "REFUSED_STREAM: retried on the same connection",
+            script: vec![ok("x").with(Fault::Reset(0x7)), ok("second")],
+            requests: vec![post(url, 10)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (0, 1)]),
+            applies: h2,
+        },
+        Case {
+            name: "RST_STREAM INTERNAL_ERROR: not retried",
+            script: vec![ok("x").with(Fault::Reset(0x2))],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Exchange(true)),
+            pattern: Some(vec![(0, 0)]),
+            applies: h2,
+        },
+        Case {
+            name: "RST_STREAM CANCEL from the server: not retried",
+            script: vec![ok("x").with(Fault::Reset(0x8))],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Exchange(true)),
+            pattern: Some(vec![(0, 0)]),
+            applies: h2,
+        },
+        Case {
+            name: "no response: the read timeout, never retried",
+            script: vec![ok("x").with(Fault::NoResponse)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Timeout),
+            pattern: Some(vec![(0, 0)]),
+            applies: any,
+        },
+        Case {
+            name: "close during the response body: a body error",
+            script: vec![Reply::ok(&"b".repeat(10_000)).with(Fault::CloseDuringResponseBody)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Body),
+            pattern: Some(vec![(0, 0)]),
+            applies: any,
+        },
+        Case {
+            name: "close during the request body: not replayed",
+            script: vec![ok("x").with(Fault::CloseDuringRequestBody)],
+            requests: vec![post(url, 4 << 20)],
+            expect: Outcome::Err(Failure::Exchange(true)),
+            pattern: None,
+            applies: h1,
+        },
+        Case {
+            name: "header and body delays, throttled body: success",
+            script: vec![
+                ok("late head").with(Fault::HeaderDelay(Duration::from_millis(100))),
+                ok("late body").with(Fault::BodyDelay(Duration::from_millis(100))),
+                Reply::ok(&"t".repeat(300)).with(Fault::Throttle(64, Duration::from_millis(5))),
+            ],
+            requests: vec![get(url), get(url), get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (0, 1), (0, 2)]),
+            applies: any,
+        },
+        Case {
+            name: "Connection: close after the response: the next call connects again",
+            script: vec![ok("a").with(Fault::CloseAfterResponse), ok("b")],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (1, 0)]),
+            applies: h1,
+        },
+        Case {
+            // GOAWAY is asynchronous: a call racing it may still be served on the
+            // old connection, or is retried on a new one; either way it succeeds.
+            name: "GOAWAY after the response: later calls succeed",
+            script: vec![ok("a").with(Fault::CloseAfterResponse), ok("b"), ok("c")],
+            requests: vec![get(url), get(url), get(url)],
+            expect: Outcome::Ok,
+            pattern: None,
+            applies: h2,
+        },
+        Case {
+            name: "shut down output after the response: noticed or retried, success",
+            script: vec![ok("a").with(Fault::ShutdownOutputAfterResponse), ok("b")],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (1, 0)]),
+            applies: h1,
+        },
+        Case {
+            name: "stop reading after the response: the next call times out, not retried",
+            script: vec![ok("a").with(Fault::ShutdownInputAfterResponse), ok("b")],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Err(Failure::Timeout),
+            pattern: Some(vec![(0, 0)]),
+            applies: h1,
+        },
+        Case {
+            name: "request body not read, Connection: close: success",
+            script: vec![ok("early").with(Fault::DoNotReadRequestBody), ok("next")],
+            requests: vec![post(url, 1000), get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (1, 0)]),
+            applies: h1,
+        },
+        Case {
+            name: "100-continue honoured, never sent, always sent: success",
+            script: vec![ok("a"), ok("b").with(Fault::ContinueNever), ok("c").with(Fault::ContinueAlways)],
+            requests: {
+                let expect = |r: Req| Req { headers: vec![("expect".into(), "100-continue".into())], ..r };
+                vec![expect(post(url, 100)), expect(post(url, 100)), post(url, 100)]
+            },
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (0, 1), (0, 2)]),
+            applies: h1,
+        },
+        Case {
+            name: "close at start, cleartext HTTP/1.1: the request may have been sent",
+            script: vec![ok("x").with(Fault::CloseAtStart)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Exchange(true)),
+            pattern: Some(vec![]),
+            applies: |t| !t.tls && !t.http2,
+        },
+        Case {
+            name: "close at start, TLS: a connect failure",
+            script: vec![ok("x").with(Fault::CloseAtStart)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Connect),
+            pattern: Some(vec![]),
+            applies: tls,
+        },
+        Case {
+            name: "TLS handshake failure: a connect failure",
+            script: vec![ok("x").with(Fault::FailTlsHandshake)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Connect),
+            pattern: Some(vec![]),
+            applies: tls,
+        },
+        Case {
+            name: "stall at start (after accept and TLS): the read timeout, not retried",
+            script: vec![ok("x").with(Fault::StallAtStart)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Timeout),
+            pattern: Some(vec![]),
+            applies: any,
+        },
+        Case {
+            name: "one stream at a time (SETTINGS): sequential calls still share",
+            script: vec![ok("a"), ok("b")],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            pattern: Some(vec![(0, 0), (0, 1)]),
+            applies: h2,
+        },
+    ]
+}
+
+/// Runs every case that applies to `transport`; returns how many ran.
+pub fn run(a: &dyn Adapter, transport: Transport) -> usize {
+    let ca = TestCa::new();
+    let host = "fault.test";
+    let mut ran = 0;
+    for case in cases("http://replaced.per.case/") {
+        if !(case.applies)(transport) {
+            continue;
+        }
+        ran += 1;
+        let options = FaultOptions {
+            tls: transport.tls.then(|| ca.leaf(&[host])),
+            http2: transport.http2,
+            max_concurrent_streams: case.name.starts_with("one stream").then_some(1),
+        };
+        let server = FaultServer::start(options);
+        server.push(case.script.clone());
+        let scheme = if transport.tls { "https" } else { "http" };
+        let url = format!("{scheme}://{host}:{}/", server.port());
+        let mut config = Config {
+            read_timeout: Some(Duration::from_millis(500)),
+            handshake_timeout: Duration::from_millis(500),
+            expect_continue_timeout: Duration::from_millis(200),
+            version: if transport.http2 { Version::Http2 } else { Version::Http1 },
+            root: transport.tls.then(|| ca.cert.clone()),
+            ..Config::default()
+        };
+        config.hosts.insert(host.into(), vec!["127.0.0.1".parse().expect("ip")]);
+        let client = a.client(config);
+        let started = std::time::Instant::now();
+        let requests: Vec<Req> =
+            case.requests.iter().map(|r| Req { url: url.clone(), ..r.clone() }).collect();
+        let last = requests.len() - 1;
+        for (i, req) in requests.into_iter().enumerate() {
+            let result = client.send(req);
+            if i < last {
+                assert!(result.is_ok(), "{} [{transport:?}]: request {i} failed: {result:?}", case.name);
+                continue;
+            }
+            let got = match &result {
+                Ok(_) => Outcome::Ok,
+                Err((f, _)) => Outcome::Err(*f),
+            };
+            if got != case.expect {
+                let events: Vec<String> =
+                    client.events().into_iter().map(|(c, n, d)| format!("{c:?} {n} {d}")).collect();
+                panic!(
+                    "{} [{transport:?}]: expected {:?}, got {result:?}\nserver: {:?}\nevents:\n{}",
+                    case.name,
+                    case.expect,
+                    server.pattern(),
+                    events.join("\n")
+                );
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "{} [{transport:?}] took too long", case.name);
+        if let Some(pattern) = &case.pattern {
+            assert_eq!(&server.pattern(), pattern, "{} [{transport:?}]: server records", case.name);
+        }
+        // Nothing leaked.
+        let s = client.stats();
+        assert_eq!(
+            (s.calls, s.totals.in_use, s.totals.waiters, s.totals.connecting),
+            (0, 0, 0, 0),
+            "{} [{transport:?}]: {s:?}",
+            case.name
+        );
+    }
+    ran
+}
+
+/// Instantiates the matrix as four `#[test]`s (HTTP/1.1 and HTTP/2, cleartext
+/// and TLS) for an adapter expression.
+#[macro_export]
+macro_rules! reliability_matrix {
+    ($adapter:expr) => {
+        #[test]
+        fn reliability_http1_cleartext() {
+            let n = $crate::reliability::run(
+                &$adapter,
+                $crate::reliability::Transport { http2: false, tls: false },
+            );
+            assert!(n > 0);
+        }
+        #[test]
+        fn reliability_http1_tls() {
+            let n = $crate::reliability::run(
+                &$adapter,
+                $crate::reliability::Transport { http2: false, tls: true },
+            );
+            assert!(n > 0);
+        }
+        #[test]
+        fn reliability_http2_cleartext() {
+            let n = $crate::reliability::run(
+                &$adapter,
+                $crate::reliability::Transport { http2: true, tls: false },
+            );
+            assert!(n > 0);
+        }
+        #[test]
+        fn reliability_http2_tls() {
+            let n = $crate::reliability::run(
+                &$adapter,
+                $crate::reliability::Transport { http2: true, tls: true },
+            );
+            assert!(n > 0);
+        }
+    };
+}
