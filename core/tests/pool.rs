@@ -681,3 +681,27 @@ fn a_retried_call_never_reuses_an_attempt_id() {
     assert!(sim.drain().is_empty());
     assert_eq!(sim.pool.stats().totals.connecting, 1);
 }
+
+#[test]
+fn a_call_that_cannot_use_the_idle_connections_evicts_one_rather_than_wait() {
+    // Found by the mixed fault run: a stale-connection retry needs a fresh
+    // connection; with the per-host cap held by idle connections it waited until
+    // its timeout instead of closing one of them.
+    let mut sim = PoolSim::new(PoolConfig { max_connections_per_address: Some(2), ..config() });
+    let plain = http("127.0.0.1");
+    // Two idle HTTP/1 connections fill a cap of 2 for `plain`.
+    let (p1, k1) = sim.open(0, &plain);
+    let (p2, _k2) = sim.open(0, &plain);
+    sim.finish(1, p1);
+    sim.finish(2, p2);
+    // A call that only an HTTP/2 connection will do cannot use them.
+    let c = sim.acquire_with(
+        3,
+        &plain,
+        AcquireOptions { require_multiplexed: true, ..AcquireOptions::default() },
+    );
+    assert_eq!(
+        sim.drain(),
+        [format!("close {k1} evicted for capacity"), format!("connect {c} 127.0.0.1:80")]
+    );
+}

@@ -401,3 +401,16 @@ fn a_stale_pooled_connection_never_replays_a_post() {
     let s = client.stats();
     assert_eq!((s.calls, s.totals.in_use, s.created), (0, 0, 1));
 }
+
+#[test]
+fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {
+    let rss = switchyard_tests::reliability::load(&TokioAdapter);
+    eprintln!("load: 10 000 calls ok; peak RSS {rss:?} KiB");
+}
+
+#[test]
+fn mixed_faults_every_call_accounted_for() {
+    let (ok, failed) = switchyard_tests::reliability::mixed(&TokioAdapter, 0x5eed);
+    eprintln!("mixed: {ok} ok, {failed} typed errors");
+    assert!(ok > 0 && failed > 0);
+}

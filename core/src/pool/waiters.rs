@@ -47,10 +47,17 @@ impl Pool {
             return false;
         }
         if !self.has_capacity(&address) {
-            let per_address_ok = self.per_address_room(&address);
-            // Blocked only by the total cap: make room by closing the oldest idle
-            // connection of another Address.
-            if per_address_ok && self.total_full() {
+            // Idle connections this call cannot use (it needs a fresh one, an
+            // HTTP/2 one, or it is another Address's) must not hold the capacity
+            // it waits for: close the oldest such idle connection instead of
+            // letting the call wait until its timeout.
+            if !self.per_address_room(&address) {
+                let oldest = self.addrs.get(&address).and_then(|a| a.idle.first().map(|(_, id)| *id));
+                if let Some(victim) = oldest {
+                    self.close(now, victim, CloseReason::Evicted);
+                }
+            }
+            if self.per_address_room(&address) && self.total_full() {
                 if let Some(&(_, victim)) = self.idle_all.first() {
                     self.close(now, victim, CloseReason::Evicted);
                 }
