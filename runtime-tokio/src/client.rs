@@ -232,7 +232,8 @@ impl ClientBuilder {
         self
     }
     /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
-    /// https, absolute-form for http). Default: direct.
+    /// https, absolute-form for http; SOCKS5 without authentication, the origin's
+    /// name resolved by the proxy). Default: direct.
     pub fn proxies(mut self, proxies: impl IntoIterator<Item = Proxy>) -> Self {
         self.proxies = proxies.into_iter().collect();
         self

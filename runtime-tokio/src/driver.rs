@@ -408,9 +408,7 @@ async fn establish(
 ) -> Result<(Io, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let mut io = io;
     if route.requires_socks5() {
-        return Err(ConnectError::Proxy {
-            message: "SOCKS5 proxies are not supported by switchyard-tokio yet".into(),
-        });
+        io = crate::socks::connect(io, route.address()).await?;
     }
     if route.requires_tunnel() {
         io = crate::h1::connect_tunnel(io, route.address()).await?;

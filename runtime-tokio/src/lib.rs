@@ -56,6 +56,7 @@ mod h1;
 mod h2;
 mod resolve;
 mod response;
+mod socks;
 mod tls;
 
 pub use body::{Body, BodyClosed, BodySender};

@@ -10,5 +10,6 @@ pub mod certs;
 pub mod conformance;
 pub mod fault;
 pub mod net;
+pub mod proxy;
 pub mod reliability;
 pub mod server;
