@@ -23,15 +23,50 @@ type Ready = Option<Result<SendRequest<Bytes>, String>>;
 pub(crate) struct H2Handle {
     ready: watch::Receiver<Ready>,
     reported_limit: Arc<AtomicUsize>,
+    /// The connection's PING sender; taken while a liveness check runs.
+    ping: Arc<std::sync::Mutex<Option<h2::PingPong>>>,
+}
+
+/// How long a PING may go unanswered before the connection is declared unhealthy.
+const PONG_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A stream's read timed out: send one PING. No PONG within a second marks the
+/// connection unhealthy (no new exchanges), so a stalled peer stops receiving
+/// calls (BEHAVIOUR §4).
+fn check_liveness(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Handle) {
+    let Some(mut pong) = handle.ping.lock().ok().and_then(|mut p| p.take()) else {
+        return; // a check is already running, or the connection is gone
+    };
+    let (shared, slot) = (Arc::clone(shared), Arc::clone(&handle.ping));
+    tokio::spawn(async move {
+        match tokio::time::timeout(PONG_WITHIN, pong.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_)) => {
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(pong);
+                }
+            }
+            _ => {
+                tracing::debug!(%connection, "no PONG within {PONG_WITHIN:?}: unhealthy");
+                shared.input(|st, now| {
+                    let _ = st.pool.connection_closed(now, connection, CloseReason::Unhealthy);
+                });
+            }
+        }
+    });
 }
 
 /// Starts the HTTP/2 connection on `io`: handshake, then the connection task,
 /// which reports the connection's end to the core.
 pub(crate) fn start(io: Io, shared: Weak<Shared>, connection: ConnectionId) -> H2Handle {
     let (tx, rx) = watch::channel(None);
+    let ping = Arc::new(std::sync::Mutex::new(None));
+    let ping_slot = Arc::clone(&ping);
     tokio::spawn(async move {
         let reason = match h2::client::Builder::new().handshake::<_, Bytes>(io).await {
-            Ok((send, conn)) => {
+            Ok((send, mut conn)) => {
+                if let (Some(p), Ok(mut slot)) = (conn.ping_pong(), ping_slot.lock()) {
+                    *slot = Some(p);
+                }
                 let _ = tx.send(Some(Ok(send)));
                 match conn.await {
                     Ok(()) => CloseReason::ServerClose,
@@ -51,7 +86,7 @@ pub(crate) fn start(io: Io, shared: Weak<Shared>, connection: ConnectionId) -> H
             });
         }
     });
-    H2Handle { ready: rx, reported_limit: Arc::new(AtomicUsize::new(usize::MAX)) }
+    H2Handle { ready: rx, reported_limit: Arc::new(AtomicUsize::new(usize::MAX)), ping }
 }
 
 fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {
@@ -147,11 +182,12 @@ pub(crate) async fn exchange(
         Some(d) => match tokio::time::timeout(d, response).await {
             Ok(r) => r,
             Err(_) => {
+                check_liveness(shared, connection, &handle);
                 return Err(Attempted::Failed(ExchangeFailure {
                     kind: ExchangeFailureKind::Timeout,
                     progress: Progress::RequestWritten,
                     request: facts,
-                }))
+                }));
             }
         },
         None => response.await,
@@ -162,7 +198,8 @@ pub(crate) async fn exchange(
     let (at, status) = (shared.now(), response.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
     let (parts, recv) = response.into_parts();
-    let body = H2Body { shared: Arc::clone(shared), call, recv: Some(recv), trailers: None };
+    let body =
+        H2Body { shared: Arc::clone(shared), call, connection, handle, recv: Some(recv), trailers: None };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
 }
 
@@ -171,6 +208,8 @@ pub(crate) async fn exchange(
 pub(crate) struct H2Body {
     shared: Arc<Shared>,
     call: CallId,
+    connection: ConnectionId,
+    handle: H2Handle,
     recv: Option<h2::RecvStream>,
     pub(crate) trailers: Option<http::HeaderMap>,
 }
@@ -183,6 +222,7 @@ impl H2Body {
             Some(d) => match tokio::time::timeout(d, recv.data()).await {
                 Ok(n) => n,
                 Err(_) => {
+                    check_liveness(&self.shared, self.connection, &self.handle);
                     self.end(Reuse::Reusable);
                     return Err(BodyError::Timeout);
                 }

@@ -36,6 +36,9 @@ pub enum Fault {
     CloseDuringRequestBody,
     /// Read the request, never answer.
     NoResponse,
+    /// HTTP/2: stop driving the whole connection after reading the request (no
+    /// frames at all, not even PING replies). HTTP/1.1: as `NoResponse`.
+    StallConnection,
     /// Send the head and half the body, then close.
     CloseDuringResponseBody,
     /// Answer, then stop reading: the next request on the connection is never
@@ -436,7 +439,7 @@ where
                 while matches!(io.read(&mut rest).await, Ok(n) if n > 0) {}
                 return;
             }
-            Fault::NoResponse => {
+            Fault::NoResponse | Fault::StallConnection => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 return;
             }
@@ -528,6 +531,22 @@ where
         };
         let Some(Ok((request, mut respond))) = accepted else { return };
         let reply = shared.next();
+        if reply.fault == Fault::StallConnection {
+            shared.record(Record {
+                connection: index,
+                exchange,
+                method: request.method().to_string(),
+                path: request.uri().path().to_owned(),
+                version: http::Version::HTTP_2,
+                body_len: 0,
+                sni: sni.clone(),
+                authority: None,
+            });
+            // Nobody polls the connection from here on: the peer looks dead.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(respond);
+            return;
+        }
         let record = Record {
             connection: index,
             exchange,

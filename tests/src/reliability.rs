@@ -32,8 +32,12 @@ struct Case {
     script: Vec<Reply>,
     /// Requests, sent one after the other.
     requests: Vec<Req>,
-    /// The last request's outcome (earlier ones must succeed).
+    /// The last request's outcome.
     expect: Outcome,
+    /// Every earlier request's outcome.
+    earlier: Outcome,
+    /// Before the next request, wait (bounded) until a connection closed for this reason.
+    await_close: Option<switchyard_core::CloseReason>,
     /// The server's (connection, exchange) records, when they prove a rule.
     pattern: Option<Vec<(usize, usize)>>,
     /// Where the case applies.
@@ -69,6 +73,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("a")],
             requests: vec![get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0)]),
             applies: any,
         },
@@ -77,6 +83,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: stale_script(),
             requests: vec![get(url), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (0, 1), (1, 0)]),
             applies: any,
         },
@@ -85,6 +93,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: stale_script(),
             requests: vec![get(url), post(url, 10)],
             expect: Outcome::Err(Failure::Exchange(true)),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (0, 1)]),
             applies: any,
         },
@@ -93,6 +103,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("first"), ok("x").with(Fault::HalfCloseAfterRequest), ok("second")],
             requests: vec![get(url), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (0, 1), (1, 0)]),
             applies: h1,
         },
@@ -101,6 +113,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::CloseAfterRequest)],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Exchange(true)),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0)]),
             applies: h1,
         },
@@ -109,6 +123,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::Reset(0x7)), ok("second")],
             requests: vec![post(url, 10)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (0, 1)]),
             applies: h2,
         },
@@ -117,6 +133,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::Reset(0x2))],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Exchange(true)),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0)]),
             applies: h2,
         },
@@ -125,6 +143,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::Reset(0x8))],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Exchange(true)),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0)]),
             applies: h2,
         },
@@ -133,6 +153,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::NoResponse)],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Timeout),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0)]),
             applies: any,
         },
@@ -141,6 +163,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![Reply::ok(&"b".repeat(10_000)).with(Fault::CloseDuringResponseBody)],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Body),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0)]),
             applies: any,
         },
@@ -149,6 +173,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::CloseDuringRequestBody)],
             requests: vec![post(url, 4 << 20)],
             expect: Outcome::Err(Failure::Exchange(true)),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: None,
             applies: h1,
         },
@@ -161,6 +187,8 @@ fn cases(url: &str) -> Vec<Case> {
             ],
             requests: vec![get(url), get(url), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (0, 1), (0, 2)]),
             applies: any,
         },
@@ -169,6 +197,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("a").with(Fault::CloseAfterResponse), ok("b")],
             requests: vec![get(url), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (1, 0)]),
             applies: h1,
         },
@@ -179,6 +209,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("a").with(Fault::CloseAfterResponse), ok("b"), ok("c")],
             requests: vec![get(url), get(url), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: None,
             applies: h2,
         },
@@ -187,6 +219,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("a").with(Fault::ShutdownOutputAfterResponse), ok("b")],
             requests: vec![get(url), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (1, 0)]),
             applies: h1,
         },
@@ -195,6 +229,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("a").with(Fault::ShutdownInputAfterResponse), ok("b")],
             requests: vec![get(url), get(url)],
             expect: Outcome::Err(Failure::Timeout),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0)]),
             applies: h1,
         },
@@ -203,6 +239,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("early").with(Fault::DoNotReadRequestBody), ok("next")],
             requests: vec![post(url, 1000), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (1, 0)]),
             applies: h1,
         },
@@ -214,6 +252,8 @@ fn cases(url: &str) -> Vec<Case> {
                 vec![expect(post(url, 100)), expect(post(url, 100)), post(url, 100)]
             },
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (0, 1), (0, 2)]),
             applies: h1,
         },
@@ -222,6 +262,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::CloseAtStart)],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Exchange(true)),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![]),
             applies: |t| !t.tls && !t.http2,
         },
@@ -230,6 +272,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::CloseAtStart)],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Connect),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![]),
             applies: tls,
         },
@@ -238,6 +282,8 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::FailTlsHandshake)],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Connect),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![]),
             applies: tls,
         },
@@ -246,14 +292,31 @@ fn cases(url: &str) -> Vec<Case> {
             script: vec![ok("x").with(Fault::StallAtStart)],
             requests: vec![get(url)],
             expect: Outcome::Err(Failure::Timeout),
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![]),
             applies: any,
+        },
+        Case {
+            // BEHAVIOUR §4: a stream read timeout sends one PING; no PONG within
+            // 1 s retires the connection, so the next call does not queue behind
+            // a dead peer. (The sleep lets the PING deadline pass.)
+            name: "a stalled HTTP/2 peer: the read times out, PING goes unanswered, the next call connects again",
+            script: vec![ok("x").with(Fault::StallConnection), ok("b")],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            earlier: Outcome::Err(Failure::Timeout),
+            await_close: Some(switchyard_core::CloseReason::Unhealthy),
+            pattern: Some(vec![(0, 0), (1, 0)]),
+            applies: h2,
         },
         Case {
             name: "one stream at a time (SETTINGS): sequential calls still share",
             script: vec![ok("a"), ok("b")],
             requests: vec![get(url), get(url)],
             expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
             pattern: Some(vec![(0, 0), (0, 1)]),
             applies: h2,
         },
@@ -296,7 +359,22 @@ pub fn run(a: &dyn Adapter, transport: Transport) -> usize {
         for (i, req) in requests.into_iter().enumerate() {
             let result = client.send(req);
             if i < last {
-                assert!(result.is_ok(), "{} [{transport:?}]: request {i} failed: {result:?}", case.name);
+                let got = match &result {
+                    Ok(_) => Outcome::Ok,
+                    Err((f, _)) => Outcome::Err(*f),
+                };
+                assert_eq!(got, case.earlier, "{} [{transport:?}]: request {i}: {result:?}", case.name);
+                if let Some(reason) = case.await_close {
+                    let limit = std::time::Instant::now() + Duration::from_secs(5);
+                    while !client.stats().closed.contains_key(&reason) {
+                        assert!(
+                            std::time::Instant::now() < limit,
+                            "{}: no close for {reason} within 5 s",
+                            case.name
+                        );
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
                 continue;
             }
             let got = match &result {
