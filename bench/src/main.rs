@@ -298,9 +298,9 @@ fn main() {
 
         print(
             if close {
-                "Scenario 4: connection churn (every response Connection: close), sequential, unpinned"
+                "Scenario 4: connection churn (every response Connection: close), sequential"
             } else {
-                "Scenario 1: sequential HTTP/1.1 GETs on one kept-alive connection, unpinned"
+                "Scenario 1: sequential HTTP/1.1 GETs on one kept-alive connection (pin with: taskset -c 0 switchyard-bench)"
             },
             &results,
         );
