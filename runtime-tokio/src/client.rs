@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 
 use crate::body::Body;
 use crate::driver::{self, Lease, Settings, Shared};
-use crate::event::{EventListener, NoopListener};
+use crate::event::EventListener;
 use crate::h1::{self, Attempted};
 use crate::resolve::{Overrides, Resolve, SystemResolver};
 use crate::tls::TlsSettings;
@@ -70,7 +70,7 @@ pub struct ClientBuilder {
     version: HttpVersion,
     allow_cleartext: bool,
     tls: TlsSettings,
-    listener: Arc<dyn EventListener>,
+    listener: Option<Arc<dyn EventListener>>,
     resolver: Arc<dyn Resolve>,
     overrides: HashMap<(String, u16), Vec<IpAddr>>,
     proxies: Vec<Proxy>,
@@ -89,7 +89,7 @@ impl Default for ClientBuilder {
             version: HttpVersion::Auto,
             allow_cleartext: true,
             tls: TlsSettings::default(),
-            listener: Arc::new(NoopListener),
+            listener: None,
             resolver: Arc::new(SystemResolver),
             overrides: HashMap::new(),
             proxies: Vec::new(),
@@ -212,7 +212,7 @@ impl ClientBuilder {
     }
     /// Receives every event. Default: none.
     pub fn event_listener(mut self, listener: impl EventListener) -> Self {
-        self.listener = Arc::new(listener);
+        self.listener = Some(Arc::new(listener));
         self
     }
     /// Resolves host names. Default: the system resolver.
@@ -479,7 +479,7 @@ impl Client {
             let id = st.pool.acquire(now, address, acquire);
             st.waiters.insert(id, tx);
             // Queued before the acquisition's own events, so listeners hear it first.
-            Shared::queue_note(st, move |l| l.call_start(id, &call_parts, now));
+            shared.queue_note(st, move |l| l.call_start(id, &call_parts, now));
             id
         });
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };

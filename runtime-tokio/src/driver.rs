@@ -91,6 +91,9 @@ pub(crate) struct Shared {
     pub(crate) timer: Arc<Notify>,
     origin: std::time::Instant,
     pub(crate) listener: Arc<dyn EventListener>,
+    /// Whether anyone listens (a listener was configured): when not, and tracing
+    /// is off, events are dropped without building notes for them.
+    listening: bool,
     resolver: Arc<dyn Resolve>,
     pub(crate) settings: Settings,
 }
@@ -98,7 +101,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(
         pool: Pool,
-        listener: Arc<dyn EventListener>,
+        listener: Option<Arc<dyn EventListener>>,
         resolver: Arc<dyn Resolve>,
         settings: Settings,
     ) -> Arc<Shared> {
@@ -114,7 +117,8 @@ impl Shared {
             }),
             timer: Arc::new(Notify::new()),
             origin: std::time::Instant::now(),
-            listener,
+            listening: listener.is_some(),
+            listener: listener.unwrap_or_else(|| Arc::new(crate::event::NoopListener)),
             resolver,
             settings,
         })
@@ -142,7 +146,11 @@ impl Shared {
         let mut st = self.lock();
         let result = f(&mut st, now);
         self.drain(&mut st, now);
+        let wanted = self.wants_events();
         while let Some(e) = st.pool.poll_event() {
+            if !wanted {
+                continue;
+            }
             st.notes.push_back(Box::new(move |l: &dyn EventListener| {
                 if tracing::enabled!(tracing::Level::DEBUG) {
                     let (name, detail) = crate::event::describe(&e);
@@ -157,7 +165,14 @@ impl Shared {
     }
 
     /// Queues one listener call and delivers it in order.
+    fn wants_events(&self) -> bool {
+        self.listening || tracing::enabled!(tracing::Level::DEBUG)
+    }
+
     pub(crate) fn emit(&self, note: impl FnOnce(&dyn EventListener) + Send + 'static) {
+        if !self.listening {
+            return;
+        }
         let mut st = self.lock();
         st.notes.push_back(Box::new(note));
         self.deliver(st);
@@ -186,8 +201,10 @@ impl Shared {
         }
     }
 
-    pub(crate) fn queue_note(st: &mut State, note: impl FnOnce(&dyn EventListener) + Send + 'static) {
-        st.notes.push_back(Box::new(note));
+    pub(crate) fn queue_note(&self, st: &mut State, note: impl FnOnce(&dyn EventListener) + Send + 'static) {
+        if self.listening {
+            st.notes.push_back(Box::new(note));
+        }
     }
 
     fn drain(self: &Arc<Self>, st: &mut State, now: Instant) {
