@@ -47,23 +47,88 @@
 //! # Ok::<(), switchyard_tokio::Error>(()) }).unwrap();
 //! ```
 
-mod body;
-mod client;
-mod driver;
-mod error;
-mod event;
-mod h1;
-mod h2;
-mod resolve;
-mod response;
-mod socks;
-mod tls;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
 
-pub use body::{Body, BodyClosed, BodySender};
-pub use client::{Client, ClientBuilder, HttpVersion, RequestBuilder, RequestOptions};
-pub use error::{BodyError, Error};
-pub use event::{describe, EventListener, EventLog, NoopListener, Recorded};
-pub use resolve::{Resolve, Resolving, SystemResolver};
-pub use response::ResponseBody;
-pub use switchyard_core;
-pub use switchyard_core::{PoolStats, Proxy, StreamLimitPolicy};
+use switchyard_async::{BoxFuture, Io, Runtime, Task};
+
+pub use switchyard_async::{
+    describe, switchyard_core, Body, BodyClosed, BodyError, BodySender, Error, EventListener, EventLog,
+    HttpVersion, NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody,
+    StreamLimitPolicy, SystemResolver,
+};
+
+/// An HTTP client on tokio. Cheap to clone; clones share the pool.
+/// Build one with [`Client::builder`]; every knob is on [`ClientBuilder`].
+pub type Client = switchyard_async::Client<Tokio>;
+/// Builds a [`Client`]; every knob has a documented default.
+pub type ClientBuilder = switchyard_async::ClientBuilder<Client>;
+/// A request being built: [`Client::get`](switchyard_async::Client::get), …
+pub type RequestBuilder = switchyard_async::RequestBuilder<Tokio>;
+
+/// The tokio runtime, as the engine sees it. By default the client runs on the
+/// runtime it is called from (`Handle::try_current`); [`Tokio::on`] pins it to
+/// one runtime, so it also works when called from outside.
+///
+/// ```
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// let client = switchyard_tokio::Client::builder()
+///     .runtime(switchyard_tokio::Tokio::on(rt.handle().clone()))
+///     .build()
+///     .unwrap();
+/// # drop(client);
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct Tokio {
+    handle: Option<tokio::runtime::Handle>,
+}
+
+impl Tokio {
+    /// Runs the client's tasks on this runtime.
+    #[must_use]
+    pub fn on(handle: tokio::runtime::Handle) -> Tokio {
+        Tokio { handle: Some(handle) }
+    }
+
+    fn handle(&self) -> Option<tokio::runtime::Handle> {
+        self.handle.clone().or_else(|| tokio::runtime::Handle::try_current().ok())
+    }
+}
+
+struct Spawned(tokio::task::AbortHandle);
+
+impl Task for Spawned {
+    fn abort(self: Box<Self>) {
+        self.0.abort();
+    }
+}
+
+impl Runtime for Tokio {
+    fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
+        let handle = self.handle()?;
+        Some(Box::new(Spawned(handle.spawn(task).abort_handle())))
+    }
+
+    fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()> {
+        Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(at)))
+    }
+
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>> {
+        Box::pin(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            Ok(Box::new(tcp) as Io)
+        })
+    }
+
+    fn unblock(
+        &self,
+        work: Box<dyn FnOnce() -> io::Result<Vec<IpAddr>> + Send>,
+    ) -> BoxFuture<io::Result<Vec<IpAddr>>> {
+        let Some(handle) = self.handle() else {
+            return Box::pin(async move { work() });
+        };
+        let task = handle.spawn_blocking(work);
+        Box::pin(async move { task.await.map_err(io::Error::other)? })
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use switchyard_core::{AcquireError, ConnectError, Failure as CoreFailure, TlsFailure};
 use switchyard_tests::conformance::{Adapter, Config, EventRow, Failure, Req, Resp, TestClient, Version};
-use switchyard_tokio::{Client, Error, EventLog, HttpVersion, Resolve, Resolving, StreamLimitPolicy};
+use switchyard_tokio::{Client, Error, EventLog, HttpVersion, Resolve, StreamLimitPolicy};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -20,14 +20,11 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 struct Hermetic(BTreeMap<String, Vec<IpAddr>>);
 
 impl Resolve for Hermetic {
-    fn resolve(&self, host: &str, _port: u16) -> Resolving {
-        let answer = self.0.get(host).cloned();
-        let host = host.to_owned();
-        Box::pin(async move {
-            answer.ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, format!("no such host {host}"))
-            })
-        })
+    fn resolve(&self, host: &str, _port: u16) -> std::io::Result<Vec<IpAddr>> {
+        self.0
+            .get(host)
+            .cloned()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("no such host {host}")))
     }
 }
 

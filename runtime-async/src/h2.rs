@@ -11,10 +11,12 @@ use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, Requ
 use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
 use tokio::sync::watch;
 
+use switchyard_common::exchange::{Attempted, HTTP2_STRIPPED};
+use switchyard_common::BodyError;
+
 use crate::body::{Body, Kind};
-use crate::driver::{Io, Shared};
-use crate::error::BodyError;
-use crate::h1::Attempted;
+use crate::driver::Shared;
+use crate::runtime::{within, Io};
 
 type Ready = Option<Result<SendRequest<Bytes>, String>>;
 
@@ -37,10 +39,11 @@ fn check_liveness(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Han
     let Some(mut pong) = handle.ping.lock().ok().and_then(|mut p| p.take()) else {
         return; // a check is already running, or the connection is gone
     };
-    let (shared, slot) = (Arc::clone(shared), Arc::clone(&handle.ping));
-    tokio::spawn(async move {
-        match tokio::time::timeout(PONG_WITHIN, pong.ping(h2::Ping::opaque())).await {
-            Ok(Ok(_)) => {
+    let (me, slot) = (Arc::clone(shared), Arc::clone(&handle.ping));
+    let _detached = shared.rt.spawn(Box::pin(async move {
+        let shared = me;
+        match within(&*shared.rt, PONG_WITHIN, pong.ping(h2::Ping::opaque())).await {
+            Some(Ok(_)) => {
                 if let Ok(mut s) = slot.lock() {
                     *s = Some(pong);
                 }
@@ -52,16 +55,17 @@ fn check_liveness(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Han
                 });
             }
         }
-    });
+    }));
 }
 
 /// Starts the HTTP/2 connection on `io`: handshake, then the connection task,
-/// which reports the connection's end to the core.
-pub(crate) fn start(io: Io, shared: Weak<Shared>, connection: ConnectionId) -> H2Handle {
+/// which reports the connection's end to the core. `None` without an executor.
+pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Option<H2Handle> {
+    let shared: Weak<Shared> = Arc::downgrade(owner);
     let (tx, rx) = watch::channel(None);
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
-    tokio::spawn(async move {
+    let task = owner.rt.spawn(Box::pin(async move {
         let reason = match h2::client::Builder::new().handshake::<_, Bytes>(io).await {
             Ok((send, mut conn)) => {
                 if let (Some(p), Ok(mut slot)) = (conn.ping_pong(), ping_slot.lock()) {
@@ -85,8 +89,8 @@ pub(crate) fn start(io: Io, shared: Weak<Shared>, connection: ConnectionId) -> H
                 let _ = st.pool.connection_closed(now, connection, reason);
             });
         }
-    });
-    H2Handle { ready: rx, reported_limit: Arc::new(AtomicUsize::new(usize::MAX)), ping }
+    }));
+    task.map(|_detached| H2Handle { ready: rx, reported_limit: Arc::new(AtomicUsize::new(usize::MAX)), ping })
 }
 
 fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {
@@ -153,7 +157,7 @@ pub(crate) async fn exchange(
 
     let mut request = http::Request::from_parts(parts.clone(), ());
     *request.version_mut() = http::Version::HTTP_2;
-    for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"] {
+    for name in HTTP2_STRIPPED {
         request.headers_mut().remove(name);
     }
     let end_of_stream = body.is_empty();
@@ -179,9 +183,9 @@ pub(crate) async fn exchange(
     }
     let read_timeout = shared.settings.read_timeout;
     let response = match read_timeout {
-        Some(d) => match tokio::time::timeout(d, response).await {
-            Ok(r) => r,
-            Err(_) => {
+        Some(d) => match within(&*shared.rt, d, response).await {
+            Some(r) => r,
+            None => {
                 check_liveness(shared, connection, &handle);
                 return Err(Attempted::Failed(ExchangeFailure {
                     kind: ExchangeFailureKind::Timeout,
@@ -219,9 +223,9 @@ impl H2Body {
         let read_timeout = self.shared.settings.read_timeout;
         let Some(recv) = self.recv.as_mut() else { return Ok(None) };
         let next = match read_timeout {
-            Some(d) => match tokio::time::timeout(d, recv.data()).await {
-                Ok(n) => n,
-                Err(_) => {
+            Some(d) => match within(&*self.shared.rt, d, recv.data()).await {
+                Some(n) => n,
+                None => {
                     check_liveness(&self.shared, self.connection, &self.handle);
                     self.end(Reuse::Reusable);
                     return Err(BodyError::Timeout);

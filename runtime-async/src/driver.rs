@@ -4,27 +4,19 @@
 //! it is released.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use bytes::BytesMut;
+use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
-    AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Host, Instant, Pool,
+    AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Host, Instant,
     PoolAction, Protocol, Reuse, TlsFacts,
 };
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-use tokio::net::TcpStream;
+use tokio::io::AsyncReadExt;
 use tokio::sync::{oneshot, Notify};
-use tokio::task::AbortHandle;
 
-use crate::event::EventListener;
 use crate::h2::H2Handle;
-use crate::resolve::Resolve;
-use crate::tls;
-
-/// Any bidirectional byte stream (TCP or TLS over TCP).
-pub(crate) trait AsyncIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AsyncIo for T {}
-pub(crate) type Io = Box<dyn AsyncIo>;
+use crate::runtime::{Io, Runtime, Task};
 
 /// An HTTP/1.1 connection's socket and its read buffer (bytes read past one
 /// response stay with the connection).
@@ -50,7 +42,7 @@ pub(crate) enum Lease {
 
 enum Attempt {
     /// Connecting or handshaking; aborting the task closes the socket.
-    Running(AbortHandle),
+    Running(Box<dyn Task>),
     /// Connected (or handshaken): waiting for the core's next word.
     Ready(Io),
 }
@@ -62,19 +54,15 @@ enum Conn {
     H2(H2Handle),
 }
 
-/// A listener call, queued so every listener sees events in the order they
-/// happened, whichever thread made them happen.
-pub(crate) type Note = Box<dyn FnOnce(&dyn EventListener) + Send>;
-
-pub(crate) struct State {
-    pub(crate) pool: Pool,
-    notes: std::collections::VecDeque<Note>,
-    delivering: bool,
+/// The engine's I/O state, beside the pool under the hub's lock.
+#[derive(Default)]
+pub(crate) struct IoState {
     pub(crate) waiters: HashMap<CallId, oneshot::Sender<Result<Lease, AcquireError>>>,
     attempts: HashMap<AttemptId, Attempt>,
     conns: HashMap<ConnectionId, Conn>,
-    tls_config: HashMap<Vec<Protocol>, Arc<rustls::ClientConfig>>,
 }
+
+pub(crate) type State = HubState<IoState>;
 
 /// Timeouts and limits the exchange code needs.
 #[derive(Debug, Clone)]
@@ -83,134 +71,48 @@ pub(crate) struct Settings {
     pub(crate) write_timeout: Option<std::time::Duration>,
     pub(crate) expect_continue_timeout: std::time::Duration,
     pub(crate) limits: switchyard_core::http1::Limits,
-    pub(crate) tls: tls::TlsSettings,
+    pub(crate) tls: switchyard_common::tls::TlsSettings,
 }
 
 pub(crate) struct Shared {
-    state: Mutex<State>,
+    pub(crate) hub: Hub<IoState>,
+    pub(crate) rt: Arc<dyn Runtime>,
     pub(crate) timer: Arc<Notify>,
-    origin: std::time::Instant,
-    pub(crate) listener: Arc<dyn EventListener>,
-    /// Whether anyone listens (a listener was configured): when not, and tracing
-    /// is off, events are dropped without building notes for them.
-    listening: bool,
     resolver: Arc<dyn Resolve>,
     pub(crate) settings: Settings,
 }
 
 impl Shared {
     pub(crate) fn new(
-        pool: Pool,
-        listener: Option<Arc<dyn EventListener>>,
+        hub: Hub<IoState>,
+        rt: Arc<dyn Runtime>,
         resolver: Arc<dyn Resolve>,
         settings: Settings,
     ) -> Arc<Shared> {
-        Arc::new(Shared {
-            state: Mutex::new(State {
-                pool,
-                notes: std::collections::VecDeque::new(),
-                delivering: false,
-                waiters: HashMap::new(),
-                attempts: HashMap::new(),
-                conns: HashMap::new(),
-                tls_config: HashMap::new(),
-            }),
-            timer: Arc::new(Notify::new()),
-            origin: std::time::Instant::now(),
-            listening: listener.is_some(),
-            listener: listener.unwrap_or_else(|| Arc::new(crate::event::NoopListener)),
-            resolver,
-            settings,
-        })
+        Arc::new(Shared { hub, rt, timer: Arc::new(Notify::new()), resolver, settings })
     }
 
-    /// The core's notion of now: time since this client started.
+    /// The core's notion of now.
     pub(crate) fn now(&self) -> Instant {
-        Instant::from_elapsed(self.origin.elapsed())
-    }
-
-    pub(crate) fn deadline_to_tokio(&self, at: Instant) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.origin + at.elapsed_since_origin())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic elsewhere while holding the lock must not wedge every call: the
-        // pool's own state is consistent between inputs.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.hub.now()
     }
 
     /// Runs `f` on the state with the current time, performs every action the
-    /// core emitted, then delivers its events (and anything `f` queued first).
+    /// core emitted, wakes the timer task (the next deadline may have moved), then
+    /// delivers events.
     pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let now = self.now();
-        let mut st = self.lock();
-        let result = f(&mut st, now);
-        self.drain(&mut st, now);
-        let wanted = self.wants_events();
-        while let Some(e) = st.pool.poll_event() {
-            if !wanted {
-                continue;
-            }
-            st.notes.push_back(Box::new(move |l: &dyn EventListener| {
-                if tracing::enabled!(tracing::Level::DEBUG) {
-                    let (name, detail) = crate::event::describe(&e);
-                    tracing::debug!(at = ?e.at, call = ?e.call, "{name} {detail}");
-                }
-                l.core_event(&e);
-            }));
-        }
+        let result = self.hub.input(f, |st, now, action| self.perform(st, now, action));
         self.timer.notify_one();
-        self.deliver(st);
         result
     }
 
-    /// Queues one listener call and delivers it in order.
-    fn wants_events(&self) -> bool {
-        self.listening || tracing::enabled!(tracing::Level::DEBUG)
+    pub(crate) fn emit(&self, note: impl FnOnce(&dyn switchyard_common::EventListener) + Send + 'static) {
+        self.hub.emit(note);
     }
 
-    pub(crate) fn emit(&self, note: impl FnOnce(&dyn EventListener) + Send + 'static) {
-        if !self.listening {
-            return;
-        }
-        let mut st = self.lock();
-        st.notes.push_back(Box::new(note));
-        self.deliver(st);
-    }
-
-    /// Delivers queued notes outside the lock. One thread delivers at a time, in
-    /// queue order; others only queue. A listener that panics loses that one
-    /// call, nothing else; a listener may call back into the client.
-    fn deliver<'a>(&'a self, mut st: MutexGuard<'a, State>) {
-        if st.delivering {
-            return;
-        }
-        st.delivering = true;
-        loop {
-            let batch: Vec<Note> = st.notes.drain(..).collect();
-            if batch.is_empty() {
-                st.delivering = false;
-                return;
-            }
-            drop(st);
-            for note in batch {
-                let listener = &*self.listener;
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| note(listener)));
-            }
-            st = self.lock();
-        }
-    }
-
-    pub(crate) fn queue_note(&self, st: &mut State, note: impl FnOnce(&dyn EventListener) + Send + 'static) {
-        if self.listening {
-            st.notes.push_back(Box::new(note));
-        }
-    }
-
-    fn drain(self: &Arc<Self>, st: &mut State, now: Instant) {
-        while let Some(action) = st.pool.poll_action() {
-            self.perform(st, now, action);
-        }
+    /// Spawns `task`; without an executor, `or_else` reports the failure instead.
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) -> Option<Box<dyn Task>> {
+        self.rt.spawn(Box::pin(task))
     }
 
     fn perform(self: &Arc<Self>, st: &mut State, now: Instant, action: PoolAction) {
@@ -220,9 +122,10 @@ impl Shared {
                     Host::Domain(d) => d.clone(),
                     Host::Ip(ip) => ip.to_string(),
                 };
-                let lookup = self.resolver.resolve(&name, port);
+                let resolver = Arc::clone(&self.resolver);
+                let lookup = self.rt.unblock(Box::new(move || resolver.resolve(&name, port)));
                 let me = Arc::clone(self);
-                tokio::spawn(async move {
+                let spawned = self.spawn(async move {
                     let answer = lookup.await.map_err(|e| DnsError::from_io(&e));
                     me.input(|st, now| {
                         if let Err(misuse) = st.pool.handle_dns(now, query, answer) {
@@ -230,27 +133,28 @@ impl Shared {
                         }
                     });
                 });
+                if spawned.is_none() {
+                    let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_executor())));
+                }
             }
             PoolAction::Connect { attempt, route } => {
                 let addr = route.socket_addr();
                 let me = Arc::clone(self);
-                let task = tokio::spawn(async move {
-                    let result = match TcpStream::connect(addr).await {
-                        Ok(s) => s.set_nodelay(true).map(|()| s),
-                        Err(e) => Err(e),
-                    };
+                let connecting = self.rt.connect(addr);
+                let task = self.spawn(async move {
+                    let result = connecting.await;
                     me.input(|st, now| {
                         // Cancelled attempts were removed: their result is dropped here.
-                        if !matches!(st.attempts.get(&attempt), Some(Attempt::Running(_))) {
+                        if !matches!(st.io.attempts.get(&attempt), Some(Attempt::Running(_))) {
                             return;
                         }
                         let outcome = match result {
-                            Ok(s) => {
-                                st.attempts.insert(attempt, Attempt::Ready(tls::boxed(s)));
+                            Ok(io) => {
+                                st.io.attempts.insert(attempt, Attempt::Ready(io));
                                 st.pool.handle_connected(now, attempt)
                             }
                             Err(e) => {
-                                st.attempts.remove(&attempt);
+                                st.io.attempts.remove(&attempt);
                                 st.pool.handle_failed(now, attempt, ConnectError::from_io(&e))
                             }
                         };
@@ -259,15 +163,22 @@ impl Shared {
                         }
                     });
                 });
-                st.attempts.insert(attempt, Attempt::Running(task.abort_handle()));
+                match task {
+                    Some(task) => {
+                        st.io.attempts.insert(attempt, Attempt::Running(task));
+                    }
+                    None => {
+                        let _ = st.pool.handle_failed(now, attempt, ConnectError::from_io(&no_executor()));
+                    }
+                }
             }
             PoolAction::Handshake { attempt, route } => {
-                let Some(Attempt::Ready(io)) = st.attempts.remove(&attempt) else {
+                let Some(Attempt::Ready(io)) = st.io.attempts.remove(&attempt) else {
                     tracing::warn!("handshake for {attempt} without a socket");
                     return;
                 };
                 let protocols = route.address().protocols().to_vec();
-                let config = match self.tls_config(st, &protocols) {
+                let config = match st.tls_config(&self.settings.tls, &protocols) {
                     Ok(c) => c,
                     Err(e) => {
                         let error =
@@ -277,19 +188,19 @@ impl Shared {
                     }
                 };
                 let me = Arc::clone(self);
-                let task = tokio::spawn(async move {
+                let task = self.spawn(async move {
                     let result = establish(io, &route, config).await;
                     me.input(|st, now| {
-                        if !matches!(st.attempts.get(&attempt), Some(Attempt::Running(_))) {
+                        if !matches!(st.io.attempts.get(&attempt), Some(Attempt::Running(_))) {
                             return;
                         }
                         let outcome = match result {
                             Ok((io, alpn, facts)) => {
-                                st.attempts.insert(attempt, Attempt::Ready(io));
+                                st.io.attempts.insert(attempt, Attempt::Ready(io));
                                 st.pool.handle_established(now, attempt, alpn, facts)
                             }
                             Err(e) => {
-                                st.attempts.remove(&attempt);
+                                st.io.attempts.remove(&attempt);
                                 st.pool.handle_failed(now, attempt, e)
                             }
                         };
@@ -298,29 +209,42 @@ impl Shared {
                         }
                     });
                 });
-                st.attempts.insert(attempt, Attempt::Running(task.abort_handle()));
+                match task {
+                    Some(task) => {
+                        st.io.attempts.insert(attempt, Attempt::Running(task));
+                    }
+                    None => {
+                        let _ = st.pool.handle_failed(now, attempt, ConnectError::from_io(&no_executor()));
+                    }
+                }
             }
             PoolAction::CancelAttempt { attempt } => {
                 // Aborting the task drops its socket: the loser is closed at once.
-                if let Some(Attempt::Running(task)) = st.attempts.remove(&attempt) {
+                if let Some(Attempt::Running(task)) = st.io.attempts.remove(&attempt) {
                     task.abort();
                 }
             }
             PoolAction::Established { attempt, connection, protocol } => {
-                let Some(Attempt::Ready(io)) = st.attempts.remove(&attempt) else {
+                let Some(Attempt::Ready(io)) = st.io.attempts.remove(&attempt) else {
                     tracing::warn!("{connection} established without a socket");
                     return;
                 };
                 let conn = match protocol {
                     Protocol::Http1 => Conn::H1Idle(H1Conn { io, buf: BytesMut::with_capacity(8 * 1024) }),
                     Protocol::Http2 | Protocol::H2PriorKnowledge => {
-                        Conn::H2(crate::h2::start(io, Arc::downgrade(self), connection))
+                        match crate::h2::start(self, io, connection) {
+                            Some(handle) => Conn::H2(handle),
+                            None => {
+                                let _ = st.pool.connection_closed(now, connection, CloseReason::Failure);
+                                return;
+                            }
+                        }
                     }
                 };
-                st.conns.insert(connection, conn);
+                st.io.conns.insert(connection, conn);
             }
             PoolAction::Acquired { call, connection, .. } => {
-                let lease = match st.conns.get_mut(&connection) {
+                let lease = match st.io.conns.get_mut(&connection) {
                     Some(Conn::H2(handle)) => Lease::H2 { connection, handle: handle.clone() },
                     Some(slot @ (Conn::H1Idle(_) | Conn::H1Watched { .. })) => {
                         let source_io = match std::mem::replace(slot, Conn::H1Busy) {
@@ -339,7 +263,7 @@ impl Shared {
                         Lease::H1 { connection, source: H1Source::Watched(stop, back) }
                     }
                 };
-                match st.waiters.remove(&call) {
+                match st.io.waiters.remove(&call) {
                     Some(tx) => {
                         if let Err(Ok(lease)) = tx.send(Ok(lease)) {
                             self.give_back(st, now, call, lease);
@@ -349,14 +273,14 @@ impl Shared {
                 }
             }
             PoolAction::AcquireFailed { call, error } => {
-                if let Some(tx) = st.waiters.remove(&call) {
+                if let Some(tx) = st.io.waiters.remove(&call) {
                     let _ = tx.send(Err(error));
                 }
             }
             PoolAction::Close { connection, .. } => {
                 // Dropping the socket (or the watcher's stop signal, or the HTTP/2
                 // handle) closes it.
-                st.conns.remove(&connection);
+                st.io.conns.remove(&connection);
             }
         }
     }
@@ -365,27 +289,14 @@ impl Shared {
     fn give_back(self: &Arc<Self>, st: &mut State, now: Instant, call: CallId, lease: Lease) {
         match lease {
             Lease::H1 { connection, source: H1Source::Ready(c), .. } => {
-                st.conns.insert(connection, Conn::H1Idle(c));
+                st.io.conns.insert(connection, Conn::H1Idle(c));
             }
             Lease::H1 { connection, source: H1Source::Watched(stop, back), .. } => {
-                st.conns.insert(connection, Conn::H1Watched { stop, back });
+                st.io.conns.insert(connection, Conn::H1Watched { stop, back });
             }
             Lease::H2 { .. } => {}
         }
         let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
-    }
-
-    fn tls_config(
-        &self,
-        st: &mut State,
-        protocols: &[Protocol],
-    ) -> Result<Arc<rustls::ClientConfig>, String> {
-        if let Some(c) = st.tls_config.get(protocols) {
-            return Ok(c.clone());
-        }
-        let c = tls::client_config(&self.settings.tls, protocols)?;
-        st.tls_config.insert(protocols.to_vec(), c.clone());
-        Ok(c)
     }
 
     /// An HTTP/1.1 exchange ended: keep the socket (watched while idle) if the
@@ -397,14 +308,22 @@ impl Shared {
         conn: H1Conn,
         reuse: Reuse,
     ) {
+        let mut reuse = reuse;
         self.input(|st, now| {
-            if reuse == Reuse::Reusable && st.conns.contains_key(&connection) {
+            if reuse == Reuse::Reusable && st.io.conns.contains_key(&connection) {
                 let (stop_tx, stop_rx) = oneshot::channel();
                 let (back_tx, back_rx) = oneshot::channel();
-                tokio::spawn(watch_idle(Arc::downgrade(self), connection, conn, stop_rx, back_tx));
-                st.conns.insert(connection, Conn::H1Watched { stop: stop_tx, back: back_rx });
+                if self.spawn(watch_idle(Arc::downgrade(self), connection, conn, stop_rx, back_tx)).is_some()
+                {
+                    st.io.conns.insert(connection, Conn::H1Watched { stop: stop_tx, back: back_rx });
+                } else {
+                    // Released outside any executor: nobody could watch it, and
+                    // the socket went with the unspawned watcher.
+                    st.io.conns.remove(&connection);
+                    reuse = Reuse::Retire(CloseReason::Failure);
+                }
             } else {
-                st.conns.remove(&connection);
+                st.io.conns.remove(&connection);
             }
             if let Err(misuse) = st.pool.exchange_finished(now, call, reuse) {
                 tracing::warn!("{misuse}");
@@ -412,9 +331,26 @@ impl Shared {
         });
     }
 
-    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
-        self.lock()
+    /// A call's HTTP/1.1 socket went away with a task that could not be spawned.
+    pub(crate) fn connection_lost(
+        self: &Arc<Self>,
+        call: CallId,
+        connection: ConnectionId,
+        why: CloseReason,
+    ) {
+        self.input(|st, now| {
+            st.io.conns.remove(&connection);
+            let _ = st.pool.exchange_finished(now, call, Reuse::Retire(why));
+        });
     }
+
+    pub(crate) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.hub.lock()
+    }
+}
+
+fn no_executor() -> std::io::Error {
+    std::io::Error::other("no async executor to run the connection on (call from inside the runtime)")
 }
 
 /// SOCKS5, `CONNECT` and TLS, as the route requires, on the race's winner.
@@ -425,13 +361,19 @@ async fn establish(
 ) -> Result<(Io, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let mut io = io;
     if route.requires_socks5() {
-        io = crate::socks::connect(io, route.address()).await?;
+        crate::h1::socks5(&mut io, route.address()).await?;
     }
     if route.requires_tunnel() {
-        io = crate::h1::connect_tunnel(io, route.address()).await?;
+        crate::h1::connect_tunnel(&mut io, route.address()).await?;
     }
     if route.requires_tls() {
-        let (stream, alpn, facts) = tls::handshake(config, route.address().host(), io).await?;
+        use switchyard_common::tls;
+        let name = tls::server_name(route.address().host())?;
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, io)
+            .await
+            .map_err(|e| tls::tls_error(&e))?;
+        let (alpn, facts) = tls::negotiated(stream.get_ref().1);
         return Ok((Box::new(stream), alpn, Some(facts)));
     }
     Ok((io, None, None))
@@ -461,8 +403,8 @@ async fn watch_idle(
             drop(conn);
             if let Some(shared) = shared.upgrade() {
                 shared.input(|st, now| {
-                    if matches!(st.conns.get(&connection), Some(Conn::H1Watched { .. })) {
-                        st.conns.remove(&connection);
+                    if matches!(st.io.conns.get(&connection), Some(Conn::H1Watched { .. })) {
+                        st.io.conns.remove(&connection);
                         let _ = st.pool.connection_closed(now, connection, reason);
                     }
                 });
@@ -485,13 +427,13 @@ pub(crate) async fn timer_task(
         }
         let deadline = {
             let Some(me) = shared.upgrade() else { return };
-            let d = me.lock().pool.poll_timeout();
-            d.map(|d| me.deadline_to_tokio(d))
+            let d = me.hub.lock().pool.poll_timeout();
+            d.map(|d| (me.hub.to_std(d), Arc::clone(&me.rt)))
         };
         match deadline {
-            Some(at) => {
+            Some((at, rt)) => {
                 tokio::select! {
-                    () = tokio::time::sleep_until(at) => {
+                    () = rt.sleep_until(at) => {
                         let Some(me) = shared.upgrade() else { return };
                         me.input(|st, now| st.pool.handle_timeout(now));
                     }

@@ -8,15 +8,16 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use switchyard_core::CallId;
 
+use switchyard_common::Error;
+
 use crate::driver::Shared;
-use crate::error::Error;
 use crate::h1::H1Body;
 use crate::h2::H2Body;
 
 /// A streaming response body.
 ///
 /// ```no_run
-/// # async fn run(client: switchyard_tokio::Client) -> Result<(), switchyard_tokio::Error> {
+/// # async fn run<R: switchyard_async::Runtime>(client: switchyard_async::Client<R>) -> Result<(), switchyard_common::Error> {
 /// let mut response = client.get("https://example.com/big").send().await?;
 /// while let Some(chunk) = response.body_mut().chunk().await? {
 ///     println!("{} bytes", chunk.len());

@@ -14,7 +14,7 @@ use crate::Error;
 /// ones you need. Keep them fast: they run on the task that made the progress.
 ///
 /// ```
-/// use switchyard_tokio::{EventListener, Client};
+/// use switchyard_common::EventListener;
 /// use switchyard_core::{CallId, Event, Instant};
 /// struct Printer;
 /// impl EventListener for Printer {
@@ -25,8 +25,9 @@ use crate::Error;
 ///         println!("{call}: {status}");
 ///     }
 /// }
-/// let client = Client::builder().event_listener(Printer).build().unwrap();
-/// # drop(client);
+/// // Then: `Client::builder().event_listener(Printer)` on any adapter.
+/// let call = switchyard_core::IdAllocator::default().next_call();
+/// Printer.call_end(call, Instant::ZERO);
 /// ```
 #[allow(unused_variables)]
 pub trait EventListener: Send + Sync + 'static {
@@ -71,11 +72,12 @@ pub struct Recorded {
 /// A listener that records every event in order, for tests and timelines.
 ///
 /// ```
-/// use switchyard_tokio::{Client, EventLog};
-/// let log = EventLog::default();
-/// let client = Client::builder().event_listener(log.clone()).build().unwrap();
-/// assert!(log.events().is_empty());
-/// # drop(client);
+/// use switchyard_common::{EventListener, EventLog};
+/// use switchyard_core::{CallId, Instant};
+/// let log = EventLog::default(); // give a clone to `ClientBuilder::event_listener`
+/// let call: CallId = switchyard_core::IdAllocator::default().next_call();
+/// log.call_end(call, Instant::ZERO);
+/// assert_eq!(log.events()[0].name, "call_end");
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct EventLog {

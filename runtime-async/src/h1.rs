@@ -7,22 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use switchyard_core::http1::{BodyPermission, Exchange, Frame, Http1Error, RequestBody, TargetForm};
-use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
+use switchyard_common::exchange::{
+    body_kind, io_failure, protocol_failure, Attempted, Tunnel, DRAIN_BYTES, DRAIN_TIME,
+};
+use switchyard_common::{BodyError, Error};
+use switchyard_core::http1::{BodyPermission, Exchange, Frame, TargetForm};
+use switchyard_core::pool::{Progress, RequestFacts};
 use switchyard_core::{Address, CallId, CloseReason, ConnectError, ConnectionId, Reuse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::body::{Body, Kind};
-use crate::driver::{H1Conn, H1Source, Io, Shared};
-use crate::error::{BodyError, Error};
-
-/// How an attempt to run the exchange ended, when it did not produce a response.
-pub(crate) enum Attempted {
-    /// The pool decides: retry or fail.
-    Failed(ExchangeFailure),
-    /// The request itself is wrong; nothing was sent.
-    Fatal(Error),
-}
+use crate::driver::{H1Conn, H1Source, Shared};
+use crate::runtime::{timed, until, within, Io, Runtime};
 
 pub(crate) struct Request<'a> {
     pub(crate) parts: &'a http::request::Parts,
@@ -31,23 +27,10 @@ pub(crate) struct Request<'a> {
     pub(crate) facts: RequestFacts,
 }
 
-async fn timed<T>(
-    limit: Option<Duration>,
-    f: impl std::future::Future<Output = io::Result<T>>,
-) -> io::Result<T> {
-    match limit {
-        Some(d) => tokio::time::timeout(d, f).await.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
-        None => f.await,
-    }
-}
-
-fn io_failure(e: &io::Error, progress: Progress, facts: RequestFacts) -> Attempted {
-    Attempted::Failed(ExchangeFailure { kind: ExchangeFailureKind::from_io(e), progress, request: facts })
-}
-
 /// Writes `data`, counting what reached the socket so a failure can say whether
 /// any of the request was sent.
 async fn write_counted(
+    rt: &dyn Runtime,
     conn: &mut H1Conn,
     data: &[u8],
     written: &mut u64,
@@ -55,7 +38,7 @@ async fn write_counted(
 ) -> io::Result<()> {
     let mut rest = data;
     while !rest.is_empty() {
-        let n = timed(limit, conn.io.write(rest)).await?;
+        let n = timed(rt, limit, conn.io.write(rest)).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
@@ -92,12 +75,9 @@ pub(crate) async fn exchange(
         }
     };
     let settings = &shared.settings;
-    let body_kind = match req.body.len() {
-        Some(0) => RequestBody::None,
-        Some(n) => RequestBody::Length(n),
-        None => RequestBody::Chunked,
-    };
-    let (mut ex, head) = match Exchange::new(req.parts, req.form, body_kind, settings.limits) {
+    let rt = &*shared.rt;
+    let (mut ex, head) = match Exchange::new(req.parts, req.form, body_kind(req.body.len()), settings.limits)
+    {
         Ok(x) => x,
         Err(e) => {
             // Nothing was written: the connection goes back as it was.
@@ -122,7 +102,7 @@ pub(crate) async fn exchange(
             }
         }
     }
-    if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+    if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await {
         return Err(io_failure(&e, progress(written), facts));
     }
     let at = shared.now();
@@ -131,7 +111,7 @@ pub(crate) async fn exchange(
     // `Expect: 100-continue`: wait for the server's word, or our own timeout.
     let mut early_head = None;
     if ex.body_permission() == BodyPermission::AwaitContinue {
-        let deadline = tokio::time::Instant::now() + settings.expect_continue_timeout;
+        let deadline = std::time::Instant::now() + settings.expect_continue_timeout;
         loop {
             match ex.decode(&mut conn.buf, false) {
                 Ok(Some(Frame::Informational(r))) if r.status() == http::StatusCode::CONTINUE => break,
@@ -143,18 +123,18 @@ pub(crate) async fn exchange(
                 Ok(_) => {}
                 Err(e) => return Err(protocol_failure(&e, facts)),
             }
-            match tokio::time::timeout_at(deadline, conn.io.read_buf(&mut conn.buf)).await {
-                Err(_) => {
+            match until(rt, deadline, conn.io.read_buf(&mut conn.buf)).await {
+                None => {
                     ex.continue_timed_out();
                     break;
                 }
-                Ok(Ok(0)) => {
+                Some(Ok(0)) => {
                     let e =
                         io::Error::new(io::ErrorKind::UnexpectedEof, "closed while awaiting 100 Continue");
                     return Err(io_failure(&e, Progress::RequestWritten, facts));
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(io_failure(&e, Progress::RequestWritten, facts)),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(io_failure(&e, Progress::RequestWritten, facts)),
             }
         }
         if ex.body_permission() == BodyPermission::Send {
@@ -166,7 +146,8 @@ pub(crate) async fn exchange(
                     shared.release_h1(call, connection, conn, reuse);
                     return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
                 }
-                if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+                if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await
+                {
                     return Err(io_failure(&e, Progress::RequestWritten, facts));
                 }
             }
@@ -184,13 +165,14 @@ pub(crate) async fn exchange(
                     shared.release_h1(call, connection, conn, reuse);
                     return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
                 }
-                if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+                if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await
+                {
                     return Err(io_failure(&e, Progress::RequestWritten, facts));
                 }
             }
             out.clear();
             let _ = ex.finish_body(None, &mut out);
-            if let Err(e) = write_counted(&mut conn, &out, &mut written, settings.write_timeout).await {
+            if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await {
                 return Err(io_failure(&e, Progress::RequestWritten, facts));
             }
         }
@@ -199,14 +181,14 @@ pub(crate) async fn exchange(
         let (at, n) = (shared.now(), req.body.len().unwrap_or(0));
         shared.emit(move |l| l.request_body_end(call, n, at));
     }
-    if let Err(e) = timed(settings.write_timeout, conn.io.flush()).await {
+    if let Err(e) = timed(rt, settings.write_timeout, conn.io.flush()).await {
         return Err(io_failure(&e, Progress::RequestWritten, facts));
     }
 
     // The response head.
     let head = match early_head {
         Some(h) => h,
-        None => read_head(&mut conn, &mut ex, settings.read_timeout, facts).await?,
+        None => read_head(rt, &mut conn, &mut ex, settings.read_timeout, facts).await?,
     };
     let (at, status) = (shared.now(), head.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
@@ -223,21 +205,8 @@ pub(crate) async fn exchange(
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h1(body)))
 }
 
-fn protocol_failure(e: &Http1Error, facts: RequestFacts) -> Attempted {
-    let (kind, progress) = match e {
-        Http1Error::EmptyResponse => (
-            ExchangeFailureKind::Io {
-                kind: io::ErrorKind::UnexpectedEof,
-                message: "the connection closed before any response byte".into(),
-            },
-            Progress::RequestWritten,
-        ),
-        other => (ExchangeFailureKind::Protocol { message: other.to_string() }, Progress::ResponseStarted),
-    };
-    Attempted::Failed(ExchangeFailure { kind, progress, request: facts })
-}
-
 async fn read_head(
+    rt: &dyn Runtime,
     conn: &mut H1Conn,
     ex: &mut Exchange,
     read_timeout: Option<Duration>,
@@ -252,7 +221,7 @@ async fn read_head(
             Ok(None) => {}
             Err(e) => return Err(protocol_failure(&e, facts)),
         }
-        match timed(read_timeout, conn.io.read_buf(&mut conn.buf)).await {
+        match timed(rt, read_timeout, conn.io.read_buf(&mut conn.buf)).await {
             Ok(0) => eof = true,
             Ok(_) => any = true,
             Err(e) => {
@@ -293,18 +262,20 @@ impl H1Body {
                     return Ok(None);
                 }
                 Ok(Some(_)) => {}
-                Ok(None) => match timed(read_timeout, conn.io.read_buf(&mut conn.buf)).await {
-                    Ok(0) => eof = true,
-                    Ok(_) => {}
-                    Err(e) => {
-                        self.retire();
-                        return Err(if e.kind() == io::ErrorKind::TimedOut {
-                            BodyError::Timeout
-                        } else {
-                            BodyError::Io(std::sync::Arc::new(e))
-                        });
+                Ok(None) => {
+                    match timed(&*self.shared.rt, read_timeout, conn.io.read_buf(&mut conn.buf)).await {
+                        Ok(0) => eof = true,
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.retire();
+                            return Err(if e.kind() == io::ErrorKind::TimedOut {
+                                BodyError::Timeout
+                            } else {
+                                BodyError::Io(std::sync::Arc::new(e))
+                            });
+                        }
                     }
-                },
+                }
                 Err(e) => {
                     self.retire();
                     return Err(BodyError::Http1(e));
@@ -330,10 +301,6 @@ impl H1Body {
         self.conn.is_none()
     }
 }
-
-/// How much of an abandoned body is drained so the connection can be reused.
-const DRAIN_BYTES: u64 = 64 * 1024;
-const DRAIN_TIME: Duration = Duration::from_millis(100);
 
 impl Drop for H1Body {
     fn drop(&mut self) {
@@ -365,13 +332,10 @@ impl Drop for H1Body {
         // Drain in the background up to 64 KiB or 100 ms; past that, close.
         let (shared, call, connection) = (Arc::clone(&self.shared), self.call, self.connection);
         let mut ex = self.ex.clone();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            shared.release_h1(call, connection, conn, Reuse::Retire(CloseReason::UnreadBody));
-            return;
-        };
-        runtime.spawn(async move {
+        let rt = Arc::clone(&shared.rt);
+        let spawned = rt.clone().spawn(Box::pin(async move {
             let start = ex.decoder().body_received();
-            let drained = tokio::time::timeout(DRAIN_TIME, async {
+            let drained = within(&*rt, DRAIN_TIME, async {
                 let mut eof = false;
                 loop {
                     match ex.decode(&mut conn.buf, eof) {
@@ -391,44 +355,47 @@ impl Drop for H1Body {
             .unwrap_or(false);
             let reuse = if drained { ex.reuse() } else { Reuse::Retire(CloseReason::UnreadBody) };
             shared.release_h1(call, connection, conn, reuse);
-        });
+        }));
+        if spawned.is_none() {
+            // No executor here (dropped outside the runtime): the unspawned drain
+            // dropped the socket; tell the pool it is gone.
+            self.shared.connection_lost(call, connection, CloseReason::UnreadBody);
+        }
     }
 }
 
 /// Opens an HTTP `CONNECT` tunnel through a proxy to the Address.
-pub(crate) async fn connect_tunnel(mut io: Io, address: &Address) -> Result<Io, ConnectError> {
-    let authority = format!("{}:{}", address.host(), address.port());
-    let proxy_error = |message: String| ConnectError::Proxy { message };
-    let req = http::Request::connect(authority.as_str())
-        .body(())
-        .map_err(|e| proxy_error(format!("cannot build CONNECT request: {e}")))?;
-    let (parts, ()) = req.into_parts();
-    let (mut ex, head) = Exchange::new(&parts, TargetForm::Authority, RequestBody::None, Default::default())
-        .map_err(|e| proxy_error(e.to_string()))?;
+pub(crate) async fn connect_tunnel(io: &mut Io, address: &Address) -> Result<(), ConnectError> {
+    let (mut tunnel, head) = Tunnel::start(address)?;
     io.write_all(&head).await.map_err(|e| ConnectError::from_io(&e))?;
     let mut buf = BytesMut::with_capacity(1024);
     let mut eof = false;
-    loop {
-        match ex.decode(&mut buf, eof) {
-            Ok(Some(Frame::Head(r))) if r.status().is_success() => {
-                if !buf.is_empty() {
-                    return Err(proxy_error("the proxy sent bytes before the tunnel was used".into()));
-                }
-                return Ok(io);
-            }
-            Ok(Some(Frame::Head(r))) => {
-                return Err(proxy_error(format!(
-                    "the proxy refused the tunnel to {authority}: {}",
-                    r.status()
-                )))
-            }
-            Ok(Some(_)) => {}
-            Ok(None) => match io.read_buf(&mut buf).await {
-                Ok(0) => eof = true,
-                Ok(_) => {}
-                Err(e) => return Err(ConnectError::from_io(&e)),
-            },
-            Err(e) => return Err(proxy_error(format!("bad CONNECT response: {e}"))),
+    while !tunnel.read(&mut buf, eof)? {
+        match io.read_buf(&mut buf).await {
+            Ok(0) => eof = true,
+            Ok(_) => {}
+            Err(e) => return Err(ConnectError::from_io(&e)),
         }
     }
+    Ok(())
+}
+
+/// Asks the SOCKS5 proxy on `io` to connect to the Address.
+pub(crate) async fn socks5(io: &mut Io, address: &Address) -> Result<(), ConnectError> {
+    use switchyard_common::socks;
+    let io_err = |e: io::Error| ConnectError::from_io(&e);
+    io.write_all(&socks::GREETING).await.map_err(io_err)?;
+    let mut choice = [0u8; 2];
+    io.read_exact(&mut choice).await.map_err(io_err)?;
+    socks::check_choice(choice)?;
+    io.write_all(&socks::request(address)?).await.map_err(io_err)?;
+    let mut head = [0u8; 4];
+    io.read_exact(&mut head).await.map_err(io_err)?;
+    let skip = match socks::reply(head, address)? {
+        socks::Rest::Bytes(n) => n,
+        socks::Rest::Domain => usize::from(io.read_u8().await.map_err(io_err)?) + 2,
+    };
+    let mut bound = vec![0u8; skip];
+    io.read_exact(&mut bound).await.map_err(io_err)?;
+    Ok(())
 }

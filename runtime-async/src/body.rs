@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 /// A request body.
 ///
 /// ```
-/// use switchyard_tokio::Body;
+/// use switchyard_async::Body;
 /// let empty = Body::empty();
 /// let full = Body::from("hello");
 /// assert_eq!(full.len(), Some(5));

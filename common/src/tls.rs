@@ -10,11 +10,9 @@ use std::sync::Arc;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use switchyard_core::{ConnectError, Host, Protocol, TlsFacts, TlsFailure};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 
-/// The crypto provider: ring by default, aws-lc-rs with the `aws-lc-rs` feature.
-pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// The crypto provider every config is built with: ring by default, aws-lc-rs with the `aws-lc-rs` feature.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     #[cfg(feature = "aws-lc-rs")]
     {
         Arc::new(rustls::crypto::aws_lc_rs::default_provider())
@@ -27,10 +25,13 @@ pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// What the builder collected about TLS.
 #[derive(Debug, Clone)]
-pub(crate) struct TlsSettings {
-    pub(crate) built_in_roots: bool,
-    pub(crate) extra_roots: Vec<CertificateDer<'static>>,
-    pub(crate) client_auth: Option<(Vec<CertificateDer<'static>>, Arc<PrivateKeyDer<'static>>)>,
+pub struct TlsSettings {
+    /// Trust the webpki roots.
+    pub built_in_roots: bool,
+    /// Roots trusted in addition.
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// A client certificate chain and its key.
+    pub client_auth: Option<(Vec<CertificateDer<'static>>, Arc<PrivateKeyDer<'static>>)>,
 }
 
 impl Default for TlsSettings {
@@ -39,11 +40,11 @@ impl Default for TlsSettings {
     }
 }
 
-/// Builds the rustls config for an ALPN list.
-pub(crate) fn client_config(
-    settings: &TlsSettings,
-    protocols: &[Protocol],
-) -> Result<Arc<ClientConfig>, String> {
+/// Builds the rustls config for an ALPN list (the Address's protocols, in order).
+///
+/// # Errors
+/// No roots at all, a bad root or a bad client certificate.
+pub fn client_config(settings: &TlsSettings, protocols: &[Protocol]) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     if settings.built_in_roots {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -68,28 +69,26 @@ pub(crate) fn client_config(
     Ok(Arc::new(config))
 }
 
-/// Runs the TLS handshake on `tcp` for `host`: the negotiated protocol and the
-/// verified certificate's facts, or a typed failure.
-pub(crate) async fn handshake(
-    config: Arc<ClientConfig>,
-    host: &Host,
-    tcp: crate::driver::Io,
-) -> Result<(TlsStream<crate::driver::Io>, Option<Protocol>, TlsFacts), ConnectError> {
-    let name: ServerName<'static> = match host {
-        Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+/// The name the handshake verifies: the Address's host.
+pub fn server_name(host: &Host) -> Result<ServerName<'static>, ConnectError> {
+    match host {
+        Host::Ip(ip) => Ok(ServerName::IpAddress((*ip).into())),
         Host::Domain(d) => ServerName::try_from(d.clone())
-            .map_err(|e| ConnectError::Tls { kind: TlsFailure::Protocol, message: e.to_string() })?,
-    };
-    let stream =
-        tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(|e| tls_error(&e))?;
-    let session = stream.get_ref().1;
+            .map_err(|e| ConnectError::Tls { kind: TlsFailure::Protocol, message: e.to_string() }),
+    }
+}
+
+/// What a finished handshake tells the core: the ALPN protocol and the verified
+/// leaf certificate's names and key digest.
+#[must_use]
+pub fn negotiated(session: &rustls::ClientConnection) -> (Option<Protocol>, TlsFacts) {
     let alpn = match session.alpn_protocol() {
         Some(b"h2") => Some(Protocol::Http2),
         Some(b"http/1.1") => Some(Protocol::Http1),
         _ => None,
     };
     let facts = session.peer_certificates().and_then(|chain| chain.first()).map(facts).unwrap_or_default();
-    Ok((stream, alpn, facts))
+    (alpn, facts)
 }
 
 fn facts(leaf: &CertificateDer<'_>) -> TlsFacts {
@@ -102,8 +101,11 @@ fn facts(leaf: &CertificateDer<'_>) -> TlsFacts {
     TlsFacts { dns_names, ip_addresses: Vec::new(), spki_sha256: vec![sha] }
 }
 
-/// Certificate and hostname failures are distinct: neither is retried.
-fn tls_error(e: &io::Error) -> ConnectError {
+/// A failed handshake as a typed error. Certificate and hostname failures are
+/// distinct (neither is retried); an I/O error that is not from rustls stays an
+/// I/O error.
+#[must_use]
+pub fn tls_error(e: &io::Error) -> ConnectError {
     use rustls::CertificateError as C;
     let message = e.to_string();
     let kind = match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
@@ -115,9 +117,4 @@ fn tls_error(e: &io::Error) -> ConnectError {
         None => return ConnectError::from_io(e),
     };
     ConnectError::Tls { kind, message }
-}
-
-/// A plain TCP stream as the handshake's input.
-pub(crate) fn boxed(tcp: TcpStream) -> crate::driver::Io {
-    Box::new(tcp)
 }

@@ -1,0 +1,390 @@
+//! [`ClientBuilder`]: every knob of a switchyard client, with its default, shared
+//! by all adapters. Each adapter's `Client` implements [`FromConfig`]; its
+//! `ClientBuilder` is this builder for that client type.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use switchyard_core::{
+    Address, Family, PoolConfig, Protocol, Proxy, ResolverIdentity, StreamLimitPolicy, TlsIdentity,
+};
+
+use crate::event::EventListener;
+use crate::resolve::{Overrides, Resolve, SystemResolver};
+use crate::tls::TlsSettings;
+use crate::Error;
+
+/// Which protocols calls may use.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum HttpVersion {
+    /// `https`: HTTP/2 or HTTP/1.1 by ALPN; `http`: HTTP/1.1. Default.
+    #[default]
+    Auto,
+    /// HTTP/1.1 only.
+    Http1Only,
+    /// HTTP/2 only: ALPN `h2` over TLS, prior knowledge over cleartext.
+    Http2Only,
+}
+
+/// Per-request options (stored in the request's extensions, so they also work
+/// with a client's `send`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestOptions {
+    /// A connection no one else will use (upgrades, tunnels).
+    pub exclusive: bool,
+    /// The caller vouches that this request may be sent twice (an idempotency key).
+    pub retryable: bool,
+    /// This call's timeout, instead of the client's.
+    pub timeout: Option<Duration>,
+}
+
+/// A client's settings, as the builder collected and validated them.
+/// Adapters read it in [`FromConfig::from_config`].
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// The core pool's settings.
+    pub pool: PoolConfig,
+    /// Bound on each read from a connection.
+    pub read_timeout: Option<Duration>,
+    /// Bound on each write to a connection.
+    pub write_timeout: Option<Duration>,
+    /// Bound on a whole call, until the response head.
+    pub timeout: Option<Duration>,
+    /// How long `Expect: 100-continue` waits before the body goes anyway.
+    pub expect_continue_timeout: Duration,
+    /// Which protocols calls may use.
+    pub version: HttpVersion,
+    /// Whether `http://` URLs are allowed.
+    pub allow_cleartext: bool,
+    /// Roots and client certificate.
+    pub tls: TlsSettings,
+    /// The event listener, if any.
+    pub listener: Option<Arc<dyn EventListener>>,
+    /// The resolver, overrides applied.
+    pub resolver: Arc<dyn Resolve>,
+    /// Proxies, in order.
+    pub proxies: Vec<Proxy>,
+    /// HTTP/1.1 parsing limits.
+    pub limits: switchyard_core::http1::Limits,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("pool", &self.pool)
+            .field("read_timeout", &self.read_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .field("timeout", &self.timeout)
+            .field("version", &self.version)
+            .field("proxies", &self.proxies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// The core's [`Address`] for a request URI under these settings: scheme,
+    /// host and port from the URI; protocols from [`HttpVersion`]; `supports_http2`
+    /// false narrows `Auto` to HTTP/1.1 (an adapter without HTTP/2).
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] for a relative URI, a bad scheme, host or port, a
+    /// cleartext URL when cleartext is off, or HTTP/2 asked of an adapter without it.
+    pub fn address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
+        let invalid = |error| Error::InvalidUrl { url: uri.to_string(), error };
+        let builder = Address::from_uri(uri).map_err(invalid)?;
+        let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
+        let protocols: &[Protocol] = match (self.version, https) {
+            (HttpVersion::Auto, true) if supports_http2 => &[Protocol::Http2, Protocol::Http1],
+            (HttpVersion::Http1Only | HttpVersion::Auto, _) => &[Protocol::Http1],
+            (HttpVersion::Http2Only, true) => &[Protocol::Http2],
+            (HttpVersion::Http2Only, false) => &[Protocol::H2PriorKnowledge],
+        };
+        builder
+            .protocols(protocols.iter().copied())
+            .cleartext_permitted(self.allow_cleartext)
+            .tls_identity(TlsIdentity(1))
+            .resolver_identity(ResolverIdentity(1))
+            .build()
+            .map_err(invalid)
+    }
+}
+
+/// A client type a [`ClientBuilder`] can build.
+pub trait FromConfig: Sized {
+    /// Where the client runs its I/O (an executor handle, or `()` for blocking).
+    type Runtime: Default;
+    /// Builds the client.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the adapter cannot honour a setting.
+    fn from_config(config: Config, runtime: Self::Runtime) -> Result<Self, Error>;
+}
+
+/// Builds a client. Every knob has a documented default.
+///
+/// ```
+/// use std::time::Duration;
+/// use switchyard_common::{ClientBuilder, Config, Error, FromConfig};
+/// // Any adapter's client; here a stand-in that keeps the validated settings.
+/// struct Settings(Config);
+/// impl FromConfig for Settings {
+///     type Runtime = ();
+///     fn from_config(config: Config, (): ()) -> Result<Self, Error> { Ok(Settings(config)) }
+/// }
+/// let built = ClientBuilder::<Settings>::new()
+///     .connect_timeout(Duration::from_secs(5))
+///     .max_connections_per_host(8)
+///     .idle_timeout(Duration::from_secs(30))
+///     .resolve("api.internal:443", ["127.0.0.1".parse().unwrap()])
+///     .build()
+///     .unwrap();
+/// assert_eq!(built.0.pool.max_connections_per_address, Some(8));
+/// assert!(ClientBuilder::<Settings>::new().resolve("no port", []).build().is_err());
+/// ```
+#[must_use]
+pub struct ClientBuilder<C: FromConfig> {
+    pool: PoolConfig,
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+    timeout: Option<Duration>,
+    expect_continue_timeout: Duration,
+    version: HttpVersion,
+    allow_cleartext: bool,
+    tls: TlsSettings,
+    listener: Option<Arc<dyn EventListener>>,
+    resolver: Arc<dyn Resolve>,
+    overrides: HashMap<(String, u16), Vec<IpAddr>>,
+    proxies: Vec<Proxy>,
+    limits: switchyard_core::http1::Limits,
+    runtime: C::Runtime,
+    errors: Vec<String>,
+    client: PhantomData<fn() -> C>,
+}
+
+impl<C: FromConfig> Default for ClientBuilder<C> {
+    fn default() -> Self {
+        ClientBuilder {
+            pool: PoolConfig::default(),
+            read_timeout: None,
+            write_timeout: None,
+            timeout: None,
+            expect_continue_timeout: Duration::from_secs(1),
+            version: HttpVersion::Auto,
+            allow_cleartext: true,
+            tls: TlsSettings::default(),
+            listener: None,
+            resolver: Arc::new(SystemResolver),
+            overrides: HashMap::new(),
+            proxies: Vec::new(),
+            limits: switchyard_core::http1::Limits::default(),
+            runtime: C::Runtime::default(),
+            errors: Vec::new(),
+            client: PhantomData,
+        }
+    }
+}
+
+impl<C: FromConfig> std::fmt::Debug for ClientBuilder<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder").field("pool", &self.pool).finish_non_exhaustive()
+    }
+}
+
+impl<C: FromConfig> ClientBuilder<C> {
+    /// A builder with every default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Where the client runs (an executor or runtime handle; see the adapter).
+    /// Default: the adapter's default.
+    pub fn runtime(mut self, runtime: C::Runtime) -> Self {
+        self.runtime = runtime;
+        self
+    }
+    /// Bound on each TCP connect attempt. Default: 10 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.pool.race.connect_timeout = d;
+        self
+    }
+    /// Bound on the winner's handshakes (TLS, proxy). Default: 10 s.
+    pub fn handshake_timeout(mut self, d: Duration) -> Self {
+        self.pool.race.handshake_timeout = d;
+        self
+    }
+    /// Happy Eyeballs: time between connect attempts while earlier ones are in
+    /// flight. Default: 250 ms.
+    pub fn attempt_delay(mut self, d: Duration) -> Self {
+        self.pool.race.attempt_delay = d;
+        self
+    }
+    /// Which address family goes first when both are present. Default: IPv6.
+    pub fn preferred_family(mut self, family: Family) -> Self {
+        self.pool.race.plan.preferred_family = family;
+        self
+    }
+    /// Idle connections older than this are closed. Default: 90 s.
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.pool.keep_alive = d;
+        self
+    }
+    /// Connections older than this take no new exchanges. Default: none.
+    pub fn max_lifetime(mut self, d: Duration) -> Self {
+        self.pool.max_lifetime = Some(d);
+        self
+    }
+    /// Open plus connecting connections per host (Address). Default: unlimited.
+    pub fn max_connections_per_host(mut self, n: usize) -> Self {
+        self.pool.max_connections_per_address = Some(n);
+        self
+    }
+    /// Open plus connecting connections in total. Default: unlimited.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.pool.max_connections_total = Some(n);
+        self
+    }
+    /// Idle connections kept per host. Default: 32.
+    pub fn max_idle_per_host(mut self, n: usize) -> Self {
+        self.pool.max_idle_per_address = n;
+        self
+    }
+    /// Idle connections kept in total. Default: unlimited.
+    pub fn max_idle(mut self, n: usize) -> Self {
+        self.pool.max_idle_total = Some(n);
+        self
+    }
+    /// How long a call may wait for pool capacity. Default: 30 s.
+    pub fn pool_timeout(mut self, d: Duration) -> Self {
+        self.pool.acquire_timeout = d;
+        self
+    }
+    /// Bound on each read from a connection. Default: none.
+    pub fn read_timeout(mut self, d: Duration) -> Self {
+        self.read_timeout = Some(d);
+        self
+    }
+    /// Bound on each write to a connection. Default: none.
+    pub fn write_timeout(mut self, d: Duration) -> Self {
+        self.write_timeout = Some(d);
+        self
+    }
+    /// Bound on a whole call, until the response head. Default: none.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+    /// How long a request with `Expect: 100-continue` waits before sending its
+    /// body anyway. Default: 1 s.
+    pub fn expect_continue_timeout(mut self, d: Duration) -> Self {
+        self.expect_continue_timeout = d;
+        self
+    }
+    /// HTTP/2 at the peer's stream limit: open another connection (default) or wait.
+    pub fn http2_stream_limit_policy(mut self, policy: StreamLimitPolicy) -> Self {
+        self.pool.stream_limit_policy = policy;
+        self
+    }
+    /// Which protocols to use. Default: [`HttpVersion::Auto`].
+    pub fn http_version(mut self, version: HttpVersion) -> Self {
+        self.version = version;
+        self
+    }
+    /// Whether `http://` URLs are allowed. Default: yes.
+    pub fn allow_cleartext(mut self, allow: bool) -> Self {
+        self.allow_cleartext = allow;
+        self
+    }
+    /// Trusts this root certificate (DER) in addition to the built-in roots.
+    pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
+        self.tls.extra_roots.push(CertificateDer::from(der.into()));
+        self
+    }
+    /// Whether the built-in (webpki) roots are trusted. Default: yes. Turning them
+    /// off without adding a root is a configuration error, never "trust anything".
+    pub fn built_in_roots(mut self, enabled: bool) -> Self {
+        self.tls.built_in_roots = enabled;
+        self
+    }
+    /// Presents this client certificate chain (DER, leaf first) and key (PKCS#8 DER).
+    pub fn client_certificate(mut self, chain: Vec<Vec<u8>>, pkcs8_key: Vec<u8>) -> Self {
+        let chain = chain.into_iter().map(CertificateDer::from).collect();
+        let key = PrivateKeyDer::Pkcs8(pkcs8_key.into());
+        self.tls.client_auth = Some((chain, Arc::new(key)));
+        self
+    }
+    /// Receives every event. Default: none.
+    pub fn event_listener(mut self, listener: impl EventListener) -> Self {
+        self.listener = Some(Arc::new(listener));
+        self
+    }
+    /// Resolves host names. Default: the system resolver.
+    pub fn resolver(mut self, resolver: impl Resolve) -> Self {
+        self.resolver = Arc::new(resolver);
+        self
+    }
+    /// Answers DNS for `host:port` with these addresses (like curl's `--resolve`).
+    pub fn resolve(mut self, host_port: &str, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        match host_port.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?))) {
+            Some((h, p)) => {
+                let host = h.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+                self.overrides.insert((host, p), addrs.into_iter().collect());
+            }
+            None => self.errors.push(format!("resolve override {host_port:?} is not host:port")),
+        }
+        self
+    }
+    /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
+    /// https, absolute-form for http; SOCKS5 without authentication, the origin's
+    /// name resolved by the proxy). Default: direct.
+    pub fn proxies(mut self, proxies: impl IntoIterator<Item = Proxy>) -> Self {
+        self.proxies = proxies.into_iter().collect();
+        self
+    }
+    /// Largest response head accepted. Default: 64 KiB.
+    pub fn max_response_head_size(mut self, bytes: usize) -> Self {
+        self.limits.max_head_size = bytes;
+        self
+    }
+    /// Retries per call (BEHAVIOUR §6). Default: 3.
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.pool.max_retries = n;
+        self
+    }
+
+    /// Validates the settings and builds the client. Needs no runtime.
+    ///
+    /// # Errors
+    /// [`Error::Config`]: a malformed `resolve` override, unusable TLS roots or
+    /// client certificate, or a setting the adapter cannot honour.
+    pub fn build(self) -> Result<C, Error> {
+        if let Some(e) = self.errors.first() {
+            return Err(Error::Config(e.clone()));
+        }
+        // Validate TLS settings now rather than on the first https call.
+        crate::tls::client_config(&self.tls, &[Protocol::Http1]).map_err(Error::Config)?;
+        let resolver: Arc<dyn Resolve> = if self.overrides.is_empty() {
+            self.resolver
+        } else {
+            Arc::new(Overrides { map: self.overrides, fallback: self.resolver })
+        };
+        let config = Config {
+            pool: self.pool,
+            read_timeout: self.read_timeout,
+            write_timeout: self.write_timeout,
+            timeout: self.timeout,
+            expect_continue_timeout: self.expect_continue_timeout,
+            version: self.version,
+            allow_cleartext: self.allow_cleartext,
+            tls: self.tls,
+            listener: self.listener,
+            resolver,
+            proxies: self.proxies,
+            limits: self.limits,
+        };
+        C::from_config(config, self.runtime)
+    }
+}

@@ -1,0 +1,33 @@
+//! # switchyard-async
+//!
+//! The engine behind switchyard's async adapters: an HTTP/1.1 and HTTP/2 client
+//! whose every connection decision — reuse, HTTP/2 sharing and coalescing, route
+//! planning, the Happy Eyeballs race, limits, eviction, retries — comes from
+//! [`switchyard_core`], running on any async runtime that implements
+//! [`Runtime`] (spawn, sleep, TCP connect, blocking work).
+//!
+//! Users pick an adapter — `switchyard-tokio` or `switchyard-smol` — whose
+//! `Client` is this crate's [`Client`] for that runtime. Everything else here is
+//! runtime-neutral: HTTP/1.1 through the core's codec, HTTP/2 through `h2`, TLS
+//! through `tokio-rustls` (which, like `h2`, uses only tokio's I/O traits — no
+//! tokio runtime), the idle-connection watcher, HTTP/2 liveness PINGs, the
+//! abandoned-body drain, and the core's timers.
+
+mod body;
+mod client;
+mod driver;
+mod h1;
+mod h2;
+mod response;
+mod runtime;
+
+pub use body::{Body, BodyClosed, BodySender};
+pub use client::{Client, RequestBuilder};
+pub use response::ResponseBody;
+pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
+pub use switchyard_common::{
+    describe, BodyError, ClientBuilder, Error, EventListener, EventLog, HttpVersion, NoopListener, Recorded,
+    RequestOptions, Resolve, SystemResolver,
+};
+pub use switchyard_core;
+pub use switchyard_core::{PoolStats, Proxy, StreamLimitPolicy};

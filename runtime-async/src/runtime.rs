@@ -1,0 +1,104 @@
+//! [`Runtime`]: the few things the engine needs from an async runtime — spawn a
+//! task, sleep until an instant, open a TCP connection, run blocking work — and
+//! nothing else. switchyard-tokio and switchyard-smol each implement it in a few
+//! dozen lines.
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Any bidirectional byte stream (TCP, or TLS over TCP), with tokio's I/O traits
+/// (which `h2` and `tokio-rustls` speak; they need no tokio runtime).
+pub trait AsyncIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> AsyncIo for T {}
+
+/// A connection's byte stream.
+pub type Io = Box<dyn AsyncIo>;
+
+/// A spawned task. Dropping the handle detaches the task; [`Task::abort`] cancels
+/// it (dropping whatever it owns, such as a connecting socket).
+pub trait Task: Send {
+    /// Cancels the task.
+    fn abort(self: Box<Self>);
+}
+
+/// What the engine needs from an async runtime.
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use switchyard_async::{BoxFuture, Io, Runtime, Task};
+/// /// A runtime that cannot do anything: every connect fails.
+/// struct Nothing;
+/// impl Runtime for Nothing {
+///     fn spawn(&self, _task: BoxFuture<()>) -> Option<Box<dyn Task>> { None }
+///     fn sleep_until(&self, _at: std::time::Instant) -> BoxFuture<()> {
+///         Box::pin(std::future::pending())
+///     }
+///     fn connect(&self, _addr: SocketAddr) -> BoxFuture<std::io::Result<Io>> {
+///         Box::pin(async { Err(std::io::ErrorKind::Unsupported.into()) })
+///     }
+///     fn unblock(
+///         &self,
+///         work: Box<dyn FnOnce() -> std::io::Result<Vec<IpAddr>> + Send>,
+///     ) -> BoxFuture<std::io::Result<Vec<IpAddr>>> {
+///         Box::pin(async move { work() })
+///     }
+/// }
+/// ```
+pub trait Runtime: Send + Sync + 'static {
+    /// Spawns a task; `None` when no executor is reachable from here (then the
+    /// engine does without: an abandoned body is closed instead of drained).
+    fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>>;
+    /// Completes at `at`.
+    fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()>;
+    /// Opens a TCP connection to `addr`, with `TCP_NODELAY` set.
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>>;
+    /// Runs blocking work (a DNS lookup) off the executor's threads.
+    fn unblock(
+        &self,
+        work: Box<dyn FnOnce() -> io::Result<Vec<IpAddr>> + Send>,
+    ) -> BoxFuture<io::Result<Vec<IpAddr>>>;
+}
+
+/// Runs `f` until `at`; `None` if `at` came first.
+pub(crate) async fn until<T>(
+    rt: &dyn Runtime,
+    at: std::time::Instant,
+    f: impl Future<Output = T>,
+) -> Option<T> {
+    let mut f = std::pin::pin!(f);
+    let mut sleep = rt.sleep_until(at);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = f.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Runs `f` for at most `limit`; `None` if time ran out.
+pub(crate) async fn within<T>(rt: &dyn Runtime, limit: Duration, f: impl Future<Output = T>) -> Option<T> {
+    until(rt, std::time::Instant::now() + limit, f).await
+}
+
+/// An I/O step bounded by an optional timeout (`TimedOut` when it passes).
+pub(crate) async fn timed<T>(
+    rt: &dyn Runtime,
+    limit: Option<Duration>,
+    f: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match limit {
+        Some(d) => within(rt, d, f).await.unwrap_or_else(|| Err(io::ErrorKind::TimedOut.into())),
+        None => f.await,
+    }
+}
