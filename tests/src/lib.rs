@@ -6,6 +6,7 @@
 //! certificates ([`certs`]). Everything listens on loopback only and stops when
 //! dropped.
 
+pub mod adapter;
 pub mod certs;
 pub mod conformance;
 pub mod fault;

@@ -1,0 +1,133 @@
+//! # switchyard-smol
+//!
+//! An HTTP/1.1 and HTTP/2 client on [smol](https://docs.rs/smol) whose every
+//! connection decision — reuse, HTTP/2 sharing and coalescing, route planning, the
+//! Happy Eyeballs race, limits, eviction, retries — comes from `switchyard-core`.
+//! Same API as `switchyard-tokio`; the engine is `switchyard-async`.
+//!
+//! Sockets are `async-net`, timers `async-io`, DNS runs on smol's blocking pool,
+//! and tasks go to smol's global executor (or one you give with [`Smol::on`]).
+//! There is no tokio runtime in the tree: `h2` and `tokio-rustls` use tokio's
+//! I/O traits only, and the sockets are bridged to them with `tokio-util`'s
+//! `compat`.
+//!
+//! It also serves programs written for async-std (discontinued upstream): the
+//! client needs no particular executor on the calling side, so
+//! `async_std::task::block_on(client.get(url).send())` works as is.
+//!
+//! ```
+//! # use switchyard_tests::server::{ServerOptions, TestServer};
+//! # let server = TestServer::start(ServerOptions::default()); // loopback, for this example
+//! # let base = format!("http://127.0.0.1:{}", server.port());
+//! smol::block_on(async {
+//!     let client = switchyard_smol::Client::builder().build()?;
+//!     let mut response = client.get(&format!("{base}/hello")).send().await?;
+//!     assert_eq!(response.body_mut().text().await?, "hello");
+//!     let mut response = client.post(&format!("{base}/echo")).body("ping").send().await?;
+//!     assert_eq!(response.body_mut().text().await?, "ping");
+//!     assert_eq!(client.stats().reused, 1);
+//!     Ok::<(), switchyard_smol::Error>(())
+//! })
+//! .unwrap();
+//! ```
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use switchyard_async::{BoxFuture, Io, Runtime, Task};
+use tokio_util::compat::FuturesAsyncReadCompatExt;
+
+pub use switchyard_async::{
+    describe, switchyard_core, Body, BodyClosed, BodyError, BodySender, Error, EventListener, EventLog,
+    HttpVersion, NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody,
+    StreamLimitPolicy, SystemResolver,
+};
+
+/// An HTTP client on smol. Cheap to clone; clones share the pool.
+/// Build one with [`Client::builder`]; every knob is on [`ClientBuilder`].
+pub type Client = switchyard_async::Client<Smol>;
+/// Builds a [`Client`]; every knob has a documented default.
+pub type ClientBuilder = switchyard_async::ClientBuilder<Client>;
+/// A request being built: [`Client::get`](switchyard_async::Client::get), …
+pub type RequestBuilder = switchyard_async::RequestBuilder<Smol>;
+
+/// smol, as the engine sees it: tasks on smol's global executor by default, or
+/// on the executor given to [`Smol::on`] (which the program must run).
+///
+/// ```
+/// use std::sync::Arc;
+/// let executor = Arc::new(smol::Executor::new());
+/// let client = switchyard_smol::Client::builder()
+///     .runtime(switchyard_smol::Smol::on(executor.clone()))
+///     .build()
+///     .unwrap();
+/// # drop(client);
+/// ```
+#[derive(Default, Clone)]
+pub struct Smol {
+    executor: Option<Arc<smol::Executor<'static>>>,
+}
+
+impl std::fmt::Debug for Smol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Smol").field("own_executor", &self.executor.is_some()).finish()
+    }
+}
+
+impl Smol {
+    /// Runs the client's tasks on this executor.
+    #[must_use]
+    pub fn on(executor: Arc<smol::Executor<'static>>) -> Smol {
+        Smol { executor: Some(executor) }
+    }
+}
+
+/// A spawned task: detached when dropped, cancelled by [`Task::abort`].
+struct Spawned(Option<smol::Task<()>>);
+
+impl Task for Spawned {
+    fn abort(mut self: Box<Self>) {
+        drop(self.0.take()); // dropping a smol task cancels it
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.detach();
+        }
+    }
+}
+
+impl Runtime for Smol {
+    fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
+        let spawned = match &self.executor {
+            Some(executor) => executor.spawn(task),
+            None => smol::spawn(task),
+        };
+        Some(Box::new(Spawned(Some(spawned))))
+    }
+
+    fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()> {
+        let timer = smol::Timer::at(at);
+        Box::pin(async move {
+            timer.await;
+        })
+    }
+
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>> {
+        Box::pin(async move {
+            let tcp = smol::net::TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            Ok(Box::new(tcp.compat()) as Io)
+        })
+    }
+
+    fn unblock(
+        &self,
+        work: Box<dyn FnOnce() -> io::Result<Vec<IpAddr>> + Send>,
+    ) -> BoxFuture<io::Result<Vec<IpAddr>>> {
+        Box::pin(smol::unblock(work))
+    }
+}

@@ -1,0 +1,90 @@
+//! The conformance suite and reliability matrix on switchyard-smol, unchanged;
+//! and the suite again driven from async-std, for programs written against it.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::future::Future;
+use std::pin::Pin;
+
+use switchyard_smol::{Client, EventLog};
+use switchyard_tests::adapter::{self, AsyncTestClient, Executor};
+use switchyard_tests::conformance::{Adapter, Config, TestClient};
+
+/// Calls block on `smol::block_on`; concurrent calls are tasks on smol's
+/// global executor.
+struct OnSmol;
+
+impl Executor for OnSmol {
+    fn block_on<T>(&self, f: impl Future<Output = T>) -> T {
+        smol::block_on(f)
+    }
+    fn spawn<T: Send + 'static>(
+        &self,
+        f: impl Future<Output = T> + Send + 'static,
+    ) -> Pin<Box<dyn Future<Output = T> + Send>> {
+        Box::pin(smol::spawn(f))
+    }
+}
+
+struct SmolAdapter;
+
+impl Adapter for SmolAdapter {
+    fn name(&self) -> &'static str {
+        "smol"
+    }
+    fn client(&self, config: Config) -> Box<dyn TestClient> {
+        let log = EventLog::default();
+        let client = adapter::builder::<Client>(config, &log).build().expect("client");
+        Box::new(AsyncTestClient { client, log, exec: OnSmol })
+    }
+}
+
+switchyard_tests::conformance_suite!(SmolAdapter);
+switchyard_tests::reliability_matrix!(SmolAdapter);
+
+#[test]
+fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {
+    let peak = switchyard_tests::reliability::load(&SmolAdapter);
+    eprintln!("smol load: 10 000 calls ok; peak RSS {peak:?} KiB");
+}
+
+#[test]
+fn mixed_faults_every_call_accounted_for() {
+    let (ok, failed) = switchyard_tests::reliability::mixed(&SmolAdapter, 0x5eed);
+    eprintln!("smol mixed: {ok} ok, {failed} typed errors");
+    assert!(ok > 0 && failed > 0);
+}
+
+/// The same client driven the way an async-std program drives futures: its
+/// `block_on` and its `spawn`, nothing from smol on the calling side.
+mod from_async_std {
+    use super::*;
+
+    struct OnAsyncStd;
+
+    impl Executor for OnAsyncStd {
+        fn block_on<T>(&self, f: impl Future<Output = T>) -> T {
+            async_std::task::block_on(f)
+        }
+        fn spawn<T: Send + 'static>(
+            &self,
+            f: impl Future<Output = T> + Send + 'static,
+        ) -> Pin<Box<dyn Future<Output = T> + Send>> {
+            Box::pin(async_std::task::spawn(f))
+        }
+    }
+
+    struct AsyncStdAdapter;
+
+    impl Adapter for AsyncStdAdapter {
+        fn name(&self) -> &'static str {
+            "smol-from-async-std"
+        }
+        fn client(&self, config: Config) -> Box<dyn TestClient> {
+            let log = EventLog::default();
+            let client = adapter::builder::<Client>(config, &log).build().expect("client");
+            Box::new(AsyncTestClient { client, log, exec: OnAsyncStd })
+        }
+    }
+
+    switchyard_tests::conformance_suite!(AsyncStdAdapter);
+}

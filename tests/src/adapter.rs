@@ -1,0 +1,193 @@
+//! What every adapter's test harness shares, now that all adapters build from
+//! the same [`ClientBuilder`] and fail with the same [`Error`]: applying the
+//! suite's [`Config`], a hermetic resolver, classifying errors, and turning an
+//! [`EventLog`] into [`EventRow`]s.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use switchyard_common::{ClientBuilder, Error, EventLog, FromConfig, HttpVersion, Resolve};
+use switchyard_core::{AcquireError, ConnectError, Failure as CoreFailure, StreamLimitPolicy, TlsFailure};
+
+use crate::conformance::{Config, EventRow, Failure, Version};
+
+/// Only the names the test configured; anything else does not exist.
+#[derive(Debug, Clone, Default)]
+pub struct Hermetic(pub BTreeMap<String, Vec<IpAddr>>);
+
+impl Resolve for Hermetic {
+    fn resolve(&self, host: &str, _port: u16) -> std::io::Result<Vec<IpAddr>> {
+        self.0
+            .get(host)
+            .cloned()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("no such host {host}")))
+    }
+}
+
+/// A builder for any adapter's client with the suite's settings applied and
+/// events recorded into `log`.
+pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C> {
+    let mut b = ClientBuilder::<C>::new()
+        .event_listener(log.clone())
+        .attempt_delay(config.attempt_delay)
+        .connect_timeout(config.connect_timeout)
+        .idle_timeout(config.idle_timeout)
+        .resolver(Hermetic(config.hosts.clone()))
+        .handshake_timeout(config.handshake_timeout)
+        .expect_continue_timeout(config.expect_continue_timeout)
+        .http_version(match config.version {
+            Version::Auto => HttpVersion::Auto,
+            Version::Http1 => HttpVersion::Http1Only,
+            Version::Http2 => HttpVersion::Http2Only,
+        });
+    if let Some(n) = config.max_per_host {
+        b = b.max_connections_per_host(n);
+    }
+    if let Some(d) = config.read_timeout {
+        b = b.read_timeout(d);
+    }
+    if let Some(d) = config.call_timeout {
+        b = b.timeout(d);
+    }
+    if config.wait_for_streams {
+        b = b.http2_stream_limit_policy(StreamLimitPolicy::Wait);
+    }
+    if let Some(root) = config.root {
+        b = b.add_root_certificate(root);
+    }
+    b
+}
+
+/// The suite's classification of a client error.
+#[must_use]
+pub fn classify(e: &Error) -> Failure {
+    match e {
+        Error::InvalidUrl { .. } => Failure::InvalidUrl,
+        Error::Connect(AcquireError::Connect(race)) => {
+            let tls = race.failures.iter().find_map(|f| match f {
+                CoreFailure::Connect { error: ConnectError::Tls { kind, .. }, .. } => Some(*kind),
+                _ => None,
+            });
+            match tls {
+                Some(TlsFailure::Hostname) => Failure::TlsHostname,
+                Some(_) => Failure::TlsCertificate,
+                None if race.failures.iter().all(|f| matches!(f, CoreFailure::Dns { .. })) => Failure::Dns,
+                None => Failure::Connect,
+            }
+        }
+        e if e.is_timeout() => Failure::Timeout,
+        Error::Exchange(x) => Failure::Exchange(x.may_have_been_sent),
+        Error::Body(_) => Failure::Body,
+        _ => Failure::Other,
+    }
+}
+
+/// An error as the suite reports it.
+#[must_use]
+pub fn failure(e: &Error) -> (Failure, String) {
+    (classify(e), e.to_string())
+}
+
+/// The log's events as rows, calls by number.
+#[must_use]
+pub fn rows(log: &EventLog) -> Vec<EventRow> {
+    log.events()
+        .into_iter()
+        .map(|e| {
+            let call = e.call.map(|c| format!("{c}").trim_start_matches("call#").parse().unwrap_or(0));
+            (call, e.name, e.detail)
+        })
+        .collect()
+}
+
+/// How a test drives an async adapter: block on a future, spawn one.
+pub trait Executor: Send + Sync + 'static {
+    /// Runs `f` to completion on this thread.
+    fn block_on<T>(&self, f: impl std::future::Future<Output = T>) -> T;
+    /// Runs `f` concurrently; the returned future yields its output.
+    fn spawn<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+}
+
+/// Any async adapter's client as the suite's [`TestClient`](crate::conformance::TestClient).
+pub struct AsyncTestClient<R, E> {
+    /// The client.
+    pub client: switchyard_async::Client<R>,
+    /// Its events.
+    pub log: EventLog,
+    /// How the test drives it.
+    pub exec: E,
+}
+
+/// One request, whole body read, as the suite sees it.
+///
+/// # Errors
+/// The call failed, classified.
+pub async fn send<R: switchyard_async::Runtime>(
+    client: &switchyard_async::Client<R>,
+    req: crate::conformance::Req,
+) -> Result<crate::conformance::Resp, (Failure, String)> {
+    let mut builder = match req.method.as_str() {
+        "POST" => client.post(&req.url),
+        "PUT" => client.put(&req.url),
+        "DELETE" => client.delete(&req.url),
+        "HEAD" => client.head(&req.url),
+        _ => client.get(&req.url),
+    };
+    if req.exclusive {
+        builder = builder.exclusive();
+    }
+    for (n, v) in &req.headers {
+        builder = builder.header(n, v);
+    }
+    let result = async {
+        let mut response = builder.body(req.body).send().await?;
+        let body = response.body_mut().collect().await?;
+        Ok::<_, Error>(crate::conformance::Resp {
+            status: response.status().as_u16(),
+            version: response.version(),
+            body: body.to_vec(),
+        })
+    }
+    .await;
+    result.map_err(|e| failure(&e))
+}
+
+impl<R: switchyard_async::Runtime, E: Executor> crate::conformance::TestClient for AsyncTestClient<R, E> {
+    fn send(&self, req: crate::conformance::Req) -> Result<crate::conformance::Resp, (Failure, String)> {
+        self.exec.block_on(send(&self.client, req))
+    }
+    fn send_all(
+        &self,
+        reqs: Vec<crate::conformance::Req>,
+    ) -> Vec<Result<crate::conformance::Resp, (Failure, String)>> {
+        let tasks: Vec<_> = reqs
+            .into_iter()
+            .map(|r| {
+                let c = self.client.clone();
+                self.exec.spawn(async move { send(&c, r).await })
+            })
+            .collect();
+        self.exec.block_on(async {
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await);
+            }
+            out
+        })
+    }
+    fn stats(&self) -> switchyard_core::PoolStats {
+        self.client.stats()
+    }
+    fn events(&self) -> Vec<EventRow> {
+        rows(&self.log)
+    }
+    fn clear_events(&self) {
+        self.log.clear();
+    }
+    fn evict(&self) {
+        self.exec.block_on(async { self.client.evict_idle() });
+    }
+}
