@@ -475,9 +475,26 @@ macro_rules! conformance_suite {
             http2_stream_limit, coalescing, happy_eyeballs_hanging_first_route, refused_first_route,
             idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input);
     };
+    // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
+    ($adapter:expr, without_http2) => {
+        $crate::conformance_suite!(@tests $adapter;
+            sequential_reuse, connection_close, close_delimited_body,
+            happy_eyeballs_hanging_first_route, refused_first_route,
+            idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input);
+        $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing);
+    };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(
             #[test]
+            fn $name() {
+                $crate::conformance::$name(&$adapter);
+            }
+        )*
+    };
+    (@skipped $adapter:expr; $($name:ident),*) => {
+        $(
+            #[test]
+            #[ignore = "skipped: this adapter has no HTTP/2 (coalescing is HTTP/2 only)"]
             fn $name() {
                 $crate::conformance::$name(&$adapter);
             }

@@ -414,22 +414,7 @@ pub fn run(a: &dyn Adapter, transport: Transport) -> usize {
 #[macro_export]
 macro_rules! reliability_matrix {
     ($adapter:expr) => {
-        #[test]
-        fn reliability_http1_cleartext() {
-            let n = $crate::reliability::run(
-                &$adapter,
-                $crate::reliability::Transport { http2: false, tls: false },
-            );
-            assert!(n > 0);
-        }
-        #[test]
-        fn reliability_http1_tls() {
-            let n = $crate::reliability::run(
-                &$adapter,
-                $crate::reliability::Transport { http2: false, tls: true },
-            );
-            assert!(n > 0);
-        }
+        $crate::reliability_matrix!(@http1 $adapter);
         #[test]
         fn reliability_http2_cleartext() {
             let n = $crate::reliability::run(
@@ -443,6 +428,40 @@ macro_rules! reliability_matrix {
             let n = $crate::reliability::run(
                 &$adapter,
                 $crate::reliability::Transport { http2: true, tls: true },
+            );
+            assert!(n > 0);
+        }
+    };
+    // An adapter without HTTP/2: the HTTP/2 transports are listed as ignored.
+    ($adapter:expr, without_http2) => {
+        $crate::reliability_matrix!(@http1 $adapter);
+        #[test]
+        #[ignore = "skipped: this adapter has no HTTP/2"]
+        fn reliability_http2_cleartext() {
+            // Run with --ignored, it shows what the adapter lacks.
+            $crate::reliability::run(&$adapter, $crate::reliability::Transport { http2: true, tls: false });
+        }
+        #[test]
+        #[ignore = "skipped: this adapter has no HTTP/2"]
+        fn reliability_http2_tls() {
+            // Run with --ignored, it shows what the adapter lacks.
+            $crate::reliability::run(&$adapter, $crate::reliability::Transport { http2: true, tls: true });
+        }
+    };
+    (@http1 $adapter:expr) => {
+        #[test]
+        fn reliability_http1_cleartext() {
+            let n = $crate::reliability::run(
+                &$adapter,
+                $crate::reliability::Transport { http2: false, tls: false },
+            );
+            assert!(n > 0);
+        }
+        #[test]
+        fn reliability_http1_tls() {
+            let n = $crate::reliability::run(
+                &$adapter,
+                $crate::reliability::Transport { http2: false, tls: true },
             );
             assert!(n > 0);
         }
@@ -472,7 +491,17 @@ pub fn load(a: &dyn Adapter) -> Option<u64> {
         }
     }
     assert_eq!(ok, 10_000, "every call completes");
-    assert!(server.connections() <= 16, "{} connections for a cap of 16", server.connections());
+    // An attempt cancelled because a pooled connection freed up first (the
+    // core's mid-race adoption) may already have reached the server; it is
+    // closed at once and never carries a request. Beyond those, the cap holds.
+    let cancelled = client.events().iter().filter(|e| e.1 == "connect_cancelled").count();
+    assert!(
+        server.connections() <= 16 + cancelled,
+        "{} connections for a cap of 16 ({cancelled} attempts cancelled); pool: {:?}",
+        server.connections(),
+        client.stats()
+    );
+    assert!(client.stats().created <= 16, "{:?}", client.stats());
     assert_eq!(server.records().len(), 10_000);
     let s = client.stats();
     assert_eq!((s.calls, s.totals.in_use, s.totals.waiters), (0, 0, 0), "{s:?}");

@@ -1,0 +1,76 @@
+//! # switchyard-std
+//!
+//! A blocking HTTP/1.1 client on `std::net` and rustls whose every connection
+//! decision — reuse, route planning, the Happy Eyeballs race, limits, eviction,
+//! retries — comes from `switchyard-core`. No async runtime anywhere in its tree.
+//!
+//! How it runs without one:
+//! - **The race**: each connect attempt and each handshake runs on its own
+//!   short-lived thread, in parallel as the core staggers them. A losing
+//!   handshake is shut down at once; a losing TCP connect cannot be interrupted
+//!   in std, so its thread closes the socket the moment the connect returns (at
+//!   the latest after the connect timeout).
+//! - **Timers**: no housekeeping thread. Whoever enters the client (a call
+//!   starting, waiting, finishing; a connect thread reporting; [`Client::stats`])
+//!   fires the core's due timers, and a waiting call sleeps only until the
+//!   core's next deadline. Idle connections past their keep-alive are closed at
+//!   the client's next activity.
+//! - **Idle connections** are probed (a non-blocking peek) before reuse, so a
+//!   request never goes out on a connection the server already closed.
+//! - **Timeouts** are socket options, bounded by what is left of the call.
+//! - **HTTP/2** is not offered: `https` negotiates HTTP/1.1, and
+//!   [`HttpVersion::Http2Only`] is a configuration error. Use switchyard-tokio
+//!   or switchyard-smol for HTTP/2.
+//!
+//! ```
+//! # use switchyard_tests::server::{ServerOptions, TestServer};
+//! # let server = TestServer::start(ServerOptions::default()); // loopback, for this example
+//! # let authority = format!("example.test:{}", server.port());
+//! # let base = format!("http://{authority}");
+//! use switchyard_std::{Body, Client, EventLog};
+//!
+//! let log = EventLog::default();
+//! let client = Client::builder()
+//!     .event_listener(log.clone())
+//!     .resolve(&authority, ["127.0.0.1".parse().unwrap()]) // like curl --resolve
+//!     .build()?;
+//!
+//! let mut response = client.get(&format!("{base}/hello")).send()?;
+//! assert_eq!(response.body_mut().text()?, "hello");
+//!
+//! let mut response = client.post(&format!("{base}/echo")).body("ping").send()?;
+//! assert_eq!(response.body_mut().text()?, "ping");
+//!
+//! // A body streamed from a reader (chunked).
+//! let request = http::Request::put(format!("{base}/echo"))
+//!     .body(Body::from_reader(std::io::Cursor::new(b"stream".to_vec())))
+//!     .unwrap();
+//! let mut response = client.send(request)?;
+//! assert_eq!(response.body_mut().text()?, "stream");
+//!
+//! // One connection carried all three calls.
+//! assert_eq!(log.events().iter().filter(|e| e.name == "connect_start").count(), 1);
+//! let stats = client.stats();
+//! assert_eq!((stats.created, stats.reused), (1, 2));
+//! # Ok::<(), switchyard_std::Error>(())
+//! ```
+
+mod body;
+mod client;
+mod driver;
+mod h1;
+mod response;
+mod stream;
+
+pub use body::Body;
+pub use client::{Client, RequestBuilder};
+pub use response::ResponseBody;
+pub use switchyard_common::{
+    describe, BodyError, Error, EventListener, EventLog, HttpVersion, NoopListener, Recorded, RequestOptions,
+    Resolve, SystemResolver,
+};
+pub use switchyard_core;
+pub use switchyard_core::{PoolStats, Proxy};
+
+/// Builds a [`Client`]; every knob has a documented default.
+pub type ClientBuilder = switchyard_common::ClientBuilder<Client>;

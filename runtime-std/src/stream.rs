@@ -1,0 +1,149 @@
+//! A connection's byte stream: TCP, or rustls over TCP; the TLS handshake; and
+//! the idle-connection probe that replaces the async adapters' watcher task.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_common::tls;
+use switchyard_core::{ConnectError, Host, Protocol, TlsFacts, TlsFailure};
+
+/// TCP, or TLS over TCP.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    /// The TCP socket underneath.
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            // A peer that closes without close_notify is an error here (rustls
+            // reports a possible truncation), as in the async adapters.
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The TLS handshake on `tcp` for `host`, bounded by the socket's timeouts:
+/// the negotiated protocol and the verified certificate's facts.
+pub(crate) fn handshake(
+    mut tcp: TcpStream,
+    config: Arc<rustls::ClientConfig>,
+    host: &Host,
+) -> Result<(Stream, Option<Protocol>, TlsFacts), ConnectError> {
+    let name = tls::server_name(host)?;
+    let mut conn = rustls::ClientConnection::new(config, name)
+        .map_err(|e| ConnectError::Tls { kind: TlsFailure::Protocol, message: e.to_string() })?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).map_err(|e| tls::tls_error(&e))?;
+    }
+    let (alpn, facts) = tls::negotiated(&conn);
+    Ok((Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp))), alpn, facts))
+}
+
+/// What an idle connection's socket says when asked without blocking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Nothing to read: still open.
+    Alive,
+    /// The server closed it.
+    Closed,
+    /// Bytes nobody asked for, or a socket error.
+    Unhealthy,
+}
+
+/// Asks an idle connection whether it is still usable, without blocking: the
+/// server may have closed it (or sent something) while it sat in the pool.
+pub(crate) fn probe(stream: &mut Stream) -> Probe {
+    let tcp = stream.tcp();
+    if tcp.set_nonblocking(true).is_err() {
+        return Probe::Unhealthy;
+    }
+    let mut one = [0u8; 1];
+    let peeked = tcp.peek(&mut one);
+    let verdict = match peeked {
+        Ok(0) => Probe::Closed,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Probe::Alive,
+        Err(_) => Probe::Unhealthy,
+        Ok(_) => match stream {
+            Stream::Tcp(_) => Probe::Unhealthy,
+            // TLS records arrived: a late session ticket is harmless; a
+            // close_notify or application data is not.
+            Stream::Tls(s) => tls_records(s),
+        },
+    };
+    if stream.tcp().set_nonblocking(false).is_err() {
+        return Probe::Unhealthy;
+    }
+    verdict
+}
+
+fn tls_records(s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>) -> Probe {
+    loop {
+        match s.conn.read_tls(&mut s.sock) {
+            Ok(0) => return Probe::Closed,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => return Probe::Unhealthy,
+        }
+    }
+    match s.conn.process_new_packets() {
+        Ok(state) if state.peer_has_closed() => Probe::Closed,
+        Ok(state) if state.plaintext_bytes_to_read() > 0 => Probe::Unhealthy,
+        Ok(_) => Probe::Alive,
+        Err(_) => Probe::Unhealthy,
+    }
+}
+
+/// Socket timeouts, set only when they change (each set is a system call).
+#[derive(Debug, Default)]
+pub(crate) struct Timeouts {
+    read: Option<Option<Duration>>,
+    write: Option<Option<Duration>>,
+}
+
+impl Timeouts {
+    pub(crate) fn read(&mut self, tcp: &TcpStream, d: Option<Duration>) -> io::Result<()> {
+        let d = d.map(|d| d.max(Duration::from_millis(1)));
+        if self.read != Some(d) {
+            tcp.set_read_timeout(d)?;
+            self.read = Some(d);
+        }
+        Ok(())
+    }
+    pub(crate) fn write(&mut self, tcp: &TcpStream, d: Option<Duration>) -> io::Result<()> {
+        let d = d.map(|d| d.max(Duration::from_millis(1)));
+        if self.write != Some(d) {
+            tcp.set_write_timeout(d)?;
+            self.write = Some(d);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! The conformance suite and reliability matrix on switchyard-std, unchanged;
+//! HTTP/2 scenarios are listed as ignored (std has no HTTP/2).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use switchyard_std::{Client, Error, EventLog};
+use switchyard_tests::adapter;
+use switchyard_tests::conformance::{Adapter, Config, EventRow, Failure, Req, Resp, TestClient};
+
+struct StdAdapter;
+
+struct StdClient {
+    client: Client,
+    log: EventLog,
+}
+
+fn send(client: &Client, req: Req) -> Result<Resp, (Failure, String)> {
+    let mut builder = match req.method.as_str() {
+        "POST" => client.post(&req.url),
+        "PUT" => client.put(&req.url),
+        "DELETE" => client.delete(&req.url),
+        "HEAD" => client.head(&req.url),
+        _ => client.get(&req.url),
+    };
+    if req.exclusive {
+        builder = builder.exclusive();
+    }
+    for (n, v) in &req.headers {
+        builder = builder.header(n, v);
+    }
+    let result = (|| {
+        let mut response = builder.body(req.body).send()?;
+        let body = response.body_mut().collect()?;
+        Ok::<_, Error>(Resp {
+            status: response.status().as_u16(),
+            version: response.version(),
+            body: body.to_vec(),
+        })
+    })();
+    result.map_err(|e| adapter::failure(&e))
+}
+
+impl TestClient for StdClient {
+    fn send(&self, req: Req) -> Result<Resp, (Failure, String)> {
+        send(&self.client, req)
+    }
+    /// One thread per request, all at once.
+    fn send_all(&self, reqs: Vec<Req>) -> Vec<Result<Resp, (Failure, String)>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = reqs.into_iter().map(|r| s.spawn(|| send(&self.client, r))).collect();
+            handles.into_iter().map(|h| h.join().expect("call thread")).collect()
+        })
+    }
+    fn stats(&self) -> switchyard_core::PoolStats {
+        self.client.stats()
+    }
+    fn events(&self) -> Vec<EventRow> {
+        adapter::rows(&self.log)
+    }
+    fn clear_events(&self) {
+        self.log.clear();
+    }
+    fn evict(&self) {
+        self.client.evict_idle();
+    }
+}
+
+impl Adapter for StdAdapter {
+    fn name(&self) -> &'static str {
+        "std"
+    }
+    fn client(&self, config: Config) -> Box<dyn TestClient> {
+        let log = EventLog::default();
+        let client = adapter::builder::<Client>(config, &log).build().expect("client");
+        Box::new(StdClient { client, log })
+    }
+}
+
+switchyard_tests::conformance_suite!(StdAdapter, without_http2);
+switchyard_tests::reliability_matrix!(StdAdapter, without_http2);
+
+#[test]
+fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {
+    let peak = switchyard_tests::reliability::load(&StdAdapter);
+    eprintln!("std load: 10 000 calls ok; peak RSS {peak:?} KiB");
+}
+
+#[test]
+fn mixed_faults_every_call_accounted_for() {
+    let (ok, failed) = switchyard_tests::reliability::mixed(&StdAdapter, 0x5eed);
+    eprintln!("std mixed: {ok} ok, {failed} typed errors");
+    assert!(ok > 0 && failed > 0);
+}
