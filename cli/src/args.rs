@@ -30,9 +30,9 @@ pub enum Command {
 pub enum Runtime {
     /// switchyard-tokio.
     Tokio,
-    /// switchyard-smol (not built yet).
+    /// switchyard-smol.
     Smol,
-    /// switchyard-std (not built yet).
+    /// switchyard-std (blocking; HTTP/1.1 only).
     Std,
 }
 

@@ -4,7 +4,9 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use switchyard_tokio::{Client, EventLog, HttpVersion};
+use bytes::Bytes;
+use switchyard_common::{ClientBuilder, Error, EventLog, FromConfig, HttpVersion};
+use switchyard_core::PoolStats;
 
 use crate::args::{GetArgs, Runtime};
 use crate::timeline;
@@ -13,8 +15,12 @@ use crate::timeline;
 #[derive(Debug)]
 pub struct Failed(pub String);
 
-fn client(args: &GetArgs, log: &EventLog) -> Result<Client, Failed> {
-    let mut b = Client::builder()
+/// What one fetch returns.
+type Fetched = Result<(http::StatusCode, http::Version, Bytes), Error>;
+
+/// The client for any adapter, from the command line's settings.
+fn client<C: FromConfig>(args: &GetArgs, log: &EventLog) -> Result<C, Failed> {
+    let mut b = ClientBuilder::<C>::new()
         .event_listener(log.clone())
         .connect_timeout(args.connect_timeout)
         .attempt_delay(args.attempt_delay);
@@ -45,28 +51,158 @@ fn client(args: &GetArgs, log: &EventLog) -> Result<Client, Failed> {
     b.build().map_err(|e| Failed(e.to_string()))
 }
 
-/// Runs `switchyard get`; returns the process exit code.
-pub async fn run(args: GetArgs) -> Result<(), Failed> {
-    if args.runtime != Runtime::Tokio {
-        return Err(Failed(format!(
-            "runtime {:?} is not available yet: only tokio is built (use --runtime tokio)",
-            args.runtime
-        )));
-    }
+/// Runs `switchyard get` on the runtime `--runtime` names.
+pub fn run(args: GetArgs) -> Result<(), Failed> {
     let log = EventLog::default();
-    let client = client(&args, &log)?;
+    match args.runtime {
+        Runtime::Tokio => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
+            let client: switchyard_tokio::Client = client(&args, &log)?;
+            rt.block_on(run_async(client, log, args, |f| {
+                let task = tokio::spawn(f);
+                Box::pin(async move { task.await.map_err(|e| e.to_string())? })
+            }))
+        }
+        Runtime::Smol => {
+            let client: switchyard_smol::Client = client(&args, &log)?;
+            smol::block_on(run_async(client, log, args, |f| Box::pin(smol::spawn(f))))
+        }
+        Runtime::Std => {
+            let client: switchyard_std::Client = client(&args, &log)?;
+            run_std(&client, &log, &args)
+        }
+    }
+}
+
+type Timed = Result<Duration, String>;
+type Spawned = std::pin::Pin<Box<dyn std::future::Future<Output = Timed> + Send>>;
+
+async fn run_async<R: switchyard_async::Runtime>(
+    client: switchyard_async::Client<R>,
+    log: EventLog,
+    args: GetArgs,
+    spawn: impl Fn(Spawned) -> Spawned,
+) -> Result<(), Failed> {
     if args.requests == 1 && args.concurrency == 1 {
         for url in &args.urls {
-            single(&client, &log, url, &args).await?;
+            log.clear();
+            let result = fetch_async(&client, url).await;
+            single(&log, url, &args, result)?;
         }
         return Ok(());
     }
-    repeated(&client, &log, &args).await
+    let total = args.requests * args.urls.len() as u64;
+    let progress = Progress::new(total, &args);
+    let limit =
+        Arc::new(tokio::sync::Semaphore::new(usize::try_from(args.concurrency).unwrap_or(usize::MAX)));
+    let mut tasks = Vec::new();
+    for i in 0..total {
+        let url = args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()].clone();
+        let (client, limit, bar) = (client.clone(), Arc::clone(&limit), progress.bar.clone());
+        tasks.push(spawn(Box::pin(async move {
+            let _permit = limit.acquire_owned().await.ok();
+            let t = Instant::now();
+            let r = fetch_async(&client, &url).await;
+            bar.inc(1);
+            r.map(|_| t.elapsed()).map_err(|e| format!("{url}: {e}"))
+        })));
+        progress.tick();
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        progress.tick();
+        results.push(t.await);
+    }
+    progress.done();
+    summary(total, results, &client.stats(), &log, &args, progress.started)
 }
 
-async fn single(client: &Client, log: &EventLog, url: &str, args: &GetArgs) -> Result<(), Failed> {
-    log.clear();
-    let result = fetch(client, url).await;
+async fn fetch_async<R: switchyard_async::Runtime>(
+    client: &switchyard_async::Client<R>,
+    url: &str,
+) -> Fetched {
+    let mut response = client.get(url).send().await?;
+    let body = response.body_mut().collect().await?;
+    Ok((response.status(), response.version(), body))
+}
+
+fn fetch_std(client: &switchyard_std::Client, url: &str) -> Fetched {
+    let mut response = client.get(url).send()?;
+    let body = response.body_mut().collect()?;
+    Ok((response.status(), response.version(), body))
+}
+
+/// The blocking client: `-c` threads share the requests.
+fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> Result<(), Failed> {
+    if args.requests == 1 && args.concurrency == 1 {
+        for url in &args.urls {
+            log.clear();
+            single(log, url, args, fetch_std(client, url))?;
+        }
+        return Ok(());
+    }
+    let total = args.requests * args.urls.len() as u64;
+    let progress = Progress::new(total, args);
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..args.concurrency.min(total) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= total {
+                    return;
+                }
+                let url = &args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()];
+                let t = Instant::now();
+                let r = fetch_std(client, url).map(|_| t.elapsed()).map_err(|e| format!("{url}: {e}"));
+                progress.bar.inc(1);
+                results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
+            });
+        }
+        while next.load(std::sync::atomic::Ordering::Relaxed) < total {
+            progress.tick();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    progress.done();
+    let results = results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    summary(total, results, &client.stats(), log, args, progress.started)
+}
+
+/// A progress bar, shown on a terminal only for runs longer than a second.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    show: bool,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(total: u64, args: &GetArgs) -> Progress {
+        Progress {
+            bar: indicatif::ProgressBar::with_draw_target(
+                Some(total),
+                indicatif::ProgressDrawTarget::hidden(),
+            ),
+            show: std::io::stderr().is_terminal() && !args.json,
+            started: Instant::now(),
+        }
+    }
+    fn tick(&self) {
+        if self.show && self.started.elapsed() > Duration::from_secs(1) && self.bar.is_hidden() {
+            self.bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        }
+    }
+    fn done(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Prints one fetch: its timeline (-v / --json), status, body.
+fn single(log: &EventLog, url: &str, args: &GetArgs, result: Fetched) -> Result<(), Failed> {
     let events = log.events();
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -96,58 +232,29 @@ async fn single(client: &Client, log: &EventLog, url: &str, args: &GetArgs) -> R
     Ok(())
 }
 
-async fn fetch(
-    client: &Client,
-    url: &str,
-) -> Result<(http::StatusCode, http::Version, bytes::Bytes), switchyard_tokio::Error> {
-    let mut response = client.get(url).send().await?;
-    let body = response.body_mut().collect().await?;
-    Ok((response.status(), response.version(), body))
-}
-
-async fn repeated(client: &Client, log: &EventLog, args: &GetArgs) -> Result<(), Failed> {
-    let total = args.requests * args.urls.len() as u64;
-    let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::hidden());
-    let show = std::io::stderr().is_terminal() && !args.json;
-    let limit =
-        Arc::new(tokio::sync::Semaphore::new(usize::try_from(args.concurrency).unwrap_or(usize::MAX)));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..total {
-        let url = args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()].clone();
-        let (client, limit, task_bar) = (client.clone(), Arc::clone(&limit), bar.clone());
-        tasks.push(tokio::spawn(async move {
-            let _permit = limit.acquire_owned().await.ok();
-            let t = Instant::now();
-            let r = fetch(&client, &url).await;
-            task_bar.inc(1);
-            r.map(|_| t.elapsed()).map_err(|e| format!("{url}: {e}"))
-        }));
-        // Only runs that take longer than a second get a progress bar.
-        if show && started.elapsed() > Duration::from_secs(1) && bar.is_hidden() {
-            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        }
-    }
+/// Prints the -n/-c summary (and, with --json, every event first).
+fn summary(
+    total: u64,
+    results: Vec<Timed>,
+    stats: &PoolStats,
+    log: &EventLog,
+    args: &GetArgs,
+    started: Instant,
+) -> Result<(), Failed> {
     let mut latencies = Vec::new();
     let mut errors = Vec::new();
-    for t in tasks {
-        if show && started.elapsed() > Duration::from_secs(1) && bar.is_hidden() {
-            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        }
-        match t.await {
-            Ok(Ok(d)) => latencies.push(d),
-            Ok(Err(e)) => errors.push(e),
-            Err(e) => errors.push(format!("task: {e}")),
+    for r in results {
+        match r {
+            Ok(d) => latencies.push(d),
+            Err(e) => errors.push(e),
         }
     }
-    bar.finish_and_clear();
     latencies.sort();
     let pct = |p: f64| {
         latencies
             .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     };
-    let stats = client.stats();
     let closed: serde_json::Map<String, serde_json::Value> =
         stats.closed.iter().map(|(r, n)| (r.to_string(), serde_json::json!(n))).collect();
     let summary = serde_json::json!({

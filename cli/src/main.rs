@@ -8,20 +8,20 @@ use clap::Parser;
 use switchyard_cli::args::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("switchyard: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+    match Cli::parse().command {
+        // `get` starts the runtime its --runtime names.
+        Command::Get(args) => exit(switchyard_cli::get::run(args)),
+        // The demo's servers and client run on tokio.
+        Command::Demo(args) => {
+            match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                Ok(rt) => exit(rt.block_on(switchyard_cli::demo::run(args.json))),
+                Err(e) => exit(Err(switchyard_cli::get::Failed(format!("cannot start the runtime: {e}")))),
+            }
         }
-    };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Get(args) => switchyard_cli::get::run(args).await,
-            Command::Demo(args) => switchyard_cli::demo::run(args.json).await,
-        }
-    });
+    }
+}
+
+fn exit(result: Result<(), switchyard_cli::get::Failed>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

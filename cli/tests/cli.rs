@@ -100,7 +100,8 @@ fn errors_are_one_clear_line_and_exit_non_zero() {
     let cases = [
         (vec!["get", "ftp://example.com/"], "unsupported URL scheme"),
         (vec!["get", "--resolve", "nowhere.test:80:127.0.0.1", "http://127.0.0.1:1/"], "could not connect"),
-        (vec!["get", "--runtime", "smol", "http://127.0.0.1:1/"], "not available yet"),
+        (vec!["get", "--runtime", "smol", "http://127.0.0.1:1/"], "could not connect"),
+        (vec!["get", "--runtime", "std", "http://127.0.0.1:1/"], "could not connect"),
     ];
     for (args, expected) in cases {
         let out = bin().args(&args).output().unwrap();
@@ -140,4 +141,32 @@ fn demo_outcomes() {
         (s(5)["created"].as_u64(), s(5)["reused"].as_u64(), s(5)["coalesced"].as_u64()),
         (Some(1), Some(1), Some(1))
     );
+}
+
+/// `--runtime smol` and `--runtime std` fetch the same way as tokio, and the
+/// summary counts reuse on each.
+#[test]
+fn every_runtime_fetches_and_reuses() {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    for runtime in ["tokio", "smol", "std"] {
+        let out = bin().args(["get", "--runtime", runtime, &url]).output().unwrap();
+        assert!(out.status.success(), "{runtime}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, b"hello", "{runtime}");
+        let out = bin()
+            .args(["get", "--json", "--runtime", runtime, "-n", "20", "-c", "4", &url])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{runtime}: {}", String::from_utf8_lossy(&out.stderr));
+        let lines = json_lines(&out.stdout);
+        let summary = &lines.last().unwrap()["summary"];
+        assert_eq!(summary["succeeded"], 20, "{runtime}: {summary}");
+        let opened = summary["connections_opened"].as_u64().unwrap();
+        assert!((1..=4).contains(&opened), "{runtime}: {summary}");
+        assert_eq!(summary["reused"].as_u64().unwrap(), 20 - opened, "{runtime}: {summary}");
+    }
+    // HTTP/2 on the blocking client is a typed configuration error, not a hang.
+    let out = bin().args(["get", "--runtime", "std", "--http2", &url]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP/1.1 only"));
 }
