@@ -466,6 +466,92 @@ pub fn bad_input(a: &dyn Adapter) {
     assert_eq!((s.calls, s.totals.in_use, s.totals.connecting), (0, 0, 0));
 }
 
+fn ok_response(body: &str) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+/// A pooled connection the server dropped as the next request arrived: the GET
+/// is retried on a fresh connection, once, with the stale-connection reason.
+pub fn stale_connection_retries_a_get(a: &dyn Adapter) {
+    use crate::net::Step;
+    let raw = RawServer::scripted(vec![
+        vec![Step::Respond(ok_response("first")), Step::Close],
+        vec![Step::Respond(ok_response("second"))],
+    ]);
+    let client = a.client(Config::default());
+    let url = format!("http://{}/", raw.addr);
+    assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"first");
+    assert_eq!(ok(client.send(Req::get(url))).body, b"second");
+    let retries: Vec<String> =
+        client.events().into_iter().filter(|e| e.1 == "retry_decision").map(|e| e.2).collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert!(retries[0].contains("StaleConnection"), "{retries:?}");
+    assert_eq!(client.stats().created, 2);
+}
+
+/// The same stale connection under a POST: the request may have been
+/// processed, so it is never replayed; the error says it may have been sent.
+pub fn stale_connection_never_replays_a_post(a: &dyn Adapter) {
+    use crate::net::Step;
+    let raw = RawServer::scripted(vec![vec![Step::Respond(ok_response("first")), Step::Close]]);
+    let client = a.client(Config::default());
+    let url = format!("http://{}/", raw.addr);
+    ok(client.send(Req::get(url.clone())));
+    let post = Req { method: http::Method::POST, body: b"once".to_vec(), ..Req::get(url) };
+    let err = client.send(post).expect_err("a POST on a dead connection fails");
+    assert_eq!(err.0, Failure::Exchange(true), "{err:?}");
+    let s = client.stats();
+    assert_eq!((s.calls, s.totals.in_use, s.created), (0, 0, 1), "{s:?}");
+}
+
+/// A server that closed an idle connection (after its response) costs the
+/// next call nothing: it succeeds on a new connection, sent once.
+pub fn server_closed_idle_connection(a: &dyn Adapter) {
+    let raw = RawServer::start(vec![
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst".to_vec(),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond".to_vec(),
+    ]);
+    let client = a.client(Config::default());
+    let url = format!("http://{}/", raw.addr);
+    assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"first");
+    std::thread::sleep(Duration::from_millis(50)); // the server closes meanwhile
+    assert_eq!(ok(client.send(Req::get(url))).body, b"second");
+    assert_eq!(client.stats().created, 2);
+    let s = client.stats();
+    assert_eq!((s.calls, s.totals.in_use), (0, 0), "{s:?}");
+}
+
+/// The call's timeout ends a call whose server stalls, and frees everything.
+pub fn call_timeout(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config { call_timeout: Some(Duration::from_millis(200)), ..Config::default() });
+    let started = Instant::now();
+    let err = client.send(Req::get(format!("http://127.0.0.1:{}/sleep/5000", server.port())));
+    assert_eq!(err.as_ref().map_err(|e| e.0).err(), Some(Failure::Timeout), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(4), "the timeout, not the server, ended the call");
+    let s = client.stats();
+    assert_eq!((s.totals.in_use, s.calls, s.totals.connecting), (0, 0, 0), "{s:?}");
+}
+
+/// HEAD and 204 responses have no body: the connection is released at once
+/// and reused; a 100 KB POST body round-trips.
+pub fn bodiless_responses_and_large_bodies(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config::default());
+    let base = format!("http://127.0.0.1:{}", server.port());
+    let head = ok(client.send(Req { method: http::Method::HEAD, ..Req::get(format!("{base}/bytes/100")) }));
+    assert!(head.body.is_empty());
+    assert_eq!(ok(client.send(Req::get(format!("{base}/status/204")))).status, 204);
+    let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let echoed = ok(client.send(Req {
+        method: http::Method::POST,
+        body: payload.clone(),
+        ..Req::get(format!("{base}/echo"))
+    }));
+    assert!(echoed.body == payload, "the echoed body differs");
+    assert_eq!(server.connections(), 1, "every call reused the one connection");
+}
+
 /// Instantiates every scenario as a `#[test]` for an adapter expression.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -473,14 +559,18 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@tests $adapter;
             sequential_reuse, connection_close, close_delimited_body, http2_multiplexing,
             http2_stream_limit, coalescing, happy_eyeballs_hanging_first_route, refused_first_route,
-            idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input);
+            idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
+            stale_connection_retries_a_get, stale_connection_never_replays_a_post,
+            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
         $crate::conformance_suite!(@tests $adapter;
             sequential_reuse, connection_close, close_delimited_body,
             happy_eyeballs_hanging_first_route, refused_first_route,
-            idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input);
+            idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
+            stale_connection_retries_a_get, stale_connection_never_replays_a_post,
+            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing);
     };
     (@tests $adapter:expr; $($name:ident),*) => {

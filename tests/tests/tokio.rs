@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use switchyard_tests::adapter::{self, AsyncTestClient, Hermetic};
 use switchyard_tests::conformance::{Adapter, Config, TestClient};
-use switchyard_tokio::{Client, Error, EventLog, HttpVersion};
+use switchyard_tokio::{Client, EventLog, HttpVersion};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -141,18 +141,6 @@ fn dropping_a_body_early_never_leaks_the_connection() {
 }
 
 #[test]
-fn the_call_timeout_ends_a_stalled_call_and_frees_its_connection() {
-    let server = TestServer::start(ServerOptions::default());
-    let client = Client::builder().timeout(Duration::from_millis(200)).build().unwrap();
-    let err = runtime()
-        .block_on(client.get(&format!("http://127.0.0.1:{}/sleep/5000", server.port())).send())
-        .unwrap_err();
-    assert!(err.is_timeout(), "{err}");
-    let s = client.stats();
-    assert_eq!((s.totals.in_use, s.calls, s.totals.connecting), (0, 0, 0), "{s:?}");
-}
-
-#[test]
 fn a_panicking_listener_does_not_corrupt_the_pool() {
     struct Panics;
     impl EventListener for Panics {
@@ -170,22 +158,6 @@ fn a_panicking_listener_does_not_corrupt_the_pool() {
         }
     });
     assert_eq!(client.stats().reused, 2);
-}
-
-#[test]
-fn head_and_no_content_responses_release_without_reading() {
-    let server = TestServer::start(ServerOptions::default());
-    let client = Client::builder().build().unwrap();
-    runtime().block_on(async {
-        let r = client.head(&format!("http://127.0.0.1:{}/bytes/100", server.port())).send().await.unwrap();
-        drop(r);
-        let r = client.get(&format!("http://127.0.0.1:{}/status/204", server.port())).send().await.unwrap();
-        assert_eq!(r.status(), 204);
-        drop(r);
-        let mut r = client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
-        assert_eq!(r.body_mut().text().await.unwrap(), "hello");
-    });
-    assert_eq!(server.connections(), 1, "every call reused the one connection");
 }
 
 #[test]
@@ -229,49 +201,6 @@ fn a_server_closing_an_idle_connection_is_noticed_before_reuse() {
     assert!(!log.events().iter().any(|e| e.name == "retry_decision"), "no retry was needed");
 }
 
-fn ok_response(body: &str) -> Vec<u8> {
-    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
-}
-
-#[test]
-fn a_stale_pooled_connection_retries_a_get_on_a_fresh_connection() {
-    use switchyard_tests::net::{RawServer, Step};
-    let raw = RawServer::scripted(vec![
-        vec![Step::Respond(ok_response("first")), Step::Close],
-        vec![Step::Respond(ok_response("second"))],
-    ]);
-    let log = EventLog::default();
-    let client = Client::builder().event_listener(log.clone()).build().unwrap();
-    runtime().block_on(async {
-        let url = format!("http://{}/", raw.addr);
-        assert_eq!(client.get(&url).send().await.unwrap().body_mut().text().await.unwrap(), "first");
-        assert_eq!(client.get(&url).send().await.unwrap().body_mut().text().await.unwrap(), "second");
-    });
-    let retries: Vec<String> =
-        log.events().into_iter().filter(|e| e.name == "retry_decision").map(|e| e.detail).collect();
-    assert_eq!(retries.len(), 1, "{retries:?}");
-    assert!(retries[0].contains("StaleConnection"), "{retries:?}");
-    assert_eq!(client.stats().created, 2);
-}
-
-#[test]
-fn a_stale_pooled_connection_never_replays_a_post() {
-    use switchyard_tests::net::{RawServer, Step};
-    let raw = RawServer::scripted(vec![vec![Step::Respond(ok_response("first")), Step::Close]]);
-    let client = Client::builder().build().unwrap();
-    let err = runtime().block_on(async {
-        let url = format!("http://{}/", raw.addr);
-        client.get(&url).send().await.unwrap().body_mut().text().await.unwrap();
-        client.post(&url).body("once").send().await.unwrap_err()
-    });
-    assert!(err.may_have_been_sent(), "{err}");
-    assert!(
-        matches!(err, Error::Exchange(ref e) if e.why == switchyard_core::pool::NoRetry::NotIdempotent),
-        "{err}"
-    );
-    let s = client.stats();
-    assert_eq!((s.calls, s.totals.in_use, s.created), (0, 0, 1));
-}
 
 #[test]
 fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {
