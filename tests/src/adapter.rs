@@ -55,6 +55,9 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(root) = config.root {
         b = b.add_root_certificate(root);
     }
+    if !config.proxies.is_empty() {
+        b = b.proxies(config.proxies);
+    }
     b
 }
 

@@ -52,6 +52,8 @@ pub struct Config {
     pub call_timeout: Option<Duration>,
     /// How long `Expect: 100-continue` waits before sending the body anyway.
     pub expect_continue_timeout: Duration,
+    /// Proxies, in order (empty: direct).
+    pub proxies: Vec<switchyard_core::Proxy>,
 }
 
 impl Default for Config {
@@ -69,6 +71,7 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             call_timeout: Some(Duration::from_secs(20)),
             expect_continue_timeout: Duration::from_secs(1),
+            proxies: Vec::new(),
         }
     }
 }
@@ -552,6 +555,78 @@ pub fn bodiless_responses_and_large_bodies(a: &dyn Adapter) {
     assert_eq!(server.connections(), 1, "every call reused the one connection");
 }
 
+fn proxy_origins(ca: &TestCa) -> (TestServer, TestServer) {
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["origin.test".into()], ca.leaf(&["origin.test"])));
+    (TestServer::start(options), TestServer::start(ServerOptions::default()))
+}
+
+fn proxy_hosts() -> BTreeMap<String, IpAddr> {
+    BTreeMap::from([("origin.test".to_owned(), "127.0.0.1".parse().expect("ip"))])
+}
+
+/// Through an HTTP proxy: `CONNECT` to the origin's name for https,
+/// absolute-form forwarding for http; the client never resolves the origin.
+pub fn http_proxy(a: &dyn Adapter) {
+    use crate::proxy::TestProxy;
+    let ca = TestCa::new();
+    let (tls_origin, plain_origin) = proxy_origins(&ca);
+    let proxy = TestProxy::http(proxy_hosts());
+    let config = Config {
+        root: Some(ca.cert.clone()),
+        proxies: vec![switchyard_core::Proxy::http("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy")],
+        ..Config::default()
+    };
+    let client = a.client(config);
+    for url in [
+        format!("https://origin.test:{}/hello", tls_origin.port()),
+        format!("http://origin.test:{}/hello", plain_origin.port()),
+    ] {
+        assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"hello", "{url}");
+    }
+    let targets = proxy.targets();
+    assert_eq!(
+        targets[0],
+        format!("origin.test:{}", tls_origin.port()),
+        "a CONNECT tunnel to the origin's name"
+    );
+    assert_eq!(
+        targets[1],
+        format!("forward origin.test:{}", plain_origin.port()),
+        "absolute-form forwarding"
+    );
+    assert_eq!(tls_origin.records()[0].sni.as_deref(), Some("origin.test"));
+}
+
+/// Through a SOCKS5 proxy: the proxy resolves the origin's name; an origin it
+/// cannot reach is a typed proxy error naming it.
+pub fn socks5_proxy(a: &dyn Adapter) {
+    use crate::proxy::TestProxy;
+    let ca = TestCa::new();
+    let (tls_origin, plain_origin) = proxy_origins(&ca);
+    let proxy = TestProxy::socks5(proxy_hosts());
+    let config = Config {
+        root: Some(ca.cert.clone()),
+        proxies: vec![
+            switchyard_core::Proxy::socks5("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy")
+        ],
+        ..Config::default()
+    };
+    let client = a.client(config);
+    for url in [
+        format!("http://origin.test:{}/hello", plain_origin.port()),
+        format!("https://origin.test:{}/hello", tls_origin.port()),
+    ] {
+        assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"hello", "{url}");
+    }
+    let err = client.send(Req::get("http://nowhere.test:80/")).expect_err("unreachable origin");
+    assert!(err.1.contains("SOCKS5 proxy could not reach nowhere.test:80"), "{err:?}");
+    assert_eq!(
+        proxy.targets(),
+        [format!("origin.test:{}", plain_origin.port()), format!("origin.test:{}", tls_origin.port())]
+    );
+}
+
 /// Instantiates every scenario as a `#[test]` for an adapter expression.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -561,7 +636,8 @@ macro_rules! conformance_suite {
             http2_stream_limit, coalescing, happy_eyeballs_hanging_first_route, refused_first_route,
             idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
-            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies);
+            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies,
+            http_proxy, socks5_proxy);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -570,7 +646,8 @@ macro_rules! conformance_suite {
             happy_eyeballs_hanging_first_route, refused_first_route,
             idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
-            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies);
+            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies,
+            http_proxy, socks5_proxy);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing);
     };
     (@tests $adapter:expr; $($name:ident),*) => {

@@ -2,7 +2,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::OnceLock;
 
 use switchyard_tests::adapter::{self, AsyncTestClient, Hermetic};
@@ -201,7 +200,6 @@ fn a_server_closing_an_idle_connection_is_noticed_before_reuse() {
     assert!(!log.events().iter().any(|e| e.name == "retry_decision"), "no retry was needed");
 }
 
-
 #[test]
 fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {
     let rss = switchyard_tests::reliability::load(&TokioAdapter);
@@ -213,78 +211,4 @@ fn mixed_faults_every_call_accounted_for() {
     let (ok, failed) = switchyard_tests::reliability::mixed(&TokioAdapter, 0x5eed);
     eprintln!("mixed: {ok} ok, {failed} typed errors");
     assert!(ok > 0 && failed > 0);
-}
-
-fn proxy_hosts() -> BTreeMap<String, IpAddr> {
-    BTreeMap::from([("origin.test".to_owned(), "127.0.0.1".parse().unwrap())])
-}
-
-#[test]
-fn through_an_http_proxy_connect_for_https_and_absolute_form_for_http() {
-    use switchyard_tests::proxy::TestProxy;
-    let ca = TestCa::new();
-    let mut options = ServerOptions::default();
-    options.tls.push((vec!["origin.test".into()], ca.leaf(&["origin.test"])));
-    let tls_origin = TestServer::start(options);
-    let plain_origin = TestServer::start(ServerOptions::default());
-    let proxy = TestProxy::http(proxy_hosts());
-    let client = Client::builder()
-        .add_root_certificate(ca.cert.clone())
-        .proxies([switchyard_core::Proxy::http("127.0.0.1", u32::from(proxy.addr.port())).unwrap()])
-        .build()
-        .unwrap();
-    runtime().block_on(async {
-        for url in [
-            format!("https://origin.test:{}/hello", tls_origin.port()),
-            format!("http://origin.test:{}/hello", plain_origin.port()),
-        ] {
-            let mut r = client.get(&url).send().await.unwrap();
-            assert_eq!(r.body_mut().text().await.unwrap(), "hello", "{url}");
-        }
-    });
-    let targets = proxy.targets();
-    assert_eq!(
-        targets[0],
-        format!("origin.test:{}", tls_origin.port()),
-        "a CONNECT tunnel to the origin's name"
-    );
-    assert_eq!(
-        targets[1],
-        format!("forward origin.test:{}", plain_origin.port()),
-        "absolute-form forwarding"
-    );
-    // The client never resolved origin.test itself (it has no such name).
-    assert_eq!(tls_origin.records()[0].sni.as_deref(), Some("origin.test"));
-}
-
-#[test]
-fn through_a_socks5_proxy_the_origin_name_is_resolved_by_the_proxy() {
-    use switchyard_tests::proxy::TestProxy;
-    let ca = TestCa::new();
-    let mut options = ServerOptions::default();
-    options.tls.push((vec!["origin.test".into()], ca.leaf(&["origin.test"])));
-    let tls_origin = TestServer::start(options);
-    let plain_origin = TestServer::start(ServerOptions::default());
-    let proxy = TestProxy::socks5(proxy_hosts());
-    let client = Client::builder()
-        .add_root_certificate(ca.cert.clone())
-        .proxies([switchyard_core::Proxy::socks5("127.0.0.1", u32::from(proxy.addr.port())).unwrap()])
-        .build()
-        .unwrap();
-    runtime().block_on(async {
-        for url in [
-            format!("http://origin.test:{}/hello", plain_origin.port()),
-            format!("https://origin.test:{}/hello", tls_origin.port()),
-        ] {
-            let mut r = client.get(&url).send().await.unwrap();
-            assert_eq!(r.body_mut().text().await.unwrap(), "hello", "{url}");
-        }
-        // An origin the proxy cannot reach is a typed proxy error.
-        let err = client.get("http://nowhere.test:80/").send().await.unwrap_err();
-        assert!(err.to_string().contains("SOCKS5 proxy could not reach nowhere.test:80"), "{err}");
-    });
-    assert_eq!(
-        proxy.targets(),
-        [format!("origin.test:{}", plain_origin.port()), format!("origin.test:{}", tls_origin.port())]
-    );
 }
