@@ -110,7 +110,15 @@ impl Runtime for Tokio {
     }
 
     fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()> {
-        Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(at)))
+        match self.handle() {
+            Some(handle) => {
+                let _inside = handle.enter();
+                Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(at)))
+            }
+            // No runtime: nothing can be waited for; calls fail when they try to
+            // connect (a typed error), they never panic.
+            None => Box::pin(std::future::pending()),
+        }
     }
 
     fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>> {

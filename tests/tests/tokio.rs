@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use switchyard_tests::adapter::{self, AsyncTestClient, Hermetic};
 use switchyard_tests::conformance::{Adapter, Config, TestClient};
@@ -211,4 +211,50 @@ fn mixed_faults_every_call_accounted_for() {
     let (ok, failed) = switchyard_tests::reliability::mixed(&TokioAdapter, 0x5eed);
     eprintln!("mixed: {ok} ok, {failed} typed errors");
     assert!(ok > 0 && failed > 0);
+}
+
+/// A minimal executor: polls one future on this thread, no tokio context.
+fn block_on_plain<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn outside_any_tokio_runtime_a_call_fails_typed_instead_of_panicking() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    let err = block_on_plain(client.get(&url).send()).unwrap_err();
+    assert!(err.to_string().contains("no async executor"), "{err}");
+    let s = client.stats();
+    assert_eq!((s.calls, s.totals.connecting, s.totals.in_use), (0, 0, 0), "{s:?}");
+}
+
+#[test]
+fn pinned_to_a_runtime_a_client_works_from_any_thread() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::builder()
+        .runtime(switchyard_tokio::Tokio::on(runtime().handle().clone()))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    for _ in 0..3 {
+        let mut r = block_on_plain(client.get(&url).send()).unwrap();
+        assert_eq!(block_on_plain(r.body_mut().text()).unwrap(), "hello");
+    }
+    assert_eq!(client.stats().reused, 2);
 }

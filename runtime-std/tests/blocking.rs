@@ -1,0 +1,92 @@
+//! switchyard-std's own surface: reader bodies, io::Read responses, dropped
+//! bodies, configuration errors.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::Read;
+use std::time::Duration;
+
+use switchyard_core::CloseReason;
+use switchyard_std::{Body, Client, Error, HttpVersion};
+use switchyard_tests::server::{ServerOptions, TestServer};
+
+#[test]
+fn a_reader_body_is_sent_chunked_and_the_response_reads_as_io_read() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::new().unwrap();
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    let request = http::Request::post(format!("http://127.0.0.1:{}/echo", server.port()))
+        .body(Body::from_reader(std::io::Cursor::new(payload.clone())))
+        .unwrap();
+    let mut response = client.send(request).unwrap();
+    let mut echoed = Vec::new();
+    response.body_mut().read_to_end(&mut echoed).unwrap();
+    assert!(echoed == payload, "echoed {} bytes", echoed.len());
+    assert!(response.body().is_end());
+    assert_eq!(server.records()[0].body_len, payload.len());
+}
+
+/// A reader that fails half-way: the call fails with a typed error (never a
+/// retry: the body cannot be replayed) and the connection is not reused.
+#[test]
+fn a_failing_reader_fails_the_call_and_retires_the_connection() {
+    struct Broken(usize);
+    impl Read for Broken {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0 == 0 {
+                return Err(std::io::Error::other("disk on fire"));
+            }
+            let n = buf.len().min(self.0);
+            buf[..n].fill(b'x');
+            self.0 -= n;
+            Ok(n)
+        }
+    }
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::new().unwrap();
+    let request = http::Request::post(format!("http://127.0.0.1:{}/echo", server.port()))
+        .body(Body::from_reader(Broken(40_000)))
+        .unwrap();
+    let err = client.send(request).unwrap_err();
+    assert!(err.to_string().contains("disk on fire"), "{err}");
+    let s = client.stats();
+    assert_eq!((s.calls, s.totals.in_use, s.totals.open), (0, 0, 0), "{s:?}");
+    assert_eq!(s.closed.get(&CloseReason::RequestBodyIncomplete), Some(&1), "{s:?}");
+}
+
+#[test]
+fn dropping_a_body_early_drains_a_little_or_closes_never_leaks() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::new().unwrap();
+    let base = format!("http://127.0.0.1:{}", server.port());
+    // Small remainder: drained on drop, the connection reused.
+    drop(client.get(&format!("{base}/bytes/2000")).send().unwrap());
+    assert_eq!(client.stats().totals.idle, 1);
+    // Large remainder (2 MiB): past the drain limit, so the connection closes.
+    let mut big = client.get(&format!("{base}/bytes/2097152")).send().unwrap();
+    let _first = big.body_mut().chunk().unwrap();
+    drop(big);
+    let s = client.stats();
+    assert_eq!((s.totals.in_use, s.calls), (0, 0), "{s:?}");
+    assert_eq!(s.closed.get(&CloseReason::UnreadBody), Some(&1), "{s:?}");
+    assert_eq!(s.reused, 1, "{s:?}");
+}
+
+#[test]
+fn http2_only_is_a_configuration_error() {
+    let err = Client::builder().http_version(HttpVersion::Http2Only).build().unwrap_err();
+    assert!(matches!(err, Error::Config(ref why) if why.contains("HTTP/1.1 only")), "{err}");
+}
+
+#[test]
+fn a_read_timeout_ends_a_stalled_body_with_a_typed_error() {
+    use switchyard_tests::fault::{Fault, FaultOptions, FaultServer, Reply};
+    let server = FaultServer::start(FaultOptions::default());
+    server.push([Reply::ok("late body").with(Fault::BodyDelay(Duration::from_secs(3)))]);
+    let client = Client::builder().read_timeout(Duration::from_millis(200)).build().unwrap();
+    let mut r = client.get(&format!("http://127.0.0.1:{}/", server.port())).send().unwrap();
+    let err = r.body_mut().collect().unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    drop(r);
+    let s = client.stats();
+    assert_eq!((s.calls, s.totals.in_use, s.totals.open), (0, 0, 0), "{s:?}");
+}
