@@ -1,363 +1,255 @@
-//! `switchyard-bench`: every client against the same loopback server in one run,
-//! reported as medians and ratios. Wall-clock numbers are noisy on small VMs:
-//! compare ratios within a run, never absolute numbers across runs.
+//! `switchyard-bench`: every client against the same loopback servers in one run,
+//! reported as medians over several runs and as ratios. Wall-clock numbers are
+//! noisy on small VMs: compare ratios within a run, never absolute numbers
+//! across runs.
 //!
-//! Run: `cargo run --release -p switchyard-bench [-- --requests N]`.
-//! The server (a minimal single-thread tokio HTTP/1.1 server writing a fixed
-//! response) runs in its own process, started and stopped by the harness.
+//! ```text
+//! cargo run --release -p switchyard-bench                # full: 3 runs, under 6 minutes
+//! cargo run --release -p switchyard-bench -- --quick     # 1 short run, under 1 minute
+//!     [--runs R] [--requests N] [--out DIR] [--check]
+//! ```
+//!
+//! Each measurement runs in a fresh process (its own peak RSS; pinned with
+//! `taskset` where the scenario says so); servers run in processes of their own.
+//! `--check` exits non-zero unless every scenario produced a number for every
+//! client (CI runs `--quick --check`; it never asserts timings).
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+// A binary: its modules' `pub` items are crate-internal by nature.
+#![allow(unreachable_pub)]
 
-use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
+mod core;
+mod measure;
+mod report;
+mod server;
+
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const BODY: &[u8] = b"Hello, World!";
+use measure::Sample;
+use report::{Row, Scenario};
+use server::{Kind, Server};
 
-fn response(close: bool) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{}\r\n",
-        BODY.len(),
-        if close { "Connection: close\r\n" } else { "" }
-    )
-    .into_bytes()
-    .into_iter()
-    .chain(BODY.iter().copied())
-    .collect()
+const SEQUENTIAL: &[&str] =
+    &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
+const CONCURRENT: &[&str] =
+    &["raw-tokio", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
+const HTTP2: &[&str] = &["h2", "switchyard-tokio", "switchyard-smol", "hyper-util", "reqwest"];
+const EYEBALLS: &[&str] =
+    &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
+
+struct Options {
+    runs: usize,
+    requests: usize,
+    rounds: usize,
+    quick: bool,
+    check: bool,
+    out: std::path::PathBuf,
 }
 
-/// The server process: accept, and answer every request head with the fixed response.
-fn serve(port_file: &str, close: bool) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        std::fs::write(port_file, listener.local_addr().unwrap().port().to_string()).unwrap();
-        let reply = response(close);
-        loop {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let _ = s.set_nodelay(true);
-            let reply = reply.clone();
-            tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 8192];
-                let mut have = 0;
-                loop {
-                    match s.read(&mut buf[have..]).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => have += n,
-                    }
-                    // Answer each complete head; keep any partial one.
-                    while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
-                        if s.write_all(&reply).await.is_err() || close {
-                            return;
-                        }
-                        buf.copy_within(end + 4..have, 0);
-                        have -= end + 4;
-                    }
-                }
-            });
-        }
-    });
+fn options(args: &[String]) -> Options {
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    let quick = args.iter().any(|a| a == "--quick");
+    Options {
+        runs: value("--runs").and_then(|v| v.parse().ok()).unwrap_or(if quick { 1 } else { 3 }),
+        requests: value("--requests").and_then(|v| v.parse().ok()).unwrap_or(if quick {
+            2_000
+        } else {
+            20_000
+        }),
+        rounds: if quick { 1 } else { 3 },
+        quick,
+        check: args.iter().any(|a| a == "--check"),
+        out: value("--out").map_or_else(|| std::path::PathBuf::from("target/bench"), Into::into),
+    }
 }
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(close: bool) -> Server {
-        let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{close}", std::process::id()));
-        let _ = std::fs::remove_file(&dir);
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.arg("serve").arg(&dir).stdout(Stdio::null());
-        if close {
-            cmd.arg("close");
-        }
-        let child = cmd.spawn().expect("server process");
-        let start = Instant::now();
-        let port = loop {
-            if let Ok(p) = std::fs::read_to_string(&dir) {
-                if let Ok(p) = p.trim().parse() {
-                    break p;
-                }
+/// Runs one measurement in a child process; `None` if it failed or hung.
+fn measure(scenario: &str, client: &str, port: u16, n: usize, pin: Option<usize>) -> Option<Sample> {
+    let exe = std::env::current_exe().ok()?;
+    let mut child = server::command(&exe, pin)
+        .args(["measure", scenario, client, &port.to_string(), &n.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() > Duration::from_secs(120) => {
+                let _ = child.kill();
+                eprintln!("  {scenario}/{client}: no result within 120 s");
+                return None;
             }
-            assert!(start.elapsed() < Duration::from_secs(10), "server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let _ = std::fs::remove_file(&dir);
-        Server { child, port }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// CPU time (user + system) of this process, from /proc (10 ms ticks).
-fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Duration::from_millis(ticks * 10)
-}
-
-struct Result {
-    client: &'static str,
-    rps: f64,
-    p50_us: f64,
-    p99_us: f64,
-    cpu_us: f64,
-}
-
-fn summarize(client: &'static str, mut lat: Vec<Duration>, wall: Duration, cpu_used: Duration) -> Result {
-    lat.sort();
-    let n = lat.len().max(1);
-    let pct = |p: f64| lat[((n as f64 - 1.0) * p) as usize].as_secs_f64() * 1e6;
-    Result {
-        client,
-        rps: n as f64 / wall.as_secs_f64(),
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-        cpu_us: cpu_used.as_secs_f64() * 1e6 / n as f64,
-    }
-}
-
-/// Runs `one` `n` times sequentially, timing each.
-fn sequential(client: &'static str, n: usize, mut one: impl FnMut()) -> Result {
-    for _ in 0..n / 10 {
-        one(); // warm-up
-    }
-    let (c0, t0) = (cpu(), Instant::now());
-    let mut lat = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        one();
-        lat.push(t.elapsed());
-    }
-    summarize(client, lat, t0.elapsed(), cpu() - c0)
-}
-
-fn raw_loop(port: u16, close: bool) -> impl FnMut() {
-    let expected = response(close).len();
-    let mut conn: Option<std::net::TcpStream> = None;
-    let req = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into_bytes();
-    let mut buf = vec![0u8; 4096];
-    move || {
-        let s = conn.get_or_insert_with(|| {
-            let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-            s.set_nodelay(true).unwrap();
-            s
-        });
-        s.write_all(&req).unwrap();
-        let mut got = 0;
-        while got < expected {
-            let n = s.read(&mut buf[got..]).unwrap();
-            assert!(n > 0, "server closed early");
-            got += n;
-        }
-        if close {
-            conn = None;
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => return None,
         }
     }
+    let out = child.wait_with_output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sample = text.lines().last().and_then(Sample::parse);
+    if sample.is_none() {
+        eprintln!("  {scenario}/{client} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    sample
 }
 
-/// 64 tasks on a single-thread runtime, each sending `n / 64` requests in turn.
-fn concurrent<F, Fut>(client: &'static str, rt: &tokio::runtime::Runtime, n: usize, make: F) -> Result
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    const TASKS: usize = 64;
-    let per = n / TASKS;
-    let (c0, t0) = (cpu(), Instant::now());
-    let lat = rt.block_on(async {
-        let local = tokio::task::LocalSet::new();
-        let mut handles = Vec::new();
-        for _ in 0..TASKS {
-            let futs: Vec<Fut> = (0..per).map(|_| make()).collect();
-            handles.push(local.spawn_local(async move {
-                let mut lat = Vec::with_capacity(per);
-                for f in futs {
-                    let t = Instant::now();
-                    f.await;
-                    lat.push(t.elapsed());
-                }
-                lat
-            }));
-        }
-        local
-            .run_until(async {
-                let mut all = Vec::new();
-                for h in handles {
-                    all.extend(h.await.unwrap());
-                }
-                all
-            })
-            .await
-    });
-    summarize(client, lat, t0.elapsed(), cpu() - c0)
-}
-
-/// The baseline for scenario 2: a bare tokio read/write loop per task, one
-/// kept-alive connection each.
-async fn raw_tokio(port: u16, count: usize) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.set_nodelay(true).unwrap();
-    let req = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into_bytes();
-    let expected = response(false).len();
-    let mut buf = vec![0u8; 4096];
-    for _ in 0..count {
-        s.write_all(&req).await.unwrap();
-        let mut got = 0;
-        while got < expected {
-            got += s.read(&mut buf[got..]).await.unwrap();
+/// Every client, `runs` times (interleaved, so drift hits all alike), medians.
+fn run_scenario(
+    id: &'static str,
+    title: String,
+    server: &str,
+    clients: &[&'static str],
+    measure_one: impl Fn(&str) -> Option<Sample>,
+    runs: usize,
+) -> Scenario {
+    eprintln!("{id}: {title}");
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); clients.len()];
+    for _ in 0..runs {
+        for (i, client) in clients.iter().enumerate() {
+            if let Some(s) = measure_one(client) {
+                samples[i].push(s);
+            }
         }
     }
-}
-
-fn print(title: &str, results: &[Result]) {
-    println!("\n{title}");
-    let base = &results[0];
-    let reqwest = results.iter().find(|r| r.client == "reqwest");
-    println!(
-        "  {:<22} {:>10} {:>9} {:>9} {:>10} {:>9} {:>11}",
-        "client", "req/s", "p50 µs", "p99 µs", "CPU µs/req", "vs raw", "vs reqwest"
-    );
-    for r in results {
-        println!(
-            "  {:<22} {:>10.0} {:>9.1} {:>9.1} {:>10.2} {:>9.2} {:>11}",
-            r.client,
-            r.rps,
-            r.p50_us,
-            r.p99_us,
-            r.cpu_us,
-            r.rps / base.rps,
-            reqwest.map_or("-".into(), |q| format!("{:.2}", r.rps / q.rps)),
-        );
-    }
+    let rows = clients.iter().zip(samples).map(|(c, s)| Row::median(c, &s)).collect();
+    Scenario { id, title, server: server.to_owned(), rows }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("serve") {
-        serve(&args[2], args.get(3).map(String::as_str) == Some("close"));
-        return;
-    }
-    let n: usize = args
-        .iter()
-        .position(|a| a == "--requests")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000);
-    for close in [false, true] {
-        let server = Server::start(close);
-        let port = server.port;
-        let url = format!("http://127.0.0.1:{port}/");
-        let n = if close { n / 4 } else { n };
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut results = vec![sequential("raw std socket", n, raw_loop(port, close))];
-
-        let client = switchyard_tokio::Client::builder().build().unwrap();
-        results.push(sequential("switchyard-tokio", n, || {
-            rt.block_on(async {
-                let mut r = client.get(&url).send().await.unwrap();
-                assert_eq!(r.body_mut().collect().await.unwrap().as_ref(), BODY);
-            });
-        }));
-
-        let hyper: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build(hyper_util::client::legacy::connect::HttpConnector::new());
-        let uri: http::Uri = url.parse().unwrap();
-        results.push(sequential("hyper-util (legacy)", n, || {
-            rt.block_on(async {
-                use http_body_util::BodyExt;
-                let r = hyper.get(uri.clone()).await.unwrap();
-                assert_eq!(r.into_body().collect().await.unwrap().to_bytes().as_ref(), BODY);
-            });
-        }));
-
-        let reqwest = reqwest::Client::builder().build().unwrap();
-        results.push(sequential("reqwest", n, || {
-            rt.block_on(async {
-                let r = reqwest.get(&url).send().await.unwrap();
-                assert_eq!(r.bytes().await.unwrap().as_ref(), BODY);
-            });
-        }));
-
-        let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
-        results.push(sequential("ureq", n, || {
-            let mut r = agent.get(&url).call().unwrap();
-            assert_eq!(r.body_mut().read_to_vec().unwrap(), BODY);
-        }));
-
-        print(
-            if close {
-                "Scenario 4: connection churn (every response Connection: close), sequential"
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let num = |i: usize| arg(i).parse::<usize>().unwrap_or(0);
+    match arg(1) {
+        "serve-h1" => return server::serve_h1(arg(2).parse().expect("port"), false),
+        "serve-h1-close" => return server::serve_h1(arg(2).parse().expect("port"), true),
+        "serve-h2" => return server::serve_h2(arg(2).parse().expect("port")),
+        "measure" => {
+            let (scenario, client, port, n) = (arg(2), arg(3), num(4) as u16, num(5));
+            let sample = match scenario {
+                "s1" | "s1-pinned" => measure::sequential_client(client, port, n, false),
+                "s4" => measure::sequential_client(client, port, n, true),
+                "s2" => measure::concurrent_client(client, port, n, false),
+                "s3" => measure::concurrent_client(client, port, n, true),
+                "s5" => measure::happy_eyeballs(client, port, n),
+                _ => None,
+            };
+            match sample {
+                Some(s) => println!("{}", s.json()),
+                None => std::process::exit(2),
+            }
+            return;
+        }
+        "core-ops" => {
+            let (kind, size, ops) = (arg(2), num(3), num(4));
+            let response = core::typical_response();
+            let mut setup;
+            let mut op = if kind == "decode" {
+                core::Op::Decode(&response)
             } else {
-                "Scenario 1: sequential HTTP/1.1 GETs on one kept-alive connection (pin with: taskset -c 0 switchyard-bench)"
-            },
-            &results,
-        );
-        drop(server);
+                setup = core::pool_with(size);
+                core::Op::AcquireRelease(&mut setup)
+            };
+            println!("{}", core::measured(&mut op, ops));
+            return;
+        }
+        _ => {}
+    }
+    let o = options(&args);
+    let started = Instant::now();
+    let n = o.requests;
+    let mut scenarios = Vec::new();
+
+    for (id, pin) in [("s1", None), ("s1-pinned", Some(0))] {
+        if pin.is_some() && !server::has("taskset") {
+            eprintln!("{id}: skipped, no taskset");
+            continue;
+        }
+        let srv = Server::start(Kind::Http1, pin);
+        let title = match pin {
+            None => "1. Sequential HTTP/1.1 GETs on one kept-alive connection (unpinned)".to_owned(),
+            Some(_) => "1. Sequential HTTP/1.1 GETs, client and server pinned to core 0".to_owned(),
+        };
+        let port = srv.port;
+        scenarios.push(run_scenario(
+            id,
+            title,
+            srv.name,
+            SEQUENTIAL,
+            |c| measure(id, c, port, n, pin),
+            o.runs,
+        ));
     }
 
-    // Scenario 2: 64 concurrent HTTP/1.1 GETs through each client's pool.
-    let server = Server::start(false);
-    let port = server.port;
-    let url: &'static str = Box::leak(format!("http://127.0.0.1:{port}/").into_boxed_str());
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let (c0, t0) = (cpu(), Instant::now());
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..64).map(|_| tokio::spawn(raw_tokio(port, n / 64))).collect();
-        for t in tasks {
-            t.await.unwrap();
+    let srv = Server::start(Kind::Http1, None);
+    let port = srv.port;
+    let title = format!("2. {} concurrent HTTP/1.1 GETs through the pool", measure::CONCURRENCY);
+    scenarios.push(run_scenario(
+        "s2",
+        title,
+        srv.name,
+        CONCURRENT,
+        |c| measure("s2", c, port, n, None),
+        o.runs,
+    ));
+    drop(srv);
+
+    let srv = Server::start(Kind::H2c, None);
+    let port = srv.port;
+    let title = format!("3. {} concurrent streams on one HTTP/2 connection (h2c)", measure::CONCURRENCY);
+    scenarios.push(run_scenario("s3", title, srv.name, HTTP2, |c| measure("s3", c, port, n, None), o.runs));
+    drop(srv);
+
+    let srv = Server::start(Kind::Http1Close, None);
+    let port = srv.port;
+    let title = "4. Connection churn: every response `Connection: close`".to_owned();
+    scenarios.push(run_scenario(
+        "s4",
+        title,
+        srv.name,
+        SEQUENTIAL,
+        |c| measure("s4", c, port, n / 4, None),
+        o.runs,
+    ));
+    drop(srv);
+
+    match switchyard_tests::net::v4_listener_with_hanging_v6() {
+        Some((v4, _hanging)) => {
+            let srv = switchyard_tests::server::TestServer::start_on(v4, Default::default());
+            let port = srv.port();
+            let title =
+                "5. Happy Eyeballs: first route ([::1]) never answers; time to the response head".to_owned();
+            let rounds = o.rounds;
+            scenarios.push(run_scenario(
+                "s5",
+                title,
+                "hyper test server on 127.0.0.1, [::1] black-holed",
+                EYEBALLS,
+                |c| measure("s5", c, port, rounds, None),
+                o.runs,
+            ));
         }
-    });
-    let raw_wall = t0.elapsed();
-    let raw = Result {
-        client: "raw tokio loop (64 tasks)",
-        rps: (n / 64 * 64) as f64 / raw_wall.as_secs_f64(),
-        p50_us: 0.0,
-        p99_us: 0.0,
-        cpu_us: (cpu() - c0).as_secs_f64() * 1e6 / n as f64,
-    };
-    let sw = switchyard_tokio::Client::builder().build().unwrap();
-    let switchyard = concurrent("switchyard-tokio", &rt, n, || {
-        let c = sw.clone();
-        async move {
-            let mut r = c.get(url).send().await.unwrap();
-            assert_eq!(r.body_mut().collect().await.unwrap().as_ref(), BODY);
-        }
-    });
-    let hy: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build(hyper_util::client::legacy::connect::HttpConnector::new());
-    let uri: http::Uri = url.parse().unwrap();
-    let hyper = concurrent("hyper-util (legacy)", &rt, n, || {
-        let (c, u) = (hy.clone(), uri.clone());
-        async move {
-            use http_body_util::BodyExt;
-            let r = c.get(u).await.unwrap();
-            assert_eq!(r.into_body().collect().await.unwrap().to_bytes().as_ref(), BODY);
-        }
-    });
-    let rq = reqwest::Client::builder().build().unwrap();
-    let reqwest = concurrent("reqwest", &rt, n, || {
-        let c = rq.clone();
-        async move {
-            let r = c.get(url).send().await.unwrap();
-            assert_eq!(r.bytes().await.unwrap().as_ref(), BODY);
-        }
-    });
-    print(
-        "Scenario 2: 64 concurrent HTTP/1.1 GETs through the pool (single-thread runtime; raw loop has no latencies)",
-        &[raw, switchyard, hyper, reqwest],
+        None => eprintln!("s5: skipped, no IPv6 loopback to black-hole"),
+    }
+
+    let core = report::core_scenario(o.quick);
+    let report = report::Report { scenarios, core, runs: o.runs, requests: n, quick: o.quick };
+    let markdown = report.markdown();
+    println!("{markdown}");
+    let _ = std::fs::create_dir_all(&o.out);
+    let _ = std::fs::write(o.out.join("report.md"), &markdown);
+    let _ = std::fs::write(o.out.join("report.json"), report.json());
+    eprintln!(
+        "wrote {}/report.md and report.json in {:.0} s",
+        o.out.display(),
+        started.elapsed().as_secs_f64()
     );
-    drop(server);
+    if o.check {
+        let missing = report.missing();
+        if !missing.is_empty() {
+            eprintln!("--check: no number for: {}", missing.join(", "));
+            std::process::exit(1);
+        }
+        eprintln!("--check: every scenario produced a number for every client");
+    }
 }

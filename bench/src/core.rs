@@ -1,0 +1,139 @@
+//! Scenario 6: the core alone. Acquire + release on a pool holding 10, 1 000
+//! or 100 000 idle connections (over up to 1 000 Addresses), and decoding a
+//! typical HTTP/1.1 response (200, 10 header fields, 1 KiB body). Timed here,
+//! and counted in instructions under callgrind (exactly repeatable), where only
+//! [`measured`] is collected, so setup never counts.
+
+use std::time::{Duration, Instant as Clock};
+
+use bytes::BytesMut;
+use switchyard_core::http1::{Frame, Limits, ResponseDecoder};
+use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolAction, PoolConfig, Reuse, Scheme};
+
+/// A pool with `connections` idle connections.
+pub struct Setup {
+    pool: Pool,
+    addresses: Vec<Address>,
+    now: Instant,
+    next: usize,
+}
+
+/// Builds the pool: every connection opened (all calls in flight), then released.
+pub fn pool_with(connections: usize) -> Setup {
+    let address_count = connections.clamp(1, 1000);
+    let addresses: Vec<Address> = (0..address_count)
+        .map(|i| Address::builder(Scheme::Http, "127.0.0.1", 1 + i as u32).build().expect("address"))
+        .collect();
+    let mut pool = Pool::new(PoolConfig {
+        keep_alive: Duration::from_secs(1_000_000),
+        max_idle_per_address: usize::MAX,
+        ..PoolConfig::default()
+    });
+    let mut now = Instant::ZERO;
+    let mut calls = Vec::with_capacity(connections);
+    for i in 0..connections {
+        let call = pool.acquire(now, addresses[i % address_count].clone(), AcquireOptions::default());
+        let attempt = loop {
+            match pool.poll_action() {
+                Some(PoolAction::Connect { attempt, .. }) => break attempt,
+                Some(_) => {}
+                None => panic!("no connect"),
+            }
+        };
+        pool.handle_connected(now, attempt).expect("connected");
+        while pool.poll_action().is_some() {}
+        while pool.poll_event().is_some() {}
+        calls.push(call);
+    }
+    for call in calls {
+        now += Duration::from_micros(1);
+        pool.exchange_finished(now, call, Reuse::Reusable).expect("released");
+        while pool.poll_action().is_some() {}
+        while pool.poll_event().is_some() {}
+    }
+    Setup { pool, addresses, now, next: 0 }
+}
+
+/// One acquire served from the pool, then its release.
+fn acquire_release(s: &mut Setup) {
+    s.next = s.next.wrapping_add(7919);
+    let address = s.addresses[s.next % s.addresses.len()].clone();
+    s.now += Duration::from_micros(1);
+    let call = s.pool.acquire(s.now, address, AcquireOptions::default());
+    let Some(PoolAction::Acquired { .. }) = s.pool.poll_action() else { panic!("not served from the pool") };
+    s.pool.exchange_finished(s.now, call, Reuse::Reusable).expect("released");
+    while s.pool.poll_action().is_some() {}
+    while s.pool.poll_event().is_some() {}
+}
+
+/// The typical response.
+pub fn typical_response() -> Vec<u8> {
+    let mut r = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for (n, v) in [
+        ("date", "Sun, 29 Nov 2026 20:00:00 GMT"),
+        ("server", "bench"),
+        ("content-type", "application/json; charset=utf-8"),
+        ("cache-control", "no-cache, no-store"),
+        ("x-request-id", "7f3c2a9e-54b1-4c1e-9a55-0c8d3b2e1f00"),
+        ("vary", "accept-encoding"),
+        ("etag", "\"33a64df551425fcc55e4d42a148795d9f25f89d4\""),
+        ("x-frame-options", "DENY"),
+        ("strict-transport-security", "max-age=63072000"),
+        ("content-length", "1024"),
+    ] {
+        r.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+    }
+    r.extend_from_slice(b"\r\n");
+    r.extend(std::iter::repeat_n(b'x', 1024));
+    r
+}
+
+fn decode_once(input: &[u8]) -> usize {
+    let mut buf = BytesMut::from(input);
+    let mut d = ResponseDecoder::new(&http::Method::GET, Limits::default());
+    let mut body = 0;
+    loop {
+        match d.decode(&mut buf, false).expect("valid") {
+            Some(Frame::Data(b)) => body += b.len(),
+            Some(Frame::End) => return body,
+            Some(_) => {}
+            None => panic!("incomplete"),
+        }
+    }
+}
+
+/// What to measure.
+pub enum Op<'a> {
+    /// Acquire + release on this pool.
+    AcquireRelease(&'a mut Setup),
+    /// Decode this response.
+    Decode(&'a [u8]),
+}
+
+/// The measured loop: `ops` operations. Callgrind collects inside this
+/// function only (`--toggle-collect=*core*measured*`).
+#[inline(never)]
+pub fn measured(op: &mut Op<'_>, ops: usize) -> usize {
+    let mut sink = 0;
+    for _ in 0..ops {
+        match op {
+            Op::AcquireRelease(s) => acquire_release(s),
+            Op::Decode(input) => sink += decode_once(input),
+        }
+    }
+    sink
+}
+
+/// Nanoseconds per operation, median of 5 timed batches.
+pub fn time_per_op(op: &mut Op<'_>, ops: usize) -> f64 {
+    measured(op, ops / 10); // warm-up
+    let mut batches: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Clock::now();
+            std::hint::black_box(measured(op, ops));
+            t.elapsed().as_nanos() as f64 / ops as f64
+        })
+        .collect();
+    batches.sort_by(f64::total_cmp);
+    batches[2]
+}

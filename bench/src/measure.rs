@@ -1,0 +1,535 @@
+//! One measurement, in a process of its own (so peak RSS is the client's and
+//! pinning applies to it alone): one client, one scenario, printed as a JSON
+//! line for the harness.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crate::server::{response, BODY};
+
+/// What one measurement found.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Requests per second.
+    pub rps: f64,
+    /// Median latency, µs.
+    pub p50_us: f64,
+    /// 99th percentile latency, µs.
+    pub p99_us: f64,
+    /// Client CPU (user + system) per request, µs.
+    pub cpu_us: f64,
+    /// Peak resident memory of the process, KiB.
+    pub rss_kib: u64,
+}
+
+impl Sample {
+    /// As one JSON line.
+    pub fn json(&self) -> String {
+        format!(
+            "{{\"rps\":{:.1},\"p50_us\":{:.2},\"p99_us\":{:.2},\"cpu_us\":{:.3},\"rss_kib\":{}}}",
+            self.rps, self.p50_us, self.p99_us, self.cpu_us, self.rss_kib
+        )
+    }
+
+    /// From a JSON line printed by [`Sample::json`].
+    pub fn parse(line: &str) -> Option<Sample> {
+        let field = |name: &str| -> Option<f64> {
+            let at = line.find(&format!("\"{name}\":"))? + name.len() + 3;
+            let rest = &line[at..];
+            let end = rest.find([',', '}']).unwrap_or(rest.len());
+            rest[..end].trim().parse().ok()
+        };
+        Some(Sample {
+            rps: field("rps")?,
+            p50_us: field("p50_us")?,
+            p99_us: field("p99_us")?,
+            cpu_us: field("cpu_us")?,
+            rss_kib: field("rss_kib")? as u64,
+        })
+    }
+}
+
+/// CPU time (user + system) of this process, from /proc (10 ms ticks).
+fn cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn summarize(mut lat: Vec<Duration>, wall: Duration, cpu_used: Duration, requests: usize) -> Sample {
+    lat.sort();
+    let pct = |p: f64| {
+        if lat.is_empty() {
+            0.0
+        } else {
+            lat[((lat.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e6
+        }
+    };
+    Sample {
+        rps: requests as f64 / wall.as_secs_f64(),
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        cpu_us: cpu_used.as_secs_f64() * 1e6 / requests.max(1) as f64,
+        rss_kib: peak_rss_kib(),
+    }
+}
+
+/// `one` `n` times in a row (after a 10 % warm-up), each timed.
+fn sequential(n: usize, mut one: impl FnMut()) -> Sample {
+    for _ in 0..n / 10 {
+        one();
+    }
+    let (c0, t0) = (cpu(), Instant::now());
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        one();
+        lat.push(t.elapsed());
+    }
+    summarize(lat, t0.elapsed(), cpu() - c0, n)
+}
+
+/// The number of concurrent callers in scenarios 2 and 3.
+pub const CONCURRENCY: usize = 64;
+
+/// 64 tasks on a single-thread tokio runtime, each making `n / 64` calls in turn.
+fn tokio_concurrent<F, Fut>(n: usize, make: F) -> Sample
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + 'static,
+{
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let per = n / CONCURRENCY;
+    // Warm-up: one call per task, so connections exist.
+    rt.block_on(async {
+        let local = tokio::task::LocalSet::new();
+        for _ in 0..CONCURRENCY {
+            local.spawn_local(make());
+        }
+        local.await;
+    });
+    let (c0, t0) = (cpu(), Instant::now());
+    let lat = rt.block_on(async {
+        let local = tokio::task::LocalSet::new();
+        let handles: Vec<_> = (0..CONCURRENCY)
+            .map(|_| {
+                let futs: Vec<Fut> = (0..per).map(|_| make()).collect();
+                local.spawn_local(async move {
+                    let mut lat = Vec::with_capacity(per);
+                    for f in futs {
+                        let t = Instant::now();
+                        f.await;
+                        lat.push(t.elapsed());
+                    }
+                    lat
+                })
+            })
+            .collect();
+        local
+            .run_until(async {
+                let mut all = Vec::new();
+                for h in handles {
+                    all.extend(h.await.expect("task"));
+                }
+                all
+            })
+            .await
+    });
+    summarize(lat, t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+}
+
+/// The same on smol: 64 tasks on a local executor on this thread.
+fn smol_concurrent<F, Fut>(n: usize, make: F) -> Sample
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + 'static,
+{
+    let per = n / CONCURRENCY;
+    let ex = smol::LocalExecutor::new();
+    smol::block_on(ex.run(async {
+        let warm: Vec<_> = (0..CONCURRENCY).map(|_| ex.spawn(make())).collect();
+        for w in warm {
+            w.await;
+        }
+    }));
+    let (c0, t0) = (cpu(), Instant::now());
+    let lat = smol::block_on(ex.run(async {
+        let handles: Vec<_> = (0..CONCURRENCY)
+            .map(|_| {
+                let futs: Vec<Fut> = (0..per).map(|_| make()).collect();
+                ex.spawn(async move {
+                    let mut lat = Vec::with_capacity(per);
+                    for f in futs {
+                        let t = Instant::now();
+                        f.await;
+                        lat.push(t.elapsed());
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.await);
+        }
+        all
+    }));
+    summarize(lat, t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+}
+
+/// 64 threads, each making `n / 64` blocking calls in turn.
+fn thread_concurrent(n: usize, one: impl Fn() + Sync) -> Sample {
+    let per = n / CONCURRENCY;
+    std::thread::scope(|s| {
+        for _ in 0..CONCURRENCY {
+            s.spawn(&one);
+        }
+    });
+    let (c0, t0) = (cpu(), Instant::now());
+    let lat = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CONCURRENCY)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..per)
+                        .map(|_| {
+                            let t = Instant::now();
+                            one();
+                            t.elapsed()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("thread")).collect()
+    });
+    summarize(lat, t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+}
+
+fn raw_loop(port: u16, close: bool) -> impl FnMut() {
+    let expected = response(close).len();
+    let mut conn: Option<std::net::TcpStream> = None;
+    let req = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into_bytes();
+    let mut buf = vec![0u8; 4096];
+    move || {
+        let s = conn.get_or_insert_with(|| {
+            let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.set_nodelay(true).expect("nodelay");
+            s
+        });
+        s.write_all(&req).expect("write");
+        let mut got = 0;
+        while got < expected {
+            let n = s.read(&mut buf[got..]).expect("read");
+            assert!(n > 0, "server closed early");
+            got += n;
+        }
+        if close {
+            conn = None;
+        }
+    }
+}
+
+/// A bare tokio read/write loop on one kept-alive connection.
+async fn raw_tokio(port: u16, count: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    let req = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into_bytes();
+    let expected = response(false).len();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..count {
+        s.write_all(&req).await.expect("write");
+        let mut got = 0;
+        while got < expected {
+            got += s.read(&mut buf[got..]).await.expect("read");
+        }
+    }
+}
+
+type Hyper = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+fn hyper(http2: bool) -> Hyper {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(http2)
+        .build(hyper_util::client::legacy::connect::HttpConnector::new())
+}
+
+async fn hyper_get(c: &Hyper, uri: http::Uri) {
+    use http_body_util::BodyExt;
+    let r = c.get(uri).await.expect("hyper");
+    assert_eq!(r.into_body().collect().await.expect("body").to_bytes().as_ref(), BODY);
+}
+
+fn reqwest_client(http2: bool) -> reqwest::Client {
+    let b = reqwest::Client::builder();
+    let b = if http2 { b.http2_prior_knowledge() } else { b };
+    b.build().expect("reqwest")
+}
+
+async fn reqwest_get(c: &reqwest::Client, url: &str) {
+    let r = c.get(url).send().await.expect("reqwest");
+    assert_eq!(r.bytes().await.expect("body").as_ref(), BODY);
+}
+
+fn switchyard_tokio(http2: bool) -> switchyard_tokio::Client {
+    let b = switchyard_tokio::Client::builder();
+    let b = if http2 { b.http_version(switchyard_tokio::HttpVersion::Http2Only) } else { b };
+    b.build().expect("switchyard-tokio")
+}
+
+fn switchyard_smol(http2: bool) -> switchyard_smol::Client {
+    let b = switchyard_smol::Client::builder();
+    let b = if http2 { b.http_version(switchyard_smol::HttpVersion::Http2Only) } else { b };
+    b.build().expect("switchyard-smol")
+}
+
+async fn switchyard_get<R: switchyard_async::Runtime>(c: &switchyard_async::Client<R>, url: &str) {
+    let mut r = c.get(url).send().await.expect("switchyard");
+    assert_eq!(r.body_mut().collect().await.expect("body").as_ref(), BODY);
+}
+
+fn std_get(c: &switchyard_std::Client, url: &str) {
+    let mut r = c.get(url).send().expect("switchyard-std");
+    assert_eq!(r.body_mut().collect().expect("body").as_ref(), BODY);
+}
+
+fn ureq_get(agent: &ureq::Agent, url: &str) {
+    let mut r = agent.get(url).call().expect("ureq");
+    assert_eq!(r.body_mut().read_to_vec().expect("body"), BODY);
+}
+
+/// Scenarios 1 and 4: sequential calls.
+pub fn sequential_client(client: &str, port: u16, n: usize, close: bool) -> Option<Sample> {
+    let url = format!("http://127.0.0.1:{port}/");
+    let uri: http::Uri = url.parse().ok()?;
+    Some(match client {
+        "raw" => sequential(n, raw_loop(port, close)),
+        "switchyard-tokio" => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let c = switchyard_tokio(false);
+            sequential(n, || rt.block_on(switchyard_get(&c, &url)))
+        }
+        "switchyard-smol" => {
+            let c = switchyard_smol(false);
+            sequential(n, || smol::block_on(switchyard_get(&c, &url)))
+        }
+        "switchyard-std" => {
+            let c = switchyard_std::Client::new().ok()?;
+            sequential(n, || std_get(&c, &url))
+        }
+        "hyper-util" => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let c = hyper(false);
+            sequential(n, || rt.block_on(hyper_get(&c, uri.clone())))
+        }
+        "reqwest" => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let c = reqwest_client(false);
+            sequential(n, || rt.block_on(reqwest_get(&c, &url)))
+        }
+        "ureq" => {
+            let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+            sequential(n, || ureq_get(&agent, &url))
+        }
+        _ => return None,
+    })
+}
+
+/// Scenario 2 (HTTP/1.1 through the pool) and 3 (h2c, one connection): 64
+/// concurrent callers.
+pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Option<Sample> {
+    let url: &'static str = Box::leak(format!("http://127.0.0.1:{port}/").into_boxed_str());
+    let uri: http::Uri = url.parse().ok()?;
+    Some(match client {
+        "raw-tokio" if !http2 => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let per = n / CONCURRENCY;
+            let (c0, t0) = (cpu(), Instant::now());
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..CONCURRENCY).map(|_| tokio::spawn(raw_tokio(port, per))).collect();
+                for t in tasks {
+                    t.await.expect("task");
+                }
+            });
+            // No per-request latencies: the loop is the limit, not a client.
+            summarize(Vec::new(), t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+        }
+        "h2" if http2 => h2_direct(port, n)?,
+        "switchyard-tokio" => {
+            let c = switchyard_tokio(http2);
+            tokio_concurrent(n, || {
+                let c = c.clone();
+                async move { switchyard_get(&c, url).await }
+            })
+        }
+        "switchyard-smol" => {
+            let c = switchyard_smol(http2);
+            smol_concurrent(n, || {
+                let c = c.clone();
+                async move { switchyard_get(&c, url).await }
+            })
+        }
+        "switchyard-std" if !http2 => {
+            let c = switchyard_std::Client::new().ok()?;
+            thread_concurrent(n, || std_get(&c, url))
+        }
+        "hyper-util" => {
+            let c = hyper(http2);
+            tokio_concurrent(n, || {
+                let (c, u) = (c.clone(), uri.clone());
+                async move { hyper_get(&c, u).await }
+            })
+        }
+        "reqwest" => {
+            let c = reqwest_client(http2);
+            tokio_concurrent(n, || {
+                let c = c.clone();
+                async move { reqwest_get(&c, url).await }
+            })
+        }
+        "ureq" if !http2 => {
+            let agent: ureq::Agent =
+                ureq::Agent::config_builder().max_idle_connections_per_host(64).build().into();
+            thread_concurrent(n, || ureq_get(&agent, url))
+        }
+        _ => return None,
+    })
+}
+
+/// The HTTP/2 limit: the `h2` crate alone on one connection, 64 streams at a time.
+/// The connection is made by the first call, on the runtime that drives them all.
+fn h2_direct(port: u16, n: usize) -> Option<Sample> {
+    type Send = h2::client::SendRequest<bytes::Bytes>;
+    let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
+    let uri: http::Uri = format!("http://127.0.0.1:{port}/").parse().ok()?;
+    Some(tokio_concurrent(n, || {
+        let (conn, uri) = (std::rc::Rc::clone(&conn), uri.clone());
+        async move {
+            let send = conn
+                .get_or_init(|| async {
+                    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+                    tcp.set_nodelay(true).expect("nodelay");
+                    let (send, connection) = h2::client::handshake(tcp).await.expect("handshake");
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    send
+                })
+                .await
+                .clone();
+            let mut send = send.ready().await.expect("h2 ready");
+            let req = http::Request::get(uri).body(()).expect("request");
+            let (resp, _) = send.send_request(req, true).expect("send");
+            let mut body = resp.await.expect("response").into_body();
+            let mut got = 0;
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.expect("data");
+                got += chunk.len();
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            assert_eq!(got, BODY.len());
+        }
+    }))
+}
+
+/// Scenario 5: time to the response head for a fresh client whose first route
+/// (`[::1]:port`) never answers and whose second (`127.0.0.1:port`) does.
+/// Returns the median over `rounds` fresh clients, as a sample whose `p50_us`
+/// is that median (and `rps` unused).
+pub fn happy_eyeballs(client: &str, port: u16, rounds: usize) -> Option<Sample> {
+    let host = "dual.test";
+    let url = format!("http://{host}:{port}/");
+    let addrs = [IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]), IpAddr::from([127u8, 0, 0, 1])];
+    let authority = format!("{host}:{port}");
+    let mut lat = Vec::new();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        match client {
+            // The ideal's second half: one request on the working route.
+            "raw" => raw_head(port)?,
+            "switchyard-tokio" => {
+                let c = switchyard_tokio::Client::builder().resolve(&authority, addrs).build().ok()?;
+                rt.block_on(async { c.get(&url).send().await.map(drop) }).ok()?;
+            }
+            "switchyard-smol" => {
+                let c = switchyard_smol::Client::builder().resolve(&authority, addrs).build().ok()?;
+                smol::block_on(async { c.get(&url).send().await.map(drop) }).ok()?;
+            }
+            "switchyard-std" => {
+                let c = switchyard_std::Client::builder().resolve(&authority, addrs).build().ok()?;
+                c.get(&url).send().ok()?;
+            }
+            "reqwest" => {
+                let socket: Vec<SocketAddr> = addrs.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+                let c = reqwest::Client::builder().resolve_to_addrs(host, &socket).build().ok()?;
+                rt.block_on(async { c.get(&url).send().await.map(drop) }).ok()?;
+            }
+            "hyper-util" => {
+                let socket: Vec<SocketAddr> = addrs.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+                let mut connector =
+                    hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(Fixed(socket));
+                connector.set_happy_eyeballs_timeout(Some(Duration::from_millis(300)));
+                let c: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+                    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                        .build(connector);
+                let uri: http::Uri = url.parse().ok()?;
+                rt.block_on(async { c.get(uri).await.map(drop) }).ok()?;
+            }
+            _ => return None,
+        }
+        lat.push(t.elapsed());
+    }
+    Some(summarize(lat, Duration::from_secs(1), Duration::ZERO, 1))
+}
+
+/// Connects to 127.0.0.1, sends a GET, reads until the end of the response head.
+fn raw_head(port: u16) -> Option<()> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_nodelay(true).ok()?;
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(())
+}
+
+/// A resolver for hyper-util's connector that answers every name with fixed addresses.
+#[derive(Clone)]
+struct Fixed(Vec<SocketAddr>);
+
+impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for Fixed {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, _: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
+        std::future::ready(Ok(self.0.clone().into_iter()))
+    }
+}

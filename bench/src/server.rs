@@ -1,0 +1,211 @@
+//! The servers, each in its own process so it can be pinned and never competes
+//! with the client for a runtime: a minimal single-thread tokio HTTP/1.1 server
+//! writing a fixed response (keep-alive, or `Connection: close`), h2o for
+//! HTTP/2 (h2c prior knowledge, one thread), and an `h2`-crate server as the
+//! HTTP/2 fallback when h2o is not installed (it caps lower, so the report says
+//! which one ran).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The body every server answers with.
+pub const BODY: &[u8] = b"Hello, World!";
+
+/// The fixed HTTP/1.1 response.
+pub fn response(close: bool) -> Vec<u8> {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{}\r\n",
+        BODY.len(),
+        if close { "Connection: close\r\n" } else { "" }
+    );
+    [head.as_bytes(), BODY].concat()
+}
+
+/// Which server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// HTTP/1.1, keep-alive.
+    Http1,
+    /// HTTP/1.1, every response `Connection: close`.
+    Http1Close,
+    /// HTTP/2 cleartext, prior knowledge.
+    H2c,
+}
+
+/// A running server process; killed when dropped.
+pub struct Server {
+    child: Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// What serves (for the report).
+    pub name: &'static str,
+    dir: Option<PathBuf>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
+}
+
+fn wait_for(port: u16) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// `taskset -c CORE` in front of a command, when pinning.
+pub fn command(program: &std::path::Path, pin: Option<usize>) -> Command {
+    match pin {
+        Some(core) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(core.to_string()).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+impl Server {
+    /// Starts a server of this kind, pinned to `pin` if given.
+    pub fn start(kind: Kind, pin: Option<usize>) -> Server {
+        if kind == Kind::H2c {
+            if let Some(s) = Self::h2o(pin) {
+                return s;
+            }
+        }
+        let port = free_port();
+        let exe = std::env::current_exe().expect("own path");
+        let mut cmd = command(&exe, pin);
+        let what = match kind {
+            Kind::Http1 => "serve-h1",
+            Kind::Http1Close => "serve-h1-close",
+            Kind::H2c => "serve-h2",
+        };
+        cmd.arg(what).arg(port.to_string()).stdout(Stdio::null());
+        let child = cmd.spawn().expect("server process");
+        assert!(wait_for(port), "the {what} server did not start");
+        let name = match kind {
+            Kind::H2c => "h2 crate server (h2o not installed)",
+            _ => "single-thread tokio server",
+        };
+        Server { child, port, name, dir: None }
+    }
+
+    /// h2o, one thread, h2c prior knowledge on 127.0.0.1, serving `/` as BODY.
+    fn h2o(pin: Option<usize>) -> Option<Server> {
+        let h2o = which("h2o")?;
+        let dir = scratch("h2o");
+        let port = free_port();
+        std::fs::write(dir.join("index.html"), BODY).ok()?;
+        let conf = format!(
+            "listen:\n  host: 127.0.0.1\n  port: {port}\nnum-threads: 1\nuser: root\n\
+             pid-file: {d}/h2o.pid\nerror-log: {d}/error.log\n\
+             hosts:\n  \"127.0.0.1:{port}\":\n    paths:\n      \"/\":\n        file.dir: {d}\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join("h2o.conf"), conf).ok()?;
+        let child = command(&h2o, pin)
+            .arg("-c")
+            .arg(dir.join("h2o.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut server = Server { child, port, name: "h2o (1 thread, h2c)", dir: Some(dir) };
+        if !wait_for(port) {
+            let _ = server.child.kill();
+            server.dir.take();
+            return None;
+        }
+        Some(server)
+    }
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| PathBuf::from(d).join(program))
+        .find(|p| p.is_file())
+}
+
+/// The HTTP/1.1 server process: answer every request head with the response.
+pub fn serve_h1(port: u16, close: bool) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+        let reply = response(close);
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { continue };
+            let _ = s.set_nodelay(true);
+            let reply = reply.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 8192];
+                let mut have = 0;
+                loop {
+                    match s.read(&mut buf[have..]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => have += n,
+                    }
+                    // Answer each complete head; keep any partial one.
+                    while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+                        if s.write_all(&reply).await.is_err() || close {
+                            return;
+                        }
+                        buf.copy_within(end + 4..have, 0);
+                        have -= end + 4;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// The HTTP/2 fallback server process (h2 crate, h2c prior knowledge).
+pub fn serve_h2(port: u16) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+        loop {
+            let Ok((s, _)) = listener.accept().await else { continue };
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(s).await else { return };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    let response = http::Response::builder().status(200).body(()).expect("response");
+                    if let Ok(mut send) = respond.send_response(response, false) {
+                        let _ = send.send_data(bytes::Bytes::from_static(BODY), true);
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Whether `program` is on the PATH.
+pub fn has(program: &str) -> bool {
+    which(program).is_some()
+}
