@@ -109,9 +109,10 @@ pub const CONCURRENCY: usize = 64;
 /// 64 tasks on a single-thread tokio runtime, each making `n / 64` calls in turn.
 fn tokio_concurrent<F, Fut>(n: usize, make: F) -> Sample
 where
-    F: Fn() -> Fut,
+    F: Fn() -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
 {
+    let make = std::rc::Rc::new(make);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let per = n / CONCURRENCY;
     // Warm-up: one call per task, so connections exist.
@@ -127,12 +128,12 @@ where
         let local = tokio::task::LocalSet::new();
         let handles: Vec<_> = (0..CONCURRENCY)
             .map(|_| {
-                let futs: Vec<Fut> = (0..per).map(|_| make()).collect();
+                let make = std::rc::Rc::clone(&make);
                 local.spawn_local(async move {
                     let mut lat = Vec::with_capacity(per);
-                    for f in futs {
+                    for _ in 0..per {
                         let t = Instant::now();
-                        f.await;
+                        make().await;
                         lat.push(t.elapsed());
                     }
                     lat
@@ -155,9 +156,10 @@ where
 /// The same on smol: 64 tasks on a local executor on this thread.
 fn smol_concurrent<F, Fut>(n: usize, make: F) -> Sample
 where
-    F: Fn() -> Fut,
+    F: Fn() -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
 {
+    let make = std::rc::Rc::new(make);
     let per = n / CONCURRENCY;
     let ex = smol::LocalExecutor::new();
     smol::block_on(ex.run(async {
@@ -170,12 +172,12 @@ where
     let lat = smol::block_on(ex.run(async {
         let handles: Vec<_> = (0..CONCURRENCY)
             .map(|_| {
-                let futs: Vec<Fut> = (0..per).map(|_| make()).collect();
+                let make = std::rc::Rc::clone(&make);
                 ex.spawn(async move {
                     let mut lat = Vec::with_capacity(per);
-                    for f in futs {
+                    for _ in 0..per {
                         let t = Instant::now();
-                        f.await;
+                        make().await;
                         lat.push(t.elapsed());
                     }
                     lat
@@ -374,14 +376,14 @@ pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Opti
         "h2" if http2 => h2_direct(port, n)?,
         "switchyard-tokio" => {
             let c = switchyard_tokio(http2);
-            tokio_concurrent(n, || {
+            tokio_concurrent(n, move || {
                 let c = c.clone();
                 async move { switchyard_get(&c, url).await }
             })
         }
         "switchyard-smol" => {
             let c = switchyard_smol(http2);
-            smol_concurrent(n, || {
+            smol_concurrent(n, move || {
                 let c = c.clone();
                 async move { switchyard_get(&c, url).await }
             })
@@ -392,14 +394,14 @@ pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Opti
         }
         "hyper-util" => {
             let c = hyper(http2);
-            tokio_concurrent(n, || {
+            tokio_concurrent(n, move || {
                 let (c, u) = (c.clone(), uri.clone());
                 async move { hyper_get(&c, u).await }
             })
         }
         "reqwest" => {
             let c = reqwest_client(http2);
-            tokio_concurrent(n, || {
+            tokio_concurrent(n, move || {
                 let c = c.clone();
                 async move { reqwest_get(&c, url).await }
             })
@@ -419,7 +421,7 @@ fn h2_direct(port: u16, n: usize) -> Option<Sample> {
     type Send = h2::client::SendRequest<bytes::Bytes>;
     let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
     let uri: http::Uri = format!("http://127.0.0.1:{port}/").parse().ok()?;
-    Some(tokio_concurrent(n, || {
+    Some(tokio_concurrent(n, move || {
         let (conn, uri) = (std::rc::Rc::clone(&conn), uri.clone());
         async move {
             let send = conn

@@ -45,6 +45,46 @@ pub fn protocol_failure(e: &Http1Error, facts: RequestFacts) -> Attempted {
     Attempted::Failed(ExchangeFailure { kind, progress, request: facts })
 }
 
+/// What an idle connection's socket says when asked without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// Nothing to read: still open.
+    Alive,
+    /// The server closed it.
+    Closed,
+    /// Bytes nobody asked for, or a socket error.
+    Unhealthy,
+}
+
+impl Probe {
+    /// The close reason for a connection that failed the probe.
+    #[must_use]
+    pub fn close_reason(self) -> Option<switchyard_core::CloseReason> {
+        match self {
+            Probe::Alive => None,
+            Probe::Closed => Some(switchyard_core::CloseReason::ServerClose),
+            Probe::Unhealthy => Some(switchyard_core::CloseReason::Unhealthy),
+        }
+    }
+}
+
+/// A reused connection that turned out dead before anything was written: the
+/// core retries the call elsewhere (nothing was sent).
+#[must_use]
+pub fn stale(why: &str, facts: RequestFacts) -> Attempted {
+    let e = io::Error::new(io::ErrorKind::ConnectionAborted, why.to_owned());
+    io_failure(&e, Progress::NothingWritten, facts)
+}
+
+/// The failure for a pooled connection that did not pass its probe.
+#[must_use]
+pub fn stale_after(probe: Probe, facts: RequestFacts) -> Attempted {
+    match probe {
+        Probe::Closed => stale("the server closed the idle connection", facts),
+        _ => stale("the idle connection received unexpected bytes or failed", facts),
+    }
+}
+
 /// The framing for a request body of this length (`None`: unknown, chunked).
 #[must_use]
 pub fn body_kind(len: Option<u64>) -> RequestBody {

@@ -308,7 +308,7 @@ async fn run_call(
             Err(_) => return Err(Error::Connect(switchyard_core::AcquireError::Shutdown)),
         };
         let attempt = match lease {
-            Lease::H1 { connection, source, .. } => {
+            Lease::H1 { connection, conn } => {
                 let form = {
                     let st = shared.lock_state();
                     let absolute =
@@ -320,7 +320,7 @@ async fn run_call(
                     }
                 };
                 let req = h1::Request { parts, body, form, facts };
-                h1::exchange(shared, call, connection, source, req).await
+                h1::exchange(shared, call, connection, conn, req).await
             }
             Lease::H2 { connection, handle } => {
                 crate::h2::exchange(shared, call, connection, handle, parts, body, facts).await

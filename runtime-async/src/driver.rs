@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use bytes::BytesMut;
+use switchyard_common::exchange::Probe;
 use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
     AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Host, Instant,
     PoolAction, Protocol, Reuse, TlsFacts,
 };
-use tokio::io::AsyncReadExt;
 use tokio::sync::{oneshot, Notify};
 
 use crate::h2::H2Handle;
@@ -23,22 +23,44 @@ use crate::runtime::{Io, Runtime, Task};
 pub(crate) struct H1Conn {
     pub(crate) io: Io,
     pub(crate) buf: BytesMut,
+    /// Never used for an exchange yet (fresh from the race: no need to probe).
+    pub(crate) fresh: bool,
 }
 
-/// How a call gets its HTTP/1.1 connection's socket.
-pub(crate) enum H1Source {
-    /// Fresh from the race.
-    Ready(H1Conn),
-    /// From the idle watcher, which hands it back when asked (or `None` if the
-    /// server closed it meanwhile).
-    Watched(oneshot::Sender<()>, oneshot::Receiver<H1Conn>),
+impl H1Conn {
+    /// Asks the idle socket, without waiting, whether the server closed it or
+    /// sent something nobody asked for. A read that would wait registers a
+    /// no-op waker, which the next real read replaces.
+    pub(crate) fn probe(&mut self) -> Probe {
+        use std::task::{Context, Poll};
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut scratch = [0u8; 512];
+        let mut read = tokio::io::ReadBuf::new(&mut scratch);
+        match tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut self.io), &mut cx, &mut read) {
+            Poll::Pending => Probe::Alive,
+            Poll::Ready(Ok(())) if read.filled().is_empty() => Probe::Closed,
+            Poll::Ready(_) => Probe::Unhealthy,
+        }
+    }
 }
 
 /// A connection handed to a call for one exchange.
 pub(crate) enum Lease {
-    H1 { connection: ConnectionId, source: H1Source },
-    H2 { connection: ConnectionId, handle: H2Handle },
+    /// `conn` is `None` when its socket is already gone: the exchange fails
+    /// before writing and the core retries elsewhere.
+    H1 {
+        connection: ConnectionId,
+        conn: Option<H1Conn>,
+    },
+    H2 {
+        connection: ConnectionId,
+        handle: H2Handle,
+    },
 }
+
+/// How often idle HTTP/1.1 connections are probed, so a server's close is
+/// seen (and counted) while they sit in the pool, not only at the next reuse.
+pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 enum Attempt {
     /// Connecting or handshaking; aborting the task closes the socket.
@@ -49,7 +71,6 @@ enum Attempt {
 
 enum Conn {
     H1Idle(H1Conn),
-    H1Watched { stop: oneshot::Sender<()>, back: oneshot::Receiver<H1Conn> },
     H1Busy,
     H2(H2Handle),
 }
@@ -60,6 +81,11 @@ pub(crate) struct IoState {
     pub(crate) waiters: HashMap<CallId, oneshot::Sender<Result<Lease, AcquireError>>>,
     attempts: HashMap<AttemptId, Attempt>,
     conns: HashMap<ConnectionId, Conn>,
+    /// Idle HTTP/1.1 connections (the timer task sweeps while there are any).
+    idle_h1: usize,
+    /// The core instant the timer task sleeps until (`None`: indefinitely); an
+    /// input wakes it only when the next deadline moves earlier than this.
+    timer_until: Option<Instant>,
 }
 
 pub(crate) type State = HubState<IoState>;
@@ -102,8 +128,50 @@ impl Shared {
     /// delivers events.
     pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
         let result = self.hub.input(f, |st, now, action| self.perform(st, now, action));
-        self.timer.notify_one();
+        self.kick_timer();
         result
+    }
+
+    /// When the timer task should next wake: the core's next deadline, or the
+    /// next sweep while idle HTTP/1.1 connections exist.
+    fn wake_at(&self, st: &State) -> Option<Instant> {
+        let sweep = (st.io.idle_h1 > 0).then(|| self.now() + SWEEP_EVERY);
+        match (st.pool.poll_timeout(), sweep) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Wakes the timer task if it would sleep past when it is next needed. Most
+    /// inputs (a release pushing a keep-alive 90 s out) leave it asleep.
+    fn kick_timer(&self) {
+        let mut st = self.hub.lock();
+        let Some(wanted) = self.wake_at(&st) else { return };
+        if st.io.timer_until.is_none_or(|sleeping| wanted < sleeping) {
+            st.io.timer_until = Some(wanted);
+            drop(st);
+            self.timer.notify_one();
+        }
+    }
+
+    /// Probes every idle HTTP/1.1 connection; tells the core of the dead ones.
+    fn sweep(self: &Arc<Self>) {
+        self.input(|st, now| {
+            let mut dead = Vec::new();
+            for (id, conn) in &mut st.io.conns {
+                if let Conn::H1Idle(c) = conn {
+                    if let Some(reason) = c.probe().close_reason() {
+                        dead.push((*id, reason));
+                    }
+                }
+            }
+            dead.sort_by_key(|(id, _)| *id); // report in a stable order
+            for (id, reason) in dead {
+                st.io.conns.remove(&id);
+                st.io.idle_h1 -= 1;
+                let _ = st.pool.connection_closed(now, id, reason);
+            }
+        });
     }
 
     pub(crate) fn emit(&self, note: impl FnOnce(&dyn switchyard_common::EventListener) + Send + 'static) {
@@ -230,7 +298,10 @@ impl Shared {
                     return;
                 };
                 let conn = match protocol {
-                    Protocol::Http1 => Conn::H1Idle(H1Conn { io, buf: BytesMut::with_capacity(8 * 1024) }),
+                    Protocol::Http1 => {
+                        st.io.idle_h1 += 1;
+                        Conn::H1Idle(H1Conn { io, buf: BytesMut::with_capacity(8 * 1024), fresh: true })
+                    }
                     Protocol::Http2 | Protocol::H2PriorKnowledge => {
                         match crate::h2::start(self, io, connection) {
                             Some(handle) => Conn::H2(handle),
@@ -246,21 +317,18 @@ impl Shared {
             PoolAction::Acquired { call, connection, .. } => {
                 let lease = match st.io.conns.get_mut(&connection) {
                     Some(Conn::H2(handle)) => Lease::H2 { connection, handle: handle.clone() },
-                    Some(slot @ (Conn::H1Idle(_) | Conn::H1Watched { .. })) => {
-                        let source_io = match std::mem::replace(slot, Conn::H1Busy) {
-                            Conn::H1Idle(c) => H1Source::Ready(c),
-                            Conn::H1Watched { stop, back } => H1Source::Watched(stop, back),
-                            _ => unreachable!("matched above"),
+                    Some(slot @ Conn::H1Idle(_)) => {
+                        let Conn::H1Idle(c) = std::mem::replace(slot, Conn::H1Busy) else {
+                            unreachable!("matched above")
                         };
-                        Lease::H1 { connection, source: source_io }
+                        st.io.idle_h1 -= 1;
+                        Lease::H1 { connection, conn: Some(c) }
                     }
                     Some(Conn::H1Busy) | None => {
                         // The socket is gone (closed by the peer as it was handed out):
                         // the call's exchange fails before writing and is retried.
                         tracing::debug!("{connection} handed out without a socket");
-                        let (stop, _) = oneshot::channel();
-                        let (_, back) = oneshot::channel();
-                        Lease::H1 { connection, source: H1Source::Watched(stop, back) }
+                        Lease::H1 { connection, conn: None }
                     }
                 };
                 match st.io.waiters.remove(&call) {
@@ -278,29 +346,26 @@ impl Shared {
                 }
             }
             PoolAction::Close { connection, .. } => {
-                // Dropping the socket (or the watcher's stop signal, or the HTTP/2
-                // handle) closes it.
-                st.io.conns.remove(&connection);
+                // Dropping the socket (or the HTTP/2 handle) closes it.
+                if let Some(Conn::H1Idle(_)) = st.io.conns.remove(&connection) {
+                    st.io.idle_h1 -= 1;
+                }
             }
         }
     }
 
     /// A lease nobody took (the call went away): return the connection unused.
     fn give_back(self: &Arc<Self>, st: &mut State, now: Instant, call: CallId, lease: Lease) {
-        match lease {
-            Lease::H1 { connection, source: H1Source::Ready(c), .. } => {
-                st.io.conns.insert(connection, Conn::H1Idle(c));
-            }
-            Lease::H1 { connection, source: H1Source::Watched(stop, back), .. } => {
-                st.io.conns.insert(connection, Conn::H1Watched { stop, back });
-            }
-            Lease::H2 { .. } => {}
+        if let Lease::H1 { connection, conn: Some(c) } = lease {
+            st.io.conns.insert(connection, Conn::H1Idle(c));
+            st.io.idle_h1 += 1;
         }
         let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
     }
 
-    /// An HTTP/1.1 exchange ended: keep the socket (watched while idle) if the
-    /// connection is reusable, then tell the core.
+    /// An HTTP/1.1 exchange ended: keep the socket idle if the connection is
+    /// reusable (probed before its next use, and swept meanwhile), then tell
+    /// the core.
     pub(crate) fn release_h1(
         self: &Arc<Self>,
         call: CallId,
@@ -308,20 +373,10 @@ impl Shared {
         conn: H1Conn,
         reuse: Reuse,
     ) {
-        let mut reuse = reuse;
         self.input(|st, now| {
             if reuse == Reuse::Reusable && st.io.conns.contains_key(&connection) {
-                let (stop_tx, stop_rx) = oneshot::channel();
-                let (back_tx, back_rx) = oneshot::channel();
-                if self.spawn(watch_idle(Arc::downgrade(self), connection, conn, stop_rx, back_tx)).is_some()
-                {
-                    st.io.conns.insert(connection, Conn::H1Watched { stop: stop_tx, back: back_rx });
-                } else {
-                    // Released outside any executor: nobody could watch it, and
-                    // the socket went with the unspawned watcher.
-                    st.io.conns.remove(&connection);
-                    reuse = Reuse::Retire(CloseReason::Failure);
-                }
+                st.io.conns.insert(connection, Conn::H1Idle(conn));
+                st.io.idle_h1 += 1;
             } else {
                 st.io.conns.remove(&connection);
             }
@@ -379,42 +434,9 @@ async fn establish(
     Ok((io, None, None))
 }
 
-/// Watches an idle HTTP/1.1 connection: if the server closes it (or sends bytes
-/// nobody asked for), the core hears of it before the connection is reused.
-async fn watch_idle(
-    shared: Weak<Shared>,
-    connection: ConnectionId,
-    mut conn: H1Conn,
-    stop: oneshot::Receiver<()>,
-    back: oneshot::Sender<H1Conn>,
-) {
-    tokio::select! {
-        biased;
-        handed_out = stop => {
-            if handed_out.is_ok() {
-                let _ = back.send(conn);
-            }
-        }
-        read = conn.io.read_buf(&mut conn.buf) => {
-            let reason = match read {
-                Ok(0) => CloseReason::ServerClose,
-                _ => CloseReason::Unhealthy,
-            };
-            drop(conn);
-            if let Some(shared) = shared.upgrade() {
-                shared.input(|st, now| {
-                    if matches!(st.io.conns.get(&connection), Some(Conn::H1Watched { .. })) {
-                        st.io.conns.remove(&connection);
-                        let _ = st.pool.connection_closed(now, connection, reason);
-                    }
-                });
-            }
-        }
-    }
-}
-
-/// Runs the core's timers: sleeps until `poll_timeout()`, wakes early when an
-/// input may have moved it, and ends when the client is dropped.
+/// Runs the core's timers and the idle sweep: sleeps until the next deadline
+/// (or sweep), is woken early only when an input moves that earlier, and ends
+/// when the client is dropped.
 pub(crate) async fn timer_task(
     shared: Weak<Shared>,
     notify: Arc<Notify>,
@@ -425,17 +447,23 @@ pub(crate) async fn timer_task(
         if closed.load(Ordering::Acquire) {
             return;
         }
-        let deadline = {
+        let plan = {
             let Some(me) = shared.upgrade() else { return };
-            let d = me.hub.lock().pool.poll_timeout();
-            d.map(|d| (me.hub.to_std(d), Arc::clone(&me.rt)))
+            let mut st = me.hub.lock();
+            let wake = me.wake_at(&st);
+            st.io.timer_until = wake;
+            wake.map(|at| (me.hub.to_std(at), Arc::clone(&me.rt)))
         };
-        match deadline {
+        match plan {
             Some((at, rt)) => {
                 tokio::select! {
                     () = rt.sleep_until(at) => {
                         let Some(me) = shared.upgrade() else { return };
                         me.input(|st, now| st.pool.handle_timeout(now));
+                        let sweep_due = me.hub.lock().io.idle_h1 > 0;
+                        if sweep_due {
+                            me.sweep();
+                        }
                     }
                     () = notify.notified() => {}
                 }

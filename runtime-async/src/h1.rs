@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use switchyard_common::exchange::{
-    body_kind, io_failure, protocol_failure, Attempted, Tunnel, DRAIN_BYTES, DRAIN_TIME,
+    body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, Tunnel, DRAIN_BYTES,
+    DRAIN_TIME,
 };
 use switchyard_common::{BodyError, Error};
 use switchyard_core::http1::{BodyPermission, Exchange, Frame, TargetForm};
@@ -17,7 +18,7 @@ use switchyard_core::{Address, CallId, CloseReason, ConnectError, ConnectionId, 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::body::{Body, Kind};
-use crate::driver::{H1Conn, H1Source, Shared};
+use crate::driver::{H1Conn, Shared};
 use crate::runtime::{timed, until, within, Io, Runtime};
 
 pub(crate) struct Request<'a> {
@@ -54,26 +55,21 @@ pub(crate) async fn exchange(
     shared: &Arc<Shared>,
     call: CallId,
     connection: ConnectionId,
-    source: H1Source,
+    conn: Option<H1Conn>,
     req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let facts = req.facts;
-    let mut conn = match source {
-        H1Source::Ready(c) => c,
-        H1Source::Watched(stop, back) => {
-            let _ = stop.send(());
-            match back.await {
-                Ok(c) => c,
-                Err(_) => {
-                    let e = io::Error::new(
-                        io::ErrorKind::ConnectionAborted,
-                        "the server closed the idle connection",
-                    );
-                    return Err(io_failure(&e, Progress::NothingWritten, facts));
-                }
-            }
+    let Some(mut conn) = conn else { return Err(stale("the connection's socket was already closed", facts)) };
+    // A pooled connection may have been closed by the server since its last
+    // use: ask the socket before writing, so a request never goes out on a
+    // dead connection (the core then retries elsewhere, nothing having been sent).
+    if !conn.fresh {
+        match conn.probe() {
+            Probe::Alive => {}
+            dead => return Err(stale_after(dead, facts)),
         }
-    };
+    }
+    conn.fresh = false;
     let settings = &shared.settings;
     let rt = &*shared.rt;
     let (mut ex, head) = match Exchange::new(req.parts, req.form, body_kind(req.body.len()), settings.limits)

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use switchyard_common::exchange::{
-    body_kind, io_failure, protocol_failure, Attempted, Tunnel, DRAIN_BYTES, DRAIN_TIME,
+    body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, Tunnel, DRAIN_BYTES,
+    DRAIN_TIME,
 };
 use switchyard_common::{BodyError, Error};
 use switchyard_core::http1::{BodyPermission, Exchange, Frame, TargetForm};
@@ -19,7 +20,7 @@ use switchyard_core::{Address, CallId, CloseReason, ConnectError, ConnectionId, 
 
 use crate::body::{Body, Kind};
 use crate::driver::{H1Conn, Lease, Shared};
-use crate::stream::{probe, Probe};
+use crate::stream::probe;
 
 pub(crate) struct Request<'a> {
     pub(crate) parts: &'a http::request::Parts,
@@ -73,19 +74,16 @@ pub(crate) fn exchange(
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let facts = req.facts;
     let connection = lease.connection;
-    let stale = |why: &str| {
-        let e = io::Error::new(io::ErrorKind::ConnectionAborted, why.to_owned());
-        Err(io_failure(&e, Progress::NothingWritten, facts))
+    let Some(mut conn) = lease.conn else {
+        return Err(stale("the connection's socket was already closed", facts));
     };
-    let Some(mut conn) = lease.conn else { return stale("the connection's socket was already closed") };
     // An idle connection may have been closed by the server while pooled: ask
     // the socket before writing, so a request never goes out on a dead
     // connection (and the core retries on another, nothing having been sent).
     if !conn.fresh {
         match probe(&mut conn.stream) {
             Probe::Alive => {}
-            Probe::Closed => return stale("the server closed the idle connection"),
-            Probe::Unhealthy => return stale("the idle connection received unexpected bytes or failed"),
+            dead => return Err(stale_after(dead, facts)),
         }
     }
     conn.fresh = false;

@@ -6,6 +6,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_common::exchange::Probe;
 use switchyard_common::tls;
 use switchyard_core::{ConnectError, Host, Protocol, TlsFacts, TlsFailure};
 
@@ -66,17 +67,6 @@ pub(crate) fn handshake(
     }
     let (alpn, facts) = tls::negotiated(&conn);
     Ok((Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp))), alpn, facts))
-}
-
-/// What an idle connection's socket says when asked without blocking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Probe {
-    /// Nothing to read: still open.
-    Alive,
-    /// The server closed it.
-    Closed,
-    /// Bytes nobody asked for, or a socket error.
-    Unhealthy,
 }
 
 /// Asks an idle connection whether it is still usable, without blocking: the
