@@ -11,7 +11,9 @@
 //! DNS is lazy: a proxy's host is looked up only when the routes before it are
 //! used up, so a call that connects on its first proxy never resolves the others.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::hash::FastSet;
 use std::net::IpAddr;
 
 use crate::address::{Address, Host, Proxy};
@@ -142,7 +144,7 @@ pub struct RoutePlanner {
     announced: bool,
     next_query: u32,
     // Lookup only: routes already handed out or queued, so none is planned twice.
-    seen: HashSet<Route>,
+    seen: FastSet<Route>,
 }
 
 impl RoutePlanner {
@@ -176,7 +178,7 @@ impl RoutePlanner {
             pending: None,
             announced: false,
             next_query: 0,
-            seen: HashSet::new(),
+            seen: FastSet::default(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! [`Route`], one concrete way to reach an [`Address`], and the [`RouteDatabase`]
 //! of routes that failed recently.
 
-use std::collections::HashMap;
+use crate::hash::FastMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -128,7 +128,7 @@ pub struct RouteDatabase {
     ttl: Duration,
     capacity: usize,
     // Lookup only; nothing is emitted in this map's order.
-    failed: HashMap<Route, Instant>,
+    failed: FastMap<Route, Instant>,
 }
 
 impl Default for RouteDatabase {
@@ -146,7 +146,7 @@ impl RouteDatabase {
     /// An empty database whose entries expire after `ttl`.
     #[must_use]
     pub fn new(ttl: Duration) -> RouteDatabase {
-        RouteDatabase { ttl, capacity: Self::DEFAULT_CAPACITY, failed: HashMap::new() }
+        RouteDatabase { ttl, capacity: Self::DEFAULT_CAPACITY, failed: FastMap::default() }
     }
 
     /// Sets how many entries are kept at most (minimum 1). Default: 4096.

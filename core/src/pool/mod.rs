@@ -85,7 +85,9 @@ pub use retry::{
     decide, ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryDecision, RetryReason,
 };
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::hash::FastMap;
 use std::net::IpAddr;
 
 use crate::address::{Address, Protocol, Proxy};
@@ -153,9 +155,9 @@ pub struct Pool {
     ids: IdAllocator,
     db: RouteDatabase,
     // Lookup only: nothing is emitted in these maps' order.
-    conns: HashMap<ConnectionId, Connection>,
-    addrs: HashMap<Address, AddrState>,
-    coalesce_index: HashMap<IpAddr, BTreeSet<ConnectionId>>,
+    conns: FastMap<ConnectionId, Connection>,
+    addrs: FastMap<Address, AddrState>,
+    coalesce_index: FastMap<IpAddr, BTreeSet<ConnectionId>>,
     calls: BTreeMap<CallId, Call>,
     idle_all: BTreeSet<(Instant, ConnectionId)>,
     lifetimes: BTreeSet<(Instant, ConnectionId)>,
@@ -181,9 +183,9 @@ impl Pool {
             config,
             ids: IdAllocator::default(),
             db,
-            conns: HashMap::new(),
-            addrs: HashMap::new(),
-            coalesce_index: HashMap::new(),
+            conns: FastMap::default(),
+            addrs: FastMap::default(),
+            coalesce_index: FastMap::default(),
             calls: BTreeMap::new(),
             idle_all: BTreeSet::new(),
             lifetimes: BTreeSet::new(),
