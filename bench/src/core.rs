@@ -8,7 +8,7 @@ use std::time::{Duration, Instant as Clock};
 
 use bytes::BytesMut;
 use switchyard_core::http1::{Frame, Limits, ResponseDecoder};
-use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolAction, PoolConfig, Reuse, Scheme};
+use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolAction, Reuse};
 
 /// A pool with `connections` idle connections.
 pub struct Setup {
@@ -18,39 +18,16 @@ pub struct Setup {
     next: usize,
 }
 
-/// Builds the pool: every connection opened (all calls in flight), then released.
+/// The same inputs as the core's divan benches.
+#[path = "../../core/benches/support/fixtures.rs"]
+#[allow(dead_code)]
+mod fixtures;
+
+pub use fixtures::typical_response;
+
+/// A pool with `connections` idle connections.
 pub fn pool_with(connections: usize) -> Setup {
-    let address_count = connections.clamp(1, 1000);
-    let addresses: Vec<Address> = (0..address_count)
-        .map(|i| Address::builder(Scheme::Http, "127.0.0.1", 1 + i as u32).build().expect("address"))
-        .collect();
-    let mut pool = Pool::new(PoolConfig {
-        keep_alive: Duration::from_secs(1_000_000),
-        max_idle_per_address: usize::MAX,
-        ..PoolConfig::default()
-    });
-    let mut now = Instant::ZERO;
-    let mut calls = Vec::with_capacity(connections);
-    for i in 0..connections {
-        let call = pool.acquire(now, addresses[i % address_count].clone(), AcquireOptions::default());
-        let attempt = loop {
-            match pool.poll_action() {
-                Some(PoolAction::Connect { attempt, .. }) => break attempt,
-                Some(_) => {}
-                None => panic!("no connect"),
-            }
-        };
-        pool.handle_connected(now, attempt).expect("connected");
-        while pool.poll_action().is_some() {}
-        while pool.poll_event().is_some() {}
-        calls.push(call);
-    }
-    for call in calls {
-        now += Duration::from_micros(1);
-        pool.exchange_finished(now, call, Reuse::Reusable).expect("released");
-        while pool.poll_action().is_some() {}
-        while pool.poll_event().is_some() {}
-    }
+    let (pool, addresses, now) = fixtures::idle_pool(connections);
     Setup { pool, addresses, now, next: 0 }
 }
 
@@ -64,28 +41,6 @@ fn acquire_release(s: &mut Setup) {
     s.pool.exchange_finished(s.now, call, Reuse::Reusable).expect("released");
     while s.pool.poll_action().is_some() {}
     while s.pool.poll_event().is_some() {}
-}
-
-/// The typical response.
-pub fn typical_response() -> Vec<u8> {
-    let mut r = b"HTTP/1.1 200 OK\r\n".to_vec();
-    for (n, v) in [
-        ("date", "Sun, 29 Nov 2026 20:00:00 GMT"),
-        ("server", "bench"),
-        ("content-type", "application/json; charset=utf-8"),
-        ("cache-control", "no-cache, no-store"),
-        ("x-request-id", "7f3c2a9e-54b1-4c1e-9a55-0c8d3b2e1f00"),
-        ("vary", "accept-encoding"),
-        ("etag", "\"33a64df551425fcc55e4d42a148795d9f25f89d4\""),
-        ("x-frame-options", "DENY"),
-        ("strict-transport-security", "max-age=63072000"),
-        ("content-length", "1024"),
-    ] {
-        r.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
-    }
-    r.extend_from_slice(b"\r\n");
-    r.extend(std::iter::repeat_n(b'x', 1024));
-    r
 }
 
 fn decode_once(input: &[u8]) -> usize {

@@ -14,25 +14,12 @@ fn main() {
     divan::main();
 }
 
+#[path = "support/fixtures.rs"]
+#[allow(dead_code, unreachable_pub)] // each bench uses half of it
+mod fixtures;
+
 fn typical() -> Vec<u8> {
-    let mut r = b"HTTP/1.1 200 OK\r\n".to_vec();
-    for (n, v) in [
-        ("date", "Sun, 29 Nov 2026 20:00:00 GMT"),
-        ("server", "bench"),
-        ("content-type", "application/json; charset=utf-8"),
-        ("cache-control", "no-cache, no-store"),
-        ("x-request-id", "7f3c2a9e-54b1-4c1e-9a55-0c8d3b2e1f00"),
-        ("vary", "accept-encoding"),
-        ("etag", "\"33a64df551425fcc55e4d42a148795d9f25f89d4\""),
-        ("x-frame-options", "DENY"),
-        ("strict-transport-security", "max-age=63072000"),
-        ("content-length", "1024"),
-    ] {
-        r.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
-    }
-    r.extend_from_slice(b"\r\n");
-    r.extend(std::iter::repeat_n(b'x', 1024));
-    r
+    fixtures::typical_response()
 }
 
 fn chunked_1mib() -> Vec<u8> {

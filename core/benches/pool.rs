@@ -7,11 +7,15 @@
 
 use std::time::Duration;
 
-use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolAction, PoolConfig, Reuse, Scheme};
+use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolAction, Reuse};
 
 fn main() {
     divan::main();
 }
+
+#[path = "support/fixtures.rs"]
+#[allow(dead_code, unreachable_pub)] // each bench uses half of it
+mod fixtures;
 
 struct Setup {
     pool: Pool,
@@ -20,40 +24,7 @@ struct Setup {
 }
 
 fn build(connections: usize) -> Setup {
-    let address_count = connections.min(1000);
-    let addresses: Vec<Address> = (0..address_count)
-        .map(|i| Address::builder(Scheme::Http, "127.0.0.1", 1 + i as u32).build().unwrap())
-        .collect();
-    let mut pool = Pool::new(PoolConfig {
-        keep_alive: Duration::from_secs(1_000_000),
-        max_idle_per_address: usize::MAX,
-        ..PoolConfig::default()
-    });
-    let mut now = Instant::ZERO;
-    // Open every connection first (all calls in flight at once), then release them
-    // all, so the pool ends with `connections` idle connections.
-    let mut calls = Vec::with_capacity(connections);
-    for i in 0..connections {
-        let call = pool.acquire(now, addresses[i % address_count].clone(), AcquireOptions::default());
-        let attempt = loop {
-            match pool.poll_action() {
-                Some(PoolAction::Connect { attempt, .. }) => break attempt,
-                Some(_) => {}
-                None => panic!("no connect"),
-            }
-        };
-        pool.handle_connected(now, attempt).unwrap();
-        while pool.poll_action().is_some() {}
-        while pool.poll_event().is_some() {}
-        calls.push(call);
-    }
-    for call in calls {
-        now += Duration::from_micros(1);
-        pool.exchange_finished(now, call, Reuse::Reusable).unwrap();
-        while pool.poll_action().is_some() {}
-        while pool.poll_event().is_some() {}
-    }
-    assert_eq!(pool.stats().totals.idle, connections);
+    let (pool, addresses, now) = fixtures::idle_pool(connections);
     Setup { pool, addresses, now }
 }
 
