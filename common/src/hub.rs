@@ -83,6 +83,11 @@ impl<S> Hub<S> {
         }
     }
 
+    /// Whether a listener was configured (when not, callers skip building notes).
+    pub fn is_listening(&self) -> bool {
+        self.listening
+    }
+
     /// The core's notion of now: time since this client started.
     pub fn now(&self) -> Instant {
         Instant::from_elapsed(self.origin.elapsed())
@@ -105,7 +110,19 @@ impl<S> Hub<S> {
     pub fn input<R>(
         &self,
         f: impl FnOnce(&mut HubState<S>, Instant) -> R,
+        perform: impl FnMut(&mut HubState<S>, Instant, PoolAction),
+    ) -> R {
+        self.input_then(f, perform, |_, _| {})
+    }
+
+    /// As [`Hub::input`], and `then` runs under the same lock once every action
+    /// was performed (for bookkeeping that depends on the core's new state, such
+    /// as its next deadline), before the events are delivered.
+    pub fn input_then<R>(
+        &self,
+        f: impl FnOnce(&mut HubState<S>, Instant) -> R,
         mut perform: impl FnMut(&mut HubState<S>, Instant, PoolAction),
+        then: impl FnOnce(&mut HubState<S>, Instant),
     ) -> R {
         let now = self.now();
         let mut st = self.lock();
@@ -113,6 +130,7 @@ impl<S> Hub<S> {
         while let Some(action) = st.pool.poll_action() {
             perform(&mut st, now, action);
         }
+        then(&mut st, now);
         let wanted = self.listening || tracing::enabled!(tracing::Level::DEBUG);
         while let Some(e) = st.pool.poll_event() {
             if !wanted {

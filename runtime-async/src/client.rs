@@ -243,12 +243,15 @@ impl<R: Runtime> Client<R> {
             proxies: self.inner.proxies.clone(),
         };
         let (tx, rx) = oneshot::channel();
-        let call_parts = parts.clone();
+        // The request head for `call_start`, copied only when someone listens.
+        let call_parts = shared.hub.is_listening().then(|| parts.clone());
         let call = shared.input(|st, now| {
             let id = st.pool.acquire(now, address, acquire);
             st.io.waiters.insert(id, tx);
             // Queued before the acquisition's own events, so listeners hear it first.
-            shared.hub.queue_note(st, move |l| l.call_start(id, &call_parts, now));
+            if let Some(head) = call_parts {
+                shared.hub.queue_note(st, move |l| l.call_start(id, &head, now));
+            }
             id
         });
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };

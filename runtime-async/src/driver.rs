@@ -127,8 +127,15 @@ impl Shared {
     /// core emitted, wakes the timer task (the next deadline may have moved), then
     /// delivers events.
     pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let result = self.hub.input(f, |st, now, action| self.perform(st, now, action));
-        self.kick_timer();
+        let mut wake = false;
+        let result = self.hub.input_then(
+            f,
+            |st, now, action| self.perform(st, now, action),
+            |st, _| wake = self.timer_needed(st),
+        );
+        if wake {
+            self.timer.notify_one();
+        }
         result
     }
 
@@ -142,16 +149,16 @@ impl Shared {
         }
     }
 
-    /// Wakes the timer task if it would sleep past when it is next needed. Most
-    /// inputs (a release pushing a keep-alive 90 s out) leave it asleep.
-    fn kick_timer(&self) {
-        let mut st = self.hub.lock();
-        let Some(wanted) = self.wake_at(&st) else { return };
+    /// Whether the timer task must be woken: it would sleep past when it is
+    /// next needed. Most inputs (a release pushing a keep-alive 90 s out) leave
+    /// it asleep.
+    fn timer_needed(&self, st: &mut State) -> bool {
+        let Some(wanted) = self.wake_at(st) else { return false };
         if st.io.timer_until.is_none_or(|sleeping| wanted < sleeping) {
             st.io.timer_until = Some(wanted);
-            drop(st);
-            self.timer.notify_one();
+            return true;
         }
+        false
     }
 
     /// Probes every idle HTTP/1.1 connection; tells the core of the dead ones.

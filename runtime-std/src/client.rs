@@ -204,12 +204,15 @@ impl Client {
             proxies: self.inner.config.proxies.clone(),
         };
         let (tx, rx) = mpsc::channel();
-        let call_parts = parts.clone();
+        // The request head for `call_start`, copied only when someone listens.
+        let call_parts = shared.hub.is_listening().then(|| parts.clone());
         let call = shared.input(|st, now| {
             let id = st.pool.acquire(now, address, acquire);
             st.io.waiters.insert(id, tx);
             // Queued before the acquisition's own events, so listeners hear it first.
-            shared.hub.queue_note(st, move |l| l.call_start(id, &call_parts, now));
+            if let Some(head) = call_parts {
+                shared.hub.queue_note(st, move |l| l.call_start(id, &head, now));
+            }
             id
         });
         match run_call(&shared, call, rx, &parts, &mut body, facts, deadline) {

@@ -112,15 +112,14 @@ impl Shared {
     /// Fires due timers, runs `f` on the state with the current time, performs
     /// every action the core emitted, then delivers events.
     pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let result = self.hub.input(
+        self.hub.input_then(
             |st, now| {
                 fire_due(st, now);
                 f(st, now)
             },
             |st, now, action| self.perform(st, now, action),
-        );
-        self.mind_the_clock();
-        result
+            |st, _| self.mind_the_clock_locked(st),
+        )
     }
 
     /// Makes sure a waiting call will wake in time for the core's next
@@ -128,6 +127,10 @@ impl Shared {
     /// timekeeper if there is none.
     fn mind_the_clock(&self) {
         let mut st = self.hub.lock();
+        self.mind_the_clock_locked(&mut st);
+    }
+
+    fn mind_the_clock_locked(&self, st: &mut State) {
         let Some(next) = st.pool.poll_timeout().map(|t| self.hub.to_std(t)) else { return };
         if st.io.keeper.is_some_and(|(keeper, _)| !st.io.waiters.contains_key(&keeper)) {
             st.io.keeper = None; // it stopped waiting without handing on (an error path)
