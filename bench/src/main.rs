@@ -35,7 +35,7 @@ const CONCURRENT: &[&str] =
     &["raw-tokio", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
 const HTTP2: &[&str] = &["h2", "switchyard-tokio", "switchyard-smol", "hyper-util", "reqwest"];
 const EYEBALLS: &[&str] =
-    &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
+    &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
 
 struct Options {
     runs: usize,
@@ -125,12 +125,15 @@ fn main() {
         "serve-h1-close" => return server::serve_h1(arg(2).parse().expect("port"), true),
         "serve-h2" => return server::serve_h2(arg(2).parse().expect("port")),
         "measure" => {
+            // reqwest is built with `rustls-no-provider`: the process picks ring.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             let (scenario, client, port, n) = (arg(2), arg(3), num(4) as u16, num(5));
             let sample = match scenario {
                 "s1" | "s1-pinned" => measure::sequential_client(client, port, n, false),
                 "s4" => measure::sequential_client(client, port, n, true),
                 "s2" => measure::concurrent_client(client, port, n, false),
                 "s3" => measure::concurrent_client(client, port, n, true),
+                "s3-tls" => measure::tls_client(client, port, n),
                 "s5" => measure::happy_eyeballs(client, port, n),
                 _ => None,
             };
@@ -199,6 +202,30 @@ fn main() {
     let title = format!("3. {} concurrent streams on one HTTP/2 connection (h2c)", measure::CONCURRENCY);
     scenarios.push(run_scenario("s3", title, srv.name, HTTP2, |c| measure("s3", c, port, n, None), o.runs));
     drop(srv);
+
+    let tls = server::Tls::new();
+    let ca_file = o.out.join("bench-ca.der");
+    let _ = std::fs::create_dir_all(&o.out);
+    match (std::fs::write(&ca_file, &tls.ca), Server::h2o_tls(&tls)) {
+        (Ok(()), Some(srv)) => {
+            // Children find the CA here.
+            std::env::set_var("SWITCHYARD_BENCH_CA", &ca_file);
+            let port = srv.port;
+            let title = format!(
+                "3. {} concurrent streams on one HTTP/2 connection over TLS (ALPN h2)",
+                measure::CONCURRENCY
+            );
+            scenarios.push(run_scenario(
+                "s3-tls",
+                title,
+                srv.name,
+                HTTP2,
+                |c| measure("s3-tls", c, port, n, None),
+                o.runs,
+            ));
+        }
+        _ => eprintln!("s3-tls: skipped (h2o is not installed)"),
+    }
 
     let srv = Server::start(Kind::Http1Close, None);
     let port = srv.port;

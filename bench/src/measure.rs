@@ -495,6 +495,17 @@ pub fn happy_eyeballs(client: &str, port: u16, rounds: usize) -> Option<Sample> 
                 let uri: http::Uri = url.parse().ok()?;
                 rt.block_on(async { c.get(uri).await.map(drop) }).ok()?;
             }
+            "ureq" => {
+                let socket: Vec<SocketAddr> = addrs.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+                let config =
+                    ureq::Agent::config_builder().timeout_connect(Some(UREQ_CONNECT_TIMEOUT)).build();
+                let agent = ureq::Agent::with_parts(
+                    config,
+                    ureq::unversioned::transport::DefaultConnector::default(),
+                    UreqFixed(socket),
+                );
+                agent.get(&url).call().ok()?;
+            }
             _ => return None,
         }
         lat.push(t.elapsed());
@@ -520,6 +531,29 @@ fn raw_head(port: u16) -> Option<()> {
     Some(())
 }
 
+/// ureq has no attempt delay: a black-holed first address costs its connect
+/// timeout, set to this.
+pub const UREQ_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// ureq's resolver interface (its `unversioned` API), answering fixed addresses.
+#[derive(Debug)]
+struct UreqFixed(Vec<SocketAddr>);
+
+impl ureq::unversioned::resolver::Resolver for UreqFixed {
+    fn resolve(
+        &self,
+        _uri: &ureq::http::Uri,
+        _config: &ureq::config::Config,
+        _timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let mut out = self.empty();
+        for a in &self.0 {
+            out.push(*a);
+        }
+        Ok(out)
+    }
+}
+
 /// A resolver for hyper-util's connector that answers every name with fixed addresses.
 #[derive(Clone)]
 struct Fixed(Vec<SocketAddr>);
@@ -534,4 +568,134 @@ impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for 
     fn call(&mut self, _: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
         std::future::ready(Ok(self.0.clone().into_iter()))
     }
+}
+
+/// The rustls config the TLS peers get: ring, the bench CA only, ALPN h2.
+fn tls_config(ca: &[u8]) -> Option<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from(ca.to_vec())).ok()?;
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .ok()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Some(config)
+}
+
+/// Scenario 3 over TLS: 64 concurrent streams on one HTTP/2 connection to
+/// `h2.test` (mapped to 127.0.0.1), trusting the bench CA (DER at the path in
+/// `SWITCHYARD_BENCH_CA`).
+pub fn tls_client(client: &str, port: u16, n: usize) -> Option<Sample> {
+    let ca = std::fs::read(std::env::var_os("SWITCHYARD_BENCH_CA")?).ok()?;
+    let host = crate::server::TLS_HOST;
+    let url: &'static str = Box::leak(format!("https://{host}:{port}/").into_boxed_str());
+    let authority = format!("{host}:{port}");
+    let local = [IpAddr::from([127u8, 0, 0, 1])];
+    let socket = SocketAddr::from(([127, 0, 0, 1], port));
+    Some(match client {
+        "h2" => {
+            let config = std::sync::Arc::new(tls_config(&ca)?);
+            type Send = h2::client::SendRequest<bytes::Bytes>;
+            let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
+            let uri: http::Uri = url.parse().ok()?;
+            tokio_concurrent(n, move || {
+                let (conn, uri, config) = (std::rc::Rc::clone(&conn), uri.clone(), config.clone());
+                async move {
+                    let send = conn
+                        .get_or_init(|| async {
+                            let tcp = tokio::net::TcpStream::connect(socket).await.expect("connect");
+                            tcp.set_nodelay(true).expect("nodelay");
+                            let name = rustls::pki_types::ServerName::try_from(host).expect("name");
+                            let tls = tokio_rustls::TlsConnector::from(config)
+                                .connect(name, tcp)
+                                .await
+                                .expect("tls");
+                            let (send, connection) = h2::client::handshake(tls).await.expect("handshake");
+                            tokio::spawn(async move {
+                                let _ = connection.await;
+                            });
+                            send
+                        })
+                        .await
+                        .clone();
+                    let mut send = send.ready().await.expect("h2 ready");
+                    let req = http::Request::get(uri).body(()).expect("request");
+                    let (resp, _) = send.send_request(req, true).expect("send");
+                    let mut body = resp.await.expect("response").into_body();
+                    let mut got = 0;
+                    while let Some(chunk) = body.data().await {
+                        let chunk = chunk.expect("data");
+                        got += chunk.len();
+                        let _ = body.flow_control().release_capacity(chunk.len());
+                    }
+                    assert_eq!(got, BODY.len());
+                }
+            })
+        }
+        "switchyard-tokio" => {
+            let c = switchyard_tokio::Client::builder()
+                .add_root_certificate(ca)
+                .resolve(&authority, local)
+                .http_version(switchyard_tokio::HttpVersion::Http2Only)
+                .build()
+                .ok()?;
+            tokio_concurrent(n, move || {
+                let c = c.clone();
+                async move { switchyard_get(&c, url).await }
+            })
+        }
+        "switchyard-smol" => {
+            let c = switchyard_smol::Client::builder()
+                .add_root_certificate(ca)
+                .resolve(&authority, local)
+                .http_version(switchyard_smol::HttpVersion::Http2Only)
+                .build()
+                .ok()?;
+            smol_concurrent(n, move || {
+                let c = c.clone();
+                async move { switchyard_get(&c, url).await }
+            })
+        }
+        "hyper-util" => {
+            let mut http =
+                hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(Fixed(vec![socket]));
+            http.enforce_http(false);
+            // hyper-rustls sets ALPN itself (from enable_http2).
+            let mut config = tls_config(&ca)?;
+            config.alpn_protocols.clear();
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(config)
+                .https_only()
+                .enable_http2()
+                .wrap_connector(http);
+            let c: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .http2_only(true)
+                    .build(https);
+            let uri: http::Uri = url.parse().ok()?;
+            tokio_concurrent(n, move || {
+                let (c, u) = (c.clone(), uri.clone());
+                async move {
+                    use http_body_util::BodyExt;
+                    let r = c.get(u).await.expect("hyper");
+                    assert_eq!(r.into_body().collect().await.expect("body").to_bytes().as_ref(), BODY);
+                }
+            })
+        }
+        "reqwest" => {
+            let c = reqwest::Client::builder()
+                .tls_backend_preconfigured(tls_config(&ca)?)
+                .resolve(host, socket)
+                .build()
+                .ok()?;
+            tokio_concurrent(n, move || {
+                let c = c.clone();
+                async move { reqwest_get(&c, url).await }
+            })
+        }
+        _ => return None,
+    })
 }

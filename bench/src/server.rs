@@ -33,6 +33,47 @@ pub enum Kind {
     H2c,
 }
 
+/// The TLS setup for scenario 3 over TLS: a test CA, and a leaf for [`TLS_HOST`].
+pub struct Tls {
+    /// The CA certificate (DER), trusted by every client.
+    pub ca: Vec<u8>,
+    leaf: switchyard_tests::certs::Leaf,
+}
+
+/// The name the TLS server's certificate is for (clients map it to 127.0.0.1).
+pub const TLS_HOST: &str = "h2.test";
+
+impl Tls {
+    /// A fresh CA and leaf.
+    pub fn new() -> Tls {
+        let ca = switchyard_tests::certs::TestCa::new();
+        Tls { leaf: ca.leaf(&[TLS_HOST]), ca: ca.cert }
+    }
+}
+
+/// DER as PEM.
+fn pem(label: &str, der: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::new();
+    for chunk in der.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
 /// A running server process; killed when dropped.
 pub struct Server {
     child: Child,
@@ -113,16 +154,37 @@ impl Server {
         Server { child, port, name, dir: None }
     }
 
+    /// h2o with TLS (ALPN h2), one thread, for [`TLS_HOST`]; `None` without h2o.
+    pub fn h2o_tls(tls: &Tls) -> Option<Server> {
+        Self::h2o_with(None, Some(tls))
+    }
+
     /// h2o, one thread, h2c prior knowledge on 127.0.0.1, serving `/` as BODY.
     fn h2o(pin: Option<usize>) -> Option<Server> {
+        Self::h2o_with(pin, None)
+    }
+
+    fn h2o_with(pin: Option<usize>, tls: Option<&Tls>) -> Option<Server> {
         let h2o = which("h2o")?;
-        let dir = scratch("h2o");
+        let dir = scratch(if tls.is_some() { "h2o-tls" } else { "h2o" });
         let port = free_port();
         std::fs::write(dir.join("index.html"), BODY).ok()?;
+        let ssl = match tls {
+            Some(t) => {
+                let chain: String = t.leaf.chain.iter().map(|c| pem("CERTIFICATE", c)).collect();
+                std::fs::write(dir.join("cert.pem"), chain).ok()?;
+                std::fs::write(dir.join("key.pem"), pem("PRIVATE KEY", &t.leaf.key)).ok()?;
+                format!(
+                    "  ssl:\n    certificate-file: {d}/cert.pem\n    key-file: {d}/key.pem\n",
+                    d = dir.display()
+                )
+            }
+            None => String::new(),
+        };
         let conf = format!(
-            "listen:\n  host: 127.0.0.1\n  port: {port}\nnum-threads: 1\nuser: root\n\
+            "listen:\n  host: 127.0.0.1\n  port: {port}\n{ssl}num-threads: 1\nuser: root\n\
              pid-file: {d}/h2o.pid\nerror-log: {d}/error.log\n\
-             hosts:\n  \"127.0.0.1:{port}\":\n    paths:\n      \"/\":\n        file.dir: {d}\n",
+             hosts:\n  default:\n    paths:\n      \"/\":\n        file.dir: {d}\n",
             d = dir.display()
         );
         std::fs::write(dir.join("h2o.conf"), conf).ok()?;
@@ -133,7 +195,8 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .ok()?;
-        let mut server = Server { child, port, name: "h2o (1 thread, h2c)", dir: Some(dir) };
+        let name = if tls.is_some() { "h2o (1 thread, TLS, ALPN h2)" } else { "h2o (1 thread, h2c)" };
+        let mut server = Server { child, port, name, dir: Some(dir) };
         if !wait_for(port) {
             let _ = server.child.kill();
             server.dir.take();
