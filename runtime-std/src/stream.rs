@@ -1,5 +1,5 @@
 //! A connection's byte stream: TCP, or rustls over TCP; the TLS handshake; and
-//! the idle-connection probe that replaces the async adapters' watcher task.
+//! the idle-connection probe (a non-blocking peek before reuse).
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
