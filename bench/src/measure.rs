@@ -378,7 +378,7 @@ pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Opti
             // No per-request latencies: the loop is the limit, not a client.
             summarize(Vec::new(), t0.elapsed(), cpu() - c0, per * CONCURRENCY)
         }
-        "h2" if http2 => h2_direct(port, n)?,
+        "h2" if http2 => h2_limit(n, uri, SocketAddr::from(([127, 0, 0, 1], port)), None),
         "switchyard-tokio" => {
             let c = switchyard_tokio(http2);
             tokio_concurrent(n, move || {
@@ -420,20 +420,38 @@ pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Opti
     })
 }
 
-/// The HTTP/2 limit: the `h2` crate alone on one connection, 64 streams at a time.
-/// The connection is made by the first call, on the runtime that drives them all.
-fn h2_direct(port: u16, n: usize) -> Option<Sample> {
+/// The HTTP/2 limit: the `h2` crate alone on one connection (over TLS when a
+/// config is given), 64 streams at a time. The connection is made by the first
+/// call, on the runtime that drives them all.
+fn h2_limit(
+    n: usize,
+    uri: http::Uri,
+    socket: SocketAddr,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Sample {
     type Send = h2::client::SendRequest<bytes::Bytes>;
     let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
-    let uri: http::Uri = format!("http://127.0.0.1:{port}/").parse().ok()?;
-    Some(tokio_concurrent(n, move || {
-        let (conn, uri) = (std::rc::Rc::clone(&conn), uri.clone());
+    tokio_concurrent(n, move || {
+        let (conn, uri, tls) = (std::rc::Rc::clone(&conn), uri.clone(), tls.clone());
         async move {
             let send = conn
                 .get_or_init(|| async {
-                    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+                    let tcp = tokio::net::TcpStream::connect(socket).await.expect("connect");
                     tcp.set_nodelay(true).expect("nodelay");
-                    let (send, connection) = h2::client::handshake(tcp).await.expect("handshake");
+                    let io: Box<dyn switchyard_async::AsyncIo> = match tls {
+                        None => Box::new(tcp),
+                        Some(config) => {
+                            let host = uri.host().expect("host").to_owned();
+                            let name = rustls::pki_types::ServerName::try_from(host).expect("name");
+                            Box::new(
+                                tokio_rustls::TlsConnector::from(config)
+                                    .connect(name, tcp)
+                                    .await
+                                    .expect("tls"),
+                            )
+                        }
+                    };
+                    let (send, connection) = h2::client::handshake(io).await.expect("handshake");
                     tokio::spawn(async move {
                         let _ = connection.await;
                     });
@@ -453,7 +471,7 @@ fn h2_direct(port: u16, n: usize) -> Option<Sample> {
             }
             assert_eq!(got, BODY.len());
         }
-    }))
+    })
 }
 
 /// Scenario 5: time to the response head for a fresh client whose first route
@@ -601,45 +619,7 @@ pub fn tls_client(client: &str, port: u16, n: usize) -> Option<Sample> {
     let local = [IpAddr::from([127u8, 0, 0, 1])];
     let socket = SocketAddr::from(([127, 0, 0, 1], port));
     Some(match client {
-        "h2" => {
-            let config = std::sync::Arc::new(tls_config(&ca)?);
-            type Send = h2::client::SendRequest<bytes::Bytes>;
-            let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
-            let uri: http::Uri = url.parse().ok()?;
-            tokio_concurrent(n, move || {
-                let (conn, uri, config) = (std::rc::Rc::clone(&conn), uri.clone(), config.clone());
-                async move {
-                    let send = conn
-                        .get_or_init(|| async {
-                            let tcp = tokio::net::TcpStream::connect(socket).await.expect("connect");
-                            tcp.set_nodelay(true).expect("nodelay");
-                            let name = rustls::pki_types::ServerName::try_from(host).expect("name");
-                            let tls = tokio_rustls::TlsConnector::from(config)
-                                .connect(name, tcp)
-                                .await
-                                .expect("tls");
-                            let (send, connection) = h2::client::handshake(tls).await.expect("handshake");
-                            tokio::spawn(async move {
-                                let _ = connection.await;
-                            });
-                            send
-                        })
-                        .await
-                        .clone();
-                    let mut send = send.ready().await.expect("h2 ready");
-                    let req = http::Request::get(uri).body(()).expect("request");
-                    let (resp, _) = send.send_request(req, true).expect("send");
-                    let mut body = resp.await.expect("response").into_body();
-                    let mut got = 0;
-                    while let Some(chunk) = body.data().await {
-                        let chunk = chunk.expect("data");
-                        got += chunk.len();
-                        let _ = body.flow_control().release_capacity(chunk.len());
-                    }
-                    assert_eq!(got, BODY.len());
-                }
-            })
-        }
+        "h2" => h2_limit(n, url.parse().ok()?, socket, Some(std::sync::Arc::new(tls_config(&ca)?))),
         "switchyard-tokio" => {
             let c = switchyard_tokio::Client::builder()
                 .add_root_certificate(ca)
