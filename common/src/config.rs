@@ -252,7 +252,10 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.pool.max_idle_per_address = n;
         self
     }
-    /// Idle connections kept in total. Default: unlimited.
+    /// Idle connections kept in total, across hosts; past it the least recently
+    /// used one closes. Default: 100. When a connect fails for lack of file
+    /// descriptors, or the total connection cap is reached, the least recently
+    /// used idle connection is closed to make room, whatever this cap.
     pub fn max_idle(mut self, n: usize) -> Self {
         self.pool.max_idle_total = Some(n);
         self

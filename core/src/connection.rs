@@ -50,6 +50,12 @@ pub enum CloseReason {
     EvictAll,
     /// The pool is shutting down.
     Shutdown,
+    /// HTTP/1.1: bytes arrived beyond the end of a response (an unsolicited
+    /// response, or garbage). They are never read as another request's response.
+    BytesAfterResponse,
+    /// HTTP/2: the server never made the connection usable (no SETTINGS, or a
+    /// stream limit of zero) within the handshake timeout.
+    NeverUsable,
 }
 
 impl fmt::Display for CloseReason {
@@ -74,6 +80,8 @@ impl fmt::Display for CloseReason {
             CloseReason::Duplicate => "duplicate",
             CloseReason::EvictAll => "evict all",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::BytesAfterResponse => "bytes after the response",
+            CloseReason::NeverUsable => "never usable",
         })
     }
 }

@@ -98,12 +98,24 @@ pub enum ConnectError {
         /// What was negotiated.
         protocol: crate::address::Protocol,
     },
+    /// No socket could be opened: the process or the system is out of file
+    /// descriptors (`EMFILE`, `ENFILE`). The pool closes its least recently used
+    /// idle connection and tries the same route again, while it has one.
+    Exhausted {
+        /// The I/O error's message.
+        message: String,
+    },
 }
 
 impl ConnectError {
     /// A TCP-level failure from an I/O error.
     #[must_use]
     pub fn from_io(err: &io::Error) -> ConnectError {
+        // EMFILE and ENFILE are 24 and 23 on Linux, the BSDs and macOS;
+        // WSAEMFILE is 10024 on Windows.
+        if matches!(err.raw_os_error(), Some(23 | 24 | 10024)) {
+            return ConnectError::Exhausted { message: err.to_string() };
+        }
         ConnectError::Io { kind: err.kind(), message: err.to_string() }
     }
 
@@ -119,6 +131,9 @@ impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConnectError::Io { message, .. } => write!(f, "connect failed: {message}"),
+            ConnectError::Exhausted { message } => {
+                write!(f, "no socket could be opened (out of file descriptors): {message}")
+            }
             ConnectError::ConnectTimeout { after } => {
                 write!(f, "connect timed out after {after:?}")
             }

@@ -424,6 +424,14 @@ impl Race {
         Ok(())
     }
 
+    /// The route of `attempt` while it is still in TCP connect (`None` once it
+    /// handshakes, failed, or was cancelled). The pool uses it to connect the same
+    /// route again after making room for a socket.
+    #[must_use]
+    pub fn connecting_route(&self, attempt: AttemptId) -> Option<&Route> {
+        self.attempts.iter().find(|a| a.id == attempt && a.stage == Stage::Connecting).map(|a| &a.route)
+    }
+
     /// A pooled connection became eligible for this call while it was racing: the
     /// call takes it, every attempt is cancelled, and the race ends with
     /// [`Action::UsePooled`]. Returns `false` (and changes nothing) when the race had

@@ -246,7 +246,8 @@ fn framing_errors() {
             Http1Error::MissingChunkTerminator,
         ),
         ("HTTP/1.1 2000 OK\r\n\r\n", Http1Error::MalformedHead { reason: "invalid status line" }),
-        ("HTTP/2.0 200 OK\r\n\r\n", Http1Error::MalformedHead { reason: "invalid HTTP version" }),
+        ("HTTP/2.0 200 OK\r\n\r\n", Http1Error::NotHttp { start: "HTTP/2".into() }),
+        ("HTTP/1.x 200 OK\r\n\r\n", Http1Error::NotHttp { start: "HTTP/1.x".into() }),
         (
             "HTTP/1.1 200 OK\r\nBad Header: x\r\n\r\n",
             Http1Error::MalformedHead { reason: "invalid header name" },
@@ -261,7 +262,7 @@ fn framing_errors() {
 
 #[test]
 fn limits() {
-    let limits = Limits { max_head_size: 64, max_headers: 3, max_chunk_line: 8 };
+    let limits = Limits { max_head_size: 64, max_headers: 3, max_chunk_line: 8, max_informational: 5 };
     let big = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(100));
     let o = decode_in_splits(&Method::GET, big.as_bytes(), &[], false, limits);
     assert_eq!(o.error, Some(Http1Error::HeadTooLarge { limit: 64 }));
@@ -294,6 +295,63 @@ fn truncation_is_an_error_not_silent_success() {
         Some(Http1Error::TruncatedHead { received: 0 }),
         "after an interim response, EOF is a truncated head, not an empty response"
     );
+}
+
+/// Anything after the end of a response — an unsolicited second response, a
+/// body on a 204 or on a HEAD response, garbage — retires the connection and is
+/// never decoded, whether it arrived with the response or in a later read.
+#[test]
+fn bytes_after_the_response_retire_the_connection() {
+    let smuggled = "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nforeign";
+    let cases: [(&Method, String); 6] = [
+        (&Method::GET, format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok{smuggled}")),
+        (&Method::GET, format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n{smuggled}")),
+        (&Method::GET, format!("HTTP/1.1 204 No Content\r\n\r\n{smuggled}")),
+        (&Method::GET, "HTTP/1.1 204 No Content\r\n\r\nbody on a 204".to_owned()),
+        (&Method::HEAD, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody".to_owned()),
+        (&Method::GET, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\r\n".to_owned()),
+    ];
+    for (method, input) in &cases {
+        // Whole, split at every point, and byte by byte: the same verdict.
+        for cut in 0..=input.len() {
+            let o = decode_in_splits(method, input.as_bytes(), &[cut], false, Limits::default());
+            assert!(o.end, "{input:?} cut at {cut}");
+            assert_eq!(o.reuse, retire(CloseReason::BytesAfterResponse), "{input:?} cut at {cut}");
+            assert!(!o.body.ends_with(b"foreign"), "the extra response is never read as this body");
+        }
+    }
+    // Exactly the response: reusable.
+    assert_eq!(get("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").reuse, Reuse::Reusable);
+    // A tunnel's bytes belong to the new protocol, not to a next response.
+    let o = decode(&Method::CONNECT, "HTTP/1.1 200 OK\r\n\r\nTLS bytes", false);
+    assert_eq!(o.reuse, retire(CloseReason::Exclusive));
+}
+
+#[test]
+fn informational_responses_are_limited() {
+    let interim = "HTTP/1.1 103 Early Hints\r\n\r\n";
+    let final_ = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+    let five = format!("{}{final_}", interim.repeat(5));
+    assert_eq!(get(&five).head.map(|h| h.0), Some(200));
+    let six = format!("{}{final_}", interim.repeat(6));
+    let o = get(&six);
+    assert_eq!(o.error, Some(Http1Error::TooManyInformational { limit: 5 }));
+    assert_eq!(o.informational.len(), 5);
+    // An endless stream of 100 Continue ends at the limit too.
+    let endless = "HTTP/1.1 100 Continue\r\n\r\n".repeat(1000);
+    assert_eq!(get(&endless).error, Some(Http1Error::TooManyInformational { limit: 5 }));
+}
+
+#[test]
+fn a_first_line_that_is_not_http_fails_at_once() {
+    // No blank line and far below the head limit: still an error, not "need more".
+    for (input, start) in [("SSH-2.0-OpenSSH_9.6\r\n", "S"), ("\x15\x03\x03\x00\x02", "\u{15}"), ("HTTX", "HTTX")] {
+        let o = get(input);
+        assert_eq!(o.error, Some(Http1Error::NotHttp { start: start.into() }), "{input:?}");
+    }
+    // A prefix of a status line is not judged early.
+    assert_eq!(get("HTTP/1").error, None);
+    assert_eq!(get("HTTP/1.1 200").error, None);
 }
 
 #[test]

@@ -83,6 +83,49 @@ fn total_idle_cap_spans_addresses() {
 }
 
 #[test]
+fn the_total_idle_cap_has_a_default() {
+    // 150 hosts, each used once: at most 100 idle connections stay open.
+    let mut sim = PoolSim::new(PoolConfig::default());
+    let mut closed = Vec::new();
+    for i in 0..150u64 {
+        let (c, _) = sim.open(i, &http(&format!("127.0.{}.{}", i / 200, i % 200 + 1)));
+        closed.extend(sim.finish(i, c));
+    }
+    assert_eq!(sim.pool.stats().totals.idle, 100);
+    assert_eq!(closed.len(), 50);
+    assert!(closed.iter().all(|c| c.ends_with("over idle cap")), "{closed:?}");
+}
+
+#[test]
+fn out_of_descriptors_closes_the_least_recently_used_idle_connection_and_connects_again() {
+    let mut sim = PoolSim::new(config());
+    let (c1, k1) = sim.open(0, &http("127.0.0.1"));
+    let (c2, k2) = sim.open(0, &http("127.0.0.2"));
+    sim.finish(5, c1);
+    sim.finish(6, c2);
+    let b = http("127.0.0.3");
+    let call = sim.acquire(10, &b);
+    assert_eq!(sim.drain(), [format!("connect {call} 127.0.0.3:80")]);
+    let attempt = sim.last_attempt(call);
+    let emfile = std::io::Error::from_raw_os_error(24);
+    let error = switchyard_core::ConnectError::from_io(&emfile);
+    assert!(matches!(error, switchyard_core::ConnectError::Exhausted { .. }), "{error:?}");
+    sim.pool.handle_failed(ms(11), attempt, error.clone()).unwrap();
+    assert_eq!(
+        sim.drain(),
+        [format!("close {k1} evicted for capacity"), format!("connect {call} 127.0.0.3:80")],
+        "the least recently used idle connection makes room; the same attempt connects again"
+    );
+    assert_eq!(sim.last_attempt(call), attempt);
+    sim.pool.handle_failed(ms(12), attempt, error.clone()).unwrap();
+    assert_eq!(sim.drain(), [format!("close {k2} evicted for capacity"), format!("connect {call} 127.0.0.3:80")]);
+    // Nothing idle left to close: the failure is the race's, as any other.
+    sim.pool.handle_failed(ms(13), attempt, error).unwrap();
+    let out = sim.drain();
+    assert!(out.iter().any(|s| s.starts_with(&format!("failed {call}")) && s.contains("file descriptors")), "{out:?}");
+}
+
+#[test]
 fn max_lifetime_retires_in_use_and_closes_idle() {
     let mut sim = PoolSim::new(PoolConfig {
         max_lifetime: Some(Duration::from_millis(1000)),

@@ -87,6 +87,17 @@ pub enum Http1Error {
     /// The request body may not be sent now (already finished, withheld after a
     /// final response to `Expect: 100-continue`, or still awaiting `100 Continue`).
     BodyNotAllowed,
+    /// More informational (1xx) responses than the limit before the final one.
+    TooManyInformational {
+        /// The limit.
+        limit: usize,
+    },
+    /// The first bytes are not an HTTP/1.x status line (the peer does not speak
+    /// HTTP/1.1 on this connection).
+    NotHttp {
+        /// The first bytes as received (lossy UTF-8, truncated).
+        start: String,
+    },
 }
 
 impl Http1Error {
@@ -139,6 +150,10 @@ impl fmt::Display for Http1Error {
                 write!(f, "request body ended after {sent} of {declared} bytes")
             }
             Http1Error::BodyNotAllowed => f.write_str("the request body may not be sent now"),
+            Http1Error::TooManyInformational { limit } => {
+                write!(f, "more than {limit} informational (1xx) responses")
+            }
+            Http1Error::NotHttp { start } => write!(f, "not an HTTP/1.x response: starts with {start:?}"),
         }
     }
 }

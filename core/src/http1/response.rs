@@ -18,11 +18,14 @@ pub struct Limits {
     pub max_headers: usize,
     /// Longest chunk-size line, extensions included. Default: 4 KiB.
     pub max_chunk_line: usize,
+    /// Most informational (1xx) responses before the final one; one more is
+    /// [`Http1Error::TooManyInformational`]. Default: 5 (as Go's client).
+    pub max_informational: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_head_size: 64 * 1024, max_headers: 100, max_chunk_line: 4096 }
+        Limits { max_head_size: 64 * 1024, max_headers: 100, max_chunk_line: 4096, max_informational: 5 }
     }
 }
 
@@ -101,8 +104,10 @@ pub struct ResponseDecoder {
     server_close: bool,
     close_delimited: bool,
     got_continue: bool,
-    informational_seen: bool,
+    informational: usize,
     got_final: bool,
+    /// Bytes were left (or arrived) past the end of the response.
+    excess: bool,
 }
 
 impl ResponseDecoder {
@@ -121,8 +126,9 @@ impl ResponseDecoder {
             server_close: false,
             close_delimited: false,
             got_continue: false,
-            informational_seen: false,
+            informational: 0,
             got_final: false,
+            excess: false,
         }
     }
 
@@ -138,7 +144,15 @@ impl ResponseDecoder {
             return Err(e.clone());
         }
         match self.step(buf, eof) {
-            Ok(frame) => Ok(frame),
+            Ok(frame) => {
+                // Whatever follows a complete response was not asked for: an
+                // unsolicited response (smuggling) or garbage. The connection
+                // cannot carry another exchange; the bytes are never decoded.
+                if self.state == State::Ended && !buf.is_empty() {
+                    self.excess = true;
+                }
+                Ok(frame)
+            }
             Err(e) => {
                 self.failed = Some(e.clone());
                 Err(e)
@@ -176,9 +190,17 @@ impl ResponseDecoder {
         self.received
     }
 
+    /// Whether bytes arrived past the end of the response (in the buffer when
+    /// the response ended, or on any later `decode`).
+    #[must_use]
+    pub fn has_excess(&self) -> bool {
+        self.excess
+    }
+
     /// What the response means for the connection, as of now: reusable only when
-    /// the response is complete, framed by length or chunks, and neither side asked
-    /// to close. Before completion: [`CloseReason::UnreadBody`].
+    /// the response is complete, framed by length or chunks, nothing was received
+    /// past its end, and neither side asked to close. Before completion:
+    /// [`CloseReason::UnreadBody`].
     #[must_use]
     pub fn reuse(&self) -> Reuse {
         let reason = if self.failed.is_some() {
@@ -187,6 +209,8 @@ impl ResponseDecoder {
             CloseReason::Exclusive
         } else if !self.is_complete() {
             CloseReason::UnreadBody
+        } else if self.excess {
+            CloseReason::BytesAfterResponse
         } else if self.server_close {
             CloseReason::ServerClose
         } else if self.close_delimited {
@@ -287,13 +311,14 @@ impl ResponseDecoder {
 
     fn head(&mut self, buf: &mut BytesMut, eof: bool, scanned: usize) -> Result<Option<Frame>, Http1Error> {
         let limit = self.limits.max_head_size;
+        check_status_line_start(buf)?;
         let Some(end) = find_blank_line(buf, scanned) else {
             if buf.len() > limit {
                 return Err(Http1Error::HeadTooLarge { limit });
             }
             self.state = State::Head { scanned: buf.len() };
             if eof {
-                return Err(if buf.is_empty() && !self.informational_seen {
+                return Err(if buf.is_empty() && self.informational == 0 {
                     Http1Error::EmptyResponse
                 } else {
                     Http1Error::TruncatedHead { received: buf.len() }
@@ -334,7 +359,10 @@ impl ResponseDecoder {
             if status == StatusCode::CONTINUE {
                 self.got_continue = true;
             }
-            self.informational_seen = true;
+            self.informational += 1;
+            if self.informational > self.limits.max_informational {
+                return Err(Http1Error::TooManyInformational { limit: self.limits.max_informational });
+            }
             return Ok(Some(Frame::Informational(response)));
         }
         self.got_final = true;
@@ -454,6 +482,23 @@ impl ResponseDecoder {
         buf.advance(n);
         self.state = State::EndPending;
         Ok(Some(Frame::Trailers(map)))
+    }
+}
+
+/// Fails at once when the bytes so far cannot begin an HTTP/1.x status line
+/// (`HTTP/1.` and a digit), instead of waiting for a blank line or the head
+/// limit. Only complete prefixes are judged, so any split of the input gives
+/// the same verdict.
+fn check_status_line_start(buf: &[u8]) -> Result<(), Http1Error> {
+    const START: &[u8] = b"HTTP/1.";
+    let mismatch = buf.iter().take(START.len() + 1).enumerate().position(|(i, b)| match START.get(i) {
+        Some(expected) => b != expected,
+        None => !b.is_ascii_digit(),
+    });
+    match mismatch {
+        None => Ok(()),
+        // The bytes up to the first wrong one: the same whatever the split.
+        Some(i) => Err(Http1Error::NotHttp { start: lossy(&buf[..=i]) }),
     }
 }
 

@@ -35,7 +35,13 @@ pub struct PoolConfig {
     pub max_connections_total: Option<usize>,
     /// Idle connections kept per Address. Default: 32.
     pub max_idle_per_address: usize,
-    /// Idle connections kept in total. Default: unlimited.
+    /// Idle connections kept in total, across Addresses; past it the least
+    /// recently used idle connection closes ([`CloseReason::OverIdleCap`]).
+    /// Default: 100 (as Go's `MaxIdleConns`): a client that talks to thousands of
+    /// hosts keeps at most 100 idle sockets, well under the common 1,024
+    /// descriptor limit. `None`: unbounded.
+    ///
+    /// [`CloseReason::OverIdleCap`]: crate::CloseReason::OverIdleCap
     pub max_idle_total: Option<usize>,
     /// How long a call may wait for capacity. Default: 30 s.
     pub acquire_timeout: Duration,
@@ -58,7 +64,7 @@ impl Default for PoolConfig {
             max_connections_per_address: None,
             max_connections_total: None,
             max_idle_per_address: 32,
-            max_idle_total: None,
+            max_idle_total: Some(100),
             acquire_timeout: Duration::from_secs(30),
             stream_limit_policy: StreamLimitPolicy::OpenNew,
             route_ttl: RouteDatabase::DEFAULT_TTL,

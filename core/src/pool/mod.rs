@@ -372,7 +372,26 @@ impl Pool {
         attempt: AttemptId,
         error: ConnectError,
     ) -> Result<(), Misuse> {
+        if matches!(error, ConnectError::Exhausted { .. }) && self.make_room(now, attempt) {
+            return Ok(());
+        }
         self.with_race(now, attempt, |race, db| race.handle_failed(now, attempt, error, db))
+    }
+
+    /// Out of file descriptors: close the least recently used idle connection
+    /// (any Address) and connect `attempt`'s route again. `false` when there is
+    /// no idle connection to close or the attempt is no longer connecting; each
+    /// retry closes one connection, so the retries are bounded by the idle count.
+    fn make_room(&mut self, now: Instant, attempt: AttemptId) -> bool {
+        let Some(&(_, victim)) = self.idle_all.first() else { return false };
+        let route = match self.calls.get(&attempt.call()) {
+            Some(Call { state: CallState::Racing { race, .. }, .. }) => race.connecting_route(attempt).cloned(),
+            _ => None,
+        };
+        let Some(route) = route else { return false };
+        self.close(now, victim, CloseReason::Evicted);
+        self.actions.push_back(PoolAction::Connect { attempt, route });
+        true
     }
 
     /// Acts on every deadline `<= now`.
