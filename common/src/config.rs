@@ -40,6 +40,8 @@ pub struct RequestOptions {
     pub retryable: bool,
     /// This call's timeout, instead of the client's.
     pub timeout: Option<Duration>,
+    /// This call's body timeout, instead of the client's.
+    pub body_timeout: Option<Duration>,
 }
 
 /// A client's settings, as the builder collected and validated them.
@@ -55,6 +57,8 @@ pub struct Config {
     pub write_timeout: Option<Duration>,
     /// Bound on a whole call, until the response head.
     pub timeout: Option<Duration>,
+    /// Bound on reading a response body, from its head to its end.
+    pub body_timeout: Option<Duration>,
     /// How long `Expect: 100-continue` waits before the body goes anyway.
     pub expect_continue_timeout: Duration,
     /// Which protocols calls may use.
@@ -80,6 +84,7 @@ impl std::fmt::Debug for Config {
             .field("read_timeout", &self.read_timeout)
             .field("write_timeout", &self.write_timeout)
             .field("timeout", &self.timeout)
+            .field("body_timeout", &self.body_timeout)
             .field("version", &self.version)
             .field("proxies", &self.proxies)
             .finish_non_exhaustive()
@@ -95,7 +100,7 @@ impl Config {
     /// [`Error::InvalidUrl`] for a relative URI, a bad scheme, host or port, a
     /// cleartext URL when cleartext is off, or HTTP/2 asked of an adapter without it.
     pub fn address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
-        let invalid = |error| Error::InvalidUrl { url: uri.to_string(), error };
+        let invalid = |error| Error::InvalidUrl { url: crate::redacted(uri), error };
         let builder = Address::from_uri(uri).map_err(invalid)?;
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
         let protocols: &[Protocol] = match (self.version, https) {
@@ -152,6 +157,7 @@ pub struct ClientBuilder<C: FromConfig> {
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
     timeout: Option<Duration>,
+    body_timeout: Option<Duration>,
     expect_continue_timeout: Duration,
     version: HttpVersion,
     allow_cleartext: bool,
@@ -173,6 +179,7 @@ impl<C: FromConfig> Default for ClientBuilder<C> {
             read_timeout: None,
             write_timeout: None,
             timeout: None,
+            body_timeout: None,
             expect_continue_timeout: Duration::from_secs(1),
             version: HttpVersion::Auto,
             allow_cleartext: true,
@@ -280,6 +287,15 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.timeout = Some(d);
         self
     }
+    /// Bound on reading each response body, from its head to its end (HTTP/1.1
+    /// and HTTP/2): past it, the body fails with a timeout and its connection is
+    /// closed (HTTP/1.1) or its stream reset (HTTP/2). The call timeout stops at
+    /// the head; this one covers the rest, so together they bound a whole call.
+    /// Per request: `RequestBuilder::body_timeout`. Default: none.
+    pub fn body_timeout(mut self, d: Duration) -> Self {
+        self.body_timeout = Some(d);
+        self
+    }
     /// How long a request with `Expect: 100-continue` waits before sending its
     /// body anyway. Default: 1 s.
     pub fn expect_continue_timeout(mut self, d: Duration) -> Self {
@@ -379,6 +395,7 @@ impl<C: FromConfig> ClientBuilder<C> {
             read_timeout: self.read_timeout,
             write_timeout: self.write_timeout,
             timeout: self.timeout,
+            body_timeout: self.body_timeout,
             expect_continue_timeout: self.expect_continue_timeout,
             version: self.version,
             allow_cleartext: self.allow_cleartext,

@@ -12,7 +12,7 @@ pub enum Error {
     /// The URL or the client configuration is invalid (bad scheme, host or port;
     /// cleartext not permitted; an impossible protocol list).
     InvalidUrl {
-        /// The URL as given.
+        /// The URL as given, with any password shown as `***`.
         url: String,
         /// What is wrong with it.
         error: AddressError,

@@ -101,6 +101,11 @@ pub const DRAIN_BYTES: u64 = 64 * 1024;
 /// How long draining an abandoned body may take.
 pub const DRAIN_TIME: Duration = Duration::from_millis(100);
 
+/// After a request body write fails (the server answered early and closed),
+/// how long the exchange keeps reading for the response the server may have
+/// sent before the connection broke.
+pub const EARLY_RESPONSE_GRACE: Duration = Duration::from_millis(500);
+
 /// Header fields that have no meaning in HTTP/2 and are removed from requests.
 pub const HTTP2_STRIPPED: [&str; 6] =
     ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"];

@@ -26,6 +26,7 @@ mod hub;
 mod resolve;
 pub mod socks;
 pub mod tls;
+mod userinfo;
 
 pub use config::{ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions};
 pub use error::{BodyError, Error};
@@ -33,3 +34,4 @@ pub use event::{describe, EventListener, EventLog, NoopListener, Recorded};
 pub use hub::{Hub, HubState};
 pub use resolve::{Resolve, SystemResolver};
 pub use switchyard_core;
+pub use userinfo::{redacted, take_userinfo};

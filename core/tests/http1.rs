@@ -305,7 +305,10 @@ fn bytes_after_the_response_retire_the_connection() {
     let smuggled = "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nforeign";
     let cases: [(&Method, String); 6] = [
         (&Method::GET, format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok{smuggled}")),
-        (&Method::GET, format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n{smuggled}")),
+        (
+            &Method::GET,
+            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n{smuggled}"),
+        ),
         (&Method::GET, format!("HTTP/1.1 204 No Content\r\n\r\n{smuggled}")),
         (&Method::GET, "HTTP/1.1 204 No Content\r\n\r\nbody on a 204".to_owned()),
         (&Method::HEAD, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody".to_owned()),
@@ -345,7 +348,9 @@ fn informational_responses_are_limited() {
 #[test]
 fn a_first_line_that_is_not_http_fails_at_once() {
     // No blank line and far below the head limit: still an error, not "need more".
-    for (input, start) in [("SSH-2.0-OpenSSH_9.6\r\n", "S"), ("\x15\x03\x03\x00\x02", "\u{15}"), ("HTTX", "HTTX")] {
+    for (input, start) in
+        [("SSH-2.0-OpenSSH_9.6\r\n", "S"), ("\x15\x03\x03\x00\x02", "\u{15}"), ("HTTX", "HTTX")]
+    {
         let o = get(input);
         assert_eq!(o.error, Some(Http1Error::NotHttp { start: start.into() }), "{input:?}");
     }

@@ -118,11 +118,17 @@ fn out_of_descriptors_closes_the_least_recently_used_idle_connection_and_connect
     );
     assert_eq!(sim.last_attempt(call), attempt);
     sim.pool.handle_failed(ms(12), attempt, error.clone()).unwrap();
-    assert_eq!(sim.drain(), [format!("close {k2} evicted for capacity"), format!("connect {call} 127.0.0.3:80")]);
+    assert_eq!(
+        sim.drain(),
+        [format!("close {k2} evicted for capacity"), format!("connect {call} 127.0.0.3:80")]
+    );
     // Nothing idle left to close: the failure is the race's, as any other.
     sim.pool.handle_failed(ms(13), attempt, error).unwrap();
     let out = sim.drain();
-    assert!(out.iter().any(|s| s.starts_with(&format!("failed {call}")) && s.contains("file descriptors")), "{out:?}");
+    assert!(
+        out.iter().any(|s| s.starts_with(&format!("failed {call}")) && s.contains("file descriptors")),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -29,6 +29,7 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             expect_continue_timeout: config.expect_continue_timeout,
             limits: config.limits,
             tls: config.tls.clone(),
+            handshake_timeout: config.pool.race.handshake_timeout,
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),
@@ -140,9 +141,14 @@ impl<R: Runtime> RequestBuilder<R> {
         self.options.retryable = true;
         self
     }
-    /// This call's timeout.
+    /// This call's timeout (until the response head).
     pub fn timeout(mut self, d: Duration) -> Self {
         self.options.timeout = Some(d);
+        self
+    }
+    /// This call's body timeout: the response body must end within `d` of its head.
+    pub fn body_timeout(mut self, d: Duration) -> Self {
+        self.options.body_timeout = Some(d);
         self
     }
     /// Sends the request.
@@ -233,6 +239,9 @@ impl<R: Runtime> Client<R> {
         let shared = Arc::clone(&self.inner.shared);
         let (mut parts, mut body) = request.into_parts();
         let options = parts.extensions.remove::<RequestOptions>().unwrap_or_default();
+        // Credentials in the URL become `Authorization: Basic`, never Host or
+        // `:authority`, and never appear in events, logs or errors.
+        switchyard_common::take_userinfo(&mut parts)?;
         let address = self.inner.config.address(&parts.uri, true)?;
         let timeout = options.timeout.or(self.inner.config.timeout);
         let facts = RequestFacts::new(&parts.method, options.retryable, body.is_replayable());
@@ -255,7 +264,11 @@ impl<R: Runtime> Client<R> {
             id
         });
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
-        let run = run_call(&shared, call, rx, &parts, &mut body, facts);
+        let limits = CallLimits {
+            deadline: timeout.map(|t| std::time::Instant::now() + t),
+            body_timeout: options.body_timeout.or(self.inner.config.body_timeout),
+        };
+        let run = run_call(&shared, call, rx, &parts, &mut body, facts, limits);
         let result = match timeout {
             Some(t) => within(&*shared.rt, t, run).await.unwrap_or(Err(Error::Timeout)),
             None => run.await,
@@ -296,6 +309,15 @@ impl Drop for CallGuard {
     }
 }
 
+/// A call's time bounds, as the exchanges apply them.
+#[derive(Clone, Copy)]
+pub(crate) struct CallLimits {
+    /// Until the response head.
+    pub(crate) deadline: Option<std::time::Instant>,
+    /// The response body, from its head.
+    pub(crate) body_timeout: Option<Duration>,
+}
+
 async fn run_call(
     shared: &Arc<Shared>,
     call: CallId,
@@ -303,6 +325,7 @@ async fn run_call(
     parts: &http::request::Parts,
     body: &mut Body,
     facts: RequestFacts,
+    limits: CallLimits,
 ) -> Result<http::Response<ResponseBody>, Error> {
     loop {
         let lease = match rx.await {
@@ -322,16 +345,29 @@ async fn run_call(
                         TargetForm::Origin
                     }
                 };
-                let req = h1::Request { parts, body, form, facts };
+                let req = h1::Request {
+                    parts,
+                    body,
+                    form,
+                    facts,
+                    deadline: limits.deadline,
+                    body_timeout: limits.body_timeout,
+                };
                 h1::exchange(shared, call, connection, conn, req).await
             }
             Lease::H2 { connection, handle } => {
-                crate::h2::exchange(shared, call, connection, handle, parts, body, facts).await
+                let req = crate::h2::Request { parts, body, facts, limits };
+                crate::h2::exchange(shared, call, connection, handle, req).await
             }
         };
         let failure = match attempt {
             Ok(response) => return Ok(response),
             Err(Attempted::Fatal(e)) => return Err(e),
+            // The call's deadline passed during the exchange: the call timed out
+            // (its guard ends it in the pool), whatever the exchange's own error.
+            Err(Attempted::Failed(_)) if limits.deadline.is_some_and(|d| std::time::Instant::now() >= d) => {
+                return Err(Error::Timeout)
+            }
             Err(Attempted::Failed(f)) => f,
         };
         let (tx, next) = oneshot::channel();

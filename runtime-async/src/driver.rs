@@ -33,6 +33,10 @@ impl H1Conn {
     /// no-op waker, which the next real read replaces.
     pub(crate) fn probe(&mut self) -> Probe {
         use std::task::{Context, Poll};
+        // Bytes already read past the last response were not asked for.
+        if !self.buf.is_empty() {
+            return Probe::Unhealthy;
+        }
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut scratch = [0u8; 512];
         let mut read = tokio::io::ReadBuf::new(&mut scratch);
@@ -98,6 +102,8 @@ pub(crate) struct Settings {
     pub(crate) expect_continue_timeout: std::time::Duration,
     pub(crate) limits: switchyard_core::http1::Limits,
     pub(crate) tls: switchyard_common::tls::TlsSettings,
+    /// Also bounds how long a new HTTP/2 connection may take to become usable.
+    pub(crate) handshake_timeout: std::time::Duration,
 }
 
 pub(crate) struct Shared {

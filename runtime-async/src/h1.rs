@@ -4,12 +4,12 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use switchyard_common::exchange::{
     body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, Tunnel, DRAIN_BYTES,
-    DRAIN_TIME,
+    DRAIN_TIME, EARLY_RESPONSE_GRACE,
 };
 use switchyard_common::{BodyError, Error};
 use switchyard_core::http1::{BodyPermission, Exchange, Frame, TargetForm};
@@ -26,6 +26,28 @@ pub(crate) struct Request<'a> {
     pub(crate) body: &'a mut Body,
     pub(crate) form: TargetForm,
     pub(crate) facts: RequestFacts,
+    /// The call's deadline (until the response head): checked before every
+    /// read, so no stream of bytes, however fast or slow, outlives it.
+    pub(crate) deadline: Option<Instant>,
+    /// When the response body must be complete, counted from its head.
+    pub(crate) body_timeout: Option<Duration>,
+}
+
+/// The tighter of a per-operation timeout and what is left until `deadline`.
+pub(crate) fn bound(limit: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    match (limit, left) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn deadline_passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the call's deadline passed")
 }
 
 /// Writes `data`, counting what reached the socket so a failure can say whether
@@ -47,6 +69,132 @@ async fn write_counted(
         rest = &rest[n..];
     }
     Ok(())
+}
+
+/// Reads whatever the server sent while the request body is still going out,
+/// and decodes it: `Ready(Ok(head))` once a final response head is complete.
+/// Interim responses (`100 Continue`) are consumed. Pending otherwise (with the
+/// read side's waker registered, unless the server closed its side).
+fn watch_for_response(
+    cx: &mut std::task::Context<'_>,
+    conn: &mut H1Conn,
+    ex: &mut Exchange,
+    eof: &mut bool,
+) -> std::task::Poll<Result<http::Response<()>, switchyard_core::http1::Http1Error>> {
+    use std::task::Poll;
+    loop {
+        loop {
+            match ex.decode(&mut conn.buf, false) {
+                Ok(Some(Frame::Head(r))) => return Poll::Ready(Ok(r)),
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        if *eof {
+            return Poll::Pending;
+        }
+        let mut scratch = [0u8; 4096];
+        let mut read = tokio::io::ReadBuf::new(&mut scratch);
+        match tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut conn.io), cx, &mut read) {
+            Poll::Ready(Ok(())) if read.filled().is_empty() => *eof = true,
+            Poll::Ready(Ok(())) => conn.buf.extend_from_slice(read.filled()),
+            // The write side reports the connection's failure.
+            Poll::Ready(Err(_)) => *eof = true,
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+}
+
+/// How sending (part of) a request ended.
+enum Sent {
+    /// Everything was written.
+    All,
+    /// The server answered before the body was sent: the rest is not sent.
+    Early(http::Response<()>),
+}
+
+/// Writes `data` (and flushes) while reading: a final response that arrives
+/// first stops the upload and is returned (RFC 9110 §15: a server may answer
+/// before the body, and curl and Go return that answer). `limit` bounds each
+/// wait for the socket to take more bytes.
+async fn send_watching(
+    rt: &dyn Runtime,
+    conn: &mut H1Conn,
+    ex: &mut Exchange,
+    data: &[u8],
+    written: &mut u64,
+    limit: Option<Duration>,
+) -> Result<Sent, SendError> {
+    use std::task::Poll;
+    let mut rest = data;
+    let mut eof = false;
+    let mut timer = limit.map(|d| rt.sleep_until(Instant::now() + d));
+    std::future::poll_fn(|cx| loop {
+        match watch_for_response(cx, conn, ex, &mut eof) {
+            Poll::Ready(Ok(head)) => return Poll::Ready(Ok(Sent::Early(head))),
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Protocol(e))),
+            Poll::Pending => {}
+        }
+        let progress = if rest.is_empty() {
+            match tokio::io::AsyncWrite::poll_flush(std::pin::Pin::new(&mut conn.io), cx) {
+                Poll::Ready(Ok(())) => return Poll::Ready(Ok(Sent::All)),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
+                Poll::Pending => false,
+            }
+        } else {
+            match tokio::io::AsyncWrite::poll_write(std::pin::Pin::new(&mut conn.io), cx, rest) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(SendError::Io(io::ErrorKind::WriteZero.into())))
+                }
+                Poll::Ready(Ok(n)) => {
+                    *written += n as u64;
+                    rest = &rest[n..];
+                    true
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
+                Poll::Pending => false,
+            }
+        };
+        if progress {
+            // Each wait for the socket gets the whole write timeout.
+            timer = limit.map(|d| rt.sleep_until(Instant::now() + d));
+            continue;
+        }
+        if let Some(t) = timer.as_mut() {
+            if t.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(SendError::Io(io::ErrorKind::TimedOut.into())));
+            }
+        }
+        return Poll::Pending;
+    })
+    .await
+}
+
+enum SendError {
+    Io(io::Error),
+    Protocol(switchyard_core::http1::Http1Error),
+}
+
+/// After a failed write: a server that answered early and closed may have
+/// sent its response before the connection broke. Read what is there, briefly.
+async fn salvage_early_response(
+    rt: &dyn Runtime,
+    conn: &mut H1Conn,
+    ex: &mut Exchange,
+) -> Option<http::Response<()>> {
+    let mut eof = false;
+    within(
+        rt,
+        EARLY_RESPONSE_GRACE,
+        std::future::poll_fn(|cx| match watch_for_response(cx, conn, ex, &mut eof) {
+            std::task::Poll::Ready(r) => std::task::Poll::Ready(r.ok()),
+            std::task::Poll::Pending if eof => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }),
+    )
+    .await
+    .flatten()
 }
 
 /// Runs one exchange. On success the response's body owns the connection until
@@ -85,7 +233,8 @@ pub(crate) async fn exchange(
     // Once a write has been attempted, nothing proves the request did not leave:
     // a buffering writer (TLS) may have sent records before reporting an error.
     // Only a failure before the first write counts as "nothing written".
-    let progress = |_: u64| Progress::RequestWritten;
+    let sent_failure = |e: &io::Error| io_failure(e, Progress::RequestWritten, facts);
+    let write_limit = || bound(settings.write_timeout, req.deadline);
 
     // Head, and a buffered body in the same write when it may go at once.
     let mut out = head;
@@ -98,16 +247,29 @@ pub(crate) async fn exchange(
             }
         }
     }
-    if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await {
-        return Err(io_failure(&e, progress(written), facts));
+    let mut early_head = None;
+    if req.body.is_empty() {
+        if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, write_limit()).await {
+            return Err(sent_failure(&e));
+        }
+    } else {
+        // A server may answer before it reads the body (413, 401, …).
+        match send_watching(rt, &mut conn, &mut ex, &out, &mut written, write_limit()).await {
+            Ok(Sent::All) => {}
+            Ok(Sent::Early(h)) => early_head = Some(h),
+            Err(SendError::Protocol(e)) => return Err(protocol_failure(&e, facts)),
+            Err(SendError::Io(e)) => match salvage(rt, &mut conn, &mut ex, &e).await {
+                Some(h) => early_head = Some(h),
+                None => return Err(sent_failure(&e)),
+            },
+        }
     }
     let at = shared.now();
     shared.emit(move |l| l.request_headers_end(call, at));
 
     // `Expect: 100-continue`: wait for the server's word, or our own timeout.
-    let mut early_head = None;
-    if ex.body_permission() == BodyPermission::AwaitContinue {
-        let deadline = std::time::Instant::now() + settings.expect_continue_timeout;
+    if early_head.is_none() && ex.body_permission() == BodyPermission::AwaitContinue {
+        let until_continue = Instant::now() + settings.expect_continue_timeout;
         loop {
             match ex.decode(&mut conn.buf, false) {
                 Ok(Some(Frame::Informational(r))) if r.status() == http::StatusCode::CONTINUE => break,
@@ -119,72 +281,114 @@ pub(crate) async fn exchange(
                 Ok(_) => {}
                 Err(e) => return Err(protocol_failure(&e, facts)),
             }
-            match until(rt, deadline, conn.io.read_buf(&mut conn.buf)).await {
-                None => {
+            if deadline_passed(req.deadline) {
+                return Err(sent_failure(&timed_out()));
+            }
+            let wake = req.deadline.map_or(until_continue, |d| d.min(until_continue));
+            match until(rt, wake, conn.io.read_buf(&mut conn.buf)).await {
+                None if Instant::now() >= until_continue => {
                     ex.continue_timed_out();
                     break;
                 }
+                None => {}
                 Some(Ok(0)) => {
                     let e =
                         io::Error::new(io::ErrorKind::UnexpectedEof, "closed while awaiting 100 Continue");
-                    return Err(io_failure(&e, Progress::RequestWritten, facts));
+                    return Err(sent_failure(&e));
                 }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(io_failure(&e, Progress::RequestWritten, facts)),
-            }
-        }
-        if ex.body_permission() == BodyPermission::Send {
-            if let Some(bytes) = req.body.bytes() {
-                let mut out = Vec::with_capacity(bytes.len() + 16);
-                let encoded = ex.encode_body(&bytes, &mut out).and_then(|()| ex.finish_body(None, &mut out));
-                if let Err(e) = encoded {
-                    let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
-                    shared.release_h1(call, connection, conn, reuse);
-                    return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
-                }
-                if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await
-                {
-                    return Err(io_failure(&e, Progress::RequestWritten, facts));
-                }
+                Some(Err(e)) => return Err(sent_failure(&e)),
             }
         }
     }
 
-    // A streaming body, chunk by chunk.
-    if ex.body_permission() == BodyPermission::Send {
-        if let Kind::Stream(rx) = &mut req.body.kind {
-            let mut out = Vec::new();
-            while let Some(chunk) = rx.recv().await {
-                out.clear();
-                if let Err(e) = ex.encode_body(&chunk, &mut out) {
-                    let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
-                    shared.release_h1(call, connection, conn, reuse);
-                    return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
-                }
-                if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await
-                {
-                    return Err(io_failure(&e, Progress::RequestWritten, facts));
-                }
+    // A buffered body held back for `100 Continue` (or our own timeout).
+    if early_head.is_none() && ex.body_permission() == BodyPermission::Send {
+        if let Some(bytes) = req.body.bytes() {
+            let mut out = Vec::with_capacity(bytes.len() + 16);
+            let encoded = ex.encode_body(&bytes, &mut out).and_then(|()| ex.finish_body(None, &mut out));
+            if let Err(e) = encoded {
+                let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
+                shared.release_h1(call, connection, conn, reuse);
+                return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
             }
-            out.clear();
-            let _ = ex.finish_body(None, &mut out);
-            if let Err(e) = write_counted(rt, &mut conn, &out, &mut written, settings.write_timeout).await {
-                return Err(io_failure(&e, Progress::RequestWritten, facts));
+            match send_watching(rt, &mut conn, &mut ex, &out, &mut written, write_limit()).await {
+                Ok(Sent::All) => {}
+                Ok(Sent::Early(h)) => early_head = Some(h),
+                Err(SendError::Protocol(e)) => return Err(protocol_failure(&e, facts)),
+                Err(SendError::Io(e)) => match salvage(rt, &mut conn, &mut ex, &e).await {
+                    Some(h) => early_head = Some(h),
+                    None => return Err(sent_failure(&e)),
+                },
             }
         }
     }
-    if ex.body_permission() == BodyPermission::Done && !req.body.is_empty() {
+
+    // A streaming body, chunk by chunk, watching for an early answer meanwhile.
+    if early_head.is_none() && ex.body_permission() == BodyPermission::Send {
+        if let Kind::Stream(rx) = &mut req.body.kind {
+            let mut out = Vec::new();
+            let mut finished = false;
+            while !finished {
+                let mut eof = false;
+                let next = std::future::poll_fn(|cx| {
+                    if let std::task::Poll::Ready(chunk) = rx.poll_recv(cx) {
+                        return std::task::Poll::Ready(Ok(chunk));
+                    }
+                    watch_for_response(cx, &mut conn, &mut ex, &mut eof).map(Err)
+                })
+                .await;
+                out.clear();
+                match next {
+                    Ok(Some(chunk)) => {
+                        if let Err(e) = ex.encode_body(&chunk, &mut out) {
+                            let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
+                            shared.release_h1(call, connection, conn, reuse);
+                            return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = ex.finish_body(None, &mut out);
+                        finished = true;
+                    }
+                    Err(Ok(h)) => {
+                        early_head = Some(h);
+                        break;
+                    }
+                    Err(Err(e)) => return Err(protocol_failure(&e, facts)),
+                }
+                match send_watching(rt, &mut conn, &mut ex, &out, &mut written, write_limit()).await {
+                    Ok(Sent::All) => {}
+                    Ok(Sent::Early(h)) => {
+                        early_head = Some(h);
+                        break;
+                    }
+                    Err(SendError::Protocol(e)) => return Err(protocol_failure(&e, facts)),
+                    Err(SendError::Io(e)) => match salvage(rt, &mut conn, &mut ex, &e).await {
+                        Some(h) => {
+                            early_head = Some(h);
+                            break;
+                        }
+                        None => return Err(sent_failure(&e)),
+                    },
+                }
+            }
+        }
+    }
+    if early_head.is_none() && ex.body_permission() == BodyPermission::Done && !req.body.is_empty() {
         let (at, n) = (shared.now(), req.body.len().unwrap_or(0));
         shared.emit(move |l| l.request_body_end(call, n, at));
     }
-    if let Err(e) = timed(rt, settings.write_timeout, conn.io.flush()).await {
-        return Err(io_failure(&e, Progress::RequestWritten, facts));
+    if early_head.is_none() {
+        if let Err(e) = timed(rt, write_limit(), conn.io.flush()).await {
+            return Err(sent_failure(&e));
+        }
     }
 
     // The response head.
     let head = match early_head {
         Some(h) => h,
-        None => read_head(rt, &mut conn, &mut ex, settings.read_timeout, facts).await?,
+        None => read_head(rt, &mut conn, &mut ex, settings.read_timeout, req.deadline, facts).await?,
     };
     let (at, status) = (shared.now(), head.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
@@ -197,8 +401,23 @@ pub(crate) async fn exchange(
         ex,
         complete: false,
         trailers: None,
+        deadline: req.body_timeout.map(|d| Instant::now() + d),
     };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h1(body)))
+}
+
+/// A write failed: unless it timed out (the server is alive but not reading),
+/// look for a response the server sent before the connection broke.
+async fn salvage(
+    rt: &dyn Runtime,
+    conn: &mut H1Conn,
+    ex: &mut Exchange,
+    e: &io::Error,
+) -> Option<http::Response<()>> {
+    if e.kind() == io::ErrorKind::TimedOut {
+        return None;
+    }
+    salvage_early_response(rt, conn, ex).await
 }
 
 async fn read_head(
@@ -206,6 +425,7 @@ async fn read_head(
     conn: &mut H1Conn,
     ex: &mut Exchange,
     read_timeout: Option<Duration>,
+    deadline: Option<Instant>,
     facts: RequestFacts,
 ) -> Result<http::Response<()>, Attempted> {
     let mut eof = false;
@@ -217,13 +437,16 @@ async fn read_head(
             Ok(None) => {}
             Err(e) => return Err(protocol_failure(&e, facts)),
         }
-        match timed(rt, read_timeout, conn.io.read_buf(&mut conn.buf)).await {
+        let progress = if any { Progress::ResponseStarted } else { Progress::RequestWritten };
+        // Checked before every read: a busy stream of bytes cannot outlive the
+        // call (a timer alone can be starved by a read loop that never waits).
+        if deadline_passed(deadline) {
+            return Err(io_failure(&timed_out(), progress, facts));
+        }
+        match timed(rt, bound(read_timeout, deadline), conn.io.read_buf(&mut conn.buf)).await {
             Ok(0) => eof = true,
             Ok(_) => any = true,
-            Err(e) => {
-                let progress = if any { Progress::ResponseStarted } else { Progress::RequestWritten };
-                return Err(io_failure(&e, progress, facts));
-            }
+            Err(e) => return Err(io_failure(&e, progress, facts)),
         }
     }
 }
@@ -238,11 +461,13 @@ pub(crate) struct H1Body {
     ex: Exchange,
     complete: bool,
     pub(crate) trailers: Option<http::HeaderMap>,
+    /// When the whole body must have arrived (the body timeout).
+    deadline: Option<Instant>,
 }
 
 impl H1Body {
     pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
-        let read_timeout = self.shared.settings.read_timeout;
+        let (read_timeout, deadline) = (self.shared.settings.read_timeout, self.deadline);
         let mut eof = false;
         loop {
             if self.complete {
@@ -259,7 +484,12 @@ impl H1Body {
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => {
-                    match timed(&*self.shared.rt, read_timeout, conn.io.read_buf(&mut conn.buf)).await {
+                    if deadline_passed(deadline) {
+                        self.retire();
+                        return Err(BodyError::Timeout);
+                    }
+                    let limit = bound(read_timeout, deadline);
+                    match timed(&*self.shared.rt, limit, conn.io.read_buf(&mut conn.buf)).await {
                         Ok(0) => eof = true,
                         Ok(_) => {}
                         Err(e) => {

@@ -27,6 +27,9 @@ pub(crate) struct H2Handle {
     reported_limit: Arc<AtomicUsize>,
     /// The connection's PING sender; taken while a liveness check runs.
     ping: Arc<std::sync::Mutex<Option<h2::PingPong>>>,
+    /// Set when the connection was retired as never usable, so its streams'
+    /// failures say so rather than "broken pipe".
+    never_usable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How long a PING may go unanswered before the connection is declared unhealthy.
@@ -58,24 +61,120 @@ fn check_liveness(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Han
     }));
 }
 
+/// The server's first frame, as seen on the wire: RFC 9113 §3.4 makes it a
+/// SETTINGS frame. The `h2` crate does not say when the server's SETTINGS
+/// arrive, so the connection's reads pass through this watcher, which looks at
+/// the first frame header only (9 bytes) and then steps aside.
+struct FirstFrame<T> {
+    inner: T,
+    header: [u8; 9],
+    seen: usize,
+    settings: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstFrame<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.seen < 9 {
+            let me = &mut *self;
+            for &b in &buf.filled()[before..] {
+                if me.seen == 9 {
+                    break;
+                }
+                me.header[me.seen] = b;
+                me.seen += 1;
+            }
+            // Frame type 0x4 is SETTINGS.
+            if me.seen == 9 && me.header[3] == 0x4 {
+                me.settings.store(true, Ordering::Release);
+            }
+        }
+        polled
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstFrame<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
 /// Starts the HTTP/2 connection on `io`: handshake, then the connection task,
 /// which reports the connection's end to the core. `None` without an executor.
+///
+/// A connection the server never makes usable is retired once the handshake
+/// timeout has passed since it started: no SETTINGS frame by then, or a stream
+/// limit still at zero ([`CloseReason::NeverUsable`]). Its streams fail and
+/// their calls move on per the retry rules; it never sits idle in the pool.
+/// Response header blocks are bounded like HTTP/1.1 heads (the same setting).
 pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Option<H2Handle> {
     let shared: Weak<Shared> = Arc::downgrade(owner);
     let (tx, rx) = watch::channel(None);
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
+    let settings_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let io = FirstFrame { inner: io, header: [0; 9], seen: 0, settings: Arc::clone(&settings_seen) };
+    let header_limit = u32::try_from(owner.settings.limits.max_head_size).unwrap_or(u32::MAX);
+    let usable_by = std::time::Instant::now() + owner.settings.handshake_timeout;
+    let never_usable = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let never_usable_flag = Arc::clone(&never_usable);
+    let rt = Arc::clone(&owner.rt);
     let task = owner.rt.spawn(Box::pin(async move {
-        let reason = match h2::client::Builder::new().handshake::<_, Bytes>(io).await {
+        let handshake = h2::client::Builder::new().max_header_list_size(header_limit).handshake::<_, Bytes>(io);
+        let reason = match handshake.await {
             Ok((send, mut conn)) => {
                 if let (Some(p), Ok(mut slot)) = (conn.ping_pong(), ping_slot.lock()) {
                     *slot = Some(p);
                 }
+                let probe = send.clone();
                 let _ = tx.send(Some(Ok(send)));
-                match conn.await {
-                    Ok(()) => CloseReason::ServerClose,
-                    Err(e) if e.is_go_away() => CloseReason::GoAway,
-                    Err(_) => CloseReason::Failure,
+                let mut conn = std::pin::pin!(conn);
+                let ended = match crate::runtime::until(&*rt, usable_by, conn.as_mut()).await {
+                    Some(ended) => Some(ended),
+                    None if !settings_seen.load(Ordering::Acquire) => None,
+                    None if probe.current_max_send_streams() == 0 => None,
+                    None => Some(conn.await),
+                };
+                match ended {
+                    None => {
+                        tracing::debug!(%connection, "HTTP/2 connection not usable within the handshake timeout");
+                        never_usable_flag.store(true, Ordering::Release);
+                        CloseReason::NeverUsable
+                    }
+                    Some(Ok(())) => CloseReason::ServerClose,
+                    Some(Err(e)) if e.is_go_away() => CloseReason::GoAway,
+                    Some(Err(_)) => CloseReason::Failure,
                 }
             }
             Err(e) => {
@@ -90,7 +189,12 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
             });
         }
     }));
-    task.map(|_detached| H2Handle { ready: rx, reported_limit: Arc::new(AtomicUsize::new(usize::MAX)), ping })
+    task.map(|_detached| H2Handle {
+        ready: rx,
+        reported_limit: Arc::new(AtomicUsize::new(usize::MAX)),
+        ping,
+        never_usable,
+    })
 }
 
 fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {
@@ -131,16 +235,23 @@ fn report_limit(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Handl
     }
 }
 
+/// What one HTTP/2 exchange sends, and its bounds.
+pub(crate) struct Request<'a> {
+    pub(crate) parts: &'a http::request::Parts,
+    pub(crate) body: &'a mut Body,
+    pub(crate) facts: RequestFacts,
+    pub(crate) limits: crate::client::CallLimits,
+}
+
 /// Runs one exchange on a stream of the connection.
 pub(crate) async fn exchange(
     shared: &Arc<Shared>,
     call: CallId,
     connection: ConnectionId,
     handle: H2Handle,
-    parts: &http::request::Parts,
-    body: &mut Body,
-    facts: RequestFacts,
+    req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
+    let Request { parts, body, facts, limits } = req;
     let mut ready = handle.ready.clone();
     let send = loop {
         if let Some(r) = ready.borrow_and_update().clone() {
@@ -151,8 +262,17 @@ pub(crate) async fn exchange(
         }
     };
     let send = send.map_err(|e| io_failure(e, facts))?;
-    let mut send =
-        send.ready().await.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?;
+    // A stream the server never allows (a limit of zero that is never raised)
+    // must not hold the call forever: the handshake timeout bounds the wait.
+    let mut send = match within(&*shared.rt, shared.settings.handshake_timeout, send.ready()).await {
+        Some(ready) => ready.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?,
+        None => {
+            return Err(io_failure(
+                "the HTTP/2 connection allowed no stream within the handshake timeout".into(),
+                facts,
+            ))
+        }
+    };
     report_limit(shared, connection, &handle);
 
     let mut request = http::Request::from_parts(parts.clone(), ());
@@ -166,7 +286,19 @@ pub(crate) async fn exchange(
         .map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?;
     let at = shared.now();
     shared.emit(move |l| l.request_headers_end(call, at));
-    let written = |e: h2::Error| Attempted::Failed(failure(&e, Progress::RequestWritten, facts));
+    let never_usable = Arc::clone(&handle.never_usable);
+    let written = |e: h2::Error| {
+        let mut f = failure(&e, Progress::RequestWritten, facts);
+        if never_usable.load(Ordering::Acquire) {
+            f.kind = ExchangeFailureKind::Io {
+                kind: std::io::ErrorKind::ConnectionAborted,
+                message: "the server never made the HTTP/2 connection usable (no SETTINGS, or no stream \
+                          allowed, within the handshake timeout)"
+                    .into(),
+            };
+        }
+        Attempted::Failed(f)
+    };
     if !end_of_stream {
         match &mut body.kind {
             Kind::Full(bytes) => stream.send_data(bytes.clone(), true).map_err(written)?,
@@ -202,8 +334,16 @@ pub(crate) async fn exchange(
     let (at, status) = (shared.now(), response.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
     let (parts, recv) = response.into_parts();
-    let body =
-        H2Body { shared: Arc::clone(shared), call, connection, handle, recv: Some(recv), trailers: None };
+    let deadline = limits.body_timeout.map(|d| std::time::Instant::now() + d);
+    let body = H2Body {
+        shared: Arc::clone(shared),
+        call,
+        connection,
+        handle,
+        recv: Some(recv),
+        trailers: None,
+        deadline,
+    };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
 }
 
@@ -216,17 +356,25 @@ pub(crate) struct H2Body {
     handle: H2Handle,
     recv: Option<h2::RecvStream>,
     pub(crate) trailers: Option<http::HeaderMap>,
+    /// When the whole body must have arrived (the body timeout).
+    deadline: Option<std::time::Instant>,
 }
 
 impl H2Body {
     pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         let read_timeout = self.shared.settings.read_timeout;
+        let limit = crate::h1::bound(read_timeout, self.deadline);
         let Some(recv) = self.recv.as_mut() else { return Ok(None) };
-        let next = match read_timeout {
+        let next = match limit {
             Some(d) => match within(&*self.shared.rt, d, recv.data()).await {
                 Some(n) => n,
                 None => {
-                    check_liveness(&self.shared, self.connection, &self.handle);
+                    // The body timeout says nothing about the connection; a
+                    // read timeout may mean a stalled peer.
+                    let body_deadline = self.deadline.is_some_and(|t| std::time::Instant::now() >= t);
+                    if !body_deadline {
+                        check_liveness(&self.shared, self.connection, &self.handle);
+                    }
                     self.end(Reuse::Reusable);
                     return Err(BodyError::Timeout);
                 }

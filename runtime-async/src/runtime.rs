@@ -66,7 +66,8 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> BoxFuture<io::Result<Vec<IpAddr>>>;
 }
 
-/// Runs `f` until `at`; `None` if `at` came first.
+/// Runs `f` until `at`; `None` if `at` came first (or `f` was still not done
+/// when polled at or after `at`).
 pub(crate) async fn until<T>(
     rt: &dyn Runtime,
     at: std::time::Instant,
@@ -75,11 +76,14 @@ pub(crate) async fn until<T>(
     let mut f = std::pin::pin!(f);
     let mut sleep = rt.sleep_until(at);
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = f.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
+        // The timer first: a busy `f` may exhaust the runtime's cooperative
+        // budget in its poll, and a timer polled after it would then never
+        // see its deadline (tokio's timers honour the budget).
         if sleep.as_mut().poll(cx).is_ready() {
             return Poll::Ready(None);
+        }
+        if let Poll::Ready(v) = f.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
         }
         Poll::Pending
     })

@@ -114,6 +114,11 @@ impl RequestBuilder {
         self.options.timeout = Some(d);
         self
     }
+    /// This call's body timeout: the response body must end within `d` of its head.
+    pub fn body_timeout(mut self, d: Duration) -> Self {
+        self.options.body_timeout = Some(d);
+        self
+    }
     /// Sends the request and waits for the response head.
     ///
     /// # Errors
@@ -193,6 +198,9 @@ impl Client {
         let shared = Arc::clone(&self.inner.shared);
         let (mut parts, mut body) = request.into_parts();
         let options = parts.extensions.remove::<RequestOptions>().unwrap_or_default();
+        // Credentials in the URL become `Authorization: Basic`, never Host or
+        // `:authority`, and never appear in events, logs or errors.
+        switchyard_common::take_userinfo(&mut parts)?;
         let address = self.inner.config.address(&parts.uri, false)?;
         let timeout = options.timeout.or(self.inner.config.timeout);
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
@@ -215,7 +223,8 @@ impl Client {
             }
             id
         });
-        match run_call(&shared, call, rx, &parts, &mut body, facts, deadline) {
+        let body_timeout = options.body_timeout.or(self.inner.config.body_timeout);
+        match run_call(&shared, call, rx, &parts, &mut body, facts, (deadline, body_timeout)) {
             Ok(mut response) => {
                 // The call ends with its body (`call_end` then).
                 response.body_mut().set_owner(Arc::clone(&shared), call);
@@ -275,7 +284,7 @@ fn run_call(
     parts: &http::request::Parts,
     body: &mut Body,
     facts: RequestFacts,
-    deadline: Option<std::time::Instant>,
+    (deadline, body_timeout): (Option<std::time::Instant>, Option<Duration>),
 ) -> Result<http::Response<ResponseBody>, Error> {
     let mut rx = rx;
     loop {
@@ -285,7 +294,7 @@ fn run_call(
             st.pool.connection(lease.connection).is_some_and(|c| c.route().uses_absolute_form())
         };
         let form = if absolute { TargetForm::Absolute } else { TargetForm::Origin };
-        let req = h1::Request { parts, body, form, facts, deadline };
+        let req = h1::Request { parts, body, form, facts, deadline, body_timeout };
         let failure = match h1::exchange(shared, call, lease, req) {
             Ok(response) => return Ok(response),
             Err(Attempted::Fatal(e)) => return Err(e),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use switchyard_common::exchange::{
     body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, Tunnel, DRAIN_BYTES,
-    DRAIN_TIME,
+    DRAIN_TIME, EARLY_RESPONSE_GRACE,
 };
 use switchyard_common::{BodyError, Error};
 use switchyard_core::http1::{BodyPermission, Exchange, Frame, TargetForm};
@@ -27,8 +27,39 @@ pub(crate) struct Request<'a> {
     pub(crate) body: &'a mut Body,
     pub(crate) form: TargetForm,
     pub(crate) facts: RequestFacts,
-    /// The call's deadline (until the response head).
+    /// The call's deadline (until the response head): checked before every
+    /// read and bounding each, so no trickle of bytes outlives it.
     pub(crate) deadline: Option<Instant>,
+    /// When the response body must be complete, counted from its head.
+    pub(crate) body_timeout: Option<Duration>,
+}
+
+fn deadline_passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+fn deadline_error() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the call's deadline passed")
+}
+
+/// How often a blocked request-body write stops to look for an early response.
+const WATCH_SLICE: Duration = Duration::from_millis(50);
+
+/// How sending (part of) a request ended.
+enum Sent {
+    /// Everything was written and flushed.
+    All,
+    /// The server answered before the body was sent: the rest is not sent.
+    Early(http::Response<()>),
+}
+
+enum SendError {
+    Io(io::Error),
+    Protocol(switchyard_core::http1::Http1Error),
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
 /// The tighter of a per-operation timeout and what is left of the call.
@@ -62,6 +93,121 @@ impl H1Conn {
         self.timeouts.write(self.stream.tcp(), limit)?;
         self.stream.write_all(data).map_err(timed_out)
     }
+
+    /// Decodes what the server sent so far, reading only what is already
+    /// there (never waiting): `Some(head)` once a final response head is
+    /// complete. Interim responses are consumed.
+    fn early_head(
+        &mut self,
+        ex: &mut Exchange,
+        eof: &mut bool,
+    ) -> Result<Option<http::Response<()>>, SendError> {
+        loop {
+            loop {
+                match ex.decode(&mut self.buf, false) {
+                    Ok(Some(Frame::Head(r))) => return Ok(Some(r)),
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => return Err(SendError::Protocol(e)),
+                }
+            }
+            if *eof {
+                return Ok(None);
+            }
+            match crate::stream::read_available(&mut self.stream, &mut self.scratch) {
+                Ok(Some(0)) | Err(_) => *eof = true,
+                Ok(Some(n)) => self.buf.extend_from_slice(&self.scratch[..n]),
+                Ok(None) => return Ok(None),
+            }
+        }
+    }
+
+    /// Writes `data` and flushes, looking for an early final response between
+    /// writes (and every [`WATCH_SLICE`] while the socket takes nothing): a
+    /// server may answer before it reads the body (413, 401, …), and that
+    /// answer is what the caller gets. `limit` bounds a wait without progress.
+    fn send_watching(
+        &mut self,
+        ex: &mut Exchange,
+        data: &[u8],
+        limit: Option<Duration>,
+    ) -> Result<Sent, SendError> {
+        let mut rest = data;
+        let mut eof = false;
+        let mut since = Instant::now();
+        loop {
+            if let Some(head) = self.early_head(ex, &mut eof)? {
+                return Ok(Sent::Early(head));
+            }
+            let slice = limit.map_or(WATCH_SLICE, |l| l.saturating_sub(since.elapsed()).min(WATCH_SLICE));
+            if slice.is_zero() {
+                return Err(SendError::Io(io::Error::new(io::ErrorKind::TimedOut, "write timed out")));
+            }
+            self.timeouts.write(self.stream.tcp(), Some(slice)).map_err(SendError::Io)?;
+            let step = if rest.is_empty() {
+                self.stream.flush().map(|()| None)
+            } else {
+                self.stream.write(rest).map(Some)
+            };
+            match step {
+                Ok(None) => return Ok(Sent::All),
+                Ok(Some(0)) => return Err(SendError::Io(io::ErrorKind::WriteZero.into())),
+                Ok(Some(n)) => {
+                    rest = &rest[n..];
+                    since = Instant::now();
+                }
+                Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(SendError::Io(e)),
+            }
+        }
+    }
+
+    /// A write failed (not by timing out): the server may have answered and
+    /// closed; read briefly for the response it sent before the break.
+    fn salvage(&mut self, ex: &mut Exchange, e: &io::Error) -> Option<http::Response<()>> {
+        if is_timeout(e) {
+            return None;
+        }
+        let until = Instant::now() + EARLY_RESPONSE_GRACE;
+        loop {
+            loop {
+                match ex.decode(&mut self.buf, false) {
+                    Ok(Some(Frame::Head(r))) => return Some(r),
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) => return None,
+                }
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            match self.read_more(Some(left)) {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// Sends `data` watching for an early answer: `Ok(Some(head))` when the
+/// server answered first, `Ok(None)` when everything went out.
+fn send_part(
+    conn: &mut H1Conn,
+    ex: &mut Exchange,
+    data: &[u8],
+    limit: Option<Duration>,
+    facts: RequestFacts,
+) -> Result<Option<http::Response<()>>, Attempted> {
+    match conn.send_watching(ex, data, limit) {
+        Ok(Sent::All) => Ok(None),
+        Ok(Sent::Early(head)) => Ok(Some(head)),
+        Err(SendError::Protocol(e)) => Err(protocol_failure(&e, facts)),
+        Err(SendError::Io(e)) => match conn.salvage(ex, &e) {
+            Some(head) => Ok(Some(head)),
+            None => Err(io_failure(&timed_out(e), Progress::RequestWritten, facts)),
+        },
+    }
 }
 
 /// Runs one exchange. On success the response's body owns the connection until
@@ -77,11 +223,13 @@ pub(crate) fn exchange(
     let Some(mut conn) = lease.conn else {
         return Err(stale("the connection's socket was already closed", facts));
     };
-    // An idle connection may have been closed by the server while pooled: ask
-    // the socket before writing, so a request never goes out on a dead
-    // connection (and the core retries on another, nothing having been sent).
+    // An idle connection may have been closed by the server while pooled (or
+    // sent something nobody asked for): ask the buffer and the socket before
+    // writing, so a request never goes out on a dead connection (and the core
+    // retries on another, nothing having been sent).
     if !conn.fresh {
-        match probe(&mut conn.stream) {
+        let verdict = if conn.buf.is_empty() { probe(&mut conn.stream) } else { Probe::Unhealthy };
+        match verdict {
             Probe::Alive => {}
             dead => return Err(stale_after(dead, facts)),
         }
@@ -112,13 +260,17 @@ pub(crate) fn exchange(
             }
         }
     }
-    conn.write_all(&out, write_limit()).map_err(|e| written(&e))?;
+    let mut early_head = None;
+    if req.body.is_empty() {
+        conn.write_all(&out, write_limit()).map_err(|e| written(&e))?;
+    } else {
+        early_head = send_part(&mut conn, &mut ex, &out, write_limit(), facts)?;
+    }
     let at = shared.now();
     shared.emit(move |l| l.request_headers_end(call, at));
 
     // `Expect: 100-continue`: wait for the server's word, or our own timeout.
-    let mut early_head = None;
-    if ex.body_permission() == BodyPermission::AwaitContinue {
+    if early_head.is_none() && ex.body_permission() == BodyPermission::AwaitContinue {
         let until = Instant::now() + settings.expect_continue_timeout;
         loop {
             match ex.decode(&mut conn.buf, false) {
@@ -131,6 +283,9 @@ pub(crate) fn exchange(
                 Ok(_) => {}
                 Err(e) => return Err(protocol_failure(&e, facts)),
             }
+            if deadline_passed(req.deadline) {
+                return Err(written(&deadline_error()));
+            }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 ex.continue_timed_out();
@@ -141,6 +296,9 @@ pub(crate) fn exchange(
                     ex.continue_timed_out();
                     break;
                 }
+                Err(e) if e.kind() == io::ErrorKind::TimedOut && deadline_passed(req.deadline) => {
+                    return Err(written(&deadline_error()));
+                }
                 Ok(0) => {
                     let e =
                         io::Error::new(io::ErrorKind::UnexpectedEof, "closed while awaiting 100 Continue");
@@ -150,28 +308,31 @@ pub(crate) fn exchange(
                 Err(e) => return Err(written(&e)),
             }
         }
-        if ex.body_permission() == BodyPermission::Send {
-            if let Some(bytes) = req.body.bytes() {
-                let mut out = Vec::with_capacity(bytes.len() + 16);
-                let encoded = ex.encode_body(&bytes, &mut out).and_then(|()| ex.finish_body(None, &mut out));
-                if let Err(e) = encoded {
-                    let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
-                    shared.release_h1(call, connection, conn, reuse);
-                    return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
-                }
-                conn.write_all(&out, write_limit()).map_err(|e| written(&e))?;
+    }
+
+    // A buffered body held back for `100 Continue` (or our own timeout).
+    if early_head.is_none() && ex.body_permission() == BodyPermission::Send {
+        if let Some(bytes) = req.body.bytes() {
+            let mut out = Vec::with_capacity(bytes.len() + 16);
+            let encoded = ex.encode_body(&bytes, &mut out).and_then(|()| ex.finish_body(None, &mut out));
+            if let Err(e) = encoded {
+                let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
+                shared.release_h1(call, connection, conn, reuse);
+                return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
             }
+            early_head = send_part(&mut conn, &mut ex, &out, write_limit(), facts)?;
         }
     }
 
-    // A streaming body, read from the caller's reader and sent chunk by chunk.
-    if ex.body_permission() == BodyPermission::Send {
+    // A streaming body, read from the caller's reader and sent chunk by chunk,
+    // looking for an early answer between chunks.
+    if early_head.is_none() && ex.body_permission() == BodyPermission::Send {
         if let Kind::Reader(reader) = &mut req.body.kind {
             let mut chunk = vec![0u8; 16 * 1024];
             let mut out = Vec::with_capacity(chunk.len() + 16);
-            loop {
+            let mut finished = false;
+            while !finished && early_head.is_none() {
                 let n = match reader.read(&mut chunk) {
-                    Ok(0) => break,
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
@@ -184,28 +345,33 @@ pub(crate) fn exchange(
                     }
                 };
                 out.clear();
-                if let Err(e) = ex.encode_body(&chunk[..n], &mut out) {
+                let encoded = if n == 0 {
+                    finished = true;
+                    ex.finish_body(None, &mut out)
+                } else {
+                    ex.encode_body(&chunk[..n], &mut out)
+                };
+                if let Err(e) = encoded {
                     let reuse = Reuse::Retire(CloseReason::RequestBodyIncomplete);
                     shared.release_h1(call, connection, conn, reuse);
                     return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
                 }
-                conn.write_all(&out, write_limit()).map_err(|e| written(&e))?;
+                early_head = send_part(&mut conn, &mut ex, &out, write_limit(), facts)?;
             }
-            out.clear();
-            let _ = ex.finish_body(None, &mut out);
-            conn.write_all(&out, write_limit()).map_err(|e| written(&e))?;
         }
     }
-    if ex.body_permission() == BodyPermission::Done && !req.body.is_empty() {
+    if early_head.is_none() && ex.body_permission() == BodyPermission::Done && !req.body.is_empty() {
         let (at, n) = (shared.now(), req.body.len().unwrap_or(0));
         shared.emit(move |l| l.request_body_end(call, n, at));
     }
-    conn.stream.flush().map_err(|e| written(&timed_out(e)))?;
+    if early_head.is_none() {
+        conn.stream.flush().map_err(|e| written(&timed_out(e)))?;
+    }
 
     // The response head.
     let head = match early_head {
         Some(h) => h,
-        None => read_head(&mut conn, &mut ex, bound(settings.read_timeout, req.deadline), facts)?,
+        None => read_head(&mut conn, &mut ex, settings.read_timeout, req.deadline, facts)?,
     };
     let (at, status) = (shared.now(), head.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
@@ -218,6 +384,7 @@ pub(crate) fn exchange(
         ex,
         complete: false,
         trailers: None,
+        deadline: req.body_timeout.map(|d| Instant::now() + d),
     };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h1(body)))
 }
@@ -225,7 +392,8 @@ pub(crate) fn exchange(
 fn read_head(
     conn: &mut H1Conn,
     ex: &mut Exchange,
-    limit: Option<Duration>,
+    read_timeout: Option<Duration>,
+    deadline: Option<Instant>,
     facts: RequestFacts,
 ) -> Result<http::Response<()>, Attempted> {
     let mut eof = false;
@@ -237,13 +405,16 @@ fn read_head(
             Ok(None) => {}
             Err(e) => return Err(protocol_failure(&e, facts)),
         }
-        match conn.read_more(limit) {
+        let progress = if any { Progress::ResponseStarted } else { Progress::RequestWritten };
+        // The deadline is checked before every read and bounds each one: a
+        // head trickled a few bytes at a time cannot outlive the call.
+        if deadline_passed(deadline) {
+            return Err(io_failure(&deadline_error(), progress, facts));
+        }
+        match conn.read_more(bound(read_timeout, deadline)) {
             Ok(0) => eof = true,
             Ok(_) => any = true,
-            Err(e) => {
-                let progress = if any { Progress::ResponseStarted } else { Progress::RequestWritten };
-                return Err(io_failure(&e, progress, facts));
-            }
+            Err(e) => return Err(io_failure(&e, progress, facts)),
         }
     }
 }
@@ -258,11 +429,13 @@ pub(crate) struct H1Body {
     ex: Exchange,
     complete: bool,
     pub(crate) trailers: Option<http::HeaderMap>,
+    /// When the whole body must have arrived (the body timeout).
+    deadline: Option<Instant>,
 }
 
 impl H1Body {
     pub(crate) fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
-        let read_timeout = self.shared.settings.read_timeout;
+        let (read_timeout, deadline) = (self.shared.settings.read_timeout, self.deadline);
         let mut eof = false;
         loop {
             if self.complete {
@@ -278,7 +451,11 @@ impl H1Body {
                     return Ok(None);
                 }
                 Ok(Some(_)) => {}
-                Ok(None) => match conn.read_more(read_timeout) {
+                Ok(None) if deadline_passed(deadline) => {
+                    self.retire();
+                    return Err(BodyError::Timeout);
+                }
+                Ok(None) => match conn.read_more(bound(read_timeout, deadline)) {
                     Ok(0) => eof = true,
                     Ok(_) => {}
                     Err(e) => {

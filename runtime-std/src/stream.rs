@@ -112,6 +112,51 @@ fn tls_records(s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>)
     }
 }
 
+/// Reads what has already arrived, without waiting: `Ok(None)` when nothing
+/// has, `Ok(Some(0))` when the peer closed, else the bytes now in `scratch`.
+/// For TLS, records are taken from the socket and decrypted directly (the
+/// stream's own `read` would first try to send buffered records, and fail
+/// while the peer is not reading).
+pub(crate) fn read_available(stream: &mut Stream, scratch: &mut [u8]) -> io::Result<Option<usize>> {
+    stream.tcp().set_nonblocking(true)?;
+    let result = match stream {
+        Stream::Tcp(s) => match s.read(scratch) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        },
+        Stream::Tls(s) => tls_available(s, scratch),
+    };
+    stream.tcp().set_nonblocking(false)?;
+    result
+}
+
+fn tls_available(
+    s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+    scratch: &mut [u8],
+) -> io::Result<Option<usize>> {
+    let mut closed = false;
+    while s.conn.wants_read() {
+        match s.conn.read_tls(&mut s.sock) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => {
+                s.conn.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    match s.conn.reader().read(scratch) {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && closed => Ok(Some(0)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Socket timeouts, set only when they change (each set is a system call).
 #[derive(Debug, Default)]
 pub(crate) struct Timeouts {

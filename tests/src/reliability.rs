@@ -295,7 +295,21 @@ fn cases(url: &str) -> Vec<Case> {
             earlier: Outcome::Ok,
             await_close: None,
             pattern: Some(vec![]),
-            applies: any,
+            applies: h1,
+        },
+        Case {
+            // HTTP/2 without the server's SETTINGS within the handshake timeout:
+            // the connection is retired as never usable (not kept idle), and the
+            // call fails typed before its read timeout (a new connection: not
+            // retried, the request may have been sent).
+            name: "stall at start, HTTP/2: never usable, retired, typed failure",
+            script: vec![ok("x").with(Fault::StallAtStart)],
+            requests: vec![get(url)],
+            expect: Outcome::Err(Failure::Exchange(true)),
+            earlier: Outcome::Ok,
+            await_close: None,
+            pattern: Some(vec![]),
+            applies: h2,
         },
         Case {
             // BEHAVIOUR §4: a stream read timeout sends one PING; no PONG within
@@ -351,6 +365,11 @@ pub fn run(a: &dyn Adapter, transport: Transport) -> usize {
             ..Config::default()
         };
         config.hosts.insert(host.into(), vec!["127.0.0.1".parse().expect("ip")]);
+        if case.name.contains("never usable") {
+            // No read timeout to race the handshake timeout: only the
+            // never-usable rule can end this call before the call timeout.
+            config.read_timeout = None;
+        }
         let client = a.client(config);
         let started = std::time::Instant::now();
         let requests: Vec<Req> =

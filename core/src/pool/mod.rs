@@ -385,7 +385,9 @@ impl Pool {
     fn make_room(&mut self, now: Instant, attempt: AttemptId) -> bool {
         let Some(&(_, victim)) = self.idle_all.first() else { return false };
         let route = match self.calls.get(&attempt.call()) {
-            Some(Call { state: CallState::Racing { race, .. }, .. }) => race.connecting_route(attempt).cloned(),
+            Some(Call { state: CallState::Racing { race, .. }, .. }) => {
+                race.connecting_route(attempt).cloned()
+            }
             _ => None,
         };
         let Some(route) = route else { return false };
