@@ -132,7 +132,12 @@ async fn send_watching(
     let mut timer = limit.map(|d| rt.sleep_until(Instant::now() + d));
     std::future::poll_fn(|cx| loop {
         match watch_for_response(cx, conn, ex, &mut eof) {
-            Poll::Ready(Ok(head)) => return Poll::Ready(Ok(Sent::Early(head))),
+            Poll::Ready(Ok(head)) => {
+                if !rest.is_empty() {
+                    ex.abandon_body();
+                }
+                return Poll::Ready(Ok(Sent::Early(head)));
+            }
             Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Protocol(e))),
             Poll::Pending => {}
         }
@@ -352,6 +357,7 @@ pub(crate) async fn exchange(
                         finished = true;
                     }
                     Err(Ok(h)) => {
+                        ex.abandon_body();
                         early_head = Some(h);
                         break;
                     }
@@ -417,6 +423,8 @@ async fn salvage(
     if e.kind() == io::ErrorKind::TimedOut {
         return None;
     }
+    // Whatever the response, part of the request never went out.
+    ex.abandon_body();
     salvage_early_response(rt, conn, ex).await
 }
 

@@ -151,8 +151,18 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
     let never_usable_flag = Arc::clone(&never_usable);
     let rt = Arc::clone(&owner.rt);
     let task = owner.rt.spawn(Box::pin(async move {
+        // Tells the core why the connection ended, while its streams are still
+        // waiting: the pool hears the connection's own reason first.
+        let report = |reason: CloseReason| {
+            if let Some(shared) = shared.upgrade() {
+                shared.input(|st, now| {
+                    // Already closed by the pool: nothing to report.
+                    let _ = st.pool.connection_closed(now, connection, reason);
+                });
+            }
+        };
         let handshake = h2::client::Builder::new().max_header_list_size(header_limit).handshake::<_, Bytes>(io);
-        let reason = match handshake.await {
+        match handshake.await {
             Ok((send, mut conn)) => {
                 if let (Some(p), Ok(mut slot)) = (conn.ping_pong(), ping_slot.lock()) {
                     *slot = Some(p);
@@ -164,9 +174,9 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
                     Some(ended) => Some(ended),
                     None if !settings_seen.load(Ordering::Acquire) => None,
                     None if probe.current_max_send_streams() == 0 => None,
-                    None => Some(conn.await),
+                    None => Some(conn.as_mut().await),
                 };
-                match ended {
+                let reason = match ended {
                     None => {
                         tracing::debug!(%connection, "HTTP/2 connection not usable within the handshake timeout");
                         never_usable_flag.store(true, Ordering::Release);
@@ -175,18 +185,14 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
                     Some(Ok(())) => CloseReason::ServerClose,
                     Some(Err(e)) if e.is_go_away() => CloseReason::GoAway,
                     Some(Err(_)) => CloseReason::Failure,
-                }
+                };
+                report(reason);
+                // Dropping the connection now fails its remaining streams.
             }
             Err(e) => {
                 let _ = tx.send(Some(Err(e.to_string())));
-                CloseReason::Failure
+                report(CloseReason::Failure);
             }
-        };
-        if let Some(shared) = shared.upgrade() {
-            shared.input(|st, now| {
-                // Already closed by the pool: nothing to report.
-                let _ = st.pool.connection_closed(now, connection, reason);
-            });
         }
     }));
     task.map(|_detached| H2Handle {

@@ -137,6 +137,9 @@ impl H1Conn {
         let mut since = Instant::now();
         loop {
             if let Some(head) = self.early_head(ex, &mut eof)? {
+                if !rest.is_empty() {
+                    ex.abandon_body();
+                }
                 return Ok(Sent::Early(head));
             }
             let slice = limit.map_or(WATCH_SLICE, |l| l.saturating_sub(since.elapsed()).min(WATCH_SLICE));
@@ -168,6 +171,8 @@ impl H1Conn {
         if is_timeout(e) {
             return None;
         }
+        // Whatever the response, part of the request never went out.
+        ex.abandon_body();
         let until = Instant::now() + EARLY_RESPONSE_GRACE;
         loop {
             loop {

@@ -49,6 +49,9 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(d) = config.call_timeout {
         b = b.timeout(d);
     }
+    if let Some(d) = config.body_timeout {
+        b = b.body_timeout(d);
+    }
     if config.wait_for_streams {
         b = b.http2_stream_limit_policy(StreamLimitPolicy::Wait);
     }

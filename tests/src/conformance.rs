@@ -50,6 +50,8 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// Bound on a whole call (a guard against hangs).
     pub call_timeout: Option<Duration>,
+    /// Bound on reading a response body.
+    pub body_timeout: Option<Duration>,
     /// How long `Expect: 100-continue` waits before sending the body anyway.
     pub expect_continue_timeout: Duration,
     /// Proxies, in order (empty: direct).
@@ -70,6 +72,7 @@ impl Default for Config {
             read_timeout: None,
             handshake_timeout: Duration::from_secs(5),
             call_timeout: Some(Duration::from_secs(20)),
+            body_timeout: None,
             expect_continue_timeout: Duration::from_secs(1),
             proxies: Vec::new(),
         }

@@ -62,6 +62,25 @@ pub enum Fault {
     BodyDelay(Duration),
     /// Write the body in chunks of this many bytes, with a delay between them.
     Throttle(usize, Duration),
+    /// HTTP/1.1: after the request, answer with exactly these bytes (whatever
+    /// they are: a smuggled second response, a body on a 204, not HTTP at all)
+    /// in one write, then hold the connection open without reading.
+    Raw(Vec<u8>),
+    /// HTTP/1.1: write the response head a few bytes at a time with this delay
+    /// between writes, for about 6 s, then finish it.
+    TrickleHead(Duration),
+    /// HTTP/1.1: `100 Continue` heads as fast as the client takes them, for up
+    /// to 10 s, then a final response.
+    EndlessInterim,
+    /// HTTP/1.1: answer right after the request head without reading the body,
+    /// then hold the connection open, still not reading.
+    AnswerBeforeBody,
+    /// HTTP/1.1: answer right after the request head with `Connection: close`,
+    /// then close as real servers do (FIN, then discard whatever still arrives
+    /// for up to 2 s — a "lingering close" — so the answer is not lost to a reset).
+    AnswerBeforeBodyThenClose,
+    /// A response header field this many bytes long (`x-huge`).
+    HugeHeader(usize),
 }
 
 /// One scripted reply.
@@ -405,6 +424,7 @@ where
             body_len: 0,
             sni: sni.clone(),
             authority: None,
+            authorization: None,
         };
         exchange += 1;
         let continue_line = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -412,7 +432,10 @@ where
             Fault::ContinueAlways => {
                 let _ = io.write_all(continue_line).await;
             }
-            Fault::ContinueNever | Fault::DoNotReadRequestBody => {}
+            Fault::ContinueNever
+            | Fault::DoNotReadRequestBody
+            | Fault::AnswerBeforeBody
+            | Fault::AnswerBeforeBodyThenClose => {}
             _ if head.expect => {
                 let _ = io.write_all(continue_line).await;
             }
@@ -424,7 +447,10 @@ where
             shared.record(record);
             return;
         }
-        if reply.fault != Fault::DoNotReadRequestBody {
+        if !matches!(
+            reply.fault,
+            Fault::DoNotReadRequestBody | Fault::AnswerBeforeBody | Fault::AnswerBeforeBodyThenClose
+        ) {
             match read_body(&mut io, &mut buf, &head, usize::MAX).await {
                 Some(n) => record.body_len = n,
                 None => return,
@@ -444,15 +470,56 @@ where
                 return;
             }
             Fault::HeaderDelay(d) => tokio::time::sleep(d).await,
+            Fault::Raw(bytes) => {
+                let _ = io.write_all(&bytes).await;
+                let _ = io.flush().await;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return;
+            }
+            Fault::EndlessInterim => {
+                let until = tokio::time::Instant::now() + Duration::from_secs(10);
+                while tokio::time::Instant::now() < until {
+                    if io.write_all(continue_line).await.is_err() {
+                        return;
+                    }
+                }
+            }
             _ => {}
         }
-        let close = matches!(reply.fault, Fault::CloseAfterResponse | Fault::DoNotReadRequestBody);
+        let close = matches!(
+            reply.fault,
+            Fault::CloseAfterResponse | Fault::DoNotReadRequestBody | Fault::AnswerBeforeBodyThenClose
+        );
+        let huge = match reply.fault {
+            Fault::HugeHeader(n) => format!("x-huge: {}\r\n", "h".repeat(n)),
+            _ => String::new(),
+        };
         let head_bytes = format!(
-            "HTTP/1.1 {} Scripted\r\nContent-Length: {}\r\n{}\r\n",
+            "HTTP/1.1 {} Scripted\r\nContent-Length: {}\r\n{}{huge}\r\n",
             reply.status,
             reply.body.len(),
             if close { "Connection: close\r\n" } else { "" }
         );
+        if let Fault::TrickleHead(delay) = reply.fault {
+            // The status line, then header fields a few bytes at a time.
+            let mut trickle = b"HTTP/1.1 200 OK\r\n".to_vec();
+            let until = tokio::time::Instant::now() + Duration::from_secs(6);
+            while tokio::time::Instant::now() < until {
+                trickle.extend_from_slice(b"x-slow: 1\r\n");
+                for part in trickle.chunks(4) {
+                    if io.write_all(part).await.is_err() || io.flush().await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+                trickle.clear();
+            }
+            let end = format!("Content-Length: {}\r\n\r\n", reply.body.len());
+            let _ = io.write_all(end.as_bytes()).await;
+            let _ = io.write_all(&reply.body).await;
+            let _ = io.flush().await;
+            continue;
+        }
         if io.write_all(head_bytes.as_bytes()).await.is_err() {
             return;
         }
@@ -481,6 +548,19 @@ where
         let _ = io.flush().await;
         match reply.fault {
             Fault::CloseAfterResponse | Fault::DoNotReadRequestBody => return,
+            Fault::AnswerBeforeBody => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return;
+            }
+            Fault::AnswerBeforeBodyThenClose => {
+                let _ = io.shutdown().await;
+                let mut rest = [0u8; 16 * 1024];
+                let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                    while matches!(io.read(&mut rest).await, Ok(n) if n > 0) {}
+                })
+                .await;
+                return;
+            }
             Fault::ShutdownOutputAfterResponse => {
                 let _ = io.shutdown().await;
                 let mut rest = [0u8; 1024];
@@ -541,6 +621,7 @@ where
                 body_len: 0,
                 sni: sni.clone(),
                 authority: None,
+                authorization: None,
             });
             // Nobody polls the connection from here on: the peer looks dead.
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -556,6 +637,7 @@ where
             body_len: 0,
             sni: sni.clone(),
             authority: request.uri().authority().map(ToString::to_string),
+            authorization: None,
         };
         exchange += 1;
         let (tx, shared) = (tx.clone(), Arc::clone(&shared));
@@ -584,7 +666,11 @@ where
                 Fault::HeaderDelay(d) => tokio::time::sleep(d).await,
                 _ => {}
             }
-            let response = http::Response::builder().status(reply.status).body(()).expect("response");
+            let mut response = http::Response::builder().status(reply.status);
+            if let Fault::HugeHeader(n) = reply.fault {
+                response = response.header("x-huge", "h".repeat(n));
+            }
+            let response = response.body(()).expect("response");
             let Ok(mut stream) = respond.send_response(response, reply.body.is_empty()) else { return };
             let body = Bytes::from(reply.body);
             match reply.fault {

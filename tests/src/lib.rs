@@ -10,6 +10,7 @@ pub mod adapter;
 pub mod certs;
 pub mod conformance;
 pub mod fault;
+pub mod hostile;
 pub mod net;
 pub mod proxy;
 pub mod reliability;

@@ -298,6 +298,38 @@ fn cases(url: &str) -> Vec<Case> {
             applies: h1,
         },
         Case {
+            // Issue 14: an unsolicited second response in the same write as the
+            // first is never read as the next call's response; the pattern
+            // proves the next call went to a new connection.
+            name: "a response smuggled after the body: never delivered, the connection closed",
+            script: vec![
+                ok("x").with(Fault::Raw(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\
+                      HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nforeign"
+                        .to_vec(),
+                )),
+                ok("second"),
+            ],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
+            pattern: Some(vec![(0, 0), (1, 0)]),
+            applies: h1,
+        },
+        Case {
+            // Issue 14: a server that answers 413 before reading a large body:
+            // the upload stops and the 413 is the call's answer.
+            name: "an early 413 before the request body: returned, the upload stopped",
+            script: vec![Reply { status: 413, body: b"too large".to_vec(), fault: Fault::AnswerBeforeBody }],
+            requests: vec![post(url, 16 << 20)],
+            expect: Outcome::Ok,
+            earlier: Outcome::Ok,
+            await_close: None,
+            pattern: Some(vec![(0, 0)]),
+            applies: h1,
+        },
+        Case {
             // HTTP/2 without the server's SETTINGS within the handshake timeout:
             // the connection is retired as never usable (not kept idle), and the
             // call fails typed before its read timeout (a new connection: not

@@ -38,6 +38,8 @@ pub struct Record {
     pub sni: Option<String>,
     /// The `host` header or `:authority`.
     pub authority: Option<String>,
+    /// The `authorization` header.
+    pub authorization: Option<String>,
 }
 
 /// How the server is set up.
@@ -262,6 +264,11 @@ async fn serve_connection<I>(
                     body_len: body.len(),
                     sni,
                     authority,
+                    authorization: parts
+                        .headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned),
                 });
             }
             Ok::<_, Infallible>(respond(&path, body).await)

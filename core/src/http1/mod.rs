@@ -92,6 +92,8 @@ pub struct Exchange {
     body: BodyEncoder,
     send: Send,
     request_close: bool,
+    /// Encoded body bytes were never written (an early response stopped the upload).
+    body_abandoned: bool,
     decoder: ResponseDecoder,
 }
 
@@ -116,6 +118,7 @@ impl Exchange {
             body: BodyEncoder::new(body),
             send,
             request_close,
+            body_abandoned: false,
             decoder: ResponseDecoder::new(&parts.method, limits),
         };
         Ok((exchange, head))
@@ -162,6 +165,13 @@ impl Exchange {
         self.body.finish(trailers, out)
     }
 
+    /// The adapter stopped writing the request before all encoded bytes went
+    /// out (a final response arrived first). The body's framing position on the
+    /// connection is unknown, so the connection cannot be reused.
+    pub fn abandon_body(&mut self) {
+        self.body_abandoned = true;
+    }
+
     /// Decodes the next response frame from `buf`; see [`ResponseDecoder::decode`].
     /// A `100 Continue` releases a withheld body; a final response that arrives
     /// while the body still waits for `100 Continue` withholds it for good.
@@ -193,8 +203,9 @@ impl Exchange {
 
     /// Whether the connection may carry another exchange after this one, and if
     /// not, why: `Connection: close` on either side, HTTP/1.0 without keep-alive, a
-    /// close-delimited body, a body not fully read, a framing error, an upgrade,
-    /// `100-continue` not honoured, or a request body not fully sent.
+    /// close-delimited body, a body not fully read, bytes after the response, a
+    /// framing error, an upgrade, `100-continue` not honoured, or a request body
+    /// not fully sent (not encoded, or [abandoned](Exchange::abandon_body)).
     #[must_use]
     pub fn reuse(&self) -> Reuse {
         let decoded = self.decoder.reuse();
@@ -203,7 +214,7 @@ impl Exchange {
         }
         let reason = if self.send == Send::Withheld {
             CloseReason::ExpectNotHonoured
-        } else if !self.body.is_finished() {
+        } else if !self.body.is_finished() || self.body_abandoned {
             CloseReason::RequestBodyIncomplete
         } else if self.request_close {
             CloseReason::RequestClose
