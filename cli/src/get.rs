@@ -108,7 +108,7 @@ async fn run_async<R: switchyard_async::Runtime>(
             let t = Instant::now();
             let r = fetch_async(&client, &url).await;
             bar.inc(1);
-            r.map(|_| t.elapsed()).map_err(|e| format!("{url}: {e}"))
+            r.map(|_| t.elapsed()).map_err(|e| format!("{}: {e}", switchyard_common::redact(&url)))
         })));
         progress.tick();
     }
@@ -158,7 +158,9 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
                 }
                 let url = &args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()];
                 let t = Instant::now();
-                let r = fetch_std(client, url).map(|_| t.elapsed()).map_err(|e| format!("{url}: {e}"));
+                let r = fetch_std(client, url)
+                    .map(|_| t.elapsed())
+                    .map_err(|e| format!("{}: {e}", switchyard_common::redact(&url)));
                 progress.bar.inc(1);
                 results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
             });
@@ -216,7 +218,8 @@ fn single(log: &EventLog, url: &str, args: &GetArgs, result: Fetched) -> Result<
             eprint!("{}", timeline::render(&events, call));
         }
     }
-    let (status, version, body) = result.map_err(|e| Failed(format!("{url}: {e}")))?;
+    let (status, version, body) =
+        result.map_err(|e| Failed(format!("{}: {e}", switchyard_common::redact(url))))?;
     if !args.json {
         eprintln!("{version:?} {status}");
     }

@@ -170,3 +170,24 @@ fn every_runtime_fetches_and_reuses() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP/1.1 only"));
 }
+
+/// Credentials in a URL never reach the output: not in the timeline, the JSON
+/// events, or an error; they travel as `Authorization: Basic`.
+#[test]
+fn get_never_prints_url_credentials() {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("http://ann:hunter2@127.0.0.1:{}/hello", server.port());
+    let out = bin().args(["get", "-v", &url]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = bin().args(["get", "--json", &url]).output().unwrap();
+    assert_eq!(server.records()[0].authorization.as_deref(), Some("Basic YW5uOmh1bnRlcjI="));
+    // Nothing listens on port 1: the error names the URL, without the password.
+    let failed =
+        bin().args(["get", "--connect-timeout", "1s", "http://ann:hunter2@127.0.0.1:1/"]).output().unwrap();
+    assert!(!failed.status.success());
+    let failed_text = String::from_utf8_lossy(&failed.stderr);
+    assert!(failed_text.contains("ann:***@127.0.0.1:1"), "{failed_text}");
+    for output in [&out.stdout, &out.stderr, &json.stdout, &json.stderr, &failed.stdout, &failed.stderr] {
+        assert!(!String::from_utf8_lossy(output).contains("hunter2"), "{}", String::from_utf8_lossy(output));
+    }
+}

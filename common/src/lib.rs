@@ -17,6 +17,52 @@
 //!
 //! It has no async runtime and performs no I/O of its own beyond the system
 //! resolver; users normally reach it through an adapter's re-exports.
+//!
+//! # What every adapter guarantees against hostile peers and careless callers
+//!
+//! These hold on switchyard-tokio, switchyard-smol and switchyard-std alike, and
+//! the hostile suite (`switchyard_tests::hostile`) checks each on every adapter,
+//! over cleartext and TLS, HTTP/2 where it applies:
+//!
+//! - **No response smuggling.** An HTTP/1.1 connection is reused only if nothing
+//!   was received beyond the end of the response. Bytes after it — a second,
+//!   unsolicited response after a body, a body on a 204 or a HEAD response,
+//!   garbage — close the connection (`CloseReason::BytesAfterResponse`, or
+//!   `Unhealthy` when they arrive while it is idle) and are never decoded as
+//!   another call's response. The probe before reuse checks the read buffer as
+//!   well as the socket.
+//! - **Credentials in a URL never leak.** `https://user:pw@host/` never puts the
+//!   userinfo in `Host` or `:authority`; it becomes `Authorization: Basic`
+//!   (percent-decoded, marked sensitive) unless the request has its own
+//!   `Authorization`. Events, logs and errors show the URL without it, or with
+//!   the password as `***` ([`redacted`], [`redact`]).
+//! - **The call timeout is a deadline.** It holds while the response head is
+//!   read: checked before every read, and bounding each (std); polled before the
+//!   work, so a read loop that never waits cannot starve it (async).
+//! - **At most 5 interim (1xx) responses** per exchange; a sixth is a protocol
+//!   error ([`switchyard_core::http1::Limits::max_informational`]).
+//! - **An early final response wins.** While a request body is being sent, the
+//!   connection is also read: a final response that arrives first (a 413 before
+//!   the upload is read) stops the upload and is the call's answer; the
+//!   connection is then closed, since part of the body never went out. If the
+//!   write fails, what the server sent before the break is still read (for
+//!   [`exchange::EARLY_RESPONSE_GRACE`]).
+//! - **Idle connections are bounded in total** (100 by default,
+//!   [`ClientBuilder::max_idle`]); a connect that fails for lack of file
+//!   descriptors, or a full total connection cap, closes the least recently
+//!   used idle connection to make room.
+//! - **Bodies can have a deadline**: [`ClientBuilder::body_timeout`] (and per
+//!   request) bounds a response body from its head to its end. The call timeout
+//!   stops at the head; together they bound a whole call.
+//! - **Non-HTTP fails fast**: a first line that cannot begin `HTTP/1.x` is a
+//!   protocol error at once, not after a blank line or 64 KiB.
+//! - **HTTP/2 that never becomes usable is retired**: no SETTINGS from the
+//!   server, or a stream limit still zero, within the handshake timeout closes
+//!   the connection (`CloseReason::NeverUsable`); its calls fail typed or move
+//!   on per the retry rules, and it never sits idle in the pool.
+//! - **Header blocks are bounded** on HTTP/2 as on HTTP/1.1: h2's maximum
+//!   header list size is the head limit (64 KiB by default,
+//!   [`ClientBuilder::max_response_head_size`]).
 
 mod config;
 mod error;
@@ -34,4 +80,4 @@ pub use event::{describe, EventListener, EventLog, NoopListener, Recorded};
 pub use hub::{Hub, HubState};
 pub use resolve::{Resolve, SystemResolver};
 pub use switchyard_core;
-pub use userinfo::{redacted, take_userinfo};
+pub use userinfo::{redact, redacted, take_userinfo};

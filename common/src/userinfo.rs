@@ -63,9 +63,23 @@ pub fn take_userinfo(parts: &mut http::request::Parts) -> Result<(), Error> {
 /// ```
 #[must_use]
 pub fn redacted(uri: &Uri) -> String {
-    let text = uri.to_string();
-    let Some(authority) = uri.authority() else { return text };
-    let Some((userinfo, _)) = authority.as_str().rsplit_once('@') else { return text };
-    let Some((user, _)) = userinfo.split_once(':') else { return text };
-    text.replacen(userinfo, &format!("{user}:***"), 1)
+    redact(&uri.to_string())
+}
+
+/// A URL given as text (valid or not) with any password replaced by `***`:
+/// for printing what a user typed.
+///
+/// ```
+/// assert_eq!(switchyard_common::redact("http://ann:pw@h:8/p@q"), "http://ann:***@h:8/p@q");
+/// assert_eq!(switchyard_common::redact("not a url"), "not a url");
+/// ```
+#[must_use]
+pub fn redact(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..end].rfind('@').map(|i| start + i) else { return url.to_owned() };
+    match url[start..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+        None => url.to_owned(),
+    }
 }

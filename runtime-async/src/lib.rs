@@ -30,4 +30,7 @@ pub use switchyard_common::{
     RequestOptions, Resolve, SystemResolver,
 };
 pub use switchyard_core;
+/// The adapter-neutral half: configuration, errors, events, and the guarantees
+/// every adapter keeps against hostile peers.
+pub use switchyard_common;
 pub use switchyard_core::{PoolStats, Proxy, StreamLimitPolicy};

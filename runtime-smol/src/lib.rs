@@ -5,6 +5,11 @@
 //! Happy Eyeballs race, limits, eviction, retries — comes from `switchyard-core`.
 //! Same API as `switchyard-tokio`; the engine is `switchyard-async`.
 //!
+//! What it guarantees against hostile servers and careless callers (no
+//! response smuggling, no leaked URL credentials, deadlines that hold, early
+//! responses, bounded idle sockets, …) is listed in
+//! [`switchyard_common`'s docs](switchyard_async::switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
+//!
 //! Sockets are `async-net`, timers `async-io`, DNS runs on smol's blocking pool,
 //! and tasks go to smol's global executor (or one you give with [`Smol::on`]).
 //! There is no tokio runtime in the tree: `h2` and `tokio-rustls` use tokio's

@@ -54,6 +54,11 @@
 //! assert_eq!((stats.created, stats.reused), (1, 2));
 //! # Ok::<(), switchyard_std::Error>(())
 //! ```
+//!
+//! What it guarantees against hostile servers and careless callers (no
+//! response smuggling, no leaked URL credentials, deadlines that hold, early
+//! responses, bounded idle sockets, …) is listed in
+//! [`switchyard_common`'s docs](switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
 
 mod body;
 mod client;

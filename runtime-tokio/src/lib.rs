@@ -6,6 +6,11 @@
 //! performs the I/O the core asks for: DNS, TCP, TLS (rustls, ring provider),
 //! HTTP/2 (`h2`), timers.
 //!
+//! What it guarantees against hostile servers and careless callers (no
+//! response smuggling, no leaked URL credentials, deadlines that hold, early
+//! responses, bounded idle sockets, …) is listed in
+//! [`switchyard_common`'s docs](switchyard_async::switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
+//!
 //! ```
 //! # use switchyard_tests::server::{ServerOptions, TestServer};
 //! # let server = TestServer::start(ServerOptions::default()); // loopback, for this example
