@@ -200,6 +200,25 @@ fn response_before_the_request_body_is_sent_retires() {
     assert_eq!(ex.reuse(), retire(CloseReason::RequestBodyIncomplete));
 }
 
+/// The body was encoded whole (head and body in one buffer) but an early
+/// answer stopped the write: the adapter says so, and the connection retires.
+#[test]
+fn an_abandoned_body_retires_even_when_fully_encoded() {
+    let (parts, ()) = http::Request::post("http://e.com/").body(()).unwrap().into_parts();
+    let (mut ex, _) =
+        Exchange::new(&parts, TargetForm::Origin, RequestBody::Length(5), Limits::default()).unwrap();
+    let mut out = Vec::new();
+    ex.encode_body(b"12345", &mut out).unwrap();
+    ex.finish_body(None, &mut out).unwrap();
+    assert!(ex.body_sent());
+    let mut buf = BytesMut::from(&b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n"[..]);
+    while ex.decode(&mut buf, false).unwrap().is_some() {}
+    assert_eq!(ex.reuse(), Reuse::Reusable, "everything went out: reusable");
+    ex.abandon_body();
+    assert!(!ex.body_sent());
+    assert_eq!(ex.reuse(), retire(CloseReason::RequestBodyIncomplete));
+}
+
 // ------------------------------------------------------------------ errors
 
 #[test]

@@ -259,15 +259,7 @@ pub(crate) async fn exchange(
         }
     } else {
         // A server may answer before it reads the body (413, 401, …).
-        match send_watching(rt, &mut conn, &mut ex, &out, &mut written, write_limit()).await {
-            Ok(Sent::All) => {}
-            Ok(Sent::Early(h)) => early_head = Some(h),
-            Err(SendError::Protocol(e)) => return Err(protocol_failure(&e, facts)),
-            Err(SendError::Io(e)) => match salvage(rt, &mut conn, &mut ex, &e).await {
-                Some(h) => early_head = Some(h),
-                None => return Err(sent_failure(&e)),
-            },
-        }
+        early_head = send_part(rt, &mut conn, &mut ex, &out, &mut written, write_limit(), facts).await?;
     }
     let at = shared.now();
     shared.emit(move |l| l.request_headers_end(call, at));
@@ -317,15 +309,7 @@ pub(crate) async fn exchange(
                 shared.release_h1(call, connection, conn, reuse);
                 return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
             }
-            match send_watching(rt, &mut conn, &mut ex, &out, &mut written, write_limit()).await {
-                Ok(Sent::All) => {}
-                Ok(Sent::Early(h)) => early_head = Some(h),
-                Err(SendError::Protocol(e)) => return Err(protocol_failure(&e, facts)),
-                Err(SendError::Io(e)) => match salvage(rt, &mut conn, &mut ex, &e).await {
-                    Some(h) => early_head = Some(h),
-                    None => return Err(sent_failure(&e)),
-                },
-            }
+            early_head = send_part(rt, &mut conn, &mut ex, &out, &mut written, write_limit(), facts).await?;
         }
     }
 
@@ -363,25 +347,15 @@ pub(crate) async fn exchange(
                     }
                     Err(Err(e)) => return Err(protocol_failure(&e, facts)),
                 }
-                match send_watching(rt, &mut conn, &mut ex, &out, &mut written, write_limit()).await {
-                    Ok(Sent::All) => {}
-                    Ok(Sent::Early(h)) => {
-                        early_head = Some(h);
-                        break;
-                    }
-                    Err(SendError::Protocol(e)) => return Err(protocol_failure(&e, facts)),
-                    Err(SendError::Io(e)) => match salvage(rt, &mut conn, &mut ex, &e).await {
-                        Some(h) => {
-                            early_head = Some(h);
-                            break;
-                        }
-                        None => return Err(sent_failure(&e)),
-                    },
+                early_head =
+                    send_part(rt, &mut conn, &mut ex, &out, &mut written, write_limit(), facts).await?;
+                if early_head.is_some() {
+                    break;
                 }
             }
         }
     }
-    if early_head.is_none() && ex.body_permission() == BodyPermission::Done && !req.body.is_empty() {
+    if ex.body_sent() && !req.body.is_empty() {
         let (at, n) = (shared.now(), req.body.len().unwrap_or(0));
         shared.emit(move |l| l.request_body_end(call, n, at));
     }
@@ -410,6 +384,29 @@ pub(crate) async fn exchange(
         deadline: req.body_timeout.map(|d| Instant::now() + d),
     };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h1(body)))
+}
+
+/// Sends `data` watching for an early answer: `Ok(Some(head))` when the
+/// server answered first (also when the write broke after it did), `Ok(None)`
+/// when everything went out.
+async fn send_part(
+    rt: &dyn Runtime,
+    conn: &mut H1Conn,
+    ex: &mut Exchange,
+    data: &[u8],
+    written: &mut u64,
+    limit: Option<Duration>,
+    facts: RequestFacts,
+) -> Result<Option<http::Response<()>>, Attempted> {
+    match send_watching(rt, conn, ex, data, written, limit).await {
+        Ok(Sent::All) => Ok(None),
+        Ok(Sent::Early(head)) => Ok(Some(head)),
+        Err(SendError::Protocol(e)) => Err(protocol_failure(&e, facts)),
+        Err(SendError::Io(e)) => match salvage(rt, conn, ex, &e).await {
+            Some(head) => Ok(Some(head)),
+            None => Err(io_failure(&e, Progress::RequestWritten, facts)),
+        },
+    }
 }
 
 /// A write failed: unless it timed out (the server is alive but not reading),

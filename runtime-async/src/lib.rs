@@ -25,12 +25,12 @@ pub use body::{Body, BodyClosed, BodySender};
 pub use client::{Client, RequestBuilder};
 pub use response::ResponseBody;
 pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
+/// The adapter-neutral half: configuration, errors, events, and the guarantees
+/// every adapter keeps against hostile peers.
+pub use switchyard_common;
 pub use switchyard_common::{
     describe, BodyError, ClientBuilder, Error, EventListener, EventLog, HttpVersion, NoopListener, Recorded,
     RequestOptions, Resolve, SystemResolver,
 };
 pub use switchyard_core;
-/// The adapter-neutral half: configuration, errors, events, and the guarantees
-/// every adapter keeps against hostile peers.
-pub use switchyard_common;
 pub use switchyard_core::{PoolStats, Proxy, StreamLimitPolicy};

@@ -365,7 +365,7 @@ pub(crate) fn exchange(
             }
         }
     }
-    if early_head.is_none() && ex.body_permission() == BodyPermission::Done && !req.body.is_empty() {
+    if ex.body_sent() && !req.body.is_empty() {
         let (at, n) = (shared.now(), req.body.len().unwrap_or(0));
         shared.emit(move |l| l.request_body_end(call, n, at));
     }

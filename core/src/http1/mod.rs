@@ -172,6 +172,13 @@ impl Exchange {
         self.body_abandoned = true;
     }
 
+    /// Whether the whole request body (if any) was encoded and none of it was
+    /// abandoned: what the adapter wrote is the complete request.
+    #[must_use]
+    pub fn body_sent(&self) -> bool {
+        self.body.is_finished() && !self.body_abandoned
+    }
+
     /// Decodes the next response frame from `buf`; see [`ResponseDecoder::decode`].
     /// A `100 Continue` releases a withheld body; a final response that arrives
     /// while the body still waits for `100 Continue` withholds it for good.
