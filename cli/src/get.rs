@@ -160,7 +160,7 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
                 let t = Instant::now();
                 let r = fetch_std(client, url)
                     .map(|_| t.elapsed())
-                    .map_err(|e| format!("{}: {e}", switchyard_common::redact(&url)));
+                    .map_err(|e| format!("{}: {e}", switchyard_common::redact(url)));
                 progress.bar.inc(1);
                 results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
             });

@@ -138,6 +138,7 @@ pub fn describe(event: &Event) -> (&'static str, String) {
             ("connect_cancelled", format!("{attempt} {route} ({reason:?})"))
         }
         K::PooledConnectionTaken { connection } => ("pooled_connection_taken", connection.to_string()),
+        K::AttemptKeptForPool { attempt, route } => ("attempt_kept_for_pool", format!("{attempt} {route}")),
         K::ConnectionAcquired { connection, source } => {
             ("connection_acquired", format!("{connection} {source:?}"))
         }

@@ -167,4 +167,14 @@ pub enum EventKind {
         /// The pooled connection.
         connection: ConnectionId,
     },
+    /// The call took a pooled connection mid-race, but this attempt had already
+    /// finished TCP: it is not thrown away. It goes on without the call, and its
+    /// connection joins the pool idle (`ConnectEnd` with no call), or is closed
+    /// with its own reason when over a cap.
+    AttemptKeptForPool {
+        /// The attempt.
+        attempt: AttemptId,
+        /// Its route.
+        route: Route,
+    },
 }

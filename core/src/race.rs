@@ -173,6 +173,18 @@ struct Attempt {
     deadline: Instant,
 }
 
+/// The protocol a connection on `route` speaks after its handshakes: ALPN's
+/// choice over TLS (none means HTTP/1.1), else the Address's cleartext protocol.
+/// The caller checks it against the Address's allowed protocols.
+#[must_use]
+pub fn negotiated(address: &Address, route: &Route, alpn: Option<Protocol>) -> Protocol {
+    if route.requires_tls() {
+        alpn.unwrap_or(Protocol::Http1)
+    } else {
+        address.cleartext_protocol()
+    }
+}
+
 /// Connects one call: plans routes and races attempts. See the [module docs](self).
 ///
 /// Inputs take `now` and the shared [`RouteDatabase`] (read for postponement,
@@ -390,11 +402,7 @@ impl Race {
         if self.attempts[index].stage != Stage::Handshaking {
             return Err(Misuse::NotHandshaking(attempt));
         }
-        let protocol = if self.attempts[index].route.requires_tls() {
-            alpn.unwrap_or(Protocol::Http1)
-        } else {
-            self.address.cleartext_protocol()
-        };
+        let protocol = negotiated(&self.address, &self.attempts[index].route, alpn);
         if !self.address.protocols().contains(&protocol) {
             self.fail_attempt(now, index, ConnectError::ProtocolNotAllowed { protocol }, db);
             self.advance(now, db);
@@ -430,6 +438,21 @@ impl Race {
     #[must_use]
     pub fn connecting_route(&self, attempt: AttemptId) -> Option<&Route> {
         self.attempts.iter().find(|a| a.id == attempt && a.stage == Stage::Connecting).map(|a| &a.route)
+    }
+
+    /// Before [`Race::adopt_pooled`]: takes out the attempt that has finished TCP
+    /// and is handshaking, if any, so it is not cancelled with the others — a
+    /// connection already paid for is not thrown away. The caller (the pool) owns
+    /// it from here: the returned route and handshake deadline, and the driver's
+    /// later report for the attempt. Emits [`EventKind::AttemptKeptForPool`].
+    pub fn take_handshaking(&mut self, now: Instant) -> Option<(AttemptId, Route, Instant)> {
+        if self.finished {
+            return None;
+        }
+        let index = self.attempts.iter().position(|a| a.stage == Stage::Handshaking)?;
+        let a = self.attempts.remove(index);
+        self.emit(now, EventKind::AttemptKeptForPool { attempt: a.id, route: a.route.clone() });
+        Some((a.id, a.route, a.deadline))
     }
 
     /// A pooled connection became eligible for this call while it was racing: the

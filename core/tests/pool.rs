@@ -61,16 +61,56 @@ fn in_use_connections_are_never_evicted() {
 }
 
 #[test]
-fn max_idle_closes_the_oldest_at_once() {
-    let mut sim = PoolSim::new(PoolConfig { max_idle_per_address: 2, ..config() });
+fn over_the_idle_cap_the_oldest_closes_after_the_grace() {
+    let grace = Duration::from_millis(50);
+    let mut sim = PoolSim::new(PoolConfig { max_idle_per_address: 2, idle_cap_grace: grace, ..config() });
     let a = http("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
     let (c2, _) = sim.open(0, &a);
     let (c3, _) = sim.open(0, &a);
     sim.finish(10, c1);
     sim.finish(20, c2);
-    assert_eq!(sim.finish(30, c3), [format!("close {k1} over idle cap")]);
+    assert!(sim.finish(30, c3).is_empty(), "three idle over a cap of two: not at once");
+    assert_eq!(
+        sim.timeout(60),
+        [format!("close {k1} over idle cap")],
+        "the oldest, idle since 10 ms, at 10 + 50"
+    );
     assert_eq!(sim.pool.address_stats(&a).idle, 2);
+}
+
+/// 64 steady callers against a per-host idle cap of 32: every round all 64
+/// release, then all 64 acquire again. Nothing closes and nothing reconnects;
+/// once demand falls, the excess 32 close after the grace.
+#[test]
+fn steady_demand_never_trims_and_falling_demand_does() {
+    let mut sim = PoolSim::new(PoolConfig::default()); // idle cap 32, grace 5 s, keep-alive 90 s
+    let a = http("127.0.0.1");
+    let mut calls: Vec<_> = (0..64).map(|_| sim.open(0, &a).0).collect();
+    for round in 1..=20u64 {
+        let t = round * 1000;
+        for c in &calls {
+            assert!(sim.finish(t, *c).is_empty(), "round {round}: nothing closes");
+        }
+        calls = (0..64)
+            .map(|_| {
+                let c = sim.acquire(t + 1, &a);
+                let out = sim.drain();
+                assert!(out.len() == 1 && out[0].ends_with("Pooled"), "round {round}: {out:?}");
+                c
+            })
+            .collect();
+    }
+    assert_eq!(sim.pool.stats().created, 64);
+    assert!(sim.pool.stats().closed.is_empty());
+    // Demand falls: everyone releases at 30 s and nobody comes back.
+    for c in &calls {
+        sim.finish(30_000, *c);
+    }
+    let closed = sim.timeout(35_000);
+    assert_eq!(closed.len(), 32, "{closed:?}");
+    assert!(closed.iter().all(|c| c.ends_with("over idle cap")));
+    assert_eq!(sim.pool.address_stats(&a).idle, 32);
 }
 
 #[test]
@@ -273,6 +313,146 @@ fn a_pooled_connection_arriving_mid_race_wins() {
     // The late TCP report is ignored.
     sim.pool.handle_connected(ms(3), attempt).unwrap();
     assert!(sim.drain().is_empty());
+}
+
+/// An https Address that speaks HTTP/1.1 only, with one route.
+fn https_h1(host: &str) -> Address {
+    Address::builder(Scheme::Https, host, 443).protocols([Protocol::Http1]).build().unwrap()
+}
+
+/// Opens a connection to an https Address through DNS, TCP and TLS.
+fn open_tls(
+    sim: &mut PoolSim,
+    t: u64,
+    a: &Address,
+    alpn: Protocol,
+) -> (switchyard_core::CallId, switchyard_core::ConnectionId) {
+    let c = sim.acquire(t, a);
+    assert_eq!(sim.drain().len(), 1, "resolve");
+    sim.dns(t, c, &["127.0.0.1"]);
+    sim.connected(t, c);
+    let out = sim.established(t, c, Some(alpn), Some(tls(&[&a.host().to_string()])));
+    assert!(out.iter().any(|s| s.starts_with("acquired")), "{out:?}");
+    (c, sim.held[&c])
+}
+
+#[test]
+fn a_pooled_connection_arriving_mid_handshake_keeps_the_attempt_for_the_pool() {
+    let mut sim = PoolSim::new(PoolConfig::default());
+    let a = https_h1("a.test");
+    let (c1, k1) = open_tls(&mut sim, 0, &a, Protocol::Http1);
+    let c2 = sim.acquire(1, &a);
+    sim.drain();
+    sim.dns(1, c2, &["127.0.0.1"]);
+    assert_eq!(sim.connected(2, c2), [format!("handshake {c2}")]);
+    let attempt = sim.last_attempt(c2);
+    // c1's exchange ends while c2's attempt is in TLS: c2 takes k1 at once, and
+    // the attempt is not cancelled.
+    assert_eq!(sim.finish(3, c1), [format!("acquired {c2} {k1} Pooled")]);
+    assert_eq!(sim.pool.stats().totals.connecting, 1, "the kept attempt still counts as connecting");
+    // Its handshake finishes: the connection joins the pool idle.
+    sim.pool.handle_established(ms(4), attempt, Some(Protocol::Http1), None).unwrap();
+    let joined = sim.drain();
+    let s = sim.pool.stats();
+    assert_eq!((s.created, s.joined_idle, s.wasted, s.totals.idle, s.totals.connecting), (2, 1, 0, 1, 0));
+    assert!(sim.event_names().contains(&"AttemptKeptForPool".to_owned()));
+    // The next call uses it without connecting.
+    let c3 = sim.acquire(5, &a);
+    let out = sim.drain();
+    assert_eq!(out.len(), 1);
+    assert!(out[0].starts_with(&format!("acquired {c3} ")) && out[0].ends_with("Pooled"), "{out:?}");
+    let k2 = sim.held[&c3];
+    assert_ne!(k2, k1);
+    assert_eq!(joined, [format!("established {k2}")]);
+    assert_eq!(s.tcp_connects, 2);
+    assert_eq!(s.tls_handshakes, 2);
+}
+
+#[test]
+fn a_kept_attempt_that_fails_or_times_out_is_only_a_route_failure() {
+    let mut sim = PoolSim::new(PoolConfig::default());
+    let a = https_h1("a.test");
+    let (c1, k1) = open_tls(&mut sim, 0, &a, Protocol::Http1);
+    let c2 = sim.acquire(1, &a);
+    sim.drain();
+    sim.dns(1, c2, &["127.0.0.1"]);
+    sim.connected(2, c2);
+    let attempt = sim.last_attempt(c2);
+    sim.finish(3, c1);
+    // Nobody waits for it; its handshake deadline (10 s after TCP) cancels it.
+    assert_eq!(sim.timeout(10_002), [format!("cancel-attempt {attempt}")]);
+    assert_eq!(sim.pool.stats().totals.connecting, 0);
+    sim.finish(10_003, c2);
+    assert_eq!(sim.pool.connection(k1).map(|c| c.id()), Some(k1));
+    sim.pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_call_cancelled_by_its_caller_cancels_its_handshake() {
+    let mut sim = PoolSim::new(PoolConfig::default());
+    let a = https_h1("a.test");
+    let c = sim.acquire(0, &a);
+    sim.drain();
+    sim.dns(0, c, &["127.0.0.1"]);
+    sim.connected(1, c);
+    let attempt = sim.last_attempt(c);
+    sim.pool.cancel(ms(2), c);
+    assert_eq!(sim.drain(), [format!("cancel-attempt {attempt}")]);
+    assert_eq!(sim.pool.stats().wasted, 1, "TCP was done: a wasted connect");
+}
+
+#[test]
+fn a_burst_to_a_new_http2_origin_makes_one_connect() {
+    let mut sim = PoolSim::new(PoolConfig::default());
+    let a = https("a.test");
+    let first = sim.acquire(0, &a);
+    assert_eq!(sim.drain(), ["resolve a.test"]);
+    let rest: Vec<_> = (1..64).map(|i| sim.acquire(i, &a)).collect();
+    assert!(sim.drain().is_empty(), "63 calls wait for the connect in flight");
+    assert_eq!(sim.pool.stats().totals.waiters, 63);
+    sim.dns(64, first, &["127.0.0.1"]);
+    sim.connected(65, first);
+    let out = sim.established(66, first, Some(Protocol::Http2), Some(tls(&["a.test"])));
+    let acquired = out.iter().filter(|s| s.starts_with("acquired")).count();
+    assert_eq!(acquired, 64, "{out:?}");
+    assert!(!out.iter().any(|s| s.starts_with("resolve") || s.starts_with("connect")), "{out:?}");
+    let s = sim.pool.stats();
+    assert_eq!((s.tcp_connects, s.tls_handshakes, s.created), (1, 1, 1));
+    for c in rest {
+        assert!(sim.held.contains_key(&c));
+    }
+}
+
+#[test]
+fn a_burst_whose_connect_yields_http1_races_at_once() {
+    let mut sim = PoolSim::new(PoolConfig::default());
+    let a = https("a.test");
+    let first = sim.acquire(0, &a);
+    sim.drain();
+    let rest: Vec<_> = (1..64).map(|i| sim.acquire(i, &a)).collect();
+    assert!(sim.drain().is_empty());
+    sim.dns(64, first, &["127.0.0.1"]);
+    sim.connected(65, first);
+    let out = sim.established(66, first, Some(Protocol::Http1), Some(tls(&["a.test"])));
+    assert_eq!(out.iter().filter(|s| s.starts_with("acquired")).count(), 1, "{out:?}");
+    assert_eq!(
+        out.iter().filter(|s| s.starts_with("resolve")).count(),
+        63,
+        "the others race at once: {out:?}"
+    );
+    // The Address is now known to speak HTTP/1.1: a later call races at once too.
+    let late = sim.acquire(67, &a);
+    assert_eq!(sim.drain(), ["resolve a.test"]);
+    assert!(!rest.contains(&late));
+}
+
+#[test]
+fn waiting_for_a_pending_http2_connect_can_be_turned_off() {
+    let mut sim = PoolSim::new(PoolConfig { await_pending_http2: false, ..PoolConfig::default() });
+    let a = https("a.test");
+    sim.acquire(0, &a);
+    sim.acquire(1, &a);
+    assert_eq!(sim.drain(), ["resolve a.test", "resolve a.test"]);
 }
 
 #[test]

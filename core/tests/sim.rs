@@ -252,7 +252,14 @@ impl Sim {
             self.mix(self.now.elapsed_since_origin().as_nanos() as u64);
             self.perform(action)?;
         }
-        while self.pool.poll_event().is_some() {}
+        while let Some(e) = self.pool.poll_event() {
+            // An attempt kept for the pool no longer belongs to its call's race.
+            if let switchyard_core::EventKind::AttemptKeptForPool { attempt, .. } = e.kind {
+                if let Some(c) = self.calls.get_mut(&attempt.call()) {
+                    c.attempts_in_flight.remove(&attempt);
+                }
+            }
+        }
         self.pool.check_invariants()
     }
 

@@ -53,6 +53,15 @@ pub struct PoolConfig {
     pub max_retries: u32,
     /// Public-key pins, checked before coalescing. Default: none.
     pub pins: CertificatePins,
+    /// One handshake per HTTP/2 origin: a call to an `https` Address that may
+    /// speak HTTP/2 waits for a connect already in flight for it instead of
+    /// racing beside it (see the [pool docs](crate::pool)). Default: on.
+    pub await_pending_http2: bool,
+    /// How long an idle connection above the per-Address idle cap stays before
+    /// it is closed: under steady demand connections are idle only between
+    /// exchanges and nothing is closed; once demand falls, the excess closes
+    /// after this. Default: 5 s.
+    pub idle_cap_grace: Duration,
 }
 
 impl Default for PoolConfig {
@@ -70,6 +79,8 @@ impl Default for PoolConfig {
             route_ttl: RouteDatabase::DEFAULT_TTL,
             max_retries: 3,
             pins: CertificatePins::default(),
+            await_pending_http2: true,
+            idle_cap_grace: Duration::from_secs(5),
         }
     }
 }

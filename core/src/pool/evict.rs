@@ -17,15 +17,21 @@ impl Pool {
         }
     }
 
+    /// The idle caps. Per Address: the oldest idle connections above the cap
+    /// close once idle for the grace period (a check is scheduled for the
+    /// others), so steady demand never churns. In total: at once.
     pub(super) fn enforce_idle_caps(&mut self, now: Instant, address: &Address) {
+        let grace = self.config.idle_cap_grace;
         loop {
             let over = self.addrs.get(address).and_then(|a| {
-                (a.idle.len() > self.config.max_idle_per_address).then(|| a.idle.first().map(|(_, id)| *id))
+                (a.idle.len() > self.config.max_idle_per_address).then(|| a.idle.first().copied()).flatten()
             });
-            match over.flatten() {
-                Some(id) => self.close(now, id, CloseReason::OverIdleCap),
-                None => break,
+            let Some((since, id)) = over else { break };
+            if since + grace > now {
+                self.trim_checks.insert((since + grace, id));
+                break;
             }
+            self.close(now, id, CloseReason::OverIdleCap);
         }
         if let Some(max) = self.config.max_idle_total {
             while self.idle_all.len() > max {
@@ -33,6 +39,17 @@ impl Pool {
                     break;
                 };
                 self.close(now, id, CloseReason::OverIdleCap);
+            }
+        }
+    }
+
+    /// The oldest idle connection of an Address left the idle set: if the
+    /// Address is still over its idle cap, the new oldest gets the trim check.
+    pub(super) fn rearm_trim(&mut self, address: &Address) {
+        let Some(a) = self.addrs.get(address) else { return };
+        if a.idle.len() > self.config.max_idle_per_address {
+            if let Some(&(since, id)) = a.idle.first() {
+                self.trim_checks.insert((since + self.config.idle_cap_grace, id));
             }
         }
     }
@@ -63,6 +80,10 @@ impl Pool {
             return;
         };
         debug_assert_eq!(c.in_flight, 0, "closing a connection in use");
+        if let Some(since) = c.idle_since {
+            self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn));
+            self.rearm_trim(&c.address);
+        }
         if let Some(t) = c.lifetime_deadline {
             self.lifetimes.remove(&(t, conn));
         }

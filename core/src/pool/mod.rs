@@ -14,6 +14,28 @@
 //! closed after the keep-alive, over the idle caps (oldest first), or past their
 //! max lifetime — exactly on time through [`Pool::poll_timeout`].
 //!
+//! # Spending connections wisely
+//!
+//! - **A connection already paid for is kept.** When a racing call takes a pooled
+//!   connection instead, its attempt that has finished TCP (handshaking) is not
+//!   cancelled: it goes on without the call and its connection joins the pool
+//!   idle ([`PoolStats::joined_idle`]), or closes with its own reason over a cap.
+//!   Attempts still in TCP connect are cancelled. A call cancelled by its caller
+//!   cancels everything.
+//! - **One handshake per HTTP/2 origin.** The pool remembers, per Address, the
+//!   protocol its last connection negotiated (for the route database's TTL). A
+//!   call to an `https` Address whose protocol is unknown or HTTP/2 that finds a
+//!   connect for that Address already in flight waits for it
+//!   ([`PoolConfig::await_pending_http2`], on by default) instead of racing: an
+//!   HTTP/2 result is shared (up to the stream limit); HTTP/1.1 or a failure
+//!   sends the waiting calls to their own races at once. The wait is bounded by
+//!   that connect's own timeouts, the call's deadline and the acquire timeout.
+//! - **The idle cap follows demand.** Idle connections above the per-Address cap
+//!   close only after [`PoolConfig::idle_cap_grace`] (5 s by default) of being
+//!   idle: under steady demand a connection is idle for moments between
+//!   exchanges and nothing churns; when demand falls, the excess closes. The total
+//!   idle cap is a resource bound and applies at once.
+//!
 //! # Connection lifecycle
 //!
 //! ```text
@@ -70,6 +92,7 @@ mod action;
 mod coalesce;
 mod config;
 mod evict;
+mod kept;
 mod retry;
 mod stats;
 mod view;
@@ -108,11 +131,13 @@ struct AddrState {
     open: usize,
     in_use: usize,
     waiters: usize,
+    /// Attempts kept for the pool after their call took another connection.
+    kept: usize,
 }
 
 impl AddrState {
     fn is_empty(&self) -> bool {
-        self.open == 0 && self.racing.is_empty() && self.waiters == 0
+        self.open == 0 && self.racing.is_empty() && self.waiters == 0 && self.kept == 0
     }
 }
 
@@ -164,6 +189,15 @@ pub struct Pool {
     waiters: BTreeMap<u64, CallId>,
     wait_deadlines: BTreeSet<(Instant, CallId)>,
     race_timers: BTreeSet<(Instant, CallId)>,
+    /// Handshaking attempts kept for the pool, and their handshake deadlines.
+    kept: BTreeMap<AttemptId, kept::Kept>,
+    kept_deadlines: BTreeSet<(Instant, AttemptId)>,
+    /// Attempts past TCP, for counting the ones thrown away.
+    handshaking: BTreeSet<AttemptId>,
+    /// Per Address, the protocol its last connection negotiated, until when.
+    known_protocol: FastMap<Address, (Protocol, Instant)>,
+    /// When an over-cap idle connection has been idle for the grace period.
+    trim_checks: BTreeSet<(Instant, ConnectionId)>,
     next_wait_seq: u64,
     open_total: usize,
     racing_total: usize,
@@ -192,6 +226,11 @@ impl Pool {
             waiters: BTreeMap::new(),
             wait_deadlines: BTreeSet::new(),
             race_timers: BTreeSet::new(),
+            kept: BTreeMap::new(),
+            kept_deadlines: BTreeSet::new(),
+            handshaking: BTreeSet::new(),
+            known_protocol: FastMap::default(),
+            trim_checks: BTreeSet::new(),
             next_wait_seq: 0,
             open_total: 0,
             racing_total: 0,
@@ -249,6 +288,8 @@ impl Pool {
         let idle = self.idle_all.first().map(|(since, _)| *since + self.config.keep_alive);
         let mut t = earliest(idle, self.lifetimes.first().map(|(t, _)| *t));
         t = earliest(t, self.wait_deadlines.first().map(|(t, _)| *t));
+        t = earliest(t, self.kept_deadlines.first().map(|(t, _)| *t));
+        t = earliest(t, self.trim_checks.first().map(|(t, _)| *t));
         earliest(t, self.race_timers.first().map(|(t, _)| *t))
     }
 
@@ -355,6 +396,10 @@ impl Pool {
         alpn: Option<Protocol>,
         tls: Option<TlsFacts>,
     ) -> Result<(), Misuse> {
+        if self.kept.contains_key(&attempt) {
+            self.kept_established(now, attempt, alpn, tls);
+            return Ok(());
+        }
         if let Some(Call { state: CallState::Racing { tls: facts, .. }, .. }) =
             self.calls.get_mut(&attempt.call())
         {
@@ -372,6 +417,10 @@ impl Pool {
         attempt: AttemptId,
         error: ConnectError,
     ) -> Result<(), Misuse> {
+        if self.kept.contains_key(&attempt) {
+            self.kept_failed(now, attempt, error);
+            return Ok(());
+        }
         if matches!(error, ConnectError::Exhausted { .. }) && self.make_room(now, attempt) {
             return Ok(());
         }
@@ -392,6 +441,7 @@ impl Pool {
         };
         let Some(route) = route else { return false };
         self.close(now, victim, CloseReason::Evicted);
+        self.stats.tcp_connects += 1;
         self.actions.push_back(PoolAction::Connect { attempt, route });
         true
     }
@@ -427,6 +477,16 @@ impl Pool {
                         error: AcquireError::Timeout { address, waited: now - since },
                     });
                 }
+            }
+        }
+        self.kept_timeouts(now);
+        while let Some(&(at, id)) = self.trim_checks.first() {
+            if at > now {
+                break;
+            }
+            self.trim_checks.remove(&(at, id));
+            if let Some(address) = self.conns.get(&id).map(|c| c.address.clone()) {
+                self.enforce_idle_caps(now, &address);
             }
         }
         while let Some(&(at, call)) = self.race_timers.first() {
@@ -591,6 +651,7 @@ impl Pool {
             self.calls.remove(&call);
             self.actions.push_back(PoolAction::AcquireFailed { call, error: AcquireError::Shutdown });
         }
+        self.cancel_kept(now);
         let mut open: Vec<ConnectionId> = self.conns.keys().copied().collect();
         open.sort_unstable();
         for id in open {
@@ -759,10 +820,21 @@ impl Pool {
 
     fn assign(&mut self, now: Instant, call_id: CallId, conn: ConnectionId, source: Source) {
         let exclusive = self.calls[&call_id].options.exclusive;
+        let was_idle = self.conns.get(&conn).and_then(|c| c.idle_since.map(|s| (s, c.address.clone())));
+        let mut first_use = false;
         self.update(conn, |c| {
             c.in_flight += 1;
             c.idle_since = None;
+            first_use = !std::mem::replace(&mut c.used, true);
         });
+        if first_use {
+            self.stats.used += 1;
+        }
+        if let Some((since, address)) = was_idle {
+            // No longer idle: its trim check (if any) passes to the next oldest.
+            self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn));
+            self.rearm_trim(&address);
+        }
         if exclusive {
             self.mark_no_new(now, conn, CloseReason::Exclusive);
         }
@@ -809,6 +881,7 @@ impl Pool {
                 return;
             };
             while let Some(e) = race.poll_event() {
+                count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
                 self.events.push_back(e);
             }
             while let Some(action) = race.poll_action() {
@@ -820,9 +893,14 @@ impl Pool {
                         self.actions.push_back(PoolAction::Resolve { query, host, port, proxy });
                     }
                     Action::Connect { attempt, route } => {
+                        self.stats.tcp_connects += 1;
                         self.actions.push_back(PoolAction::Connect { attempt, route })
                     }
                     Action::Handshake { attempt, route } => {
+                        if route.requires_tls() {
+                            self.stats.tls_handshakes += 1;
+                        }
+                        self.handshaking.insert(attempt);
                         self.actions.push_back(PoolAction::Handshake { attempt, route });
                     }
                     Action::Cancel { attempt } => {
@@ -871,6 +949,7 @@ impl Pool {
         race.cancel(now);
         let sequence = race.sequence_end();
         while let Some(e) = race.poll_event() {
+            count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
             self.events.push_back(e);
         }
         while let Some(action) = race.poll_action() {
@@ -904,33 +983,9 @@ impl Pool {
             _ => None,
         };
         self.stop_race(now, call_id);
-        let id = self.ids.next_connection();
         let address = self.calls[&call_id].address.clone();
-        let lifetime_deadline = self.config.max_lifetime.map(|d| now + d);
-        let conn = Connection {
-            id,
-            address: address.clone(),
-            route,
-            protocol,
-            created: now,
-            in_flight: 0,
-            stream_limit: if protocol.is_multiplexed() { u32::MAX } else { 1 },
-            idle_since: Some(now),
-            no_new: None,
-            no_coalescing: false,
-            refusals: 0,
-            completed: 0,
-            tls: tls.filter(|_| protocol == Protocol::Http2),
-            lifetime_deadline,
-        };
-        self.conns.insert(id, conn);
-        self.addrs.entry(address.clone()).or_default().open += 1;
-        self.open_total += 1;
-        self.stats.created += 1;
-        if let Some(t) = lifetime_deadline {
-            self.lifetimes.insert((t, id));
-        }
-        self.actions.push_back(PoolAction::Established { attempt, connection: id, protocol });
+        let tls = tls.filter(|_| protocol == Protocol::Http2);
+        let id = self.open_connection(now, attempt, &address, route, protocol, tls);
         // Post-connect de-duplication (the new connection is not indexed yet, so it
         // cannot find itself): an eligible multiplexed connection that appeared
         // meanwhile serves the call, and the new one is closed.
@@ -945,6 +1000,7 @@ impl Pool {
                         .map(|c| (c, Source::Coalesced))
                 });
             if let Some((other, source)) = existing {
+                self.stats.wasted += 1;
                 self.close(now, id, CloseReason::Duplicate);
                 self.assign(now, call_id, other, source);
                 self.rebalance(now, &address);
@@ -954,6 +1010,48 @@ impl Pool {
         self.index(id);
         self.assign(now, call_id, id, Source::New);
         self.rebalance(now, &address);
+    }
+
+    /// A connection is ready: records it, counts it, remembers the protocol its
+    /// Address negotiated, and tells the driver. Not yet indexed (not idle).
+    fn open_connection(
+        &mut self,
+        now: Instant,
+        attempt: AttemptId,
+        address: &Address,
+        route: Route,
+        protocol: Protocol,
+        tls: Option<TlsFacts>,
+    ) -> ConnectionId {
+        let id = self.ids.next_connection();
+        let lifetime_deadline = self.config.max_lifetime.map(|d| now + d);
+        let conn = Connection {
+            id,
+            address: address.clone(),
+            route,
+            protocol,
+            created: now,
+            in_flight: 0,
+            stream_limit: if protocol.is_multiplexed() { u32::MAX } else { 1 },
+            idle_since: Some(now),
+            no_new: None,
+            no_coalescing: false,
+            refusals: 0,
+            completed: 0,
+            used: false,
+            tls,
+            lifetime_deadline,
+        };
+        self.conns.insert(id, conn);
+        self.addrs.entry(address.clone()).or_default().open += 1;
+        self.open_total += 1;
+        self.stats.created += 1;
+        if let Some(t) = lifetime_deadline {
+            self.lifetimes.insert((t, id));
+        }
+        self.known_protocol.insert(address.clone(), (protocol, now + self.config.route_ttl));
+        self.actions.push_back(PoolAction::Established { attempt, connection: id, protocol });
+        id
     }
 
     /// An exchange on `conn` ended (the call already moved on or ended).
@@ -983,5 +1081,19 @@ impl Pool {
             self.enforce_idle_caps(now, &address);
         }
         self.rebalance(now, &address);
+    }
+}
+
+/// Counts an attempt that had finished TCP and was then thrown away (cancelled
+/// by its race), and forgets attempts whose race is done with them.
+fn count_attempt_end(stats: &mut PoolStats, handshaking: &mut BTreeSet<AttemptId>, e: &Event) {
+    match &e.kind {
+        EventKind::ConnectCancelled { attempt, .. } if handshaking.remove(attempt) => stats.wasted += 1,
+        EventKind::ConnectFailed { attempt, .. }
+        | EventKind::ConnectEnd { attempt, .. }
+        | EventKind::AttemptKeptForPool { attempt, .. } => {
+            handshaking.remove(attempt);
+        }
+        _ => {}
     }
 }

@@ -11,7 +11,8 @@ use crate::id::ConnectionId;
 /// Per-Address counts.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct AddressStats {
-    /// Races in progress (each will make at most one connection).
+    /// Races in progress (each will make at most one connection), and attempts
+    /// kept for the pool after their call took another connection.
     pub connecting: usize,
     /// Open connections with no exchange and accepting new ones.
     pub idle: usize,
@@ -38,6 +39,18 @@ pub struct PoolStats {
     pub coalesced: u64,
     /// Connections closed, by reason.
     pub closed: BTreeMap<CloseReason, u64>,
+    /// TCP connects started (every attempt, including ones later cancelled).
+    pub tcp_connects: u64,
+    /// TLS handshakes started.
+    pub tls_handshakes: u64,
+    /// Connections that carried at least one exchange.
+    pub used: u64,
+    /// Connects thrown away after TCP completed: cancelled while handshaking
+    /// (the call was cancelled or timed out) or closed as a duplicate.
+    pub wasted: u64,
+    /// Connections that joined the pool without a call: their call took a
+    /// pooled connection while they were handshaking (counted in `created`).
+    pub joined_idle: u64,
 }
 
 impl Pool {
@@ -45,7 +58,7 @@ impl Pool {
     #[must_use]
     pub fn address_stats(&self, address: &Address) -> AddressStats {
         self.addrs.get(address).map_or_else(AddressStats::default, |a| AddressStats {
-            connecting: a.racing.len(),
+            connecting: a.racing.len() + a.kept,
             idle: a.idle.len(),
             in_use: a.in_use,
             open: a.open,
@@ -58,7 +71,7 @@ impl Pool {
     pub fn stats(&self) -> PoolStats {
         let mut s = self.stats.clone();
         s.totals = AddressStats {
-            connecting: self.racing_total,
+            connecting: self.racing_total + self.kept.len(),
             idle: self.idle_all.len(),
             in_use: self.in_use_total,
             open: self.open_total,
@@ -90,6 +103,7 @@ impl Pool {
                 _ => {}
             }
         }
+        t.connecting += self.kept.len();
         s.totals = t;
         s.calls = self.calls.len();
         s
@@ -135,21 +149,28 @@ impl Pool {
         }
         for (address, a) in &self.addrs {
             if let Some(max) = self.config.max_connections_per_address {
-                if a.open + a.racing.len() > max {
+                if a.open + a.racing.len() + a.kept > max {
                     return Err(format!(
                         "{address}: {} open + {} connecting > {max}",
                         a.open,
-                        a.racing.len()
+                        a.racing.len() + a.kept
                     ));
                 }
             }
+            // Idle above the per-Address cap is allowed for the grace period only.
+            let grace = self.config.idle_cap_grace;
             if a.idle.len() > self.config.max_idle_per_address {
-                return Err(format!("{address}: {} idle > cap", a.idle.len()));
+                // The oldest has a check scheduled; each check handles the next.
+                let (since, id) = a.idle.first().copied().expect("over the cap: not empty");
+                if !self.trim_checks.contains(&(since + grace, id)) {
+                    return Err(format!("{address}: {id} idle over the cap without a trim check"));
+                }
             }
         }
         if let Some(max) = self.config.max_connections_total {
-            if self.open_total + self.racing_total > max {
-                return Err(format!("{} open + {} connecting > {max}", self.open_total, self.racing_total));
+            let connecting = self.racing_total + self.kept.len();
+            if self.open_total + connecting > max {
+                return Err(format!("{} open + {connecting} connecting > {max}", self.open_total));
             }
         }
         if let Some(max) = self.config.max_idle_total {

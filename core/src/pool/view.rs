@@ -21,6 +21,8 @@ pub struct Connection {
     pub(super) no_coalescing: bool,
     pub(super) refusals: u32,
     pub(super) completed: u64,
+    /// Carried at least one exchange.
+    pub(super) used: bool,
     pub(super) tls: Option<TlsFacts>,
     pub(super) lifetime_deadline: Option<Instant>,
 }

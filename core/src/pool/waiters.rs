@@ -4,6 +4,7 @@
 
 use super::{Call, CallState, Pool, StreamLimitPolicy};
 use crate::address::Address;
+use crate::address::Protocol;
 use crate::connection::CloseReason;
 use crate::id::CallId;
 use crate::time::Instant;
@@ -46,6 +47,11 @@ impl Pool {
             // Every usable HTTP/2 connection is at its limit: wait for a stream.
             return false;
         }
+        if !exclusive && !fresh && self.await_pending_connect(now, &address) {
+            // One handshake per HTTP/2 origin: the connect in flight may well
+            // be shared; wait for its result instead of racing beside it.
+            return false;
+        }
         if !self.has_capacity(&address) {
             // Idle connections this call cannot use (it needs a fresh one, an
             // HTTP/2 one, or it is another Address's) must not hold the capacity
@@ -70,15 +76,36 @@ impl Pool {
         true
     }
 
+    /// Whether a call for `address` should wait for a connect already in flight
+    /// (a race, or an attempt kept for the pool) rather than start its own: the
+    /// Address is `https` and may speak HTTP/2, and its last connection did not
+    /// negotiate HTTP/1.1 (or that is forgotten).
+    fn await_pending_connect(&self, now: Instant, address: &Address) -> bool {
+        if !self.config.await_pending_http2
+            || !address.is_https()
+            || !address.protocols().contains(&Protocol::Http2)
+        {
+            return false;
+        }
+        let known_http1 =
+            self.known_protocol.get(address).is_some_and(|(p, until)| *p == Protocol::Http1 && *until > now);
+        if known_http1 {
+            return false;
+        }
+        self.addrs.get(address).is_some_and(|a| !a.racing.is_empty() || a.kept > 0)
+    }
+
     pub(super) fn per_address_room(&self, address: &Address) -> bool {
         let Some(max) = self.config.max_connections_per_address else {
             return true;
         };
-        self.addrs.get(address).map_or(0, |a| a.open + a.racing.len()) < max
+        self.addrs.get(address).map_or(0, |a| a.open + a.racing.len() + a.kept) < max
     }
 
     pub(super) fn total_full(&self) -> bool {
-        self.config.max_connections_total.is_some_and(|max| self.open_total + self.racing_total >= max)
+        self.config
+            .max_connections_total
+            .is_some_and(|max| self.open_total + self.racing_total + self.kept.len() >= max)
     }
 
     pub(super) fn has_capacity(&self, address: &Address) -> bool {
@@ -120,6 +147,8 @@ impl Pool {
             let Some((conn, source)) = self.find_pooled(call_id) else {
                 continue;
             };
+            // Its attempt past TCP is not thrown away: it joins the pool.
+            self.keep_handshaking(now, call_id);
             if let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) {
                 let _ = race.adopt_pooled(now, conn);
             }

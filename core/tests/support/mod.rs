@@ -180,6 +180,7 @@ impl Sim {
                         format!("connect_cancelled {} {reason:?}", n(attempt))
                     }
                     K::PooledConnectionTaken { connection } => format!("pooled_taken {connection}"),
+                    K::AttemptKeptForPool { attempt, .. } => format!("kept_for_pool {attempt}"),
                     other => format!("{other:?}"),
                 };
                 format!("{t} {what}")

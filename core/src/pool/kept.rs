@@ -1,0 +1,145 @@
+//! Attempts kept for the pool: a call took a pooled connection while its own
+//! attempt had already finished TCP. The attempt is not thrown away; it goes on
+//! without a call and its connection joins the pool idle.
+
+use super::{Call, CallState, Pool, PoolAction};
+use crate::address::Address;
+use crate::connection::{CloseReason, TlsFacts};
+use crate::error::ConnectError;
+use crate::event::{CancelReason, EventKind};
+use crate::id::{AttemptId, CallId};
+use crate::race::negotiated;
+use crate::route::Route;
+use crate::time::Instant;
+
+/// A handshaking attempt whose call no longer needs it.
+#[derive(Debug)]
+pub(super) struct Kept {
+    address: Address,
+    route: Route,
+    deadline: Instant,
+}
+
+impl Pool {
+    /// Takes the handshaking attempt (if any) out of `call`'s race before the
+    /// race is ended for a pooled connection, and keeps it for the pool.
+    pub(super) fn keep_handshaking(&mut self, now: Instant, call: CallId) {
+        let taken = match self.calls.get_mut(&call) {
+            Some(Call { state: CallState::Racing { race, .. }, .. }) => race.take_handshaking(now),
+            _ => None,
+        };
+        let Some((attempt, route, deadline)) = taken else { return };
+        let address = self.calls[&call].address.clone();
+        self.addrs.entry(address.clone()).or_default().kept += 1;
+        self.kept_deadlines.insert((deadline, attempt));
+        self.kept.insert(attempt, Kept { address, route, deadline });
+    }
+
+    fn unkeep(&mut self, attempt: AttemptId) -> Option<Kept> {
+        let k = self.kept.remove(&attempt)?;
+        self.kept_deadlines.remove(&(k.deadline, attempt));
+        if let Some(a) = self.addrs.get_mut(&k.address) {
+            a.kept -= 1;
+        }
+        Some(k)
+    }
+
+    /// A kept attempt's handshakes finished: its connection joins the pool idle
+    /// (closed as a duplicate when an HTTP/2 connection for the Address already
+    /// exists; over a cap, closed with that reason), and waiting calls may take it.
+    pub(super) fn kept_established(
+        &mut self,
+        now: Instant,
+        attempt: AttemptId,
+        alpn: Option<crate::address::Protocol>,
+        tls: Option<TlsFacts>,
+    ) {
+        let Some(k) = self.unkeep(attempt) else { return };
+        let protocol = negotiated(&k.address, &k.route, alpn);
+        if !k.address.protocols().contains(&protocol) {
+            // The driver holds the established socket: it must close it.
+            self.kept_failed_with(now, attempt, k, ConnectError::ProtocolNotAllowed { protocol }, true);
+            return;
+        }
+        self.db.connected(&k.route);
+        self.handshaking.remove(&attempt);
+        let tls = tls.filter(|_| protocol == crate::address::Protocol::Http2);
+        let route = k.route.clone();
+        let id = self.open_connection(now, attempt, &k.address, k.route, protocol, tls);
+        self.emit(now, None, EventKind::ConnectEnd { attempt, route, protocol });
+        self.stats.joined_idle += 1;
+        let duplicate = protocol.is_multiplexed()
+            && self.addrs.get(&k.address).is_some_and(|a| a.multiplexed.iter().any(|c| *c != id));
+        if duplicate {
+            self.stats.wasted += 1;
+            self.close(now, id, CloseReason::Duplicate);
+        } else {
+            self.index(id);
+            self.enforce_idle_caps(now, &k.address);
+        }
+        self.rebalance(now, &k.address);
+    }
+
+    /// A kept attempt failed (the driver closed its socket): the route is
+    /// recorded as failed; nothing waits on it.
+    pub(super) fn kept_failed(&mut self, now: Instant, attempt: AttemptId, error: ConnectError) {
+        if let Some(k) = self.unkeep(attempt) {
+            self.kept_failed_with(now, attempt, k, error, false);
+        }
+    }
+
+    fn kept_failed_with(
+        &mut self,
+        now: Instant,
+        attempt: AttemptId,
+        k: Kept,
+        error: ConnectError,
+        cancel: bool,
+    ) {
+        self.handshaking.remove(&attempt);
+        self.db.failed(&k.route, now);
+        self.emit(now, None, EventKind::ConnectFailed { attempt, route: k.route, error });
+        if cancel {
+            self.actions.push_back(PoolAction::CancelAttempt { attempt });
+        }
+        let address = k.address;
+        self.gc_address(&address);
+        // Capacity it held for the Address is free again.
+        self.rebalance(now, &address);
+    }
+
+    /// Kept attempts past their handshake deadline fail as handshake timeouts.
+    pub(super) fn kept_timeouts(&mut self, now: Instant) {
+        while let Some(&(at, attempt)) = self.kept_deadlines.first() {
+            if at > now {
+                break;
+            }
+            let after = self.config.race.handshake_timeout;
+            if let Some(k) = self.unkeep(attempt) {
+                // Still running in the driver: it is cancelled.
+                self.kept_failed_with(now, attempt, k, ConnectError::HandshakeTimeout { after }, true);
+            }
+        }
+    }
+
+    /// Shutdown: every kept attempt is cancelled.
+    pub(super) fn cancel_kept(&mut self, now: Instant) {
+        let all: Vec<AttemptId> = self.kept.keys().copied().collect();
+        for attempt in all {
+            if let Some(k) = self.unkeep(attempt) {
+                self.handshaking.remove(&attempt);
+                self.emit(
+                    now,
+                    None,
+                    EventKind::ConnectCancelled {
+                        attempt,
+                        route: k.route,
+                        reason: CancelReason::CallCancelled,
+                    },
+                );
+                self.actions.push_back(PoolAction::CancelAttempt { attempt });
+                self.gc_address(&k.address);
+            }
+        }
+    }
+}
