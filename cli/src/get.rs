@@ -265,6 +265,11 @@ fn summary(
         "succeeded": latencies.len(),
         "failed": errors.len(),
         "connections_opened": stats.created,
+        "tcp_connects": stats.tcp_connects,
+        "tls_handshakes": stats.tls_handshakes,
+        "connections_used": stats.used,
+        "connects_wasted": stats.wasted,
+        "joined_idle": stats.joined_idle,
         "reused": stats.reused,
         "coalesced": stats.coalesced,
         "closed": closed,
@@ -279,12 +284,17 @@ fn summary(
         let _ = writeln!(out, "{}", serde_json::json!({ "summary": summary }));
     } else {
         eprintln!(
-            "{} requests: {} ok, {} failed in {:.0} ms\nconnections: {} opened, {} reused, {} coalesced\nclosed: {}\nlatency: p50 {:.2} ms, p99 {:.2} ms",
+            "{} requests: {} ok, {} failed in {:.0} ms\nconnects: {} TCP, {} TLS handshakes, {} wasted (thrown away after TCP)\nconnections: {} opened ({} carried requests, {} joined the pool idle), {} reused, {} coalesced\nclosed: {}\nlatency: p50 {:.2} ms, p99 {:.2} ms",
             total,
             latencies.len(),
             errors.len(),
             started.elapsed().as_secs_f64() * 1000.0,
+            stats.tcp_connects,
+            stats.tls_handshakes,
+            stats.wasted,
             stats.created,
+            stats.used,
+            stats.joined_idle,
             stats.reused,
             stats.coalesced,
             if stats.closed.is_empty() {

@@ -440,19 +440,25 @@ impl Race {
         self.attempts.iter().find(|a| a.id == attempt && a.stage == Stage::Connecting).map(|a| &a.route)
     }
 
-    /// Before [`Race::adopt_pooled`]: takes out the attempt that has finished TCP
-    /// and is handshaking, if any, so it is not cancelled with the others — a
-    /// connection already paid for is not thrown away. The caller (the pool) owns
-    /// it from here: the returned route and handshake deadline, and the driver's
-    /// later report for the attempt. Emits [`EventKind::AttemptKeptForPool`].
-    pub fn take_handshaking(&mut self, now: Instant) -> Option<(AttemptId, Route, Instant)> {
+    /// Before [`Race::adopt_pooled`]: takes out the attempt worth keeping, so it
+    /// is not cancelled with the others — a connection already (being) paid for
+    /// is not thrown away: the attempt that finished TCP and is handshaking, or
+    /// else the only attempt in flight. With several attempts still connecting
+    /// (Happy Eyeballs) none is kept. The caller (the pool) owns it from here:
+    /// the returned route, its current deadline, whether it is handshaking, and
+    /// the driver's later reports for it. Emits [`EventKind::AttemptKeptForPool`].
+    pub fn take_for_pool(&mut self, now: Instant) -> Option<(AttemptId, Route, Instant, bool)> {
         if self.finished {
             return None;
         }
-        let index = self.attempts.iter().position(|a| a.stage == Stage::Handshaking)?;
+        let index = match self.attempts.iter().position(|a| a.stage == Stage::Handshaking) {
+            Some(i) => i,
+            None if self.attempts.len() == 1 => 0,
+            None => return None,
+        };
         let a = self.attempts.remove(index);
         self.emit(now, EventKind::AttemptKeptForPool { attempt: a.id, route: a.route.clone() });
-        Some((a.id, a.route, a.deadline))
+        Some((a.id, a.route, a.deadline, a.stage == Stage::Handshaking))
     }
 
     /// A pooled connection became eligible for this call while it was racing: the

@@ -309,10 +309,59 @@ fn a_pooled_connection_arriving_mid_race_wins() {
     assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.1:80")]);
     let attempt = sim.last_attempt(c2);
     let out = sim.finish(2, c1);
-    assert_eq!(out, [format!("cancel-attempt {attempt}"), format!("acquired {c2} {k1} Pooled")]);
-    // The late TCP report is ignored.
+    // The only attempt in flight is kept for the pool, not thrown away.
+    assert_eq!(out, [format!("acquired {c2} {k1} Pooled")]);
+    // Its TCP connect finishes: cleartext needs no handshake, so it joins idle.
     sim.pool.handle_connected(ms(3), attempt).unwrap();
-    assert!(sim.drain().is_empty());
+    let out = sim.drain();
+    assert_eq!(out.len(), 1);
+    assert!(out[0].starts_with("established "), "{out:?}");
+    let s = sim.pool.stats();
+    assert_eq!((s.created, s.joined_idle, s.totals.idle, s.tcp_connects, s.wasted), (2, 1, 1, 2, 0));
+}
+
+#[test]
+fn with_several_attempts_connecting_none_is_kept() {
+    let mut sim = PoolSim::new(config());
+    let a = https_h1("a.test");
+    let (c1, k1) = open_tls(&mut sim, 0, &a, Protocol::Http1);
+    let c2 = sim.acquire(1, &a);
+    sim.drain();
+    sim.dns(1, c2, &["::1", "127.0.0.1"]);
+    let first = sim.last_attempt(c2);
+    // The attempt delay passes: a second attempt starts beside the first.
+    let out = sim.timeout(251);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let second = sim.last_attempt(c2);
+    assert_ne!(first, second);
+    let out = sim.finish(252, c1);
+    assert_eq!(
+        out,
+        [
+            format!("cancel-attempt {first}"),
+            format!("cancel-attempt {second}"),
+            format!("acquired {c2} {k1} Pooled")
+        ]
+    );
+}
+
+#[test]
+fn a_call_waits_for_an_attempt_kept_for_the_pool_rather_than_connecting() {
+    let mut sim = PoolSim::new(config());
+    let a = http("127.0.0.1");
+    let (c1, k1) = sim.open(0, &a);
+    let c2 = sim.acquire(1, &a);
+    sim.drain();
+    let kept = sim.last_attempt(c2);
+    assert_eq!(sim.finish(2, c1), [format!("acquired {c2} {k1} Pooled")]);
+    // c3 comes while the kept attempt connects: it waits for it.
+    let c3 = sim.acquire(3, &a);
+    assert!(sim.drain().is_empty(), "no new connect");
+    sim.pool.handle_connected(ms(4), kept).unwrap();
+    let out = sim.drain();
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(out[0].starts_with("established ") && out[1].starts_with(&format!("acquired {c3} ")), "{out:?}");
+    assert_eq!(sim.pool.stats().tcp_connects, 2);
 }
 
 /// An https Address that speaks HTTP/1.1 only, with one route.

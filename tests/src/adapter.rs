@@ -184,6 +184,33 @@ impl<R: switchyard_async::Runtime, E: Executor> crate::conformance::TestClient f
             out
         })
     }
+    /// Each caller is a task on the runtime, looping.
+    fn send_loops(
+        &self,
+        callers: usize,
+        each: usize,
+        req: crate::conformance::Req,
+    ) -> Vec<Result<crate::conformance::Resp, (Failure, String)>> {
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let (c, r) = (self.client.clone(), req.clone());
+                self.exec.spawn(async move {
+                    let mut out = Vec::with_capacity(each);
+                    for _ in 0..each {
+                        out.push(send(&c, r.clone()).await);
+                    }
+                    out
+                })
+            })
+            .collect();
+        self.exec.block_on(async {
+            let mut out = Vec::new();
+            for t in tasks {
+                out.extend(t.await);
+            }
+            out
+        })
+    }
     fn stats(&self) -> switchyard_core::PoolStats {
         self.client.stats()
     }

@@ -152,6 +152,16 @@ pub trait TestClient: Send + Sync {
     fn send(&self, req: Req) -> Result<Resp, (Failure, String)>;
     /// Sends these requests concurrently, results in order.
     fn send_all(&self, reqs: Vec<Req>) -> Vec<Result<Resp, (Failure, String)>>;
+    /// `callers` concurrent callers, each sending `req` `each` times one after
+    /// the other (steady load). Every result, in no particular order.
+    fn send_loops(&self, callers: usize, each: usize, req: Req) -> Vec<Result<Resp, (Failure, String)>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..callers)
+                .map(|_| s.spawn(|| (0..each).map(|_| self.send(req.clone())).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().expect("caller thread")).collect()
+        })
+    }
     /// The pool's stats.
     fn stats(&self) -> PoolStats;
     /// Every event so far, in order; calls numbered by the adapter's call ids.

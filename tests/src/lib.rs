@@ -8,6 +8,7 @@
 
 pub mod adapter;
 pub mod certs;
+pub mod churn;
 pub mod conformance;
 pub mod fault;
 pub mod hostile;

@@ -63,6 +63,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     records: Arc<Mutex<Vec<Record>>>,
     connections: Arc<AtomicUsize>,
+    handshakes: Arc<AtomicUsize>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -93,6 +94,8 @@ impl TestServer {
         }
         let records = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        let h = Arc::clone(&handshakes);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (r, c) = (Arc::clone(&records), Arc::clone(&connections));
         let thread = std::thread::spawn(move || {
@@ -101,9 +104,9 @@ impl TestServer {
                 .enable_all()
                 .build()
                 .expect("server runtime");
-            rt.block_on(serve(listeners, options, r, c, stop_rx));
+            rt.block_on(serve(listeners, options, r, (c, h), stop_rx));
         });
-        TestServer { addr, records, connections, stop: Some(stop_tx), thread: Some(thread) }
+        TestServer { addr, records, connections, handshakes, stop: Some(stop_tx), thread: Some(thread) }
     }
 
     /// The port.
@@ -122,6 +125,12 @@ impl TestServer {
     #[must_use]
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// TLS handshakes completed so far.
+    #[must_use]
+    pub fn handshakes(&self) -> usize {
+        self.handshakes.load(Ordering::SeqCst)
     }
 }
 
@@ -194,7 +203,7 @@ async fn serve(
     listeners: Vec<std::net::TcpListener>,
     options: ServerOptions,
     records: Arc<Mutex<Vec<Record>>>,
-    connections: Arc<AtomicUsize>,
+    (connections, handshakes): (Arc<AtomicUsize>, Arc<AtomicUsize>),
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let acceptor = tls_acceptor(&options);
@@ -219,10 +228,12 @@ async fn serve(
         let _ = stream.set_nodelay(true);
         let index = connections.fetch_add(1, Ordering::SeqCst);
         let (records, acceptor, options) = (Arc::clone(&records), acceptor.clone(), options.clone());
+        let handshakes = Arc::clone(&handshakes);
         tokio::spawn(async move {
             match acceptor {
                 Some(acceptor) => {
                     let Ok(tls) = acceptor.accept(stream).await else { return };
+                    handshakes.fetch_add(1, Ordering::SeqCst);
                     let sni = tls.get_ref().1.server_name().map(str::to_owned);
                     serve_connection(TokioIo::new(tls), index, sni, &options, records).await;
                 }

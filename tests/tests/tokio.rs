@@ -46,6 +46,7 @@ impl Adapter for TokioAdapter {
 switchyard_tests::conformance_suite!(TokioAdapter);
 switchyard_tests::reliability_matrix!(TokioAdapter);
 switchyard_tests::hostile_suite!(TokioAdapter);
+switchyard_tests::churn_suite!(TokioAdapter);
 
 // ---------------------------------------------------------------------------
 // Tokio-specific behaviour: bodies, timeouts, listeners.

@@ -12,27 +12,57 @@ use crate::race::negotiated;
 use crate::route::Route;
 use crate::time::Instant;
 
-/// A handshaking attempt whose call no longer needs it.
+/// An attempt whose call no longer needs it.
 #[derive(Debug)]
 pub(super) struct Kept {
     address: Address,
     route: Route,
     deadline: Instant,
+    /// Past TCP (its deadline is the handshake's).
+    handshaking: bool,
 }
 
 impl Pool {
-    /// Takes the handshaking attempt (if any) out of `call`'s race before the
+    /// Takes the attempt worth keeping (if any) out of `call`'s race before the
     /// race is ended for a pooled connection, and keeps it for the pool.
-    pub(super) fn keep_handshaking(&mut self, now: Instant, call: CallId) {
+    pub(super) fn keep_attempt(&mut self, now: Instant, call: CallId) {
         let taken = match self.calls.get_mut(&call) {
-            Some(Call { state: CallState::Racing { race, .. }, .. }) => race.take_handshaking(now),
+            Some(Call { state: CallState::Racing { race, .. }, .. }) => race.take_for_pool(now),
             _ => None,
         };
-        let Some((attempt, route, deadline)) = taken else { return };
+        let Some((attempt, route, deadline, handshaking)) = taken else { return };
         let address = self.calls[&call].address.clone();
         self.addrs.entry(address.clone()).or_default().kept += 1;
         self.kept_deadlines.insert((deadline, attempt));
-        self.kept.insert(attempt, Kept { address, route, deadline });
+        self.kept.insert(attempt, Kept { address, route, deadline, handshaking });
+    }
+
+    /// A kept attempt's TCP connect finished: its handshakes start (SOCKS5,
+    /// `CONNECT`, TLS as its route needs), or, with none, it is ready.
+    pub(super) fn kept_connected(&mut self, now: Instant, attempt: AttemptId) {
+        let Some(k) = self.kept.get_mut(&attempt) else { return };
+        if k.handshaking {
+            return; // a repeated report
+        }
+        if !k.route.requires_handshake() {
+            let protocol = k.address.cleartext_protocol();
+            if let Some(k) = self.unkeep(attempt) {
+                self.kept_ready(now, attempt, k, protocol, None);
+            }
+            return;
+        }
+        k.handshaking = true;
+        let (old, route) = (k.deadline, k.route.clone());
+        k.deadline = now + self.config.race.handshake_timeout;
+        let deadline = k.deadline;
+        self.kept_deadlines.remove(&(old, attempt));
+        self.kept_deadlines.insert((deadline, attempt));
+        self.handshaking.insert(attempt);
+        if route.requires_tls() {
+            self.stats.tls_handshakes += 1;
+            self.emit(now, None, EventKind::SecureConnectStart { attempt });
+        }
+        self.actions.push_back(PoolAction::Handshake { attempt, route });
     }
 
     fn unkeep(&mut self, attempt: AttemptId) -> Option<Kept> {
@@ -61,9 +91,23 @@ impl Pool {
             self.kept_failed_with(now, attempt, k, ConnectError::ProtocolNotAllowed { protocol }, true);
             return;
         }
+        let tls = tls.filter(|_| protocol == crate::address::Protocol::Http2);
+        self.kept_ready(now, attempt, k, protocol, tls);
+    }
+
+    /// A kept attempt is a connection: it joins the pool idle (closed as a
+    /// duplicate when an HTTP/2 connection for the Address already exists; over a
+    /// cap, closed with that reason), and waiting calls may take it.
+    fn kept_ready(
+        &mut self,
+        now: Instant,
+        attempt: AttemptId,
+        k: Kept,
+        protocol: crate::address::Protocol,
+        tls: Option<TlsFacts>,
+    ) {
         self.db.connected(&k.route);
         self.handshaking.remove(&attempt);
-        let tls = tls.filter(|_| protocol == crate::address::Protocol::Http2);
         let route = k.route.clone();
         let id = self.open_connection(now, attempt, &k.address, k.route, protocol, tls);
         self.emit(now, None, EventKind::ConnectEnd { attempt, route, protocol });
@@ -114,10 +158,14 @@ impl Pool {
             if at > now {
                 break;
             }
-            let after = self.config.race.handshake_timeout;
             if let Some(k) = self.unkeep(attempt) {
+                let error = if k.handshaking {
+                    ConnectError::HandshakeTimeout { after: self.config.race.handshake_timeout }
+                } else {
+                    ConnectError::ConnectTimeout { after: self.config.race.connect_timeout }
+                };
                 // Still running in the driver: it is cancelled.
-                self.kept_failed_with(now, attempt, k, ConnectError::HandshakeTimeout { after }, true);
+                self.kept_failed_with(now, attempt, k, error, true);
             }
         }
     }

@@ -384,6 +384,10 @@ impl Pool {
 
     /// TCP connected for `attempt`.
     pub fn handle_connected(&mut self, now: Instant, attempt: AttemptId) -> Result<(), Misuse> {
+        if self.kept.contains_key(&attempt) {
+            self.kept_connected(now, attempt);
+            return Ok(());
+        }
         self.with_race(now, attempt, |race, db| race.handle_connected(now, attempt, db))
     }
 

@@ -47,6 +47,11 @@ impl Pool {
             // Every usable HTTP/2 connection is at its limit: wait for a stream.
             return false;
         }
+        if !exclusive && !fresh && self.addrs.get(&address).is_some_and(|a| a.kept > a.waiters) {
+            // An attempt kept for the pool will be idle soon and no other
+            // waiting call has claimed it: wait for it rather than connect again.
+            return false;
+        }
         if !exclusive && !fresh && self.await_pending_connect(now, &address) {
             // One handshake per HTTP/2 origin: the connect in flight may well
             // be shared; wait for its result instead of racing beside it.
@@ -127,16 +132,18 @@ impl Pool {
                 continue;
             };
             let waiter_address = c.address.clone();
-            // Leave the queue tentatively; back in place if still blocked.
+            // Leave the queue tentatively (so `waiters` counts the others); back
+            // in place if still blocked.
             self.calls.get_mut(&call_id).expect("call exists").state = CallState::Pending;
+            if let Some(a) = self.addrs.get_mut(&waiter_address) {
+                a.waiters -= 1;
+            }
             if self.try_serve(now, call_id) {
                 self.waiters.remove(&seq);
                 self.wait_deadlines.remove(&(deadline, call_id));
-                if let Some(a) = self.addrs.get_mut(&waiter_address) {
-                    a.waiters -= 1;
-                }
                 self.gc_address(&waiter_address);
             } else {
+                self.addrs.entry(waiter_address).or_default().waiters += 1;
                 self.calls.get_mut(&call_id).expect("call exists").state =
                     CallState::Waiting { seq, since, deadline };
             }
@@ -147,8 +154,8 @@ impl Pool {
             let Some((conn, source)) = self.find_pooled(call_id) else {
                 continue;
             };
-            // Its attempt past TCP is not thrown away: it joins the pool.
-            self.keep_handshaking(now, call_id);
+            // Its attempt is not thrown away: it joins the pool.
+            self.keep_attempt(now, call_id);
             if let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) {
                 let _ = race.adopt_pooled(now, conn);
             }
