@@ -187,7 +187,7 @@ fn main() {
     let srv = Server::start(Kind::Http1, None);
     let port = srv.port;
     let title = format!(
-        "2. {} concurrent HTTP/1.1 GETs through the pool (every client keeps at least 64 idle connections per host)",
+        "2. {} concurrent HTTP/1.1 GETs through the pool (switchyard with default pool settings; peers keep every idle connection)",
         measure::CONCURRENCY
     );
     scenarios.push(run_scenario(
