@@ -42,6 +42,53 @@ pub fn steady_tls_http1_callers_reuse_their_connections(a: &dyn Adapter) {
     assert_eq!(s.wasted, 0, "{s:?}");
 }
 
+/// When a response body has been read to its end, the connection is already
+/// back in the pool: the next call finds it idle and reuses it — cleartext and
+/// TLS, HTTP/1.1 and (where the adapter has it) HTTP/2.
+fn released_when_the_body_ends(a: &dyn Adapter, versions: &[crate::conformance::Version]) {
+    let ca = TestCa::new();
+    for &version in versions {
+        for tls in [false, true] {
+            let what = format!("{} {version:?} tls {tls}", a.name());
+            let server = if tls {
+                tls_server(&ca, ServerOptions::default())
+            } else {
+                TestServer::start(ServerOptions::default())
+            };
+            let mut config = if tls { tls_config(&ca) } else { Config::default() };
+            config.version = version;
+            let client = a.client(config);
+            let url = if tls {
+                format!("https://a.test:{}/bytes/100000", server.port())
+            } else {
+                format!("http://127.0.0.1:{}/bytes/100000", server.port())
+            };
+            for i in 0..5 {
+                let r = client.send(Req::get(&url)).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                assert_eq!(r.body.len(), 100_000);
+                let s = client.stats();
+                assert_eq!(
+                    (s.totals.in_use, s.totals.idle),
+                    (0, 1),
+                    "{what}, call {i}: released at the body's end"
+                );
+            }
+            assert_eq!(server.connections(), 1, "{what}");
+        }
+    }
+}
+
+/// The release rule on an adapter with HTTP/2.
+pub fn released_when_the_body_ends_http1_and_http2(a: &dyn Adapter) {
+    use crate::conformance::Version;
+    released_when_the_body_ends(a, &[Version::Http1, Version::Http2]);
+}
+
+/// The release rule on an HTTP/1.1-only adapter.
+pub fn released_when_the_body_ends_http1(a: &dyn Adapter) {
+    released_when_the_body_ends(a, &[crate::conformance::Version::Http1]);
+}
+
 /// 64 concurrent first calls to a new HTTP/2 origin over TLS: one TCP
 /// connection, one handshake, every call on it.
 pub fn a_burst_to_a_new_http2_origin_makes_one_connection(a: &dyn Adapter) {
@@ -79,12 +126,14 @@ macro_rules! churn_suite {
         $crate::churn_suite!(@tests $adapter;
             steady_tls_http1_callers_reuse_their_connections,
             a_burst_to_a_new_http2_origin_makes_one_connection,
-            steady_demand_above_the_idle_cap_does_not_churn);
+            steady_demand_above_the_idle_cap_does_not_churn,
+            released_when_the_body_ends_http1_and_http2);
     };
     ($adapter:expr, without_http2) => {
         $crate::churn_suite!(@tests $adapter;
             steady_tls_http1_callers_reuse_their_connections,
-            steady_demand_above_the_idle_cap_does_not_churn);
+            steady_demand_above_the_idle_cap_does_not_churn,
+            released_when_the_body_ends_http1);
         #[test]
         #[ignore = "skipped: this adapter has no HTTP/2"]
         fn a_burst_to_a_new_http2_origin_makes_one_connection() {
