@@ -72,14 +72,21 @@ pub fn redacted(uri: &Uri) -> String {
 /// ```
 /// assert_eq!(switchyard_common::redact("http://ann:pw@h:8/p@q"), "http://ann:***@h:8/p@q");
 /// assert_eq!(switchyard_common::redact("not a url"), "not a url");
+/// // Not a valid URL, and still no password shown.
+/// assert_eq!(switchyard_common::redact("https://ann:pa#ss@host/"), "https://ann:***@host/");
 /// ```
 #[must_use]
 pub fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
-    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
-    let Some(at) = url[start..end].rfind('@').map(|i| start + i) else { return url.to_owned() };
-    match url[start..at].find(':') {
-        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+    let rest = &url[start..];
+    // Err towards hiding: the userinfo ends at the last `@` before the first `/`
+    // that follows an `@` (a password may hold `#`, `?` or `/` in text that is
+    // not a valid URL).
+    let Some(first_at) = rest.find('@') else { return url.to_owned() };
+    let host_end = rest[first_at..].find('/').map_or(rest.len(), |i| first_at + i);
+    let Some(at) = rest[..host_end].rfind('@') else { return url.to_owned() };
+    match rest[..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..start + colon], &rest[at..]),
         None => url.to_owned(),
     }
 }

@@ -373,8 +373,10 @@ fn a_first_line_that_is_not_http_fails_at_once() {
         let o = get(input);
         assert_eq!(o.error, Some(Http1Error::NotHttp { start: start.into() }), "{input:?}");
     }
-    // A prefix of a status line is not judged early.
+    // A prefix of a status line is not judged early, nor are empty lines before it.
     assert_eq!(get("HTTP/1").error, None);
+    assert_eq!(get("\r\nHTTP/1").error, None);
+    assert_eq!(get("\r\nSSH").error, Some(Http1Error::NotHttp { start: "S".into() }));
     assert_eq!(get("HTTP/1.1 200").error, None);
 }
 

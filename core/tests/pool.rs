@@ -595,6 +595,24 @@ fn coalesces_when_ip_and_certificate_both_match() {
     assert_eq!(sim.pool.stats().coalesced, 1);
 }
 
+/// A call that waited for a pending connect to its origin is not left waiting
+/// when that race ends by coalescing: it goes on at once.
+#[test]
+fn a_call_waiting_on_a_race_that_coalesces_goes_on() {
+    let mut sim = PoolSim::new(config());
+    let k1 = h2_conn(&mut sim, &https("a.example.com"), "10.0.0.1", &["a.example.com", "*.example.com"]);
+    let b = https("b.example.com");
+    let racer = sim.acquire(10, &b);
+    assert_eq!(sim.drain(), ["resolve b.example.com"]);
+    let waiter = sim.acquire(11, &b);
+    assert!(sim.drain().is_empty(), "waits for the connect in flight");
+    let out = sim.dns(12, racer, &["10.0.0.1"]);
+    assert_eq!(out[0], format!("acquired {racer} {k1} Coalesced"));
+    assert_eq!(out[1..], ["resolve b.example.com"], "the waiter races (and may coalesce) at once");
+    assert_eq!(sim.pool.stats().totals.waiters, 0);
+    let _ = waiter;
+}
+
 #[test]
 fn never_coalesces_on_ip_alone() {
     let mut sim = PoolSim::new(config());

@@ -133,7 +133,13 @@ async fn send_watching(
     std::future::poll_fn(|cx| loop {
         match watch_for_response(cx, conn, ex, &mut eof) {
             Poll::Ready(Ok(head)) => {
-                if !rest.is_empty() {
+                // All of it went out only if it was all written and flushed.
+                let flushed = rest.is_empty()
+                    && matches!(
+                        tokio::io::AsyncWrite::poll_flush(std::pin::Pin::new(&mut conn.io), cx),
+                        Poll::Ready(Ok(()))
+                    );
+                if !flushed {
                     ex.abandon_body();
                 }
                 return Poll::Ready(Ok(Sent::Early(head)));

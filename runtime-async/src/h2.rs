@@ -170,21 +170,36 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
                 let probe = send.clone();
                 let _ = tx.send(Some(Ok(send)));
                 let mut conn = std::pin::pin!(conn);
-                let ended = match crate::runtime::until(&*rt, usable_by, conn.as_mut()).await {
-                    Some(ended) => Some(ended),
-                    None if !settings_seen.load(Ordering::Acquire) => None,
-                    None if probe.current_max_send_streams() == 0 => None,
-                    None => Some(conn.as_mut().await),
-                };
-                let reason = match ended {
+                // Drives the connection until it ends, or until every handle is
+                // gone (the pool closed it and no stream holds it): then dropping
+                // the connection closes the socket, whoever still holds a sender.
+                let tx = &tx;
+                let mut drive = std::pin::pin!(async {
+                    tokio::select! {
+                        ended = conn.as_mut() => Some(ended),
+                        () = tx.closed() => None,
+                    }
+                });
+                let outcome = match crate::runtime::until(&*rt, usable_by, drive.as_mut()).await {
+                    Some(done) => done.map(Ok).unwrap_or(Err(false)),
+                    None if !settings_seen.load(Ordering::Acquire) => Err(true),
+                    None if probe.current_max_send_streams() == 0 => Err(true),
                     None => {
+                        drop(probe);
+                        drive.await.map(Ok).unwrap_or(Err(false))
+                    }
+                };
+                let reason = match outcome {
+                    Err(true) => {
                         tracing::debug!(%connection, "HTTP/2 connection not usable within the handshake timeout");
                         never_usable_flag.store(true, Ordering::Release);
                         CloseReason::NeverUsable
                     }
-                    Some(Ok(())) => CloseReason::ServerClose,
-                    Some(Err(e)) if e.is_go_away() => CloseReason::GoAway,
-                    Some(Err(_)) => CloseReason::Failure,
+                    // Closed by the pool: it knows why already.
+                    Err(false) => CloseReason::Shutdown,
+                    Ok(Ok(())) => CloseReason::ServerClose,
+                    Ok(Err(e)) if e.is_go_away() => CloseReason::GoAway,
+                    Ok(Err(_)) => CloseReason::Failure,
                 };
                 report(reason);
                 // Dropping the connection now fails its remaining streams.

@@ -131,19 +131,24 @@ impl H1Conn {
         ex: &mut Exchange,
         data: &[u8],
         limit: Option<Duration>,
+        deadline: Option<Instant>,
     ) -> Result<Sent, SendError> {
         let mut rest = data;
         let mut eof = false;
         let mut since = Instant::now();
         loop {
             if let Some(head) = self.early_head(ex, &mut eof)? {
-                if !rest.is_empty() {
+                // All of it went out only if it was all written and flushed.
+                let flushed = rest.is_empty()
+                    && self.timeouts.write(self.stream.tcp(), Some(WATCH_SLICE)).is_ok()
+                    && self.stream.flush().is_ok();
+                if !flushed {
                     ex.abandon_body();
                 }
                 return Ok(Sent::Early(head));
             }
             let slice = limit.map_or(WATCH_SLICE, |l| l.saturating_sub(since.elapsed()).min(WATCH_SLICE));
-            if slice.is_zero() {
+            if slice.is_zero() || deadline_passed(deadline) {
                 return Err(SendError::Io(io::Error::new(io::ErrorKind::TimedOut, "write timed out")));
             }
             self.timeouts.write(self.stream.tcp(), Some(slice)).map_err(SendError::Io)?;
@@ -201,10 +206,10 @@ fn send_part(
     conn: &mut H1Conn,
     ex: &mut Exchange,
     data: &[u8],
-    limit: Option<Duration>,
+    (limit, deadline): (Option<Duration>, Option<Instant>),
     facts: RequestFacts,
 ) -> Result<Option<http::Response<()>>, Attempted> {
-    match conn.send_watching(ex, data, limit) {
+    match conn.send_watching(ex, data, limit, deadline) {
         Ok(Sent::All) => Ok(None),
         Ok(Sent::Early(head)) => Ok(Some(head)),
         Err(SendError::Protocol(e)) => Err(protocol_failure(&e, facts)),
@@ -269,7 +274,7 @@ pub(crate) fn exchange(
     if req.body.is_empty() {
         conn.write_all(&out, write_limit()).map_err(|e| written(&e))?;
     } else {
-        early_head = send_part(&mut conn, &mut ex, &out, write_limit(), facts)?;
+        early_head = send_part(&mut conn, &mut ex, &out, (write_limit(), req.deadline), facts)?;
     }
     let at = shared.now();
     shared.emit(move |l| l.request_headers_end(call, at));
@@ -325,7 +330,7 @@ pub(crate) fn exchange(
                 shared.release_h1(call, connection, conn, reuse);
                 return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
             }
-            early_head = send_part(&mut conn, &mut ex, &out, write_limit(), facts)?;
+            early_head = send_part(&mut conn, &mut ex, &out, (write_limit(), req.deadline), facts)?;
         }
     }
 
@@ -361,7 +366,7 @@ pub(crate) fn exchange(
                     shared.release_h1(call, connection, conn, reuse);
                     return Err(Attempted::Fatal(Error::InvalidRequest(e.to_string())));
                 }
-                early_head = send_part(&mut conn, &mut ex, &out, write_limit(), facts)?;
+                early_head = send_part(&mut conn, &mut ex, &out, (write_limit(), req.deadline), facts)?;
             }
         }
     }

@@ -491,14 +491,18 @@ impl ResponseDecoder {
 /// the same verdict.
 fn check_status_line_start(buf: &[u8]) -> Result<(), Http1Error> {
     const START: &[u8] = b"HTTP/1.";
-    let mismatch = buf.iter().take(START.len() + 1).enumerate().position(|(i, b)| match START.get(i) {
-        Some(expected) => b != expected,
-        None => !b.is_ascii_digit(),
-    });
+    // Empty lines before a status line are left to the head parser (robustness,
+    // as RFC 9112 §2.2 asks of servers for request lines).
+    let skip = buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
+    let mismatch =
+        buf[skip..].iter().take(START.len() + 1).enumerate().position(|(i, b)| match START.get(i) {
+            Some(expected) => b != expected,
+            None => !b.is_ascii_digit(),
+        });
     match mismatch {
         None => Ok(()),
         // The bytes up to the first wrong one: the same whatever the split.
-        Some(i) => Err(Http1Error::NotHttp { start: lossy(&buf[..=i]) }),
+        Some(i) => Err(Http1Error::NotHttp { start: lossy(&buf[skip..=skip + i]) }),
     }
 }
 

@@ -370,6 +370,8 @@ impl Pool {
                     );
                     self.stop_race(now, call_id);
                     self.assign(now, call_id, conn, Source::Coalesced);
+                    // Calls that waited for this race's result may go now.
+                    self.rebalance(now, &address);
                     return Ok(());
                 }
             }
@@ -1054,6 +1056,10 @@ impl Pool {
             self.lifetimes.insert((t, id));
         }
         self.known_protocol.insert(address.clone(), (protocol, now + self.config.route_ttl));
+        if self.known_protocol.len() > 64 + 2 * self.addrs.len() {
+            // Forget what has expired (amortized: only when the map has grown).
+            self.known_protocol.retain(|_, (_, until)| *until > now);
+        }
         self.actions.push_back(PoolAction::Established { attempt, connection: id, protocol });
         id
     }

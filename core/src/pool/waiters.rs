@@ -150,6 +150,7 @@ impl Pool {
         }
         let racing: Vec<CallId> =
             self.addrs.get(address).map(|a| a.racing.iter().copied().collect()).unwrap_or_default();
+        let mut ended_races = false;
         for call_id in racing {
             let Some((conn, source)) = self.find_pooled(call_id) else {
                 continue;
@@ -161,6 +162,12 @@ impl Pool {
             }
             self.stop_race(now, call_id);
             self.assign(now, call_id, conn, source);
+            ended_races = true;
+        }
+        // A race ended: calls that waited for it (one handshake per HTTP/2
+        // origin) may race themselves now.
+        if ended_races && self.addrs.get(address).is_some_and(|a| a.waiters > 0) {
+            self.rebalance(now, address);
         }
     }
 
