@@ -163,7 +163,13 @@ fn every_runtime_fetches_and_reuses() {
         assert_eq!(summary["succeeded"], 20, "{runtime}: {summary}");
         let opened = summary["connections_opened"].as_u64().unwrap();
         assert!((1..=4).contains(&opened), "{runtime}: {summary}");
-        assert_eq!(summary["reused"].as_u64().unwrap(), 20 - opened, "{runtime}: {summary}");
+        // Every request went on a connection its race made, or was a reuse (of
+        // one made earlier, or of one that joined the pool idle).
+        let used = summary["connections_used"].as_u64().unwrap();
+        assert!((1..=opened).contains(&used), "{runtime}: {summary}");
+        let raced = opened - summary["joined_idle"].as_u64().unwrap();
+        assert_eq!(summary["reused"].as_u64().unwrap(), 20 - raced, "{runtime}: {summary}");
+        assert_eq!(summary["tcp_connects"].as_u64().unwrap(), opened, "{runtime}: nothing wasted: {summary}");
     }
     // HTTP/2 on the blocking client is a typed configuration error, not a hang.
     let out = bin().args(["get", "--runtime", "std", "--http2", &url]).output().unwrap();
