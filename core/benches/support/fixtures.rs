@@ -37,6 +37,7 @@ pub fn idle_pool(connections: usize) -> (Pool, Vec<Address>, Instant) {
     let mut pool = Pool::new(PoolConfig {
         keep_alive: Duration::from_secs(1_000_000),
         max_idle_per_address: usize::MAX,
+        max_idle_total: None,
         ..PoolConfig::default()
     });
     let mut now = Instant::ZERO;
