@@ -1,14 +1,12 @@
 //! What every adapter's HTTP/1.1 exchange shares: how a failed attempt is
 //! classified for the core's retry decision, how much of an abandoned body is
-//! drained, and the proxy `CONNECT` tunnel's request and answer.
+//! drained. (The proxy handshakes are the core's: `switchyard_core::handshake`.)
 
 use std::io;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use switchyard_core::http1::{Exchange, Frame, Http1Error, RequestBody, TargetForm};
+use switchyard_core::http1::{Http1Error, RequestBody};
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
-use switchyard_core::{Address, ConnectError};
 
 use crate::Error;
 
@@ -109,60 +107,3 @@ pub const EARLY_RESPONSE_GRACE: Duration = Duration::from_millis(500);
 /// Header fields that have no meaning in HTTP/2 and are removed from requests.
 pub const HTTP2_STRIPPED: [&str; 6] =
     ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"];
-
-/// An HTTP `CONNECT` tunnel being opened through a proxy: the request to write,
-/// then [`Tunnel::read`] on what the proxy answers.
-#[derive(Debug)]
-pub struct Tunnel {
-    ex: Exchange,
-    authority: String,
-}
-
-impl Tunnel {
-    /// The tunnel to the Address and its request bytes.
-    ///
-    /// # Errors
-    /// [`ConnectError::Proxy`] if the authority cannot form a request.
-    pub fn start(address: &Address) -> Result<(Tunnel, Vec<u8>), ConnectError> {
-        let authority = format!("{}:{}", address.host(), address.port());
-        let req = http::Request::connect(authority.as_str())
-            .body(())
-            .map_err(|e| proxy_error(format!("cannot build CONNECT request: {e}")))?;
-        let (parts, ()) = req.into_parts();
-        let (ex, head) = Exchange::new(&parts, TargetForm::Authority, RequestBody::None, Default::default())
-            .map_err(|e| proxy_error(e.to_string()))?;
-        Ok((Tunnel { ex, authority }, head))
-    }
-
-    /// Feeds what the proxy sent (`eof`: it closed): `Ok(true)` once the tunnel
-    /// is open, `Ok(false)` while more is needed.
-    ///
-    /// # Errors
-    /// The proxy refused, answered garbage, or sent bytes past its answer.
-    pub fn read(&mut self, buf: &mut BytesMut, eof: bool) -> Result<bool, ConnectError> {
-        loop {
-            match self.ex.decode(buf, eof) {
-                Ok(Some(Frame::Head(r))) if r.status().is_success() => {
-                    if !buf.is_empty() {
-                        return Err(proxy_error("the proxy sent bytes before the tunnel was used".into()));
-                    }
-                    return Ok(true);
-                }
-                Ok(Some(Frame::Head(r))) => {
-                    return Err(proxy_error(format!(
-                        "the proxy refused the tunnel to {}: {}",
-                        self.authority,
-                        r.status()
-                    )))
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => return Ok(false),
-                Err(e) => return Err(proxy_error(format!("bad CONNECT response: {e}"))),
-            }
-        }
-    }
-}
-
-pub(crate) fn proxy_error(message: String) -> ConnectError {
-    ConnectError::Proxy { message }
-}

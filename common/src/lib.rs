@@ -12,8 +12,9 @@
 //! - [`tls`]: rustls configs (explicit provider, roots, client certificates, ALPN)
 //!   and what a handshake tells the core.
 //! - [`Resolve`]: DNS, with `--resolve`-style overrides.
-//! - [`exchange`] and [`socks`]: failure classification, the `CONNECT` tunnel and
-//!   the SOCKS5 handshake as bytes in, bytes out.
+//! - [`exchange`]: failure classification, body draining bounds. (The proxy
+//!   handshakes, `CONNECT` and SOCKS5, are sans-IO machines in the core:
+//!   `switchyard_core::handshake`.)
 //!
 //! It has no async runtime and performs no I/O of its own beyond the system
 //! resolver; users normally reach it through an adapter's re-exports.
@@ -70,7 +71,6 @@ mod event;
 pub mod exchange;
 mod hub;
 mod resolve;
-pub mod socks;
 pub mod tls;
 mod userinfo;
 

@@ -156,6 +156,7 @@ pub mod address;
 pub mod connection;
 pub mod error;
 pub mod event;
+pub mod handshake;
 mod hash;
 pub mod http1;
 pub mod id;

@@ -428,11 +428,12 @@ async fn establish(
     config: Arc<rustls::ClientConfig>,
 ) -> Result<(Io, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let mut io = io;
+    use switchyard_core::handshake::ProxyHandshake;
     if route.requires_socks5() {
-        crate::h1::socks5(&mut io, route.address()).await?;
+        crate::h1::proxy_handshake(&mut io, ProxyHandshake::socks5(route.address())?).await?;
     }
     if route.requires_tunnel() {
-        crate::h1::connect_tunnel(&mut io, route.address()).await?;
+        crate::h1::proxy_handshake(&mut io, ProxyHandshake::connect_tunnel(route.address())?).await?;
     }
     if route.requires_tls() {
         use switchyard_common::tls;

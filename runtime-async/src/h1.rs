@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use switchyard_common::exchange::{
-    body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, Tunnel, DRAIN_BYTES,
-    DRAIN_TIME, EARLY_RESPONSE_GRACE,
+    body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, DRAIN_BYTES, DRAIN_TIME,
+    EARLY_RESPONSE_GRACE,
 };
 use switchyard_common::{BodyError, Error};
+use switchyard_core::handshake::{Handshake, ProxyHandshake};
 use switchyard_core::http1::{BodyPermission, Exchange, Frame, TargetForm};
 use switchyard_core::pool::{Progress, RequestFacts};
-use switchyard_core::{Address, CallId, CloseReason, ConnectError, ConnectionId, Reuse};
+use switchyard_core::{CallId, CloseReason, ConnectError, ConnectionId, Reuse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::body::{Body, Kind};
@@ -601,38 +602,21 @@ impl Drop for H1Body {
     }
 }
 
-/// Opens an HTTP `CONNECT` tunnel through a proxy to the Address.
-pub(crate) async fn connect_tunnel(io: &mut Io, address: &Address) -> Result<(), ConnectError> {
-    let (mut tunnel, head) = Tunnel::start(address)?;
-    io.write_all(&head).await.map_err(|e| ConnectError::from_io(&e))?;
-    let mut buf = BytesMut::with_capacity(1024);
+/// Runs a proxy handshake (the core's state machine) on `io`: writes what it
+/// asks, reads what the proxy answers, until the tunnel is open.
+pub(crate) async fn proxy_handshake(io: &mut Io, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
+    let io_err = |e: io::Error| ConnectError::from_io(&e);
+    let mut buf = BytesMut::with_capacity(512);
     let mut eof = false;
-    while !tunnel.read(&mut buf, eof)? {
-        match io.read_buf(&mut buf).await {
-            Ok(0) => eof = true,
-            Ok(_) => {}
-            Err(e) => return Err(ConnectError::from_io(&e)),
+    loop {
+        while let Some(out) = hs.poll_transmit() {
+            io.write_all(&out).await.map_err(io_err)?;
+        }
+        if hs.handle_read(&mut buf, eof)? == Handshake::Done {
+            return Ok(());
+        }
+        if !hs.wants_write() && io.read_buf(&mut buf).await.map_err(io_err)? == 0 {
+            eof = true;
         }
     }
-    Ok(())
-}
-
-/// Asks the SOCKS5 proxy on `io` to connect to the Address.
-pub(crate) async fn socks5(io: &mut Io, address: &Address) -> Result<(), ConnectError> {
-    use switchyard_common::socks;
-    let io_err = |e: io::Error| ConnectError::from_io(&e);
-    io.write_all(&socks::GREETING).await.map_err(io_err)?;
-    let mut choice = [0u8; 2];
-    io.read_exact(&mut choice).await.map_err(io_err)?;
-    socks::check_choice(choice)?;
-    io.write_all(&socks::request(address)?).await.map_err(io_err)?;
-    let mut head = [0u8; 4];
-    io.read_exact(&mut head).await.map_err(io_err)?;
-    let skip = match socks::reply(head, address)? {
-        socks::Rest::Bytes(n) => n,
-        socks::Rest::Domain => usize::from(io.read_u8().await.map_err(io_err)?) + 2,
-    };
-    let mut bound = vec![0u8; skip];
-    io.read_exact(&mut bound).await.map_err(io_err)?;
-    Ok(())
 }

@@ -404,11 +404,12 @@ fn establish(
     tcp.set_read_timeout(Some(limit)).map_err(io)?;
     tcp.set_write_timeout(Some(limit)).map_err(io)?;
     let mut tcp = tcp;
+    use switchyard_core::handshake::ProxyHandshake;
     if route.requires_socks5() {
-        crate::h1::socks5(&mut tcp, route.address())?;
+        crate::h1::proxy_handshake(&mut tcp, ProxyHandshake::socks5(route.address())?)?;
     }
     if route.requires_tunnel() {
-        crate::h1::connect_tunnel(&mut tcp, route.address())?;
+        crate::h1::proxy_handshake(&mut tcp, ProxyHandshake::connect_tunnel(route.address())?)?;
     }
     let established = if route.requires_tls() {
         let (stream, alpn, facts) = crate::stream::handshake(tcp, config, route.address().host())?;

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use switchyard_common::exchange::{
-    body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, Tunnel, DRAIN_BYTES,
-    DRAIN_TIME, EARLY_RESPONSE_GRACE,
+    body_kind, io_failure, protocol_failure, stale, stale_after, Attempted, Probe, DRAIN_BYTES, DRAIN_TIME,
+    EARLY_RESPONSE_GRACE,
 };
 use switchyard_common::{BodyError, Error};
+use switchyard_core::handshake::{Handshake, ProxyHandshake};
 use switchyard_core::http1::{BodyPermission, Exchange, Frame, TargetForm};
 use switchyard_core::pool::{Progress, RequestFacts};
-use switchyard_core::{Address, CallId, CloseReason, ConnectError, ConnectionId, Reuse};
+use switchyard_core::{CallId, CloseReason, ConnectError, ConnectionId, Reuse};
 
 use crate::body::{Body, Kind};
 use crate::driver::{H1Conn, Lease, Shared};
@@ -539,45 +540,26 @@ impl Drop for H1Body {
     }
 }
 
-/// Opens an HTTP `CONNECT` tunnel through a proxy to the Address.
-pub(crate) fn connect_tunnel(tcp: &mut TcpStream, address: &Address) -> Result<(), ConnectError> {
+/// Runs a proxy handshake (the core's state machine) on `tcp`: writes what it
+/// asks, reads what the proxy answers, until the tunnel is open. The socket's
+/// timeouts bound each step.
+pub(crate) fn proxy_handshake(tcp: &mut TcpStream, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
     let io = |e: io::Error| ConnectError::from_io(&e);
-    let (mut tunnel, head) = Tunnel::start(address)?;
-    tcp.write_all(&head).map_err(io)?;
-    let mut buf = BytesMut::with_capacity(1024);
+    let mut buf = BytesMut::with_capacity(512);
+    let mut scratch = [0u8; 512];
     let mut eof = false;
-    let mut scratch = [0u8; 1024];
-    while !tunnel.read(&mut buf, eof)? {
-        // A proxy sends nothing past its answer until the tunnel is used;
-        // `Tunnel::read` rejects any surplus.
-        match tcp.read(&mut scratch).map_err(io)? {
-            0 => eof = true,
-            n => buf.extend_from_slice(&scratch[..n]),
+    loop {
+        while let Some(out) = hs.poll_transmit() {
+            tcp.write_all(&out).map_err(io)?;
+        }
+        if hs.handle_read(&mut buf, eof)? == Handshake::Done {
+            return Ok(());
+        }
+        if !hs.wants_write() {
+            match tcp.read(&mut scratch).map_err(io)? {
+                0 => eof = true,
+                n => buf.extend_from_slice(&scratch[..n]),
+            }
         }
     }
-    Ok(())
-}
-
-/// Asks the SOCKS5 proxy on `tcp` to connect to the Address.
-pub(crate) fn socks5(tcp: &mut TcpStream, address: &Address) -> Result<(), ConnectError> {
-    use switchyard_common::socks;
-    let io = |e: io::Error| ConnectError::from_io(&e);
-    tcp.write_all(&socks::GREETING).map_err(io)?;
-    let mut choice = [0u8; 2];
-    tcp.read_exact(&mut choice).map_err(io)?;
-    socks::check_choice(choice)?;
-    tcp.write_all(&socks::request(address)?).map_err(io)?;
-    let mut head = [0u8; 4];
-    tcp.read_exact(&mut head).map_err(io)?;
-    let skip = match socks::reply(head, address)? {
-        socks::Rest::Bytes(n) => n,
-        socks::Rest::Domain => {
-            let mut len = [0u8; 1];
-            tcp.read_exact(&mut len).map_err(io)?;
-            usize::from(len[0]) + 2
-        }
-    };
-    let mut bound = vec![0u8; skip];
-    tcp.read_exact(&mut bound).map_err(io)?;
-    Ok(())
 }
