@@ -408,7 +408,17 @@ impl H2Body {
                 Ok(Some(data))
             }
             Some(Err(e)) => {
-                self.end(Reuse::Reusable);
+                // The peer reset the stream mid-body (not our own CANCEL): what
+                // state it left the connection in is unknown, so it takes no new
+                // exchanges (BEHAVIOUR: StreamReset). A broken connection fails.
+                let reuse = if e.is_reset() && e.is_remote() && e.reason() != Some(h2::Reason::CANCEL) {
+                    Reuse::Retire(CloseReason::StreamReset)
+                } else if e.is_io() {
+                    Reuse::Retire(CloseReason::Failure)
+                } else {
+                    Reuse::Reusable
+                };
+                self.end(reuse);
                 Err(BodyError::Http2(e.to_string()))
             }
             None => {

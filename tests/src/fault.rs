@@ -79,6 +79,8 @@ pub enum Fault {
     /// then close as real servers do (FIN, then discard whatever still arrives
     /// for up to 2 s — a "lingering close" — so the answer is not lost to a reset).
     AnswerBeforeBodyThenClose,
+    /// HTTP/2: send the head and half the body, then reset the stream with this code.
+    ResetDuringResponseBody(u32),
     /// A response header field this many bytes long (`x-huge`).
     HugeHeader(usize),
 }
@@ -690,6 +692,11 @@ where
                     let _ = stream.send_data(body.slice(..body.len() / 2), false);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     let _ = tx.send(Command::Abort(None));
+                }
+                Fault::ResetDuringResponseBody(code) => {
+                    let _ = stream.send_data(body.slice(..body.len() / 2), false);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    stream.send_reset(h2::Reason::from(code));
                 }
                 _ if !body.is_empty() => {
                     let _ = stream.send_data(body, true);

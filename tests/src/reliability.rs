@@ -298,6 +298,21 @@ fn cases(url: &str) -> Vec<Case> {
             applies: h1,
         },
         Case {
+            // Issue 16: a stream reset mid-body (INTERNAL_ERROR) fails that body
+            // and retires the connection: the next call opens a new one.
+            name: "HTTP/2 stream reset mid-body: body error, connection retired",
+            script: vec![
+                Reply { status: 200, body: vec![b'x'; 64 * 1024], fault: Fault::ResetDuringResponseBody(2) },
+                ok("b"),
+            ],
+            requests: vec![get(url), get(url)],
+            expect: Outcome::Ok,
+            earlier: Outcome::Err(Failure::Body),
+            await_close: Some(switchyard_core::CloseReason::StreamReset),
+            pattern: Some(vec![(0, 0), (1, 0)]),
+            applies: h2,
+        },
+        Case {
             // Issue 14: an unsolicited second response in the same write as the
             // first is never read as the next call's response; the pattern
             // proves the next call went to a new connection.
