@@ -159,6 +159,7 @@ pub mod event;
 pub mod handshake;
 mod hash;
 pub mod http1;
+pub mod http2;
 pub mod id;
 pub mod plan;
 pub mod pool;

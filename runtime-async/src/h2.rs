@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
+use switchyard_core::http2::{FrameNote, FrameScanner};
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
 use tokio::sync::watch;
@@ -61,18 +62,18 @@ fn check_liveness(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Han
     }));
 }
 
-/// The server's first frame, as seen on the wire: RFC 9113 §3.4 makes it a
-/// SETTINGS frame. The `h2` crate does not say when the server's SETTINGS
-/// arrive, so the connection's reads pass through this watcher, which looks at
-/// the first frame header only (9 bytes) and then steps aside.
-struct FirstFrame<T> {
+/// The server's frames as they arrive: the `h2` crate does not say when the
+/// server's SETTINGS or GOAWAY arrive, so the connection's reads pass through
+/// the core's [`FrameScanner`] (frame headers only), and each note goes to the
+/// pool at once: the stream limit, and no new exchanges after GOAWAY.
+struct FrameWatcher<T> {
     inner: T,
-    header: [u8; 9],
-    seen: usize,
-    settings: Arc<std::sync::atomic::AtomicBool>,
+    scanner: FrameScanner,
+    notes: Vec<FrameNote>,
+    on_note: Box<dyn Fn(FrameNote) + Send>,
 }
 
-impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstFrame<T> {
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FrameWatcher<T> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -80,25 +81,16 @@ impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstFrame<T> {
     ) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if self.seen < 9 {
-            let me = &mut *self;
-            for &b in &buf.filled()[before..] {
-                if me.seen == 9 {
-                    break;
-                }
-                me.header[me.seen] = b;
-                me.seen += 1;
-            }
-            // Frame type 0x4 is SETTINGS.
-            if me.seen == 9 && me.header[3] == 0x4 {
-                me.settings.store(true, Ordering::Release);
-            }
+        let me = &mut *self;
+        me.scanner.feed(&buf.filled()[before..], &mut me.notes);
+        for note in me.notes.drain(..) {
+            (me.on_note)(note);
         }
         polled
     }
 }
 
-impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstFrame<T> {
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FrameWatcher<T> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -144,7 +136,36 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
     let settings_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let io = FirstFrame { inner: io, header: [0; 9], seen: 0, settings: Arc::clone(&settings_seen) };
+    let reported_limit = Arc::new(AtomicUsize::new(usize::MAX));
+    let on_note = {
+        let (shared, seen, reported) =
+            (Weak::clone(&shared), Arc::clone(&settings_seen), Arc::clone(&reported_limit));
+        move |note: FrameNote| {
+            if matches!(note, FrameNote::Settings { .. }) {
+                seen.store(true, Ordering::Release);
+            }
+            let Some(shared) = shared.upgrade() else { return };
+            match note {
+                FrameNote::Settings { max_concurrent_streams } => {
+                    if let Some(limit) = max_concurrent_streams {
+                        reported.store(usize::try_from(limit).unwrap_or(usize::MAX), Ordering::Relaxed);
+                        shared.input(|st, now| {
+                            let _ = st.pool.settings(now, connection, limit);
+                        });
+                    }
+                }
+                FrameNote::GoAway { .. } => shared.input(|st, now| {
+                    let _ = st.pool.goaway(now, connection);
+                }),
+            }
+        }
+    };
+    let io = FrameWatcher {
+        inner: io,
+        scanner: FrameScanner::default(),
+        notes: Vec::new(),
+        on_note: Box::new(on_note),
+    };
     let header_limit = u32::try_from(owner.settings.limits.max_head_size).unwrap_or(u32::MAX);
     let usable_by = std::time::Instant::now() + owner.settings.handshake_timeout;
     let never_usable = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -210,12 +231,7 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
             }
         }
     }));
-    task.map(|_detached| H2Handle {
-        ready: rx,
-        reported_limit: Arc::new(AtomicUsize::new(usize::MAX)),
-        ping,
-        never_usable,
-    })
+    task.map(|_detached| H2Handle { ready: rx, reported_limit, ping, never_usable })
 }
 
 fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {

@@ -311,8 +311,10 @@ impl ResponseDecoder {
 
     fn head(&mut self, buf: &mut BytesMut, eof: bool, scanned: usize) -> Result<Option<Frame>, Http1Error> {
         let limit = self.limits.max_head_size;
-        check_status_line_start(buf)?;
-        let Some(end) = find_blank_line(buf, scanned) else {
+        let found = find_blank_line(buf, scanned);
+        // Only bytes of this head are judged (so any split gives the same verdict).
+        check_status_line_start(found.map_or(&buf[..], |end| &buf[..end]))?;
+        let Some(end) = found else {
             if buf.len() > limit {
                 return Err(Http1Error::HeadTooLarge { limit });
             }

@@ -1,0 +1,185 @@
+//! What the pool needs to hear from an HTTP/2 connection as it happens, read
+//! off the server's frames: its SETTINGS (the stream limit) and GOAWAY.
+//!
+//! HTTP/2 itself stays with a full implementation (the adapters use the `h2`
+//! crate); [`FrameScanner`] only walks the frame headers of the bytes the
+//! server sends (RFC 9113 §4.1) so the driver can report
+//! [`Pool::settings`](crate::Pool::settings) and
+//! [`Pool::goaway`](crate::Pool::goaway) the moment the frames arrive, not when
+//! a stream next fails or the connection ends. It keeps at most one frame
+//! header and a bounded SETTINGS payload; it never rejects anything (framing
+//! errors are the HTTP/2 implementation's to report).
+//!
+//! ```
+//! use switchyard_core::http2::{FrameNote, FrameScanner};
+//! let mut scanner = FrameScanner::default();
+//! let mut notes = Vec::new();
+//! // SETTINGS (type 4) with one entry: MAX_CONCURRENT_STREAMS (3) = 10.
+//! let settings = [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 10];
+//! scanner.feed(&settings[..7], &mut notes); // any split
+//! scanner.feed(&settings[7..], &mut notes);
+//! assert_eq!(notes, [FrameNote::Settings { max_concurrent_streams: Some(10) }]);
+//! ```
+
+/// A frame the pool must hear about.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FrameNote {
+    /// The server's SETTINGS (not an acknowledgement); the stream limit when it
+    /// set one (absent: unchanged).
+    Settings {
+        /// SETTINGS_MAX_CONCURRENT_STREAMS, if the frame carried it.
+        max_concurrent_streams: Option<u32>,
+    },
+    /// The server is going away: no new streams on this connection.
+    GoAway {
+        /// Streams above this id were not processed.
+        last_stream_id: u32,
+        /// Why (0: NO_ERROR, a graceful shutdown).
+        error_code: u32,
+    },
+}
+
+const SETTINGS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
+const ACK: u8 = 0x1;
+/// SETTINGS payloads kept beyond this are ignored (the default maximum frame
+/// size; a legitimate SETTINGS frame is far smaller).
+const MAX_KEPT: usize = 16 * 1024;
+
+/// Walks the server's frames. See the [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub struct FrameScanner {
+    header: [u8; 9],
+    header_len: usize,
+    /// Payload bytes of the current frame still to come.
+    remaining: usize,
+    kind: u8,
+    flags: u8,
+    /// The current frame's payload, for SETTINGS and GOAWAY only.
+    payload: Vec<u8>,
+    frames: u64,
+}
+
+impl FrameScanner {
+    /// Frames seen so far (complete headers).
+    #[must_use]
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Feeds the next bytes the server sent (any split); appends a note for each
+    /// SETTINGS or GOAWAY frame completed by them.
+    pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<FrameNote>) {
+        while !bytes.is_empty() {
+            if self.header_len < 9 {
+                let take = (9 - self.header_len).min(bytes.len());
+                self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[..take]);
+                self.header_len += take;
+                bytes = &bytes[take..];
+                if self.header_len < 9 {
+                    return;
+                }
+                let h = self.header;
+                self.remaining = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+                self.kind = h[3];
+                self.flags = h[4];
+                self.frames += 1;
+                self.payload.clear();
+            } else {
+                let take = self.remaining.min(bytes.len());
+                if self.keeps_payload() {
+                    let room = MAX_KEPT.saturating_sub(self.payload.len()).min(take);
+                    self.payload.extend_from_slice(&bytes[..room]);
+                }
+                self.remaining -= take;
+                bytes = &bytes[take..];
+            }
+            if self.header_len == 9 && self.remaining == 0 {
+                self.finish(out);
+                self.header_len = 0;
+            }
+        }
+    }
+
+    fn keeps_payload(&self) -> bool {
+        (self.kind == SETTINGS && self.flags & ACK == 0) || (self.kind == GOAWAY && self.payload.len() < 8)
+    }
+
+    fn finish(&mut self, out: &mut Vec<FrameNote>) {
+        let u32_at = |p: &[u8], i: usize| u32::from_be_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
+        match self.kind {
+            SETTINGS if self.flags & ACK == 0 => {
+                let max_concurrent_streams = self
+                    .payload
+                    .chunks_exact(6)
+                    .filter(|e| u16::from_be_bytes([e[0], e[1]]) == 0x3)
+                    .map(|e| u32_at(e, 2))
+                    .next_back();
+                out.push(FrameNote::Settings { max_concurrent_streams });
+            }
+            GOAWAY if self.payload.len() >= 8 => out.push(FrameNote::GoAway {
+                last_stream_id: u32_at(&self.payload, 0) & 0x7fff_ffff,
+                error_code: u32_at(&self.payload, 4),
+            }),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn scan(bytes: &[u8], cut: usize) -> Vec<FrameNote> {
+        let mut s = FrameScanner::default();
+        let mut out = Vec::new();
+        let (a, b) = bytes.split_at(cut.min(bytes.len()));
+        s.feed(a, &mut out);
+        s.feed(b, &mut out);
+        out
+    }
+
+    #[test]
+    fn settings_goaway_and_everything_else_at_every_split() {
+        let mut wire = Vec::new();
+        // SETTINGS: HEADER_TABLE_SIZE 4096, MAX_CONCURRENT_STREAMS 3.
+        wire.extend(frame(4, 0, 0, &[0, 1, 0, 0, 16, 0, 0, 3, 0, 0, 0, 3]));
+        wire.extend(frame(4, 1, 0, &[])); // an ACK: not a note
+        wire.extend(frame(8, 0, 0, &[0, 0, 0xff, 0xff])); // WINDOW_UPDATE
+        wire.extend(frame(0, 0, 1, &[b'x'; 300])); // DATA
+        wire.extend(frame(4, 0, 0, &[0, 4, 0, 1, 0, 0])); // SETTINGS without a stream limit
+        wire.extend(frame(7, 0, 0, &[0x80, 0, 0, 7, 0, 0, 0, 0, b'd', b'b', b'g'])); // GOAWAY, debug data
+        let expected = [
+            FrameNote::Settings { max_concurrent_streams: Some(3) },
+            FrameNote::Settings { max_concurrent_streams: None },
+            FrameNote::GoAway { last_stream_id: 7, error_code: 0 },
+        ];
+        for cut in 0..=wire.len() {
+            assert_eq!(scan(&wire, cut), expected, "cut at {cut}");
+        }
+        let mut s = FrameScanner::default();
+        let mut out = Vec::new();
+        for b in &wire {
+            s.feed(std::slice::from_ref(b), &mut out);
+        }
+        assert_eq!(out, expected);
+        assert_eq!(s.frames(), 6);
+    }
+
+    #[test]
+    fn a_huge_settings_frame_is_bounded() {
+        let mut payload = vec![0u8; 6 * 10_000];
+        payload[6 * 9_999..].copy_from_slice(&[0, 3, 0, 0, 0, 9]);
+        let out = scan(&frame(4, 0, 0, &payload), 100);
+        // The limit past the kept bytes is not seen, but nothing grows unbounded.
+        assert_eq!(out, [FrameNote::Settings { max_concurrent_streams: None }]);
+    }
+}
