@@ -758,6 +758,37 @@ fn a_stale_pooled_connection_retries_a_get_on_a_fresh_connection() {
     assert_eq!(out, [format!("close {k1} failure"), format!("connect {c2} 127.0.0.1:80")]);
 }
 
+/// The retry decision sees the call's deadline: a retry that could not finish
+/// in time is not started, and the failure says why.
+#[test]
+fn no_retry_after_the_call_deadline() {
+    let mut sim = PoolSim::new(config());
+    let a = http("127.0.0.1");
+    let (c1, k1) = sim.open(0, &a);
+    sim.finish(1, c1);
+    let options = AcquireOptions { deadline: Some(ms(50)), ..AcquireOptions::default() };
+    let c2 = sim.acquire_with(2, &a, options.clone());
+    assert_eq!(sim.drain(), [format!("acquired {c2} {k1} Pooled")]);
+    let stale =
+        || ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) };
+    match sim.pool.exchange_failed(ms(50), c2, stale()).unwrap() {
+        FailureOutcome::Failed(e) => {
+            assert!(e.to_string().contains("deadline"), "{e}");
+            assert!(e.may_have_been_sent);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sim.drain(), [format!("close {k1} failure")], "no connect for a retry");
+    // Before the deadline the same failure is retried.
+    let mut sim = PoolSim::new(config());
+    let (c1, _) = sim.open(0, &a);
+    sim.finish(1, c1);
+    let c2 = sim.acquire_with(2, &a, options);
+    sim.drain();
+    let outcome = sim.pool.exchange_failed(ms(49), c2, stale()).unwrap();
+    assert_eq!(outcome, FailureOutcome::Retrying(RetryReason::StaleConnection));
+}
+
 #[test]
 fn a_stale_pooled_connection_does_not_replay_a_post() {
     let mut sim = PoolSim::new(config());

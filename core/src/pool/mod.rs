@@ -105,7 +105,8 @@ pub use view::Connection;
 
 pub use coalesce::{certificate_covers, CertificatePins};
 pub use retry::{
-    decide, ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryDecision, RetryReason,
+    decide, may_have_been_sent, ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts,
+    RetryDecision, RetryReason,
 };
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -536,7 +537,15 @@ impl Pool {
             (c.completed > 0, c.refusals, c.route.clone(), c.multiplexed())
         };
         let retries = self.calls[&call].retries;
-        let decision = decide(&failure, reused, refusals, retries, self.config.max_retries);
+        let mut decision = decide(&failure, reused, refusals, retries, self.config.max_retries);
+        // A retry that cannot finish before the call's deadline is not started.
+        let deadline_passed = self.calls[&call].options.deadline.is_some_and(|d| now >= d);
+        if deadline_passed && !matches!(decision, RetryDecision::Fail { .. }) {
+            decision = RetryDecision::Fail {
+                why: NoRetry::DeadlinePassed,
+                may_have_been_sent: may_have_been_sent(&failure),
+            };
+        }
         // What the failure says about the connection.
         let retire = match &failure.kind {
             K::Io { .. } | K::Protocol { .. } => {

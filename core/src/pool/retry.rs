@@ -159,6 +159,8 @@ pub enum NoRetry {
     StreamReset,
     /// The call used up its retries.
     RetryLimit,
+    /// The call's deadline has passed: a retry could not finish in time.
+    DeadlinePassed,
 }
 
 impl fmt::Display for NoRetry {
@@ -172,6 +174,7 @@ impl fmt::Display for NoRetry {
             NoRetry::BodyNotReplayable => "the body cannot be replayed",
             NoRetry::StreamReset => "the stream was reset",
             NoRetry::RetryLimit => "the retry limit was reached",
+            NoRetry::DeadlinePassed => "the call's deadline had passed",
         })
     }
 }
@@ -195,6 +198,18 @@ pub enum RetryDecision {
         /// Whether the server may have received and processed the request.
         may_have_been_sent: bool,
     },
+}
+
+/// Whether the server may have processed the request, for a failure that is
+/// not retried: provably unprocessed failures (REFUSED_STREAM, a stream above
+/// GOAWAY's last id, 421, an I/O failure before anything was written) say no.
+#[must_use]
+pub fn may_have_been_sent(failure: &ExchangeFailure) -> bool {
+    use ExchangeFailureKind as K;
+    let written = failure.progress != Progress::NothingWritten;
+    let unprocessed = matches!(failure.kind, K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected)
+        || (!written && matches!(failure.kind, K::Io { .. }));
+    !unprocessed && written
 }
 
 /// Decides what to do about `failure` on a connection. `reused`: the connection had
@@ -223,11 +238,8 @@ pub fn decide(
     use ExchangeFailureKind as K;
     let written = failure.progress != Progress::NothingWritten;
     let fail = |why, may_have_been_sent| RetryDecision::Fail { why, may_have_been_sent };
-    // Provably unprocessed failures never "may have been sent".
-    let unprocessed = matches!(failure.kind, K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected)
-        || (!written && matches!(failure.kind, K::Io { .. }));
     if retries >= max_retries {
-        return fail(NoRetry::RetryLimit, !unprocessed && written);
+        return fail(NoRetry::RetryLimit, may_have_been_sent(failure));
     }
     // A body that was (partly) streamed and cannot be produced again rules out any retry.
     let replay_blocked = written && !failure.request.body_replayable;
