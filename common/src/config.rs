@@ -67,6 +67,8 @@ pub struct Config {
     pub allow_cleartext: bool,
     /// Roots and client certificate.
     pub tls: TlsSettings,
+    /// The rustls configs, built once with the client.
+    pub tls_configs: crate::tls::TlsConfigs,
     /// The event listener, if any.
     pub listener: Option<Arc<dyn EventListener>>,
     /// The resolver, overrides applied.
@@ -383,8 +385,9 @@ impl<C: FromConfig> ClientBuilder<C> {
         if let Some(e) = self.errors.first() {
             return Err(Error::Config(e.clone()));
         }
-        // Validate TLS settings now rather than on the first https call.
-        crate::tls::client_config(&self.tls, &[Protocol::Http1]).map_err(Error::Config)?;
+        // TLS settings are validated, and every config built, now rather than
+        // on the first https call (and never under the pool's lock).
+        let tls_configs = crate::tls::TlsConfigs::build(&self.tls).map_err(Error::Config)?;
         let resolver: Arc<dyn Resolve> = if self.overrides.is_empty() {
             self.resolver
         } else {
@@ -400,6 +403,7 @@ impl<C: FromConfig> ClientBuilder<C> {
             version: self.version,
             allow_cleartext: self.allow_cleartext,
             tls: self.tls,
+            tls_configs,
             listener: self.listener,
             resolver,
             proxies: self.proxies,

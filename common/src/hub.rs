@@ -6,13 +6,12 @@
 //! the core's events into listener notes, unlock, deliver the notes. The lock is
 //! never held while a listener runs or while I/O waits.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use switchyard_core::{Instant, Pool, PoolAction, Protocol};
+use switchyard_core::{Instant, Pool, PoolAction};
 
 use crate::event::{EventListener, NoopListener};
-use crate::tls::TlsSettings;
 
 /// A listener call, queued so every listener sees events in the order they
 /// happened, whichever thread made them happen.
@@ -27,26 +26,6 @@ pub struct HubState<S> {
     pub io: S,
     notes: VecDeque<Note>,
     delivering: bool,
-    tls_configs: HashMap<Vec<Protocol>, Arc<rustls::ClientConfig>>,
-}
-
-impl<S> HubState<S> {
-    /// The rustls config for the Address's protocols (ALPN), built once per list.
-    ///
-    /// # Errors
-    /// The TLS settings are unusable (already checked when the client was built).
-    pub fn tls_config(
-        &mut self,
-        settings: &TlsSettings,
-        protocols: &[Protocol],
-    ) -> Result<Arc<rustls::ClientConfig>, String> {
-        if let Some(c) = self.tls_configs.get(protocols) {
-            return Ok(c.clone());
-        }
-        let c = crate::tls::client_config(settings, protocols)?;
-        self.tls_configs.insert(protocols.to_vec(), c.clone());
-        Ok(c)
-    }
 }
 
 /// The pool, the adapter's I/O state and the listener, shared by a client's
@@ -70,13 +49,7 @@ impl<S> Hub<S> {
     /// A hub around `pool`; its clock starts now.
     pub fn new(pool: Pool, io: S, listener: Option<Arc<dyn EventListener>>) -> Hub<S> {
         Hub {
-            state: Mutex::new(HubState {
-                pool,
-                io,
-                notes: VecDeque::new(),
-                delivering: false,
-                tls_configs: HashMap::new(),
-            }),
+            state: Mutex::new(HubState { pool, io, notes: VecDeque::new(), delivering: false }),
             origin: std::time::Instant::now(),
             listening: listener.is_some(),
             listener: listener.unwrap_or_else(|| Arc::new(NoopListener)),

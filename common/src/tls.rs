@@ -45,6 +45,16 @@ impl Default for TlsSettings {
 /// # Errors
 /// No roots at all, a bad root or a bad client certificate.
 pub fn client_config(settings: &TlsSettings, protocols: &[Protocol]) -> Result<Arc<ClientConfig>, String> {
+    let mut config = base_config(settings)?;
+    config.alpn_protocols = alpn(protocols);
+    Ok(Arc::new(config))
+}
+
+fn alpn(protocols: &[Protocol]) -> Vec<Vec<u8>> {
+    protocols.iter().filter_map(|p| p.alpn_id()).map(<[u8]>::to_vec).collect()
+}
+
+fn base_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
     let mut roots = RootCertStore::empty();
     if settings.built_in_roots {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -59,14 +69,67 @@ pub fn client_config(settings: &TlsSettings, protocols: &[Protocol]) -> Result<A
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS provider: {e}"))?
         .with_root_certificates(roots);
-    let mut config = match &settings.client_auth {
+    Ok(match &settings.client_auth {
         Some((chain, key)) => builder
             .with_client_auth_cert(chain.clone(), key.clone_key())
             .map_err(|e| format!("bad client certificate: {e}"))?,
         None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = protocols.iter().filter_map(|p| p.alpn_id()).map(<[u8]>::to_vec).collect();
-    Ok(Arc::new(config))
+    })
+}
+
+/// The rustls configs a client uses, one per ALPN list its Addresses can have
+/// (`h2, http/1.1`; `http/1.1`; `h2`), built once when the client is built, so
+/// no config (and no root store) is ever built under the pool's lock.
+///
+/// ```
+/// use switchyard_common::tls::{TlsConfigs, TlsSettings};
+/// use switchyard_core::Protocol;
+/// let configs = TlsConfigs::build(&TlsSettings::default())?;
+/// let both = configs.get(&[Protocol::Http2, Protocol::Http1]);
+/// assert_eq!(both.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Clone)]
+pub struct TlsConfigs {
+    settings: TlsSettings,
+    configs: Vec<(Vec<Protocol>, Arc<ClientConfig>)>,
+}
+
+impl std::fmt::Debug for TlsConfigs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lists: Vec<&Vec<Protocol>> = self.configs.iter().map(|(p, _)| p).collect();
+        f.debug_struct("TlsConfigs").field("alpn_lists", &lists).finish_non_exhaustive()
+    }
+}
+
+impl TlsConfigs {
+    /// Builds every config (the root store once).
+    ///
+    /// # Errors
+    /// No roots at all, a bad root or a bad client certificate.
+    pub fn build(settings: &TlsSettings) -> Result<TlsConfigs, String> {
+        let base = base_config(settings)?;
+        let lists = [vec![Protocol::Http2, Protocol::Http1], vec![Protocol::Http1], vec![Protocol::Http2]];
+        let configs = lists
+            .into_iter()
+            .map(|list| {
+                let mut c = base.clone();
+                c.alpn_protocols = alpn(&list);
+                (list, Arc::new(c))
+            })
+            .collect();
+        Ok(TlsConfigs { settings: settings.clone(), configs })
+    }
+
+    /// The config for an Address's protocols. A list the client never makes
+    /// (none today) is built on the spot, from settings already validated.
+    #[must_use]
+    pub fn get(&self, protocols: &[Protocol]) -> Arc<ClientConfig> {
+        if let Some((_, c)) = self.configs.iter().find(|(p, _)| p == protocols) {
+            return Arc::clone(c);
+        }
+        client_config(&self.settings, protocols).unwrap_or_else(|_| Arc::clone(&self.configs[0].1))
+    }
 }
 
 /// The name the handshake verifies: the Address's host.

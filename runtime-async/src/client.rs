@@ -28,7 +28,7 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             write_timeout: config.write_timeout,
             expect_continue_timeout: config.expect_continue_timeout,
             limits: config.limits,
-            tls: config.tls.clone(),
+            tls: config.tls_configs.clone(),
             handshake_timeout: config.pool.race.handshake_timeout,
         };
         let hub = Hub::new(

@@ -101,7 +101,7 @@ pub(crate) struct Settings {
     pub(crate) write_timeout: Option<std::time::Duration>,
     pub(crate) expect_continue_timeout: std::time::Duration,
     pub(crate) limits: switchyard_core::http1::Limits,
-    pub(crate) tls: switchyard_common::tls::TlsSettings,
+    pub(crate) tls: switchyard_common::tls::TlsConfigs,
     /// Also bounds how long a new HTTP/2 connection may take to become usable.
     pub(crate) handshake_timeout: std::time::Duration,
 }
@@ -258,16 +258,8 @@ impl Shared {
                     tracing::warn!("handshake for {attempt} without a socket");
                     return;
                 };
-                let protocols = route.address().protocols().to_vec();
-                let config = match st.tls_config(&self.settings.tls, &protocols) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let error =
-                            ConnectError::Tls { kind: switchyard_core::TlsFailure::Protocol, message: e };
-                        let _ = st.pool.handle_failed(now, attempt, error);
-                        return;
-                    }
-                };
+                // Built with the client: a lookup, nothing built under the lock.
+                let config = self.settings.tls.get(route.address().protocols());
                 let me = Arc::clone(self);
                 let task = self.spawn(async move {
                     let result = establish(io, &route, config).await;

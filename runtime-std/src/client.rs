@@ -30,7 +30,7 @@ impl FromConfig for Client {
             connect_timeout: config.pool.race.connect_timeout,
             handshake_timeout: config.pool.race.handshake_timeout,
             limits: config.limits,
-            tls: config.tls.clone(),
+            tls: config.tls_configs.clone(),
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),

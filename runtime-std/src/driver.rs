@@ -84,7 +84,7 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) limits: switchyard_core::http1::Limits,
-    pub(crate) tls: switchyard_common::tls::TlsSettings,
+    pub(crate) tls: switchyard_common::tls::TlsConfigs,
 }
 
 pub(crate) struct Shared {
@@ -256,16 +256,8 @@ impl Shared {
                     tracing::warn!("handshake for {attempt} without a socket");
                     return;
                 };
-                let protocols = route.address().protocols().to_vec();
-                let config = match st.tls_config(&self.settings.tls, &protocols) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let error =
-                            ConnectError::Tls { kind: switchyard_core::TlsFailure::Protocol, message: e };
-                        let _ = st.pool.handle_failed(now, attempt, error);
-                        return;
-                    }
-                };
+                // Built with the client: a lookup, nothing built under the lock.
+                let config = self.settings.tls.get(route.address().protocols());
                 let handle = tcp.try_clone().ok();
                 let limit = self.settings.handshake_timeout;
                 let me = Arc::clone(self);
