@@ -368,6 +368,22 @@ pub(crate) async fn exchange(
     let response = response.map_err(written)?;
     // The peer's SETTINGS have surely arrived by now: report its stream limit.
     report_limit(shared, connection, &handle);
+    // 421 on a connection coalesced from another host: the core's rule retries
+    // the call on a fresh connection of its own (and stops coalescing onto this
+    // one), when the request can be sent again. Anywhere else, or when it cannot,
+    // the 421 is the caller's answer (RFC 9110 §15.5.20).
+    if response.status() == http::StatusCode::MISDIRECTED_REQUEST && facts.body_replayable {
+        let coalesced = shared.lock_state().pool.connection(connection).is_some_and(|c| {
+            !c.address().host().to_string().eq_ignore_ascii_case(parts.uri.host().unwrap_or_default())
+        });
+        if coalesced {
+            return Err(Attempted::Failed(ExchangeFailure {
+                kind: ExchangeFailureKind::Misdirected,
+                progress: Progress::ResponseStarted,
+                request: facts,
+            }));
+        }
+    }
     let (at, status) = (shared.now(), response.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
     let (parts, recv) = response.into_parts();

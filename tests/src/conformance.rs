@@ -317,6 +317,27 @@ pub fn coalescing(a: &dyn Adapter) {
     assert_eq!(client.stats().coalesced, 1, "never on the certificate alone");
 }
 
+/// A `421 Misdirected Request` on a coalesced HTTP/2 connection: the call is
+/// retried once on a fresh connection of its own host (the server sees a second
+/// connection, with that host's SNI); a 421 there is the caller's answer.
+pub fn misdirected_on_a_coalesced_connection(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["a.test".into(), "b.test".into()], ca.leaf(&["a.test", "b.test"])));
+    let server = TestServer::start(options);
+    let client = a.client(tls_config(&ca, &["a.test", "b.test"]));
+    let port = server.port();
+    ok(client.send(Req::get(format!("https://a.test:{port}/hello"))));
+    let r = ok(client.send(Req::get(format!("https://b.test:{port}/status/421"))));
+    assert_eq!(r.status, 421, "the fresh connection's answer is returned");
+    assert_eq!(client.stats().coalesced, 1, "b.test first rode a.test's connection");
+    assert_eq!(server.connections(), 2, "then one of its own");
+    let records = server.records();
+    assert_eq!(records.len(), 3);
+    assert_eq!((records[1].connection, records[2].connection), (0, 1));
+    assert_eq!(records[2].sni.as_deref(), Some("b.test"));
+}
+
 /// e.test resolves to 127.0.0.2 only: the certificate (served by SNI default)
 /// does not matter, the IP differs, so a new connection is made (and fails its
 /// hostname check, which is fine: the point is no coalescing).
@@ -653,7 +674,7 @@ macro_rules! conformance_suite {
             idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
             server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies,
-            http_proxy, socks5_proxy);
+            http_proxy, socks5_proxy, misdirected_on_a_coalesced_connection);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -664,7 +685,8 @@ macro_rules! conformance_suite {
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
             server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies,
             http_proxy, socks5_proxy);
-        $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing);
+        $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
+            misdirected_on_a_coalesced_connection);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(
