@@ -1,5 +1,10 @@
-//! The HTTP/1.1 exchange as a pure state machine: bytes in, bytes out, no I/O.
-//! All adapters share it.
+//! HTTP/1.1 as pure state machines: bytes in, bytes out, no I/O. All adapters
+//! share them.
+//!
+//! * [`Conn`] and [`Driver`]: the connection driver — one exchange on one
+//!   connection with its phases, timers, early responses, draining, keep-alive and
+//!   failure classification. This is what an adapter drives.
+//! * [`Exchange`]: the codec underneath (below).
 //!
 //! An [`Exchange`] encodes one request ([`encode_head`], [`BodyEncoder`]) and
 //! decodes its response ([`ResponseDecoder`]); at the end it says whether the
@@ -43,10 +48,12 @@
 //! # Ok::<(), switchyard_core::http1::Http1Error>(())
 //! ```
 
+mod driver;
 mod error;
 mod request;
 mod response;
 
+pub use driver::{BodyFailure, Conn, Driver, DriverConfig, Event, Failure, Peek, Refused, Request};
 pub use error::Http1Error;
 pub use request::{encode_head, BodyEncoder, RequestBody, TargetForm};
 pub use response::{Frame, Limits, ResponseDecoder};
