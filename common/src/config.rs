@@ -79,6 +79,21 @@ pub struct Config {
     pub limits: switchyard_core::http1::Limits,
 }
 
+impl Config {
+    /// The HTTP/1.1 connection driver's settings (timeouts and limits; the drain
+    /// and early-response bounds keep the core's defaults).
+    #[must_use]
+    pub fn driver_config(&self) -> switchyard_core::http1::DriverConfig {
+        switchyard_core::http1::DriverConfig {
+            limits: self.limits,
+            expect_continue_timeout: self.expect_continue_timeout,
+            read_timeout: self.read_timeout,
+            write_timeout: self.write_timeout,
+            ..switchyard_core::http1::DriverConfig::default()
+        }
+    }
+}
+
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")

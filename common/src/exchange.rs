@@ -1,14 +1,17 @@
-//! What every adapter's HTTP/1.1 exchange shares: how a failed attempt is
-//! classified for the core's retry decision, how much of an abandoned body is
-//! drained. (The proxy handshakes are the core's: `switchyard_core::handshake`.)
+//! What every adapter's HTTP/1.1 exchange shares on top of the core's connection
+//! driver ([`switchyard_core::http1::Driver`]): turning its events into what the
+//! adapters return (a response head, a body chunk, a typed failure) and into
+//! listener events. The driver makes every decision; these helpers only translate.
+//! (The proxy handshakes are the core's too: `switchyard_core::handshake`.)
 
 use std::io;
-use std::time::Duration;
 
-use switchyard_core::http1::{Http1Error, RequestBody};
-use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
+use bytes::Bytes;
+use switchyard_core::http1::{BodyFailure, Driver, Event, Failure, RequestBody};
+use switchyard_core::pool::{ExchangeFailure, Progress, RequestFacts};
+use switchyard_core::{CallId, CloseReason};
 
-use crate::Error;
+use crate::{BodyError, Error, Hub};
 
 /// How an attempt to run an exchange ended, when it did not produce a response.
 #[derive(Debug)]
@@ -19,66 +22,24 @@ pub enum Attempted {
     Fatal(Error),
 }
 
-/// An I/O failure at `progress`.
-#[must_use]
-pub fn io_failure(e: &io::Error, progress: Progress, facts: RequestFacts) -> Attempted {
-    Attempted::Failed(ExchangeFailure { kind: ExchangeFailureKind::from_io(e), progress, request: facts })
-}
-
-/// A codec failure while reading the response: a connection that closed before
-/// any byte is an I/O failure after the request was written; anything else is a
-/// protocol failure once the response started.
-#[must_use]
-pub fn protocol_failure(e: &Http1Error, facts: RequestFacts) -> Attempted {
-    let (kind, progress) = match e {
-        Http1Error::EmptyResponse => (
-            ExchangeFailureKind::Io {
-                kind: io::ErrorKind::UnexpectedEof,
-                message: "the connection closed before any response byte".into(),
-            },
-            Progress::RequestWritten,
-        ),
-        other => (ExchangeFailureKind::Protocol { message: other.to_string() }, Progress::ResponseStarted),
-    };
-    Attempted::Failed(ExchangeFailure { kind, progress, request: facts })
-}
-
-/// What an idle connection's socket says when asked without waiting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
-    /// Nothing to read: still open.
-    Alive,
-    /// The server closed it.
-    Closed,
-    /// Bytes nobody asked for, or a socket error.
-    Unhealthy,
-}
-
-impl Probe {
-    /// The close reason for a connection that failed the probe.
-    #[must_use]
-    pub fn close_reason(self) -> Option<switchyard_core::CloseReason> {
-        match self {
-            Probe::Alive => None,
-            Probe::Closed => Some(switchyard_core::CloseReason::ServerClose),
-            Probe::Unhealthy => Some(switchyard_core::CloseReason::Unhealthy),
-        }
-    }
-}
-
 /// A reused connection that turned out dead before anything was written: the
 /// core retries the call elsewhere (nothing was sent).
 #[must_use]
 pub fn stale(why: &str, facts: RequestFacts) -> Attempted {
     let e = io::Error::new(io::ErrorKind::ConnectionAborted, why.to_owned());
-    io_failure(&e, Progress::NothingWritten, facts)
+    Attempted::Failed(ExchangeFailure {
+        kind: switchyard_core::pool::ExchangeFailureKind::from_io(&e),
+        progress: Progress::NothingWritten,
+        request: facts,
+    })
 }
 
-/// The failure for a pooled connection that did not pass its probe.
+/// The failure for a pooled connection that did not pass its probe
+/// ([`switchyard_core::http1::Conn::check`]).
 #[must_use]
-pub fn stale_after(probe: Probe, facts: RequestFacts) -> Attempted {
-    match probe {
-        Probe::Closed => stale("the server closed the idle connection", facts),
+pub fn stale_after(reason: CloseReason, facts: RequestFacts) -> Attempted {
+    match reason {
+        CloseReason::ServerClose => stale("the server closed the idle connection", facts),
         _ => stale("the idle connection received unexpected bytes or failed", facts),
     }
 }
@@ -93,16 +54,89 @@ pub fn body_kind(len: Option<u64>) -> RequestBody {
     }
 }
 
-/// How much of an abandoned HTTP/1.1 body is read so the connection can be
-/// reused; past either bound the connection is closed instead.
-pub const DRAIN_BYTES: u64 = 64 * 1024;
-/// How long draining an abandoned body may take.
-pub const DRAIN_TIME: Duration = Duration::from_millis(100);
+/// Where an exchange stands before its response head, after the driver's
+/// queued events were taken ([`before_head`]).
+#[derive(Debug)]
+pub enum BeforeHead {
+    /// The driver needs I/O (or time) to go on.
+    NeedIo,
+    /// The final response head: the body follows on the same driver.
+    Head(http::Response<()>),
+    /// The exchange failed; the pool decides what follows.
+    Failed(ExchangeFailure),
+    /// The request cannot be sent (its framing, or its body source): the
+    /// caller's fault. Finish the driver: the connection may still be reusable.
+    Refused(String),
+}
 
-/// After a request body write fails (the server answered early and closed),
-/// how long the exchange keeps reading for the response the server may have
-/// sent before the connection broke.
-pub const EARLY_RESPONSE_GRACE: Duration = Duration::from_millis(500);
+/// Takes the driver's events up to the response head, telling listeners
+/// (`request_headers_end`, `request_body_end`, `response_headers_end`) as they
+/// happen.
+pub fn before_head<S>(hub: &Hub<S>, call: CallId, driver: &mut Driver, facts: RequestFacts) -> BeforeHead {
+    while let Some(event) = driver.poll_event() {
+        let at = hub.now();
+        match event {
+            Event::HeadersSent => hub.emit(move |l| l.request_headers_end(call, at)),
+            Event::BodySent { bytes } => hub.emit(move |l| l.request_body_end(call, bytes, at)),
+            Event::Head(head) => {
+                let status = head.status();
+                hub.emit(move |l| l.response_headers_end(call, status, at));
+                return BeforeHead::Head(head);
+            }
+            Event::Failed(Failure::Exchange { kind, progress }) => {
+                return BeforeHead::Failed(ExchangeFailure { kind, progress, request: facts })
+            }
+            Event::Failed(Failure::Request { message }) => return BeforeHead::Refused(message),
+            // Body events and a body failure come only after the head.
+            Event::Failed(Failure::Body(_)) | Event::Data(_) | Event::Trailers(_) | Event::Done(_) => {}
+        }
+    }
+    BeforeHead::NeedIo
+}
+
+/// Where a response body stands, after the driver's next event ([`body_step`]).
+#[derive(Debug)]
+pub enum BodyStep {
+    /// The driver needs I/O (or time) to go on.
+    NeedIo,
+    /// The next chunk.
+    Data(Bytes),
+    /// The body is complete: finish the driver to release the connection.
+    End,
+    /// The body failed: finish the driver (the connection closes).
+    Failed(BodyError),
+}
+
+/// Takes the driver's next body event; trailers are kept in `trailers`.
+pub fn body_step(driver: &mut Driver, trailers: &mut Option<http::HeaderMap>) -> BodyStep {
+    while let Some(event) = driver.poll_event() {
+        match event {
+            Event::Data(b) => return BodyStep::Data(b),
+            Event::Trailers(t) => *trailers = Some(t),
+            Event::Done(_) => return BodyStep::End,
+            Event::Failed(Failure::Body(f)) => return BodyStep::Failed(body_error(f)),
+            Event::Failed(other) => {
+                return BodyStep::Failed(BodyError::Io(std::sync::Arc::new(io::Error::other(format!(
+                    "{other:?}"
+                )))))
+            }
+            Event::HeadersSent | Event::BodySent { .. } | Event::Head(_) => {}
+        }
+    }
+    BodyStep::NeedIo
+}
+
+/// The user-facing error for a body the driver failed.
+#[must_use]
+pub fn body_error(f: BodyFailure) -> BodyError {
+    match f {
+        BodyFailure::Timeout => BodyError::Timeout,
+        BodyFailure::Io { kind, message } => {
+            BodyError::Io(std::sync::Arc::new(io::Error::new(kind, message)))
+        }
+        BodyFailure::Protocol(e) => BodyError::Http1(e),
+    }
+}
 
 /// Header fields that have no meaning in HTTP/2 and are removed from requests.
 pub const HTTP2_STRIPPED: [&str; 6] =

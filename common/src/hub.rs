@@ -71,6 +71,11 @@ impl<S> Hub<S> {
         self.origin + at.elapsed_since_origin()
     }
 
+    /// A process-clock instant as a core instant (saturating at the origin).
+    pub fn from_std(&self, at: std::time::Instant) -> Instant {
+        Instant::from_elapsed(at.saturating_duration_since(self.origin))
+    }
+
     /// Locks the state. A panic elsewhere while holding the lock does not wedge
     /// every call: the pool's own state is consistent between inputs.
     pub fn lock(&self) -> MutexGuard<'_, HubState<S>> {

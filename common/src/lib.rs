@@ -12,9 +12,10 @@
 //! - [`tls`]: rustls configs (explicit provider, roots, client certificates, ALPN)
 //!   and what a handshake tells the core.
 //! - [`Resolve`]: DNS, with `--resolve`-style overrides.
-//! - [`exchange`]: failure classification, body draining bounds. (The proxy
-//!   handshakes, `CONNECT` and SOCKS5, are sans-IO machines in the core:
-//!   `switchyard_core::handshake`.)
+//! - [`exchange`]: the HTTP/1.1 connection driver's events turned into
+//!   responses, body chunks, typed failures and listener events (the driver
+//!   itself, and the proxy handshakes, are sans-IO machines in the core:
+//!   `switchyard_core::http1::Driver`, `switchyard_core::handshake`).
 //!
 //! It has no async runtime and performs no I/O of its own beyond the system
 //! resolver; users normally reach it through an adapter's re-exports.
@@ -47,7 +48,8 @@
 //!   the upload is read) stops the upload and is the call's answer; the
 //!   connection is then closed, since part of the body never went out. If the
 //!   write fails, what the server sent before the break is still read (for
-//!   [`exchange::EARLY_RESPONSE_GRACE`]).
+//!   `DriverConfig::early_response_grace`, 500 ms). The core's connection driver
+//!   (`switchyard_core::http1::Driver`) makes these decisions for every adapter.
 //! - **Idle connections are bounded in total** (100 by default,
 //!   [`ClientBuilder::max_idle`]); a connect that fails for lack of file
 //!   descriptors, or a full total connection cap, closes the least recently

@@ -91,15 +91,6 @@ impl Body {
     pub fn is_replayable(&self) -> bool {
         !matches!(self.kind, Kind::Stream(_))
     }
-
-    /// The buffered bytes, for replayable bodies.
-    pub(crate) fn bytes(&self) -> Option<Bytes> {
-        match &self.kind {
-            Kind::Empty => Some(Bytes::new()),
-            Kind::Full(b) => Some(b.clone()),
-            Kind::Stream(_) => None,
-        }
-    }
 }
 
 impl From<Bytes> for Body {

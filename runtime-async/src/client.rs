@@ -25,8 +25,7 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
     fn from_config(config: Config, runtime: R) -> Result<Self, Error> {
         let settings = Settings {
             read_timeout: config.read_timeout,
-            write_timeout: config.write_timeout,
-            expect_continue_timeout: config.expect_continue_timeout,
+            driver: config.driver_config(),
             limits: config.limits,
             tls: config.tls_configs.clone(),
             handshake_timeout: config.pool.race.handshake_timeout,

@@ -6,8 +6,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use bytes::BytesMut;
-use switchyard_common::exchange::Probe;
 use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
     AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Host, Instant,
@@ -15,38 +13,9 @@ use switchyard_core::{
 };
 use tokio::sync::{oneshot, Notify};
 
+use crate::h1::H1Conn;
 use crate::h2::H2Handle;
 use crate::runtime::{Io, Runtime, Task};
-
-/// An HTTP/1.1 connection's socket and its read buffer (bytes read past one
-/// response stay with the connection).
-pub(crate) struct H1Conn {
-    pub(crate) io: Io,
-    pub(crate) buf: BytesMut,
-    /// Never used for an exchange yet (fresh from the race: no need to probe).
-    pub(crate) fresh: bool,
-}
-
-impl H1Conn {
-    /// Asks the idle socket, without waiting, whether the server closed it or
-    /// sent something nobody asked for. A read that would wait registers a
-    /// no-op waker, which the next real read replaces.
-    pub(crate) fn probe(&mut self) -> Probe {
-        use std::task::{Context, Poll};
-        // Bytes already read past the last response were not asked for.
-        if !self.buf.is_empty() {
-            return Probe::Unhealthy;
-        }
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut scratch = [0u8; 512];
-        let mut read = tokio::io::ReadBuf::new(&mut scratch);
-        match tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut self.io), &mut cx, &mut read) {
-            Poll::Pending => Probe::Alive,
-            Poll::Ready(Ok(())) if read.filled().is_empty() => Probe::Closed,
-            Poll::Ready(_) => Probe::Unhealthy,
-        }
-    }
-}
 
 /// A connection handed to a call for one exchange.
 pub(crate) enum Lease {
@@ -98,8 +67,8 @@ pub(crate) type State = HubState<IoState>;
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) read_timeout: Option<std::time::Duration>,
-    pub(crate) write_timeout: Option<std::time::Duration>,
-    pub(crate) expect_continue_timeout: std::time::Duration,
+    /// The HTTP/1.1 connection driver's timeouts and limits.
+    pub(crate) driver: switchyard_core::http1::DriverConfig,
     pub(crate) limits: switchyard_core::http1::Limits,
     pub(crate) tls: switchyard_common::tls::TlsConfigs,
     /// Also bounds how long a new HTTP/2 connection may take to become usable.
@@ -173,7 +142,7 @@ impl Shared {
             let mut dead = Vec::new();
             for (id, conn) in &mut st.io.conns {
                 if let Conn::H1Idle(c) = conn {
-                    if let Some(reason) = c.probe().close_reason() {
+                    if let Err(reason) = c.check() {
                         dead.push((*id, reason));
                     }
                 }
@@ -305,7 +274,8 @@ impl Shared {
                 let conn = match protocol {
                     Protocol::Http1 => {
                         st.io.idle_h1 += 1;
-                        Conn::H1Idle(H1Conn { io, buf: BytesMut::with_capacity(8 * 1024), fresh: true })
+                        let conn = switchyard_core::http1::Conn::new(self.settings.driver);
+                        Conn::H1Idle(H1Conn { io, conn })
                     }
                     Protocol::Http2 | Protocol::H2PriorKnowledge => {
                         match crate::h2::start(self, io, connection) {
@@ -368,39 +338,34 @@ impl Shared {
         let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
     }
 
-    /// An HTTP/1.1 exchange ended: keep the socket idle if the connection is
-    /// reusable (probed before its next use, and swept meanwhile), then tell
-    /// the core.
+    /// An HTTP/1.1 exchange ended: keep the socket idle if the connection may
+    /// carry another (probed before its next use, and swept meanwhile), or
+    /// close it for the driver's reason; then tell the core.
     pub(crate) fn release_h1(
         self: &Arc<Self>,
         call: CallId,
         connection: ConnectionId,
-        conn: H1Conn,
-        reuse: Reuse,
+        outcome: Result<H1Conn, CloseReason>,
     ) {
         self.input(|st, now| {
-            if reuse == Reuse::Reusable && st.io.conns.contains_key(&connection) {
-                st.io.conns.insert(connection, Conn::H1Idle(conn));
-                st.io.idle_h1 += 1;
-            } else {
-                st.io.conns.remove(&connection);
-            }
+            let reuse = match outcome {
+                Ok(conn) if st.io.conns.contains_key(&connection) => {
+                    st.io.conns.insert(connection, Conn::H1Idle(conn));
+                    st.io.idle_h1 += 1;
+                    Reuse::Reusable
+                }
+                Ok(_) => {
+                    st.io.conns.remove(&connection);
+                    Reuse::Reusable
+                }
+                Err(reason) => {
+                    st.io.conns.remove(&connection);
+                    Reuse::Retire(reason)
+                }
+            };
             if let Err(misuse) = st.pool.exchange_finished(now, call, reuse) {
                 tracing::warn!("{misuse}");
             }
-        });
-    }
-
-    /// A call's HTTP/1.1 socket went away with a task that could not be spawned.
-    pub(crate) fn connection_lost(
-        self: &Arc<Self>,
-        call: CallId,
-        connection: ConnectionId,
-        why: CloseReason,
-    ) {
-        self.input(|st, now| {
-            st.io.conns.remove(&connection);
-            let _ = st.pool.exchange_finished(now, call, Reuse::Retire(why));
         });
     }
 

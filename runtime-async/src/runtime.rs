@@ -94,15 +94,3 @@ pub(crate) async fn until<T>(
 pub(crate) async fn within<T>(rt: &dyn Runtime, limit: Duration, f: impl Future<Output = T>) -> Option<T> {
     until(rt, std::time::Instant::now() + limit, f).await
 }
-
-/// An I/O step bounded by an optional timeout (`TimedOut` when it passes).
-pub(crate) async fn timed<T>(
-    rt: &dyn Runtime,
-    limit: Option<Duration>,
-    f: impl Future<Output = io::Result<T>>,
-) -> io::Result<T> {
-    match limit {
-        Some(d) => within(rt, d, f).await.unwrap_or_else(|| Err(io::ErrorKind::TimedOut.into())),
-        None => f.await,
-    }
-}

@@ -75,15 +75,6 @@ impl Body {
     pub fn is_replayable(&self) -> bool {
         !matches!(self.kind, Kind::Reader(_))
     }
-
-    /// The buffered bytes, for replayable bodies.
-    pub(crate) fn bytes(&self) -> Option<Bytes> {
-        match &self.kind {
-            Kind::Empty => Some(Bytes::new()),
-            Kind::Full(b) => Some(b.clone()),
-            Kind::Reader(_) => None,
-        }
-    }
 }
 
 impl From<Bytes> for Body {

@@ -24,12 +24,9 @@ impl FromConfig for Client {
             ));
         }
         let settings = Settings {
-            read_timeout: config.read_timeout,
-            write_timeout: config.write_timeout,
-            expect_continue_timeout: config.expect_continue_timeout,
+            driver: config.driver_config(),
             connect_timeout: config.pool.race.connect_timeout,
             handshake_timeout: config.pool.race.handshake_timeout,
-            limits: config.limits,
             tls: config.tls_configs.clone(),
         };
         let hub = Hub::new(

@@ -12,26 +12,14 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
     AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Host, Instant,
     PoolAction, Protocol, Reuse, TlsFacts,
 };
 
-use crate::stream::{Stream, Timeouts};
-
-/// An HTTP/1.1 connection's socket, its read buffer (bytes read past one
-/// response stay with the connection) and its current socket timeouts.
-pub(crate) struct H1Conn {
-    pub(crate) stream: Stream,
-    pub(crate) buf: BytesMut,
-    pub(crate) timeouts: Timeouts,
-    /// Where reads land before joining `buf` (no zeroing per read, no unsafe).
-    pub(crate) scratch: Box<[u8]>,
-    /// Never used for an exchange yet (fresh from the race: no need to probe).
-    pub(crate) fresh: bool,
-}
+use crate::h1::{H1Conn, Wire};
+use crate::stream::Stream;
 
 /// What a waiting call receives.
 pub(crate) enum Msg {
@@ -46,7 +34,7 @@ pub(crate) enum Msg {
 /// already gone; the exchange fails before writing and is retried).
 pub(crate) struct Lease {
     pub(crate) connection: ConnectionId,
-    pub(crate) conn: Option<H1Conn>,
+    pub(crate) conn: Option<Box<H1Conn>>,
 }
 
 enum Attempt {
@@ -58,7 +46,7 @@ enum Attempt {
 }
 
 enum Conn {
-    Idle(H1Conn),
+    Idle(Box<H1Conn>),
     Busy,
 }
 
@@ -78,12 +66,10 @@ pub(crate) type State = HubState<IoState>;
 /// Timeouts and limits the exchange code needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
-    pub(crate) read_timeout: Option<Duration>,
-    pub(crate) write_timeout: Option<Duration>,
-    pub(crate) expect_continue_timeout: Duration,
+    /// The HTTP/1.1 connection driver's timeouts and limits.
+    pub(crate) driver: switchyard_core::http1::DriverConfig,
     pub(crate) connect_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
-    pub(crate) limits: switchyard_core::http1::Limits,
     pub(crate) tls: switchyard_common::tls::TlsConfigs,
 }
 
@@ -309,13 +295,10 @@ impl Shared {
                     return;
                 }
                 let conn = H1Conn {
-                    stream,
-                    buf: BytesMut::with_capacity(8 * 1024),
-                    timeouts: Timeouts::default(),
-                    scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
-                    fresh: true,
+                    wire: Wire::new(stream),
+                    conn: switchyard_core::http1::Conn::new(self.settings.driver),
                 };
-                st.io.conns.insert(connection, Conn::Idle(conn));
+                st.io.conns.insert(connection, Conn::Idle(Box::new(conn)));
             }
             PoolAction::Acquired { call, connection, .. } => {
                 let conn = match st.io.conns.get_mut(&connection) {
@@ -358,21 +341,29 @@ impl Shared {
         let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
     }
 
-    /// An HTTP/1.1 exchange ended: keep the socket if the connection is
-    /// reusable, then tell the core.
+    /// An HTTP/1.1 exchange ended: keep the socket if the connection may carry
+    /// another, or close it for the driver's reason; then tell the core.
     pub(crate) fn release_h1(
         self: &Arc<Self>,
         call: CallId,
         connection: ConnectionId,
-        conn: H1Conn,
-        reuse: Reuse,
+        outcome: Result<H1Conn, CloseReason>,
     ) {
         self.input(|st, now| {
-            if reuse == Reuse::Reusable && st.io.conns.contains_key(&connection) {
-                st.io.conns.insert(connection, Conn::Idle(conn));
-            } else {
-                st.io.conns.remove(&connection);
-            }
+            let reuse = match outcome {
+                Ok(conn) if st.io.conns.contains_key(&connection) => {
+                    st.io.conns.insert(connection, Conn::Idle(Box::new(conn)));
+                    Reuse::Reusable
+                }
+                Ok(_) => {
+                    st.io.conns.remove(&connection);
+                    Reuse::Reusable
+                }
+                Err(reason) => {
+                    st.io.conns.remove(&connection);
+                    Reuse::Retire(reason)
+                }
+            };
             if let Err(misuse) = st.pool.exchange_finished(now, call, reuse) {
                 tracing::warn!("{misuse}");
             }

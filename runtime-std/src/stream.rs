@@ -6,8 +6,8 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_common::exchange::Probe;
 use switchyard_common::tls;
+use switchyard_core::http1::Peek;
 use switchyard_core::{ConnectError, Host, Protocol, TlsFacts, TlsFailure};
 
 /// TCP, or TLS over TCP.
@@ -69,46 +69,47 @@ pub(crate) fn handshake(
     Ok((Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp))), alpn, facts))
 }
 
-/// Asks an idle connection whether it is still usable, without blocking: the
-/// server may have closed it (or sent something) while it sat in the pool.
-pub(crate) fn probe(stream: &mut Stream) -> Probe {
+/// Asks an idle connection's socket what it holds, without blocking (the
+/// server may have closed it, or sent something, while it sat in the pool);
+/// the core judges the answer (`http1::Conn::check`).
+pub(crate) fn peek(stream: &mut Stream) -> Peek {
     let tcp = stream.tcp();
     if tcp.set_nonblocking(true).is_err() {
-        return Probe::Unhealthy;
+        return Peek::Error;
     }
     let mut one = [0u8; 1];
     let peeked = tcp.peek(&mut one);
     let verdict = match peeked {
-        Ok(0) => Probe::Closed,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Probe::Alive,
-        Err(_) => Probe::Unhealthy,
+        Ok(0) => Peek::Eof,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Peek::Quiet,
+        Err(_) => Peek::Error,
         Ok(_) => match stream {
-            Stream::Tcp(_) => Probe::Unhealthy,
+            Stream::Tcp(_) => Peek::Data,
             // TLS records arrived: a late session ticket is harmless; a
             // close_notify or application data is not.
             Stream::Tls(s) => tls_records(s),
         },
     };
     if stream.tcp().set_nonblocking(false).is_err() {
-        return Probe::Unhealthy;
+        return Peek::Error;
     }
     verdict
 }
 
-fn tls_records(s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>) -> Probe {
+fn tls_records(s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>) -> Peek {
     loop {
         match s.conn.read_tls(&mut s.sock) {
-            Ok(0) => return Probe::Closed,
+            Ok(0) => return Peek::Eof,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(_) => return Probe::Unhealthy,
+            Err(_) => return Peek::Error,
         }
     }
     match s.conn.process_new_packets() {
-        Ok(state) if state.peer_has_closed() => Probe::Closed,
-        Ok(state) if state.plaintext_bytes_to_read() > 0 => Probe::Unhealthy,
-        Ok(_) => Probe::Alive,
-        Err(_) => Probe::Unhealthy,
+        Ok(state) if state.peer_has_closed() => Peek::Eof,
+        Ok(state) if state.plaintext_bytes_to_read() > 0 => Peek::Data,
+        Ok(_) => Peek::Quiet,
+        Err(_) => Peek::Error,
     }
 }
 
