@@ -134,6 +134,7 @@ fn main() {
                         failures += 1;
                         done = true;
                     }
+                    PoolAction::Probe { .. } => {} // no probe interval configured here
                     PoolAction::Close { connection, reason } => {
                         println!("{connection} closed: {reason}");
                         if let Some(token) = by_conn.remove(&connection) {

@@ -35,6 +35,45 @@ fn keep_alive_closes_exactly_on_time() {
     assert_eq!(sim.pool.poll_timeout(), None);
 }
 
+/// The idle sweep is the core's: every probe interval, each idle HTTP/1.1
+/// connection is probed (oldest idle first); an HTTP/2 connection never is
+/// (GOAWAY and its own liveness tell); the timer disarms when none is idle.
+#[test]
+fn idle_http1_connections_are_probed_on_the_core_timer() {
+    let every = Duration::from_millis(1000);
+    let cfg = PoolConfig { keep_alive: Duration::from_secs(60), probe_interval: Some(every), ..config() };
+    let mut sim = PoolSim::new(cfg);
+    let a = http("127.0.0.1");
+    let (c1, k1) = sim.open(0, &a);
+    let (c2, k2) = sim.open(0, &a);
+    sim.finish(10, c2);
+    sim.finish(20, c1);
+    // Armed when the first connection went idle (as it was established, at 0).
+    assert_eq!(sim.pool.poll_timeout(), Some(ms(1000)));
+    assert_eq!(sim.timeout(1000), [format!("probe {k2}"), format!("probe {k1}")]);
+    assert_eq!(sim.pool.poll_timeout(), Some(ms(2000)));
+    // The server closed one: the driver says so; the next sweep skips it.
+    sim.pool.connection_closed(ms(1500), k2, CloseReason::ServerClose).unwrap();
+    assert_eq!(sim.drain(), [format!("close {k2} server closed")]);
+    assert_eq!(sim.timeout(2000), [format!("probe {k1}")]);
+    // In use again: nothing idle, one more tick finds none and disarms.
+    let c3 = sim.acquire(2100, &a);
+    sim.drain();
+    assert_eq!(sim.timeout(3000), Vec::<String>::new());
+    assert_eq!(sim.pool.poll_timeout(), None);
+    sim.finish(3100, c3);
+    assert_eq!(sim.pool.poll_timeout(), Some(ms(4100)));
+}
+
+#[test]
+fn without_a_probe_interval_nothing_is_probed() {
+    let mut sim = PoolSim::new(PoolConfig { keep_alive: Duration::from_secs(60), ..config() });
+    let a = http("127.0.0.1");
+    let (c1, _) = sim.open(0, &a);
+    sim.finish(10, c1);
+    assert_eq!(sim.pool.poll_timeout(), Some(ms(60_010)), "only the keep-alive");
+}
+
 #[test]
 fn two_idle_connections_close_oldest_first() {
     let mut sim = PoolSim::new(config());

@@ -139,6 +139,13 @@ impl Model {
                         *state = CallModel::Ended;
                     }
                 }
+                PoolAction::Probe { connection } => {
+                    prop_assert!(self.open.contains_key(&connection), "probed a closed connection");
+                    prop_assert!(
+                        self.active.get(&connection).is_none_or(BTreeSet::is_empty),
+                        "probed in use"
+                    );
+                }
                 PoolAction::Close { connection, .. } => {
                     prop_assert!(self.open.remove(&connection).is_some(), "closed twice");
                     prop_assert!(
@@ -330,8 +337,9 @@ fn config() -> impl Strategy<Value = PoolConfig> {
         prop::option::of(1usize..4),
         prop::option::of(100u64..400),
         any::<bool>(),
+        prop::option::of(20u64..200),
     )
-        .prop_map(|(per, total, idle, idle_total, lifetime, wait)| PoolConfig {
+        .prop_map(|(per, total, idle, idle_total, lifetime, wait, probe)| PoolConfig {
             keep_alive: Duration::from_millis(150),
             max_connections_per_address: per,
             max_connections_total: total,
@@ -340,6 +348,7 @@ fn config() -> impl Strategy<Value = PoolConfig> {
             max_lifetime: lifetime.map(Duration::from_millis),
             acquire_timeout: Duration::from_millis(300),
             stream_limit_policy: if wait { StreamLimitPolicy::Wait } else { StreamLimitPolicy::OpenNew },
+            probe_interval: probe.map(Duration::from_millis),
             ..PoolConfig::default()
         })
 }

@@ -312,6 +312,11 @@ impl Sim {
                     c.attempts_in_flight.remove(&attempt);
                 }
             }
+            PoolAction::Probe { connection } => {
+                if !self.conns.contains_key(&connection) {
+                    return Err(format!("probe of unknown {connection}"));
+                }
+            }
             PoolAction::Established { attempt, connection, protocol } => {
                 self.attempts.remove(&attempt);
                 if let Some(c) = self.calls.get_mut(&attempt.call()) {

@@ -163,6 +163,17 @@ pub enum PoolAction {
         /// Why.
         error: AcquireError,
     },
+    /// Ask this idle HTTP/1.1 connection's socket, without waiting, whether
+    /// the server closed it or sent something unasked
+    /// ([`http1::Conn::check`](crate::http1::Conn::check)); if so, answer with
+    /// [`Pool::connection_closed`](super::Pool::connection_closed). A healthy
+    /// connection needs no answer. Emitted every
+    /// [`PoolConfig::probe_interval`](super::PoolConfig::probe_interval) while
+    /// such connections are idle, oldest idle first.
+    Probe {
+        /// The idle connection.
+        connection: ConnectionId,
+    },
     /// Close this connection's socket.
     Close {
         /// The connection.

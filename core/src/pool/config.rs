@@ -62,6 +62,13 @@ pub struct PoolConfig {
     /// exchanges and nothing is closed; once demand falls, the excess closes
     /// after this. Default: 5 s.
     pub idle_cap_grace: Duration,
+    /// How often idle HTTP/1.1 connections are probed ([`PoolAction::Probe`]),
+    /// so a server's close is seen while they sit in the pool, not only at the
+    /// next reuse (which probes anyway). Default: none (switchyard's adapters
+    /// set 1 s).
+    ///
+    /// [`PoolAction::Probe`]: super::PoolAction::Probe
+    pub probe_interval: Option<Duration>,
 }
 
 impl Default for PoolConfig {
@@ -81,6 +88,7 @@ impl Default for PoolConfig {
             pins: CertificatePins::default(),
             await_pending_http2: true,
             idle_cap_grace: Duration::from_secs(5),
+            probe_interval: None,
         }
     }
 }

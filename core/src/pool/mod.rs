@@ -199,6 +199,8 @@ pub struct Pool {
     known_protocol: FastMap<Address, (Protocol, Instant)>,
     /// When an over-cap idle connection has been idle for the grace period.
     trim_checks: BTreeSet<(Instant, ConnectionId)>,
+    /// When idle HTTP/1.1 connections are next probed.
+    next_probe: Option<Instant>,
     next_wait_seq: u64,
     open_total: usize,
     racing_total: usize,
@@ -232,6 +234,7 @@ impl Pool {
             handshaking: BTreeSet::new(),
             known_protocol: FastMap::default(),
             trim_checks: BTreeSet::new(),
+            next_probe: None,
             next_wait_seq: 0,
             open_total: 0,
             racing_total: 0,
@@ -291,6 +294,7 @@ impl Pool {
         t = earliest(t, self.wait_deadlines.first().map(|(t, _)| *t));
         t = earliest(t, self.kept_deadlines.first().map(|(t, _)| *t));
         t = earliest(t, self.trim_checks.first().map(|(t, _)| *t));
+        t = earliest(t, self.next_probe);
         earliest(t, self.race_timers.first().map(|(t, _)| *t))
     }
 
@@ -507,6 +511,29 @@ impl Pool {
                 race.handle_timeout(now, &mut self.db);
                 self.pump_race(now, call);
             }
+        }
+        self.probe_idle(now);
+    }
+
+    /// Asks the driver to probe every idle HTTP/1.1 connection when the probe
+    /// interval has passed (oldest idle first), and re-arms while any remain.
+    fn probe_idle(&mut self, now: Instant) {
+        let (Some(at), Some(every)) = (self.next_probe, self.config.probe_interval) else { return };
+        if at > now {
+            return;
+        }
+        self.next_probe = None;
+        let idle: Vec<ConnectionId> = self
+            .idle_all
+            .iter()
+            .map(|&(_, id)| id)
+            .filter(|id| self.conns.get(id).is_some_and(|c| !c.multiplexed()))
+            .collect();
+        if !idle.is_empty() {
+            self.next_probe = Some(now + every);
+        }
+        for connection in idle {
+            self.actions.push_back(PoolAction::Probe { connection });
         }
     }
 
@@ -756,6 +783,9 @@ impl Pool {
             let since = c.idle_since.expect("idle connections have idle_since");
             a.idle.insert((since, id));
             self.idle_all.insert((since, id));
+            if !c.multiplexed() && self.next_probe.is_none() {
+                self.next_probe = self.config.probe_interval.map(|every| since + every);
+            }
         }
         if c.shareable() {
             a.shareable.insert(id);

@@ -70,6 +70,7 @@ impl PoolSim {
                 }
                 PoolAction::AcquireFailed { call, error } => format!("failed {call}: {error}"),
                 PoolAction::Close { connection, reason } => format!("close {connection} {reason}"),
+                PoolAction::Probe { connection } => format!("probe {connection}"),
             });
         }
         while let Some(e) = self.pool.poll_event() {
