@@ -192,7 +192,9 @@ pub struct ClientBuilder<C: FromConfig> {
 impl<C: FromConfig> Default for ClientBuilder<C> {
     fn default() -> Self {
         ClientBuilder {
-            pool: PoolConfig::default(),
+            // Idle HTTP/1.1 connections are probed every second, so a server's
+            // close is seen (and counted) while they sit in the pool.
+            pool: PoolConfig { probe_interval: Some(Duration::from_secs(1)), ..PoolConfig::default() },
             read_timeout: None,
             write_timeout: None,
             timeout: None,
@@ -282,6 +284,16 @@ impl<C: FromConfig> ClientBuilder<C> {
     /// used idle connection is closed to make room, whatever this cap.
     pub fn max_idle(mut self, n: usize) -> Self {
         self.pool.max_idle_total = Some(n);
+        self
+    }
+    /// How often idle HTTP/1.1 connections are probed for a server's close
+    /// (`None`: only before reuse, which always happens). Default: 1 s. A zero
+    /// interval is a configuration error.
+    pub fn idle_probe_interval(mut self, every: Option<Duration>) -> Self {
+        if every.is_some_and(|d| d.is_zero()) {
+            self.errors.push("idle_probe_interval must be longer than zero (None disables it)".into());
+        }
+        self.pool.probe_interval = every;
         self
     }
     /// How long a call may wait for pool capacity. Default: 30 s.

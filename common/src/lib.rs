@@ -12,6 +12,9 @@
 //! - [`tls`]: rustls configs (explicit provider, roots, client certificates, ALPN)
 //!   and what a handshake tells the core.
 //! - [`Resolve`]: DNS, with `--resolve`-style overrides.
+//! - [`engine`]: the engine's bookkeeping (attempts, connections, leases,
+//!   waiters) and what each of the core's actions means for it, as effects the
+//!   adapter carries out after the lock is released.
 //! - [`exchange`]: the HTTP/1.1 connection driver's events turned into
 //!   responses, body chunks, typed failures and listener events (the driver
 //!   itself, and the proxy handshakes, are sans-IO machines in the core:
@@ -68,6 +71,7 @@
 //!   [`ClientBuilder::max_response_head_size`]).
 
 mod config;
+pub mod engine;
 mod error;
 mod event;
 pub mod exchange;

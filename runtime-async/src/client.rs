@@ -255,7 +255,7 @@ impl<R: Runtime> Client<R> {
         let call_parts = shared.hub.is_listening().then(|| parts.clone());
         let call = shared.input(|st, now| {
             let id = st.pool.acquire(now, address, acquire);
-            st.io.waiters.insert(id, tx);
+            st.io.engine.wait(id, tx);
             // Queued before the acquisition's own events, so listeners hear it first.
             if let Some(head) = call_parts {
                 shared.hub.queue_note(st, move |l| l.call_start(id, &head, now));
@@ -301,7 +301,7 @@ impl Drop for CallGuard {
         if self.armed {
             let call = self.call;
             self.shared.input(|st, now| {
-                st.io.waiters.remove(&call);
+                st.io.engine.stop_waiting(call);
                 st.pool.cancel(now, call);
             });
         }
@@ -371,10 +371,10 @@ async fn run_call(
         };
         let (tx, next) = oneshot::channel();
         let outcome = shared.input(|st, now| {
-            st.io.waiters.insert(call, tx);
+            st.io.engine.wait(call, tx);
             let outcome = st.pool.exchange_failed(now, call, failure);
             if !matches!(outcome, Ok(FailureOutcome::Retrying(_))) {
-                st.io.waiters.remove(&call);
+                st.io.engine.stop_waiting(call);
             }
             outcome
         });

@@ -1,61 +1,30 @@
-//! The driver: owns the core's [`Pool`] behind a mutex, feeds it inputs with the
-//! current time, performs every action it asks for with tokio, and reports the
-//! results back. The lock is never held across an `.await`; listeners run after
-//! it is released.
+//! The driver: the core's [`Pool`](switchyard_core::Pool) in a [`Hub`], with the
+//! shared [`Engine`] beside it. An input runs under the lock and collects the
+//! engine's effects; they are carried out once the lock is released (spawning
+//! tasks, probing sockets, answering waiting calls, closing sockets), and their
+//! results come back as new inputs. Listeners run outside the lock too.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+use switchyard_common::engine::{self, Adapter, Closed, Effect, Engine, Installed};
 use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
-    AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Host, Instant,
-    PoolAction, Protocol, Reuse, TlsFacts,
+    AcquireError, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol, TlsFacts,
 };
 use tokio::sync::{oneshot, Notify};
 
-use crate::h1::H1Conn;
 use crate::h2::H2Handle;
-use crate::runtime::{Io, Runtime, Task};
+use crate::runtime::{BoxFuture, Io, Runtime, Task};
 
+/// An idle HTTP/1.1 connection: its socket and the core's view of it.
+pub(crate) type H1Conn = engine::H1Conn<Io>;
 /// A connection handed to a call for one exchange.
-pub(crate) enum Lease {
-    /// `conn` is `None` when its socket is already gone: the exchange fails
-    /// before writing and the core retries elsewhere.
-    H1 {
-        connection: ConnectionId,
-        conn: Option<H1Conn>,
-    },
-    H2 {
-        connection: ConnectionId,
-        handle: H2Handle,
-    },
-}
+pub(crate) type Lease = engine::Lease<Shared>;
 
-/// How often idle HTTP/1.1 connections are probed, so a server's close is
-/// seen (and counted) while they sit in the pool, not only at the next reuse.
-pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-enum Attempt {
-    /// Connecting or handshaking; aborting the task closes the socket.
-    Running(Box<dyn Task>),
-    /// Connected (or handshaken): waiting for the core's next word.
-    Ready(Io),
-}
-
-enum Conn {
-    H1Idle(H1Conn),
-    H1Busy,
-    H2(H2Handle),
-}
-
-/// The engine's I/O state, beside the pool under the hub's lock.
+/// The engine's state beside the pool under the hub's lock.
 #[derive(Default)]
 pub(crate) struct IoState {
-    pub(crate) waiters: HashMap<CallId, oneshot::Sender<Result<Lease, AcquireError>>>,
-    attempts: HashMap<AttemptId, Attempt>,
-    conns: HashMap<ConnectionId, Conn>,
-    /// Idle HTTP/1.1 connections (the timer task sweeps while there are any).
-    idle_h1: usize,
+    pub(crate) engine: Engine<Shared>,
     /// The core instant the timer task sleeps until (`None`: indefinitely); an
     /// input wakes it only when the next deadline moves earlier than this.
     timer_until: Option<Instant>,
@@ -81,6 +50,30 @@ pub(crate) struct Shared {
     pub(crate) timer: Arc<Notify>,
     resolver: Arc<dyn Resolve>,
     pub(crate) settings: Settings,
+    /// This `Shared`, for tasks that must not keep the client alive.
+    pub(crate) me: Weak<Shared>,
+}
+
+impl Adapter for Shared {
+    type Socket = Io;
+    type Wire = Io;
+    type Task = Box<dyn Task>;
+    type H2 = H2Handle;
+    type Job = (ConnectionId, BoxFuture<()>);
+    type Waiter = oneshot::Sender<Result<Lease, AcquireError>>;
+
+    fn install(&self, connection: ConnectionId, protocol: Protocol, socket: Io) -> Option<Installed<Self>> {
+        Some(match protocol {
+            Protocol::Http1 => Installed::Http1(Box::new(H1Conn {
+                wire: socket,
+                conn: switchyard_core::http1::Conn::new(self.settings.driver),
+            })),
+            Protocol::Http2 | Protocol::H2PriorKnowledge => {
+                let (handle, job) = crate::h2::prepare(self, socket, connection);
+                Installed::Http2(handle, (connection, job))
+            }
+        })
+    }
 }
 
 impl Shared {
@@ -90,7 +83,14 @@ impl Shared {
         resolver: Arc<dyn Resolve>,
         settings: Settings,
     ) -> Arc<Shared> {
-        Arc::new(Shared { hub, rt, timer: Arc::new(Notify::new()), resolver, settings })
+        Arc::new_cyclic(|me| Shared {
+            hub,
+            rt,
+            timer: Arc::new(Notify::new()),
+            resolver,
+            settings,
+            me: Weak::clone(me),
+        })
     }
 
     /// The core's notion of now.
@@ -98,37 +98,30 @@ impl Shared {
         self.hub.now()
     }
 
-    /// Runs `f` on the state with the current time, performs every action the
-    /// core emitted, wakes the timer task (the next deadline may have moved), then
-    /// delivers events.
+    /// Runs `f` on the state with the current time and lets the engine turn
+    /// every action the core emitted into effects; wakes the timer task if the
+    /// next deadline moved earlier; delivers events; then, with the lock
+    /// released, carries the effects out.
     pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
         let mut wake = false;
+        let mut effects = Vec::new();
         let result = self.hub.input_then(
             f,
-            |st, now, action| self.perform(st, now, action),
+            |st, now, action| effects.extend(st.io.engine.perform(&**self, &mut st.pool, now, action)),
             |st, _| wake = self.timer_needed(st),
         );
         if wake {
             self.timer.notify_one();
         }
+        self.carry_out(effects);
         result
     }
 
-    /// When the timer task should next wake: the core's next deadline, or the
-    /// next sweep while idle HTTP/1.1 connections exist.
-    fn wake_at(&self, st: &State) -> Option<Instant> {
-        let sweep = (st.io.idle_h1 > 0).then(|| self.now() + SWEEP_EVERY);
-        match (st.pool.poll_timeout(), sweep) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// Whether the timer task must be woken: it would sleep past when it is
-    /// next needed. Most inputs (a release pushing a keep-alive 90 s out) leave
-    /// it asleep.
+    /// Whether the timer task must be woken: it would sleep past the core's
+    /// next deadline. Most inputs (a release pushing a keep-alive 90 s out)
+    /// leave it asleep.
     fn timer_needed(&self, st: &mut State) -> bool {
-        let Some(wanted) = self.wake_at(st) else { return false };
+        let Some(wanted) = st.pool.poll_timeout() else { return false };
         if st.io.timer_until.is_none_or(|sleeping| wanted < sleeping) {
             st.io.timer_until = Some(wanted);
             return true;
@@ -136,237 +129,131 @@ impl Shared {
         false
     }
 
-    /// Probes every idle HTTP/1.1 connection; tells the core of the dead ones.
-    fn sweep(self: &Arc<Self>) {
-        self.input(|st, now| {
-            let mut dead = Vec::new();
-            for (id, conn) in &mut st.io.conns {
-                if let Conn::H1Idle(c) = conn {
-                    if let Err(reason) = c.check() {
-                        dead.push((*id, reason));
-                    }
-                }
-            }
-            dead.sort_by_key(|(id, _)| *id); // report in a stable order
-            for (id, reason) in dead {
-                st.io.conns.remove(&id);
-                st.io.idle_h1 -= 1;
-                let _ = st.pool.connection_closed(now, id, reason);
-            }
-        });
-    }
-
     pub(crate) fn emit(&self, note: impl FnOnce(&dyn switchyard_common::EventListener) + Send + 'static) {
         self.hub.emit(note);
     }
 
-    /// Spawns `task`; without an executor, `or_else` reports the failure instead.
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) -> Option<Box<dyn Task>> {
-        self.rt.spawn(Box::pin(task))
+    /// Carries out effects, outside the lock. Probes are judged together and
+    /// reported in one input.
+    fn carry_out(self: &Arc<Self>, effects: Vec<Effect<Self>>) {
+        let mut verdicts = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Probe { connection, mut conn } => {
+                    let verdict = crate::h1::check(&mut conn);
+                    verdicts.push((connection, conn, verdict));
+                }
+                other => self.carry_out_one(other),
+            }
+        }
+        if !verdicts.is_empty() {
+            let closed = self.input(|st, now| {
+                let mut closed = Vec::new();
+                for (connection, conn, verdict) in verdicts {
+                    closed.extend(st.io.engine.handle_probed(&mut st.pool, now, connection, conn, verdict));
+                }
+                closed
+            });
+            drop(closed); // closes the dead sockets, outside the lock
+        }
     }
 
-    fn perform(self: &Arc<Self>, st: &mut State, now: Instant, action: PoolAction) {
-        match action {
-            PoolAction::Resolve { query, host, port, .. } => {
-                let name = match &host {
-                    Host::Domain(d) => d.clone(),
-                    Host::Ip(ip) => ip.to_string(),
-                };
+    fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>) {
+        match effect {
+            Effect::Resolve { query, name, port } => {
                 let resolver = Arc::clone(&self.resolver);
                 let lookup = self.rt.unblock(Box::new(move || resolver.resolve(&name, port)));
                 let me = Arc::clone(self);
-                let spawned = self.spawn(async move {
+                let spawned = self.rt.spawn(Box::pin(async move {
                     let answer = lookup.await.map_err(|e| DnsError::from_io(&e));
                     me.input(|st, now| {
                         if let Err(misuse) = st.pool.handle_dns(now, query, answer) {
                             tracing::warn!("{misuse}");
                         }
                     });
-                });
+                }));
                 if spawned.is_none() {
-                    let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_executor())));
-                }
-            }
-            PoolAction::Connect { attempt, route } => {
-                let addr = route.socket_addr();
-                let me = Arc::clone(self);
-                let connecting = self.rt.connect(addr);
-                let task = self.spawn(async move {
-                    let result = connecting.await;
-                    me.input(|st, now| {
-                        // Cancelled attempts were removed: their result is dropped here.
-                        if !matches!(st.io.attempts.get(&attempt), Some(Attempt::Running(_))) {
-                            return;
-                        }
-                        let outcome = match result {
-                            Ok(io) => {
-                                st.io.attempts.insert(attempt, Attempt::Ready(io));
-                                st.pool.handle_connected(now, attempt)
-                            }
-                            Err(e) => {
-                                st.io.attempts.remove(&attempt);
-                                st.pool.handle_failed(now, attempt, ConnectError::from_io(&e))
-                            }
-                        };
-                        if let Err(misuse) = outcome {
-                            tracing::warn!("{misuse}");
-                        }
+                    self.input(|st, now| {
+                        let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_executor())));
                     });
-                });
-                match task {
-                    Some(task) => {
-                        st.io.attempts.insert(attempt, Attempt::Running(task));
-                    }
-                    None => {
-                        let _ = st.pool.handle_failed(now, attempt, ConnectError::from_io(&no_executor()));
-                    }
                 }
             }
-            PoolAction::Handshake { attempt, route } => {
-                let Some(Attempt::Ready(io)) = st.io.attempts.remove(&attempt) else {
-                    tracing::warn!("handshake for {attempt} without a socket");
-                    return;
-                };
-                // Built with the client: a lookup, nothing built under the lock.
+            Effect::Connect { attempt, route } => {
+                let connecting = self.rt.connect(route.socket_addr());
+                let me = Arc::clone(self);
+                let task = Box::pin(async move {
+                    let result = connecting.await.map_err(|e| ConnectError::from_io(&e));
+                    let stale =
+                        me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result));
+                    drop(stale); // a cancelled attempt's socket closes here
+                });
+                self.start_attempt(attempt, task);
+            }
+            Effect::Handshake { attempt, route, socket } => {
+                // Built with the client: a lookup, nothing built here.
                 let config = self.settings.tls.get(route.address().protocols());
                 let me = Arc::clone(self);
-                let task = self.spawn(async move {
-                    let result = establish(io, &route, config).await;
-                    me.input(|st, now| {
-                        if !matches!(st.io.attempts.get(&attempt), Some(Attempt::Running(_))) {
-                            return;
-                        }
-                        let outcome = match result {
-                            Ok((io, alpn, facts)) => {
-                                st.io.attempts.insert(attempt, Attempt::Ready(io));
-                                st.pool.handle_established(now, attempt, alpn, facts)
-                            }
-                            Err(e) => {
-                                st.io.attempts.remove(&attempt);
-                                st.pool.handle_failed(now, attempt, e)
-                            }
-                        };
-                        if let Err(misuse) = outcome {
-                            tracing::warn!("{misuse}");
-                        }
-                    });
+                let task = Box::pin(async move {
+                    let result = establish(socket, &route, config).await;
+                    let stale = me
+                        .input(|st, now| st.io.engine.handle_established(&mut st.pool, now, attempt, result));
+                    drop(stale);
                 });
-                match task {
-                    Some(task) => {
-                        st.io.attempts.insert(attempt, Attempt::Running(task));
-                    }
-                    None => {
-                        let _ = st.pool.handle_failed(now, attempt, ConnectError::from_io(&no_executor()));
-                    }
+                self.start_attempt(attempt, task);
+            }
+            // Aborting the task drops its socket: the loser is closed at once.
+            Effect::Abort(task) => task.abort(),
+            Effect::Start((connection, job)) => {
+                if self.rt.spawn(job).is_none() {
+                    self.input(|st, now| {
+                        let _ = st.pool.connection_closed(now, connection, CloseReason::Failure);
+                    });
                 }
             }
-            PoolAction::CancelAttempt { attempt } => {
-                // Aborting the task drops its socket: the loser is closed at once.
-                if let Some(Attempt::Running(task)) = st.io.attempts.remove(&attempt) {
+            Effect::Answer { call, waiter, answer } => {
+                if let Err(Ok(lease)) = waiter.send(answer) {
+                    self.input(|st, now| st.io.engine.give_back(&mut st.pool, now, call, lease));
+                }
+            }
+            Effect::Probe { .. } => {} // judged in `carry_out`
+            // Dropping the socket (or the HTTP/2 handle) closes it.
+            Effect::Close(closed) => drop::<Closed<Self>>(closed),
+        }
+    }
+
+    /// Spawns an attempt's task and tells the engine its handle (aborting it
+    /// when the attempt was cancelled meanwhile); without an executor, the
+    /// attempt fails.
+    fn start_attempt(self: &Arc<Self>, attempt: switchyard_core::AttemptId, task: BoxFuture<()>) {
+        match self.rt.spawn(task) {
+            Some(task) => {
+                let orphan = self.hub.lock().io.engine.attempt_started(attempt, task);
+                if let Some(task) = orphan {
                     task.abort();
                 }
             }
-            PoolAction::Established { attempt, connection, protocol } => {
-                let Some(Attempt::Ready(io)) = st.io.attempts.remove(&attempt) else {
-                    tracing::warn!("{connection} established without a socket");
-                    return;
-                };
-                let conn = match protocol {
-                    Protocol::Http1 => {
-                        st.io.idle_h1 += 1;
-                        let conn = switchyard_core::http1::Conn::new(self.settings.driver);
-                        Conn::H1Idle(H1Conn { io, conn })
-                    }
-                    Protocol::Http2 | Protocol::H2PriorKnowledge => {
-                        match crate::h2::start(self, io, connection) {
-                            Some(handle) => Conn::H2(handle),
-                            None => {
-                                let _ = st.pool.connection_closed(now, connection, CloseReason::Failure);
-                                return;
-                            }
-                        }
-                    }
-                };
-                st.io.conns.insert(connection, conn);
-            }
-            PoolAction::Acquired { call, connection, .. } => {
-                let lease = match st.io.conns.get_mut(&connection) {
-                    Some(Conn::H2(handle)) => Lease::H2 { connection, handle: handle.clone() },
-                    Some(slot @ Conn::H1Idle(_)) => {
-                        let Conn::H1Idle(c) = std::mem::replace(slot, Conn::H1Busy) else {
-                            unreachable!("matched above")
-                        };
-                        st.io.idle_h1 -= 1;
-                        Lease::H1 { connection, conn: Some(c) }
-                    }
-                    Some(Conn::H1Busy) | None => {
-                        // The socket is gone (closed by the peer as it was handed out):
-                        // the call's exchange fails before writing and is retried.
-                        tracing::debug!("{connection} handed out without a socket");
-                        Lease::H1 { connection, conn: None }
-                    }
-                };
-                match st.io.waiters.remove(&call) {
-                    Some(tx) => {
-                        if let Err(Ok(lease)) = tx.send(Ok(lease)) {
-                            self.give_back(st, now, call, lease);
-                        }
-                    }
-                    None => self.give_back(st, now, call, lease),
-                }
-            }
-            PoolAction::AcquireFailed { call, error } => {
-                if let Some(tx) = st.io.waiters.remove(&call) {
-                    let _ = tx.send(Err(error));
-                }
-            }
-            PoolAction::Close { connection, .. } => {
-                // Dropping the socket (or the HTTP/2 handle) closes it.
-                if let Some(Conn::H1Idle(_)) = st.io.conns.remove(&connection) {
-                    st.io.idle_h1 -= 1;
-                }
+            None => {
+                let failed = Err(ConnectError::from_io(&no_executor()));
+                self.input(|st, now| {
+                    let _ = st.io.engine.handle_connected(&mut st.pool, now, attempt, failed);
+                });
             }
         }
     }
 
-    /// A lease nobody took (the call went away): return the connection unused.
-    fn give_back(self: &Arc<Self>, st: &mut State, now: Instant, call: CallId, lease: Lease) {
-        if let Lease::H1 { connection, conn: Some(c) } = lease {
-            st.io.conns.insert(connection, Conn::H1Idle(c));
-            st.io.idle_h1 += 1;
-        }
-        let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
-    }
-
-    /// An HTTP/1.1 exchange ended: keep the socket idle if the connection may
-    /// carry another (probed before its next use, and swept meanwhile), or
-    /// close it for the driver's reason; then tell the core.
+    /// An HTTP/1.1 exchange ended: the connection goes back idle when the
+    /// driver says it may carry another (probed before its next use, and swept
+    /// meanwhile), or closes for the driver's reason.
     pub(crate) fn release_h1(
         self: &Arc<Self>,
         call: CallId,
         connection: ConnectionId,
         outcome: Result<H1Conn, CloseReason>,
     ) {
-        self.input(|st, now| {
-            let reuse = match outcome {
-                Ok(conn) if st.io.conns.contains_key(&connection) => {
-                    st.io.conns.insert(connection, Conn::H1Idle(conn));
-                    st.io.idle_h1 += 1;
-                    Reuse::Reusable
-                }
-                Ok(_) => {
-                    st.io.conns.remove(&connection);
-                    Reuse::Reusable
-                }
-                Err(reason) => {
-                    st.io.conns.remove(&connection);
-                    Reuse::Retire(reason)
-                }
-            };
-            if let Err(misuse) = st.pool.exchange_finished(now, call, reuse) {
-                tracing::warn!("{misuse}");
-            }
+        let leftover = self.input(|st, now| {
+            st.io.engine.release_h1(&mut st.pool, now, call, connection, outcome.map(Box::new))
         });
+        drop(leftover);
     }
 
     pub(crate) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -405,9 +292,8 @@ async fn establish(
     Ok((io, None, None))
 }
 
-/// Runs the core's timers and the idle sweep: sleeps until the next deadline
-/// (or sweep), is woken early only when an input moves that earlier, and ends
-/// when the client is dropped.
+/// Runs the core's timers: sleeps until the next deadline, is woken early only
+/// when an input moves that earlier, and ends when the client is dropped.
 pub(crate) async fn timer_task(
     shared: Weak<Shared>,
     notify: Arc<Notify>,
@@ -421,7 +307,7 @@ pub(crate) async fn timer_task(
         let plan = {
             let Some(me) = shared.upgrade() else { return };
             let mut st = me.hub.lock();
-            let wake = me.wake_at(&st);
+            let wake = st.pool.poll_timeout();
             st.io.timer_until = wake;
             wake.map(|at| (me.hub.to_std(at), Arc::clone(&me.rt)))
         };
@@ -431,10 +317,6 @@ pub(crate) async fn timer_task(
                     () = rt.sleep_until(at) => {
                         let Some(me) = shared.upgrade() else { return };
                         me.input(|st, now| st.pool.handle_timeout(now));
-                        let sweep_due = me.hub.lock().io.idle_h1 > 0;
-                        if sweep_due {
-                            me.sweep();
-                        }
                     }
                     () = notify.notified() => {}
                 }

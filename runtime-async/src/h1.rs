@@ -23,32 +23,23 @@ use switchyard_core::{CallId, CloseReason, ConnectError, ConnectionId};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::body::{Body, Kind};
-use crate::driver::{IoState, Shared};
+use crate::driver::{H1Conn, IoState, Shared};
 use crate::runtime::{Io, Runtime};
 
-/// An idle HTTP/1.1 connection: its socket and the core's view of it (read
-/// buffer, history).
-pub(crate) struct H1Conn {
-    pub(crate) io: Io,
-    pub(crate) conn: http1::Conn,
-}
-
-impl H1Conn {
-    /// Asks the idle socket, without waiting, what it holds; the core judges
-    /// ([`http1::Conn::check`]). A read that would wait registers a no-op
-    /// waker, which the next real read replaces.
-    pub(crate) fn check(&mut self) -> Result<(), CloseReason> {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut scratch = [0u8; 512];
-        let mut read = tokio::io::ReadBuf::new(&mut scratch);
-        let peek = match Pin::new(&mut self.io).poll_read(&mut cx, &mut read) {
-            Poll::Pending => Peek::Quiet,
-            Poll::Ready(Ok(())) if read.filled().is_empty() => Peek::Eof,
-            Poll::Ready(Ok(())) => Peek::Data,
-            Poll::Ready(Err(_)) => Peek::Error,
-        };
-        self.conn.check(peek)
-    }
+/// Asks an idle connection's socket, without waiting, what it holds; the
+/// core judges ([`http1::Conn::check`]). A read that would wait registers a
+/// no-op waker, which the next real read replaces.
+pub(crate) fn check(conn: &mut H1Conn) -> Result<(), CloseReason> {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut scratch = [0u8; 512];
+    let mut read = tokio::io::ReadBuf::new(&mut scratch);
+    let peek = match Pin::new(&mut conn.wire).poll_read(&mut cx, &mut read) {
+        Poll::Pending => Peek::Quiet,
+        Poll::Ready(Ok(())) if read.filled().is_empty() => Peek::Eof,
+        Poll::Ready(Ok(())) => Peek::Data,
+        Poll::Ready(Err(_)) => Peek::Error,
+    };
+    conn.conn.check(peek)
 }
 
 pub(crate) struct Request<'a> {
@@ -188,7 +179,7 @@ pub(crate) async fn exchange(
     shared: &Arc<Shared>,
     call: CallId,
     connection: ConnectionId,
-    conn: Option<H1Conn>,
+    conn: Option<Box<H1Conn>>,
     req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let facts = req.facts;
@@ -197,7 +188,7 @@ pub(crate) async fn exchange(
     // use: ask before writing, so a request never goes out on a dead connection
     // (the core then retries elsewhere, nothing having been sent).
     if conn.conn.needs_probe() {
-        if let Err(reason) = conn.check() {
+        if let Err(reason) = check(&mut conn) {
             return Err(stale_after(reason, facts));
         }
     }
@@ -205,12 +196,12 @@ pub(crate) async fn exchange(
     let request = http1::Request::new(req.parts, req.form, body_kind(req.body.len()))
         .deadline(req.deadline.map(|d| hub.from_std(d)))
         .body_timeout(req.body_timeout);
-    let H1Conn { io, conn } = conn;
+    let H1Conn { wire: io, conn } = *conn;
     let mut driver = match conn.start(hub.now(), request) {
         Ok(d) => d,
         Err(refused) => {
             // Nothing was written: the connection goes back as it was.
-            shared.release_h1(call, connection, Ok(H1Conn { io, conn: refused.conn }));
+            shared.release_h1(call, connection, Ok(H1Conn { wire: io, conn: refused.conn }));
             return Err(Attempted::Fatal(Error::InvalidRequest(refused.error.to_string())));
         }
     };
@@ -234,7 +225,7 @@ pub(crate) async fn exchange(
             BeforeHead::Failed(failure) => return Err(Attempted::Failed(failure)),
             BeforeHead::Refused(why) => {
                 let io = wire.io;
-                shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { io, conn }));
+                shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { wire: io, conn }));
                 return Err(Attempted::Fatal(Error::InvalidRequest(why)));
             }
         }
@@ -281,7 +272,7 @@ impl H1Body {
             self.shared.release_h1(
                 self.call,
                 self.connection,
-                driver.finish().map(|conn| H1Conn { io, conn }),
+                driver.finish().map(|conn| H1Conn { wire: io, conn }),
             );
         }
     }
@@ -302,7 +293,7 @@ impl Drop for H1Body {
         let (shared, call, connection) = (Arc::clone(&self.shared), self.call, self.connection);
         if driver.is_finished() {
             let io = wire.io;
-            shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { io, conn }));
+            shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { wire: io, conn }));
             return;
         }
         let rt = Arc::clone(&shared.rt);
@@ -311,7 +302,7 @@ impl Drop for H1Body {
                 pump(&*rt, &shared.hub, &mut wire, &mut driver, &mut Source::None).await;
             }
             let io = wire.io;
-            shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { io, conn }));
+            shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { wire: io, conn }));
         }));
         if spawned.is_none() {
             // No executor here (dropped outside the runtime): the unspawned drain

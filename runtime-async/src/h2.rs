@@ -17,7 +17,7 @@ use switchyard_common::BodyError;
 
 use crate::body::{Body, Kind};
 use crate::driver::Shared;
-use crate::runtime::{within, Io};
+use crate::runtime::{within, BoxFuture, Io};
 
 type Ready = Option<Result<SendRequest<Bytes>, String>>;
 
@@ -122,16 +122,17 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FrameWatcher<T>
     }
 }
 
-/// Starts the HTTP/2 connection on `io`: handshake, then the connection task,
-/// which reports the connection's end to the core. `None` without an executor.
+/// Prepares the HTTP/2 connection on `io` without I/O: its handle now, and its
+/// task (handshake, then driving the connection, reporting its end to the
+/// core) for the caller to spawn once the lock is released.
 ///
 /// A connection the server never makes usable is retired once the handshake
 /// timeout has passed since it started: no SETTINGS frame by then, or a stream
 /// limit still at zero ([`CloseReason::NeverUsable`]). Its streams fail and
 /// their calls move on per the retry rules; it never sits idle in the pool.
 /// Response header blocks are bounded like HTTP/1.1 heads (the same setting).
-pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Option<H2Handle> {
-    let shared: Weak<Shared> = Arc::downgrade(owner);
+pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Handle, BoxFuture<()>) {
+    let shared: Weak<Shared> = Weak::clone(&owner.me);
     let (tx, rx) = watch::channel(None);
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
@@ -171,7 +172,7 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
     let never_usable = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let never_usable_flag = Arc::clone(&never_usable);
     let rt = Arc::clone(&owner.rt);
-    let task = owner.rt.spawn(Box::pin(async move {
+    let job: BoxFuture<()> = Box::pin(async move {
         // Tells the core why the connection ended, while its streams are still
         // waiting: the pool hears the connection's own reason first.
         let report = |reason: CloseReason| {
@@ -182,7 +183,8 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
                 });
             }
         };
-        let handshake = h2::client::Builder::new().max_header_list_size(header_limit).handshake::<_, Bytes>(io);
+        let handshake =
+            h2::client::Builder::new().max_header_list_size(header_limit).handshake::<_, Bytes>(io);
         match handshake.await {
             Ok((send, mut conn)) => {
                 if let (Some(p), Ok(mut slot)) = (conn.ping_pong(), ping_slot.lock()) {
@@ -230,8 +232,8 @@ pub(crate) fn start(owner: &Arc<Shared>, io: Io, connection: ConnectionId) -> Op
                 report(CloseReason::Failure);
             }
         }
-    }));
-    task.map(|_detached| H2Handle { ready: rx, reported_limit, ping, never_usable })
+    });
+    (H2Handle { ready: rx, reported_limit, ping, never_usable }, job)
 }
 
 fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {

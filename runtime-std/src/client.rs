@@ -213,7 +213,7 @@ impl Client {
         let call_parts = shared.hub.is_listening().then(|| parts.clone());
         let call = shared.input(|st, now| {
             let id = st.pool.acquire(now, address, acquire);
-            st.io.waiters.insert(id, tx);
+            st.io.engine.wait(id, tx);
             // Queued before the acquisition's own events, so listeners hear it first.
             if let Some(head) = call_parts {
                 shared.hub.queue_note(st, move |l| l.call_start(id, &head, now));
@@ -229,7 +229,7 @@ impl Client {
             }
             Err(e) => {
                 shared.input(|st, now| {
-                    st.io.waiters.remove(&call);
+                    st.io.engine.stop_waiting(call);
                     st.pool.cancel(now, call);
                 });
                 let (at, err) = (shared.now(), e.clone());
@@ -285,14 +285,17 @@ fn run_call(
 ) -> Result<http::Response<ResponseBody>, Error> {
     let mut rx = rx;
     loop {
-        let lease = wait_for_lease(shared, call, &rx, deadline)?;
+        let (connection, conn) = match wait_for_lease(shared, call, &rx, deadline)? {
+            Lease::H1 { connection, conn } => (connection, conn),
+            Lease::H2 { handle, .. } => match handle {},
+        };
         let absolute = {
             let st = shared.hub.lock();
-            st.pool.connection(lease.connection).is_some_and(|c| c.route().uses_absolute_form())
+            st.pool.connection(connection).is_some_and(|c| c.route().uses_absolute_form())
         };
         let form = if absolute { TargetForm::Absolute } else { TargetForm::Origin };
         let req = h1::Request { parts, body, form, facts, deadline, body_timeout };
-        let failure = match h1::exchange(shared, call, lease, req) {
+        let failure = match h1::exchange(shared, call, connection, conn, req) {
             Ok(response) => return Ok(response),
             Err(Attempted::Fatal(e)) => return Err(e),
             Err(Attempted::Failed(f)) => f,
@@ -300,10 +303,10 @@ fn run_call(
         let timed_out = deadline.is_some_and(|d| std::time::Instant::now() >= d);
         let (tx, next) = mpsc::channel();
         let outcome = shared.input(|st, now| {
-            st.io.waiters.insert(call, tx);
+            st.io.engine.wait(call, tx);
             let outcome = st.pool.exchange_failed(now, call, failure);
             if !matches!(outcome, Ok(FailureOutcome::Retrying(_))) {
-                st.io.waiters.remove(&call);
+                st.io.engine.stop_waiting(call);
             }
             outcome
         });

@@ -1,25 +1,35 @@
-//! The driver: the core's [`Pool`](switchyard_core::Pool) in a [`Hub`], fed by
-//! the calling threads and by one short-lived thread per DNS query and connect
-//! attempt. No background thread: whoever enters the client — a call starting,
-//! waiting, finishing, a connect thread reporting, `stats()` — first fires the
-//! core's due timers, and a waiting call sleeps only until the core's next
-//! deadline, so race stagger, connect and handshake timeouts, acquire timeouts
-//! and keep-alive eviction all happen on time without a housekeeping thread.
+//! The driver: the core's [`Pool`](switchyard_core::Pool) in a [`Hub`], with the
+//! shared [`Engine`] beside it, fed by the calling threads and by one
+//! short-lived thread per DNS query and connect attempt. No background thread:
+//! whoever enters the client — a call starting, waiting, finishing, a connect
+//! thread reporting, `stats()` — first fires the core's due timers, and a
+//! waiting call sleeps only until the core's next deadline, so race stagger,
+//! connect and handshake timeouts, acquire timeouts, keep-alive eviction and
+//! the idle sweep all happen on time without a housekeeping thread. An input
+//! runs under the lock and collects the engine's effects; they are carried out
+//! once the lock is released (threads are spawned, sockets probed and closed,
+//! waiting calls answered there).
 
-use std::collections::HashMap;
+use std::convert::Infallible;
 use std::net::TcpStream;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_common::engine::{self, Adapter, Closed, Effect, Engine, Installed};
 use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
-    AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Host, Instant,
-    PoolAction, Protocol, Reuse, TlsFacts,
+    AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol,
+    TlsFacts,
 };
 
-use crate::h1::{H1Conn, Wire};
-use crate::stream::Stream;
+use crate::h1::Wire;
+use crate::stream::{peek, Stream};
+
+/// An idle HTTP/1.1 connection: its socket and the core's view of it.
+pub(crate) type H1Conn = engine::H1Conn<Wire>;
+/// A connection handed to a call for one exchange.
+pub(crate) type Lease = engine::Lease<Shared>;
 
 /// What a waiting call receives.
 pub(crate) enum Msg {
@@ -30,35 +40,13 @@ pub(crate) enum Msg {
     Wake,
 }
 
-/// A connection handed to a call for one exchange (`None`: its socket was
-/// already gone; the exchange fails before writing and is retried).
-pub(crate) struct Lease {
-    pub(crate) connection: ConnectionId,
-    pub(crate) conn: Option<Box<H1Conn>>,
-}
-
-enum Attempt {
-    /// A thread is connecting or handshaking. For a handshake, a clone of the
-    /// socket, so cancelling shuts it down and the thread's I/O ends at once.
-    Running(Option<TcpStream>),
-    /// Connected (or handshaken): waiting for the core's next word.
-    Ready(Stream),
-}
-
-enum Conn {
-    Idle(Box<H1Conn>),
-    Busy,
-}
-
-/// The driver's I/O state, beside the pool under the hub's lock.
+/// The engine's state beside the pool under the hub's lock.
 #[derive(Default)]
 pub(crate) struct IoState {
-    pub(crate) waiters: HashMap<CallId, mpsc::Sender<Msg>>,
+    pub(crate) engine: Engine<Shared>,
     /// The waiting call that runs the core's timers, and when it plans to wake.
     /// One at a time; when it leaves, another waiter takes over.
     pub(crate) keeper: Option<(CallId, Option<std::time::Instant>)>,
-    attempts: HashMap<AttemptId, Attempt>,
-    conns: HashMap<ConnectionId, Conn>,
 }
 
 pub(crate) type State = HubState<IoState>;
@@ -95,17 +83,21 @@ impl Shared {
         self.hub.now()
     }
 
-    /// Fires due timers, runs `f` on the state with the current time, performs
-    /// every action the core emitted, then delivers events.
+    /// Fires due timers, runs `f` on the state with the current time, lets the
+    /// engine turn every action the core emitted into effects, delivers
+    /// events, then — with the lock released — carries the effects out.
     pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        self.hub.input_then(
+        let mut effects = Vec::new();
+        let result = self.hub.input_then(
             |st, now| {
                 fire_due(st, now);
                 f(st, now)
             },
-            |st, now, action| self.perform(st, now, action),
+            |st, now, action| effects.extend(st.io.engine.perform(&**self, &mut st.pool, now, action)),
             |st, _| self.mind_the_clock_locked(st),
-        )
+        );
+        self.carry_out(effects);
+        result
     }
 
     /// Makes sure a waiting call will wake in time for the core's next
@@ -118,21 +110,21 @@ impl Shared {
 
     fn mind_the_clock_locked(&self, st: &mut State) {
         let Some(next) = st.pool.poll_timeout().map(|t| self.hub.to_std(t)) else { return };
-        if st.io.keeper.is_some_and(|(keeper, _)| !st.io.waiters.contains_key(&keeper)) {
+        if st.io.keeper.is_some_and(|(keeper, _)| !st.io.engine.is_waiting(keeper)) {
             st.io.keeper = None; // it stopped waiting without handing on (an error path)
         }
         match st.io.keeper {
             Some((call, planned)) => {
                 if planned.is_none_or(|p| next < p) {
                     st.io.keeper = Some((call, Some(next)));
-                    if let Some(tx) = st.io.waiters.get(&call) {
+                    if let Some(tx) = st.io.engine.waiter(call) {
                         let _ = tx.send(Msg::Wake);
                     }
                 }
             }
             None => {
                 // The lowest call id: deterministic, and the oldest waiter.
-                if let Some((&call, tx)) = st.io.waiters.iter().min_by_key(|(id, _)| **id) {
+                if let Some((call, tx)) = st.io.engine.waiters().next() {
                     let _ = tx.send(Msg::Wake);
                     st.io.keeper = Some((call, Some(next)));
                 }
@@ -177,18 +169,39 @@ impl Shared {
         self.hub.emit(note);
     }
 
-    /// Runs `work` on a new thread; if the system refuses one, `refused` reports it.
+    /// Runs `work` on a new thread; `false` if the system refuses one.
     fn thread(name: &str, work: impl FnOnce() + Send + 'static) -> bool {
         std::thread::Builder::new().name(name.into()).spawn(work).is_ok()
     }
 
-    fn perform(self: &Arc<Self>, st: &mut State, now: Instant, action: PoolAction) {
-        match action {
-            PoolAction::Resolve { query, host, port, .. } => {
-                let name = match &host {
-                    Host::Domain(d) => d.clone(),
-                    Host::Ip(ip) => ip.to_string(),
-                };
+    /// Carries out effects, outside the lock. Probes are judged together and
+    /// reported in one input.
+    fn carry_out(self: &Arc<Self>, effects: Vec<Effect<Self>>) {
+        let mut verdicts = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Probe { connection, mut conn } => {
+                    let verdict = conn.conn.check(peek(&mut conn.wire.stream));
+                    verdicts.push((connection, conn, verdict));
+                }
+                other => self.carry_out_one(other),
+            }
+        }
+        if !verdicts.is_empty() {
+            let closed = self.input(|st, now| {
+                let mut closed = Vec::new();
+                for (connection, conn, verdict) in verdicts {
+                    closed.extend(st.io.engine.handle_probed(&mut st.pool, now, connection, conn, verdict));
+                }
+                closed
+            });
+            drop(closed); // closes the dead sockets, outside the lock
+        }
+    }
+
+    fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>) {
+        match effect {
+            Effect::Resolve { query, name, port } => {
                 let me = Arc::clone(self);
                 let started = Self::thread("switchyard-dns", move || {
                     let answer = me.resolver.resolve(&name, port).map_err(|e| DnsError::from_io(&e));
@@ -199,175 +212,115 @@ impl Shared {
                     });
                 });
                 if !started {
-                    let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_thread())));
+                    self.input(|st, now| {
+                        let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_thread())));
+                    });
                 }
             }
-            PoolAction::Connect { attempt, route } => {
+            Effect::Connect { attempt, route } => {
                 let addr = route.socket_addr();
                 let limit = self.settings.connect_timeout;
                 let me = Arc::clone(self);
                 let started = Self::thread("switchyard-connect", move || {
-                    let result = match TcpStream::connect_timeout(&addr, limit) {
-                        Ok(s) => s.set_nodelay(true).map(|()| s),
-                        Err(e) => Err(e),
-                    };
-                    me.input(|st, now| {
-                        // A cancelled attempt was removed: its socket closes here.
-                        if !matches!(st.io.attempts.get(&attempt), Some(Attempt::Running(_))) {
-                            return;
-                        }
-                        let outcome = match result {
-                            Ok(s) => {
-                                st.io.attempts.insert(attempt, Attempt::Ready(Stream::Tcp(s)));
-                                st.pool.handle_connected(now, attempt)
-                            }
-                            Err(e) => {
-                                st.io.attempts.remove(&attempt);
-                                st.pool.handle_failed(now, attempt, ConnectError::from_io(&e))
-                            }
-                        };
-                        if let Err(misuse) = outcome {
-                            tracing::warn!("{misuse}");
-                        }
-                    });
+                    let result = TcpStream::connect_timeout(&addr, limit)
+                        .and_then(|s| s.set_nodelay(true).map(|()| Stream::Tcp(s)))
+                        .map_err(|e| ConnectError::from_io(&e));
+                    // A cancelled attempt's socket comes back and closes here.
+                    drop(
+                        me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result)),
+                    );
                 });
-                if started {
-                    st.io.attempts.insert(attempt, Attempt::Running(None));
-                } else {
-                    let _ = st.pool.handle_failed(now, attempt, ConnectError::from_io(&no_thread()));
+                if !started {
+                    self.attempt_failed(attempt);
                 }
             }
-            PoolAction::Handshake { attempt, route } => {
-                let Some(Attempt::Ready(Stream::Tcp(tcp))) = st.io.attempts.remove(&attempt) else {
-                    tracing::warn!("handshake for {attempt} without a socket");
+            Effect::Handshake { attempt, route, socket } => {
+                let Stream::Tcp(tcp) = socket else {
+                    tracing::warn!("handshake for {attempt} on a socket that is not plain TCP");
                     return;
                 };
-                // Built with the client: a lookup, nothing built under the lock.
+                // Built with the client: a lookup, nothing built here.
                 let config = self.settings.tls.get(route.address().protocols());
+                // A clone of the socket, so cancelling shuts it down and the
+                // thread's I/O ends at once.
                 let handle = tcp.try_clone().ok();
                 let limit = self.settings.handshake_timeout;
                 let me = Arc::clone(self);
                 let started = Self::thread("switchyard-handshake", move || {
                     let result = establish(tcp, &route, config, limit);
-                    me.input(|st, now| {
-                        if !matches!(st.io.attempts.get(&attempt), Some(Attempt::Running(_))) {
-                            return;
-                        }
-                        let outcome = match result {
-                            Ok((stream, alpn, facts)) => {
-                                st.io.attempts.insert(attempt, Attempt::Ready(stream));
-                                st.pool.handle_established(now, attempt, alpn, facts)
-                            }
-                            Err(e) => {
-                                st.io.attempts.remove(&attempt);
-                                st.pool.handle_failed(now, attempt, e)
-                            }
-                        };
-                        if let Err(misuse) = outcome {
-                            tracing::warn!("{misuse}");
-                        }
-                    });
+                    drop(me.input(|st, now| {
+                        st.io.engine.handle_established(&mut st.pool, now, attempt, result)
+                    }));
                 });
-                if started {
-                    st.io.attempts.insert(attempt, Attempt::Running(handle));
-                } else {
-                    let _ = st.pool.handle_failed(now, attempt, ConnectError::from_io(&no_thread()));
+                if !started {
+                    self.attempt_failed(attempt);
+                    return;
                 }
-            }
-            PoolAction::CancelAttempt { attempt } => {
-                // A handshake's socket is shut down, ending its thread's I/O now; a
-                // TCP connect in progress cannot be interrupted in std: its thread
-                // closes the socket the moment the connect returns (at the latest
-                // after the connect timeout).
-                if let Some(Attempt::Running(Some(tcp))) = st.io.attempts.remove(&attempt) {
+                let orphan = self.hub.lock().io.engine.attempt_started(attempt, handle);
+                if let Some(Some(tcp)) = orphan {
                     let _ = tcp.shutdown(std::net::Shutdown::Both);
                 }
             }
-            PoolAction::Established { attempt, connection, protocol } => {
-                let Some(Attempt::Ready(stream)) = st.io.attempts.remove(&attempt) else {
-                    tracing::warn!("{connection} established without a socket");
-                    return;
-                };
-                if protocol != Protocol::Http1 {
-                    // Only HTTP/1.1 is ever offered (Address protocols), so this is a
-                    // peer that ignored ALPN: refuse the connection.
-                    let _ = st.pool.connection_closed(now, connection, CloseReason::Failure);
-                    return;
-                }
-                let conn = H1Conn {
-                    wire: Wire::new(stream),
-                    conn: switchyard_core::http1::Conn::new(self.settings.driver),
-                };
-                st.io.conns.insert(connection, Conn::Idle(Box::new(conn)));
+            // A handshake's socket is shut down, ending its thread's I/O now; a
+            // TCP connect in progress cannot be interrupted in std: its thread
+            // closes the socket the moment the connect returns (at the latest
+            // after the connect timeout).
+            Effect::Abort(Some(tcp)) => {
+                let _ = tcp.shutdown(std::net::Shutdown::Both);
             }
-            PoolAction::Acquired { call, connection, .. } => {
-                let conn = match st.io.conns.get_mut(&connection) {
-                    Some(slot @ Conn::Idle(_)) => match std::mem::replace(slot, Conn::Busy) {
-                        Conn::Idle(c) => Some(c),
-                        Conn::Busy => None,
-                    },
-                    Some(Conn::Busy) | None => {
-                        tracing::debug!("{connection} handed out without a socket");
-                        None
-                    }
-                };
-                let lease = Lease { connection, conn };
-                match st.io.waiters.remove(&call) {
-                    Some(tx) => {
-                        if let Err(mpsc::SendError(Msg::Answer(Ok(lease)))) = tx.send(Msg::Answer(Ok(lease)))
-                        {
-                            Self::give_back(st, now, call, lease);
-                        }
-                    }
-                    None => Self::give_back(st, now, call, lease),
+            Effect::Abort(None) => {}
+            Effect::Start(never) => match never {},
+            Effect::Answer { call, waiter, answer } => {
+                if let Err(mpsc::SendError(Msg::Answer(Ok(lease)))) = waiter.send(Msg::Answer(answer)) {
+                    self.input(|st, now| st.io.engine.give_back(&mut st.pool, now, call, lease));
                 }
             }
-            PoolAction::AcquireFailed { call, error } => {
-                if let Some(tx) = st.io.waiters.remove(&call) {
-                    let _ = tx.send(Msg::Answer(Err(error)));
-                }
-            }
-            PoolAction::Close { connection, .. } => {
-                st.io.conns.remove(&connection);
-            }
+            Effect::Probe { .. } => {} // judged in `carry_out`
+            Effect::Close(closed) => drop::<Closed<Self>>(closed),
         }
     }
 
-    /// A lease nobody took (the call went away): return the connection unused.
-    fn give_back(st: &mut State, now: Instant, call: CallId, lease: Lease) {
-        if let Some(conn) = lease.conn {
-            st.io.conns.insert(lease.connection, Conn::Idle(conn));
-        }
-        let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
+    /// No thread for the attempt: it fails.
+    fn attempt_failed(self: &Arc<Self>, attempt: AttemptId) {
+        let failed = Err(ConnectError::from_io(&no_thread()));
+        self.input(|st, now| {
+            let _ = st.io.engine.handle_connected(&mut st.pool, now, attempt, failed);
+        });
     }
 
-    /// An HTTP/1.1 exchange ended: keep the socket if the connection may carry
-    /// another, or close it for the driver's reason; then tell the core.
+    /// An HTTP/1.1 exchange ended: the connection goes back idle when the
+    /// driver says it may carry another, or closes for the driver's reason.
     pub(crate) fn release_h1(
         self: &Arc<Self>,
         call: CallId,
         connection: ConnectionId,
         outcome: Result<H1Conn, CloseReason>,
     ) {
-        self.input(|st, now| {
-            let reuse = match outcome {
-                Ok(conn) if st.io.conns.contains_key(&connection) => {
-                    st.io.conns.insert(connection, Conn::Idle(Box::new(conn)));
-                    Reuse::Reusable
-                }
-                Ok(_) => {
-                    st.io.conns.remove(&connection);
-                    Reuse::Reusable
-                }
-                Err(reason) => {
-                    st.io.conns.remove(&connection);
-                    Reuse::Retire(reason)
-                }
-            };
-            if let Err(misuse) = st.pool.exchange_finished(now, call, reuse) {
-                tracing::warn!("{misuse}");
-            }
+        let leftover = self.input(|st, now| {
+            st.io.engine.release_h1(&mut st.pool, now, call, connection, outcome.map(Box::new))
         });
+        drop(leftover);
+    }
+}
+
+impl Adapter for Shared {
+    type Socket = Stream;
+    type Wire = Wire;
+    /// For a handshake, a clone of its socket (cancelling shuts it down).
+    type Task = Option<TcpStream>;
+    type H2 = Infallible;
+    type Job = Infallible;
+    type Waiter = mpsc::Sender<Msg>;
+
+    fn install(&self, _: ConnectionId, protocol: Protocol, socket: Stream) -> Option<Installed<Self>> {
+        // Only HTTP/1.1 is ever offered (Address protocols), so anything else
+        // is a peer that ignored ALPN: refused.
+        (protocol == Protocol::Http1).then(|| {
+            Installed::Http1(Box::new(H1Conn {
+                wire: Wire::new(socket),
+                conn: switchyard_core::http1::Conn::new(self.settings.driver),
+            }))
+        })
     }
 }
 

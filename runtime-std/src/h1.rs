@@ -21,7 +21,7 @@ use switchyard_core::pool::RequestFacts;
 use switchyard_core::{CallId, ConnectError, ConnectionId};
 
 use crate::body::{Body, Kind};
-use crate::driver::{IoState, Lease, Shared};
+use crate::driver::{H1Conn, IoState, Shared};
 use crate::stream::{peek, read_available, Stream, Timeouts};
 
 /// A connection's socket, its current socket timeouts, and where reads land.
@@ -44,13 +44,6 @@ impl Wire {
             stalled: false,
         }
     }
-}
-
-/// An idle HTTP/1.1 connection: its socket and the core's view of it (read
-/// buffer, history).
-pub(crate) struct H1Conn {
-    pub(crate) wire: Wire,
-    pub(crate) conn: http1::Conn,
 }
 
 pub(crate) struct Request<'a> {
@@ -183,12 +176,12 @@ fn pump(hub: &Hub<IoState>, wire: &mut Wire, driver: &mut Driver, body: &mut Sou
 pub(crate) fn exchange(
     shared: &Arc<Shared>,
     call: CallId,
-    lease: Lease,
+    connection: ConnectionId,
+    conn: Option<Box<H1Conn>>,
     req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let facts = req.facts;
-    let connection = lease.connection;
-    let Some(mut conn) = lease.conn else {
+    let Some(mut conn) = conn else {
         return Err(stale("the connection's socket was already closed", facts));
     };
     // An idle connection may have been closed by the server while pooled (or

@@ -78,6 +78,13 @@ fn http2_only_is_a_configuration_error() {
 }
 
 #[test]
+fn a_zero_idle_probe_interval_is_a_configuration_error() {
+    let err = Client::builder().idle_probe_interval(Some(Duration::ZERO)).build().unwrap_err();
+    assert!(matches!(err, Error::Config(ref why) if why.contains("idle_probe_interval")), "{err}");
+    assert!(Client::builder().idle_probe_interval(None).build().is_ok(), "None disables the sweep");
+}
+
+#[test]
 fn a_read_timeout_ends_a_stalled_body_with_a_typed_error() {
     use switchyard_tests::fault::{Fault, FaultOptions, FaultServer, Reply};
     let server = FaultServer::start(FaultOptions::default());

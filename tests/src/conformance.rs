@@ -562,6 +562,20 @@ pub fn server_closed_idle_connection(a: &dyn Adapter) {
     assert_eq!((s.calls, s.totals.in_use), (0, 0), "{s:?}");
 }
 
+/// The idle sweep is the core's (`PoolAction::Probe` every second), on every
+/// adapter: a connection the server closes while it sits idle is seen closed,
+/// and counted, with no call to stumble on it.
+pub fn idle_sweep_sees_a_server_close(a: &dyn Adapter) {
+    let raw = RawServer::start(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst".to_vec()]);
+    let client = a.client(Config::default());
+    assert_eq!(ok(client.send(Req::get(format!("http://{}/", raw.addr)))).body, b"first");
+    eventually("the sweep to see the server's close", Duration::from_secs(5), || {
+        client.stats().closed.get(&CloseReason::ServerClose) == Some(&1)
+    });
+    let s = client.stats();
+    assert_eq!((s.totals.open, s.totals.idle, s.created), (0, 0, 1), "{s:?}");
+}
+
 /// The call's timeout ends a call whose server stalls, and frees everything.
 pub fn call_timeout(a: &dyn Adapter) {
     let server = TestServer::start(ServerOptions::default());
@@ -673,8 +687,9 @@ macro_rules! conformance_suite {
             http2_stream_limit, coalescing, happy_eyeballs_hanging_first_route, refused_first_route,
             idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
-            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies,
-            http_proxy, socks5_proxy, misdirected_on_a_coalesced_connection);
+            server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
+            bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
+            misdirected_on_a_coalesced_connection);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -683,8 +698,8 @@ macro_rules! conformance_suite {
             happy_eyeballs_hanging_first_route, refused_first_route,
             idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
-            server_closed_idle_connection, call_timeout, bodiless_responses_and_large_bodies,
-            http_proxy, socks5_proxy);
+            server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
+            bodiless_responses_and_large_bodies, http_proxy, socks5_proxy);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             misdirected_on_a_coalesced_connection);
     };
