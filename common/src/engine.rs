@@ -17,12 +17,15 @@
 //! lease handed out in the same batch of actions finds it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use switchyard_core::http1;
 use switchyard_core::{
     AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, Host, Instant, Pool,
     PoolAction, Protocol, QueryId, Reuse, Route, TlsFacts,
 };
+
+use crate::{Hub, HubState};
 
 /// What an adapter holds, as types, and the one thing it does under the lock.
 pub trait Adapter: Sized {
@@ -39,6 +42,8 @@ pub trait Adapter: Sized {
     type Job: Send;
     /// How a waiting call hears its answer.
     type Waiter: Send;
+    /// The adapter's own bookkeeping beside the engine (its clock keeping).
+    type Local: Default + Send;
 
     /// An established socket becomes a connection speaking `protocol`. Runs
     /// under the lock: no I/O, nothing that waits. `None` refuses it (the
@@ -167,9 +172,25 @@ enum Conn<A: Adapter> {
     H1Idle(Box<H1Conn<A::Wire>>),
     /// Carrying an exchange (its socket is with the call).
     H1Busy,
-    /// Idle, its socket being probed outside the lock.
-    H1Probing,
+    /// Idle, its socket being probed outside the lock; handed out meanwhile to
+    /// a call that gets it once the probe is back.
+    H1Probing(Option<(CallId, A::Waiter)>),
     H2(A::H2),
+}
+
+/// What the hub's lock guards beside the pool: the engine and the adapter's
+/// own bookkeeping.
+pub struct EngineState<A: Adapter> {
+    /// The attempts, connections and waiters.
+    pub engine: Engine<A>,
+    /// The adapter's own.
+    pub local: A::Local,
+}
+
+impl<A: Adapter> Default for EngineState<A> {
+    fn default() -> Self {
+        EngineState { engine: Engine::default(), local: A::Local::default() }
+    }
 }
 
 /// The attempts, connections and waiters of one client. See the [module
@@ -275,11 +296,18 @@ impl<A: Adapter> Engine<A> {
                         Conn::H1Idle(c) => Lease::H1 { connection, conn: Some(c) },
                         _ => Lease::H1 { connection, conn: None },
                     },
-                    Some(slot @ Conn::H1Probing) => {
-                        // Handed out while its probe runs: the exchange finds no
-                        // socket, fails before writing and is retried elsewhere.
-                        *slot = Conn::H1Busy;
-                        Lease::H1 { connection, conn: None }
+                    Some(Conn::H1Probing(handed)) => {
+                        // Handed out while its probe runs: the call gets it when
+                        // the probe is back (or a lease without a socket, if
+                        // the probe found it dead: nothing is written, and the
+                        // core retries elsewhere).
+                        match self.waiters.remove(&call) {
+                            Some(waiter) => *handed = Some((call, waiter)),
+                            None => {
+                                let _ = pool.exchange_finished(now, call, Reuse::Reusable);
+                            }
+                        }
+                        return None;
                     }
                     Some(Conn::H1Busy) | None => {
                         tracing::debug!("{connection} handed out without a socket");
@@ -299,7 +327,7 @@ impl<A: Adapter> Engine<A> {
                 Some(Effect::Answer { call, waiter, answer: Err(error) })
             }
             PoolAction::Probe { connection } => match self.conns.get_mut(&connection) {
-                Some(slot @ Conn::H1Idle(_)) => match std::mem::replace(slot, Conn::H1Probing) {
+                Some(slot @ Conn::H1Idle(_)) => match std::mem::replace(slot, Conn::H1Probing(None)) {
                     Conn::H1Idle(conn) => Some(Effect::Probe { connection, conn }),
                     _ => None,
                 },
@@ -308,7 +336,7 @@ impl<A: Adapter> Engine<A> {
             PoolAction::Close { connection, .. } => match self.conns.remove(&connection)? {
                 Conn::H1Idle(c) => Some(Effect::Close(Closed::H1(c))),
                 Conn::H2(h) => Some(Effect::Close(Closed::H2(h))),
-                Conn::H1Busy | Conn::H1Probing => None,
+                Conn::H1Busy | Conn::H1Probing(_) => None,
             },
         }
     }
@@ -421,7 +449,8 @@ impl<A: Adapter> Engine<A> {
     }
 
     /// A probe's verdict ([`http1::Conn::check`]): a healthy connection goes
-    /// back idle; a dead one is reported closed. What must close comes back.
+    /// back idle, or to the call it was handed to meanwhile; a dead one is
+    /// reported closed. Returns what to carry out after the lock.
     pub fn handle_probed(
         &mut self,
         pool: &mut Pool,
@@ -429,19 +458,510 @@ impl<A: Adapter> Engine<A> {
         connection: ConnectionId,
         conn: Box<H1Conn<A::Wire>>,
         verdict: Result<(), CloseReason>,
-    ) -> Option<Box<H1Conn<A::Wire>>> {
-        if !matches!(self.conns.get(&connection), Some(Conn::H1Probing)) {
-            return Some(conn); // closed, or handed out, meanwhile
-        }
-        match verdict {
-            Ok(()) => {
+    ) -> Vec<Effect<A>> {
+        let Some(Conn::H1Probing(handed)) = self.conns.get_mut(&connection) else {
+            return vec![Effect::Close(Closed::H1(conn))]; // closed meanwhile
+        };
+        match (handed.take(), verdict) {
+            (None, Ok(())) => {
                 self.conns.insert(connection, Conn::H1Idle(conn));
-                None
+                Vec::new()
             }
-            Err(reason) => {
+            (None, Err(reason)) => {
                 self.conns.remove(&connection);
                 let _ = pool.connection_closed(now, connection, reason);
-                Some(conn)
+                vec![Effect::Close(Closed::H1(conn))]
+            }
+            (Some((call, waiter)), Ok(())) => {
+                self.conns.insert(connection, Conn::H1Busy);
+                vec![Effect::Answer { call, waiter, answer: Ok(Lease::H1 { connection, conn: Some(conn) }) }]
+            }
+            (Some((call, waiter)), Err(reason)) => {
+                self.conns.insert(connection, Conn::H1Busy);
+                let _ = pool.connection_closed(now, connection, reason);
+                vec![
+                    Effect::Close(Closed::H1(conn)),
+                    Effect::Answer { call, waiter, answer: Ok(Lease::H1 { connection, conn: None }) },
+                ]
+            }
+        }
+    }
+}
+
+/// What an adapter's client state offers so the engine's glue is written once:
+/// its hub, how it judges an idle socket, how it carries out an effect. Its
+/// provided methods are the input loop (lock, feed the core, collect effects,
+/// unlock, carry them out) and the common reports back to the engine.
+pub trait EngineHost: Adapter + Send + Sync + 'static {
+    /// The client's hub.
+    fn hub(&self) -> &Hub<EngineState<Self>>;
+
+    /// Asks an idle connection's socket, without waiting, what it holds, and
+    /// lets the core judge ([`http1::Conn::check`]).
+    fn check(conn: &mut H1Conn<Self::Wire>) -> Result<(), CloseReason>;
+
+    /// Carries out one effect (never [`Effect::Probe`]: those are batched).
+    fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>);
+
+    /// Under the lock, before the input: the adapter's own due work.
+    fn before_input(&self, _st: &mut HubState<EngineState<Self>>, _now: Instant) {}
+
+    /// Under the lock, after every action was performed: whether
+    /// [`EngineHost::after_unlock`] has something to do.
+    fn after_input(&self, _st: &mut HubState<EngineState<Self>>) -> bool {
+        false
+    }
+
+    /// With the lock released, when [`EngineHost::after_input`] said so.
+    fn after_unlock(&self) {}
+
+    /// Runs `f` on the state with the current time, lets the engine turn every
+    /// action the core emitted into effects, delivers the core's events, then —
+    /// with the lock released — carries the effects out.
+    fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut HubState<EngineState<Self>>, Instant) -> R) -> R {
+        let mut effects = Vec::new();
+        let mut after = false;
+        let result = self.hub().input_then(
+            |st, now| {
+                self.before_input(st, now);
+                f(st, now)
+            },
+            |st, now, action| effects.extend(st.io.engine.perform(&**self, &mut st.pool, now, action)),
+            |st, _| after = self.after_input(st),
+        );
+        if after {
+            self.after_unlock();
+        }
+        self.carry_out(effects);
+        result
+    }
+
+    /// Carries out effects, outside the lock; probes are judged together and
+    /// reported in one input.
+    fn carry_out(self: &Arc<Self>, effects: Vec<Effect<Self>>) {
+        let mut verdicts = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Probe { connection, mut conn } => {
+                    let verdict = Self::check(&mut conn);
+                    verdicts.push((connection, conn, verdict));
+                }
+                other => self.carry_out_one(other),
+            }
+        }
+        if verdicts.is_empty() {
+            return;
+        }
+        let then = self.input(|st, now| {
+            let engine = &mut st.io.engine;
+            let mut then = Vec::new();
+            for (connection, conn, verdict) in verdicts {
+                then.extend(engine.handle_probed(&mut st.pool, now, connection, conn, verdict));
+            }
+            then
+        });
+        // Dead sockets close, and calls handed a probed connection get it.
+        self.carry_out(then);
+    }
+
+    /// An attempt's task is running: the engine keeps its handle, or hands it
+    /// back when the attempt was cancelled meanwhile (abort it).
+    fn attempt_running(&self, attempt: AttemptId, task: Self::Task) -> Option<Self::Task> {
+        self.hub().lock().io.engine.attempt_started(attempt, task)
+    }
+
+    /// An attempt could not be started (no thread, no executor): it fails.
+    fn attempt_not_started(self: &Arc<Self>, attempt: AttemptId, error: ConnectError) {
+        let stale =
+            self.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, Err(error)));
+        drop(stale);
+    }
+
+    /// An HTTP/1.1 exchange ended on `wire`: the connection goes back idle when
+    /// the driver says it may carry another, or closes for the driver's reason.
+    fn release_h1(
+        self: &Arc<Self>,
+        call: CallId,
+        connection: ConnectionId,
+        wire: Self::Wire,
+        driver: http1::Driver,
+    ) {
+        let outcome = driver.finish().map(|conn| Box::new(H1Conn { wire, conn }));
+        self.release(call, connection, outcome);
+    }
+
+    /// As [`EngineHost::release_h1`], with the connection already taken apart.
+    fn release(
+        self: &Arc<Self>,
+        call: CallId,
+        connection: ConnectionId,
+        outcome: Result<Box<H1Conn<Self::Wire>>, CloseReason>,
+    ) {
+        let leftover =
+            self.input(|st, now| st.io.engine.release_h1(&mut st.pool, now, call, connection, outcome));
+        drop(leftover);
+    }
+
+    /// The call's exchange failed: the pool decides (retry or fail); when it
+    /// retries, `waiter` hears of the next lease.
+    fn exchange_failed(
+        self: &Arc<Self>,
+        call: CallId,
+        failure: switchyard_core::pool::ExchangeFailure,
+        waiter: Self::Waiter,
+    ) -> Result<switchyard_core::FailureOutcome, switchyard_core::Misuse> {
+        self.input(|st, now| {
+            st.io.engine.wait(call, waiter);
+            let outcome = st.pool.exchange_failed(now, call, failure);
+            if !matches!(outcome, Ok(switchyard_core::FailureOutcome::Retrying(_))) {
+                st.io.engine.stop_waiting(call);
+            }
+            outcome
+        })
+    }
+
+    /// Starts a call: the pool looks for a connection to the plan's Address;
+    /// `waiter` hears the answer. Listeners hear `call_start` first.
+    fn start_call(
+        self: &Arc<Self>,
+        parts: &http::request::Parts,
+        plan: &CallPlan,
+        waiter: Self::Waiter,
+    ) -> CallId {
+        let acquire = switchyard_core::AcquireOptions {
+            exclusive: plan.options.exclusive,
+            require_multiplexed: false,
+            deadline: plan.timeout.map(|t| self.hub().now() + t),
+            proxies: plan.proxies.clone(),
+        };
+        // The request head for `call_start`, copied only when someone listens.
+        let head = self.hub().is_listening().then(|| parts.clone());
+        let address = plan.address.clone();
+        self.input(|st, now| {
+            let id = st.pool.acquire(now, address, acquire);
+            st.io.engine.wait(id, waiter);
+            // Queued before the acquisition's own events, so listeners hear it first.
+            if let Some(head) = head {
+                self.hub().queue_note(st, move |l| l.call_start(id, &head, now));
+            }
+            id
+        })
+    }
+
+    /// The call failed for good (or was abandoned): it ends in the pool if it
+    /// is still there, and listeners hear `call_failed`.
+    fn call_failed(self: &Arc<Self>, call: CallId, error: &crate::Error) {
+        self.input(|st, now| {
+            st.io.engine.stop_waiting(call);
+            st.pool.cancel(now, call);
+        });
+        let (at, err) = (self.hub().now(), error.clone());
+        self.hub().emit(move |l| l.call_failed(call, &err, at));
+    }
+
+    /// Gives a lease back: its call no longer waited for it.
+    fn give_back(self: &Arc<Self>, call: CallId, lease: Lease<Self>) {
+        self.input(|st, now| st.io.engine.give_back(&mut st.pool, now, call, lease));
+    }
+}
+
+/// An HTTP/1.1 response body's state, the same on every adapter: the
+/// connection (the adapter's wire and the core's driver) until the body ends.
+/// The adapter only moves bytes when [`H1Body::next`] asks it to.
+pub struct H1Body<A: EngineHost> {
+    shared: Arc<A>,
+    call: CallId,
+    connection: ConnectionId,
+    live: Option<(A::Wire, http1::Driver)>,
+    complete: bool,
+    /// Trailer fields, once the body ended (chunked bodies).
+    pub trailers: Option<http::HeaderMap>,
+}
+
+/// What [`H1Body::next`] says.
+pub enum Next<'a, A: EngineHost> {
+    /// The next chunk (`Ok(None)` at the end), or the body's failure.
+    Ready(Result<Option<bytes::Bytes>, crate::BodyError>),
+    /// Move bytes for the driver, then ask again.
+    Io(&'a A, &'a mut A::Wire, &'a mut http1::Driver),
+}
+
+impl<A: EngineHost> H1Body<A> {
+    /// The body of the exchange `driver` runs on `wire` for `call`.
+    pub fn new(
+        shared: Arc<A>,
+        call: CallId,
+        connection: ConnectionId,
+        wire: A::Wire,
+        driver: http1::Driver,
+    ) -> Self {
+        H1Body { shared, call, connection, live: Some((wire, driver)), complete: false, trailers: None }
+    }
+
+    /// The next chunk, or what I/O the driver needs first. A failed body
+    /// releases (closes) its connection at once; a complete one when
+    /// [`H1Body::finish`] is called (after the body-end event).
+    pub fn next_chunk(&mut self) -> Next<'_, A> {
+        let Some((_, driver)) = self.live.as_mut() else { return Next::Ready(Ok(None)) };
+        match crate::exchange::body_step(driver, &mut self.trailers) {
+            crate::exchange::BodyStep::Data(b) => Next::Ready(Ok(Some(b))),
+            crate::exchange::BodyStep::End => {
+                self.complete = true;
+                Next::Ready(Ok(None))
+            }
+            crate::exchange::BodyStep::Failed(e) => {
+                self.finish();
+                Next::Ready(Err(e))
+            }
+            crate::exchange::BodyStep::NeedIo => match self.live.as_mut() {
+                Some((wire, driver)) => Next::Io(&*self.shared, wire, driver),
+                None => Next::Ready(Ok(None)),
+            },
+        }
+    }
+
+    /// Gives the connection back (or closes it) per the driver's decision.
+    pub fn finish(&mut self) {
+        if let Some((wire, driver)) = self.live.take() {
+            self.shared.release_h1(self.call, self.connection, wire, driver);
+        }
+    }
+
+    /// Whether the connection has been released.
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.live.is_none()
+    }
+
+    /// The body is dropped: a complete body releases its connection now; an
+    /// unfinished one tells the driver to drain (bounded) and, unless that is
+    /// already decided, hands the exchange to the adapter to drain — then
+    /// release with [`EngineHost::release_h1`]. Afterwards this body is done.
+    pub fn abandon(&mut self) -> Option<Draining<A>> {
+        let (wire, mut driver) = self.live.take()?;
+        if !self.complete {
+            driver.abandon(self.shared.hub().now());
+        }
+        if driver.is_finished() {
+            self.shared.release_h1(self.call, self.connection, wire, driver);
+            return None;
+        }
+        let shared = Arc::clone(&self.shared);
+        Some(Draining { shared, call: self.call, connection: self.connection, wire, driver })
+    }
+}
+
+/// An abandoned body the adapter drains: move bytes for `driver` until it is
+/// finished, then [`Draining::release`].
+pub struct Draining<A: EngineHost> {
+    /// The client.
+    pub shared: Arc<A>,
+    call: CallId,
+    connection: ConnectionId,
+    /// The connection's wire.
+    pub wire: A::Wire,
+    /// Its driver, draining.
+    pub driver: http1::Driver,
+}
+
+impl<A: EngineHost> Draining<A> {
+    /// The drain ended: the connection goes back or closes, as the driver says.
+    pub fn release(self) {
+        self.shared.release_h1(self.call, self.connection, self.wire, self.driver);
+    }
+
+    /// What to do if the drain cannot run at all (no executor, and the drain
+    /// with its socket was dropped): tell the pool the connection is gone.
+    pub fn if_lost(&self) -> impl FnOnce() + Send + 'static {
+        let (shared, call, connection) = (Arc::clone(&self.shared), self.call, self.connection);
+        move || shared.release(call, connection, Err(CloseReason::UnreadBody))
+    }
+}
+
+/// What a call will be, worked out once before it starts, the same on every
+/// adapter: its options (from the request's extensions), the Address, its time
+/// bounds, what retries it allows. URL credentials are moved to
+/// `Authorization` on the way: they never reach `Host`, `:authority`, events,
+/// logs or errors.
+#[derive(Debug, Clone)]
+pub struct CallPlan {
+    /// The request's options.
+    pub options: crate::RequestOptions,
+    /// Where it goes.
+    pub address: switchyard_core::Address,
+    /// The proxies to try, in order.
+    pub proxies: Vec<switchyard_core::Proxy>,
+    /// The call's timeout (until the response head).
+    pub timeout: Option<std::time::Duration>,
+    /// The same as an instant on the process clock.
+    pub deadline: Option<std::time::Instant>,
+    /// The response body's bound, from its head.
+    pub body_timeout: Option<std::time::Duration>,
+    /// What the request allows.
+    pub facts: switchyard_core::pool::RequestFacts,
+}
+
+impl CallPlan {
+    /// The plan for a request with head `parts` (its options are taken out of
+    /// its extensions). `http2` says whether the adapter may offer HTTP/2.
+    ///
+    /// # Errors
+    /// A URL that is not absolute `http(s)`, or not allowed by the config.
+    pub fn new(
+        config: &crate::Config,
+        parts: &mut http::request::Parts,
+        http2: bool,
+        body_replayable: bool,
+    ) -> Result<CallPlan, crate::Error> {
+        let options = parts.extensions.remove::<crate::RequestOptions>().unwrap_or_default();
+        crate::take_userinfo(parts)?;
+        let address = config.address(&parts.uri, http2)?;
+        let timeout = options.timeout.or(config.timeout);
+        let facts =
+            switchyard_core::pool::RequestFacts::new(&parts.method, options.retryable, body_replayable);
+        Ok(CallPlan {
+            address,
+            proxies: config.proxies.clone(),
+            timeout,
+            deadline: timeout.map(|t| std::time::Instant::now() + t),
+            body_timeout: options.body_timeout.or(config.body_timeout),
+            facts,
+            options,
+        })
+    }
+}
+
+/// One request as every adapter's HTTP/1.1 exchange needs it (the body's bytes
+/// travel separately, the adapter's way).
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The request head.
+    pub parts: &'a http::request::Parts,
+    /// Origin form, or absolute form through an HTTP proxy.
+    pub form: http1::TargetForm,
+    /// The body's length when known (`None`: streamed, chunked).
+    pub body_len: Option<u64>,
+    /// What the request allows (retries).
+    pub facts: switchyard_core::pool::RequestFacts,
+    /// The call's deadline, until the response head.
+    pub deadline: Option<std::time::Instant>,
+    /// How long the response body may take, from its head.
+    pub body_timeout: Option<std::time::Duration>,
+}
+
+/// One HTTP/1.1 exchange up to its response head, the same on every adapter:
+/// the probe before reuse, the driver's start, its events up to the head. The
+/// adapter only moves bytes when [`H1Exchange::step`] asks it to.
+pub struct H1Exchange<A: EngineHost> {
+    shared: Arc<A>,
+    call: CallId,
+    connection: ConnectionId,
+    facts: switchyard_core::pool::RequestFacts,
+    live: Option<(A::Wire, http1::Driver)>,
+}
+
+/// What [`H1Exchange::step`] says. (Returned once per step and matched at
+/// once, so the large variant is not boxed.)
+#[allow(clippy::large_enum_variant)]
+pub enum Step<'a, A: EngineHost> {
+    /// Move bytes for the driver (and feed it the body), then ask again.
+    Io(&'a A, &'a mut A::Wire, &'a mut http1::Driver),
+    /// The response head (its body owns the connection now), or how the
+    /// attempt ended without one.
+    Done(Result<http::Response<H1Body<A>>, crate::exchange::Attempted>),
+}
+
+impl<A: EngineHost> H1Exchange<A> {
+    /// Starts `request` on the leased connection. A pooled connection is
+    /// probed first: a server may have closed it while it was idle, and then
+    /// nothing is written (the core retries elsewhere).
+    pub fn start(
+        shared: &Arc<A>,
+        call: CallId,
+        connection: ConnectionId,
+        conn: Option<Box<H1Conn<A::Wire>>>,
+        request: &Call<'_>,
+    ) -> Result<Self, crate::exchange::Attempted> {
+        use crate::exchange::{body_kind, stale, stale_after, Attempted};
+        let facts = request.facts;
+        let Some(mut conn) = conn else {
+            return Err(stale("the connection's socket was already closed", facts));
+        };
+        if conn.conn.needs_probe() {
+            if let Err(reason) = A::check(&mut conn) {
+                return Err(stale_after(reason, facts));
+            }
+        }
+        let hub = shared.hub();
+        let start = http1::Request::new(request.parts, request.form, body_kind(request.body_len))
+            .deadline(request.deadline.map(|d| hub.from_std(d)))
+            .body_timeout(request.body_timeout);
+        let H1Conn { wire, conn } = *conn;
+        match conn.start(hub.now(), start) {
+            Ok(driver) => Ok(H1Exchange {
+                shared: Arc::clone(shared),
+                call,
+                connection,
+                facts,
+                live: Some((wire, driver)),
+            }),
+            Err(refused) => {
+                // Nothing was written: the connection goes back as it was.
+                shared.release(call, connection, Ok(Box::new(H1Conn { wire, conn: refused.conn })));
+                Err(Attempted::Fatal(crate::Error::InvalidRequest(refused.error.to_string())))
+            }
+        }
+    }
+
+    /// Runs the exchange to its response head; `pump` moves bytes for the
+    /// driver whenever it asks (blocking adapters; an async adapter loops on
+    /// [`H1Exchange::step`] itself).
+    ///
+    /// # Errors
+    /// How the attempt ended without a response head.
+    pub fn run_blocking(
+        mut self,
+        mut pump: impl FnMut(&A, &mut A::Wire, &mut http1::Driver),
+    ) -> Result<http::Response<H1Body<A>>, crate::exchange::Attempted> {
+        loop {
+            match self.step() {
+                Step::Io(shared, wire, driver) => pump(shared, wire, driver),
+                Step::Done(done) => return done,
+            }
+        }
+    }
+
+    /// The next step: I/O for the driver, or the end of the exchange's first
+    /// half (listeners hear `request_headers_end`, `request_body_end` and
+    /// `response_headers_end` as they happen).
+    pub fn step(&mut self) -> Step<'_, A> {
+        use crate::exchange::{before_head, Attempted, BeforeHead};
+        let Some((_, driver)) = self.live.as_mut() else {
+            return Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts)));
+        };
+        match before_head(self.shared.hub(), self.call, driver, self.facts) {
+            BeforeHead::NeedIo => match self.live.as_mut() {
+                Some((wire, driver)) => Step::Io(&*self.shared, wire, driver),
+                None => Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts))),
+            },
+            BeforeHead::Head(head) => {
+                let Some((wire, driver)) = self.live.take() else {
+                    return Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts)));
+                };
+                let (parts, ()) = head.into_parts();
+                let body = H1Body::new(Arc::clone(&self.shared), self.call, self.connection, wire, driver);
+                Step::Done(Ok(http::Response::from_parts(parts, body)))
+            }
+            // The socket closes with the exchange; the pool decides what follows.
+            BeforeHead::Failed(failure) => {
+                self.live = None;
+                Step::Done(Err(Attempted::Failed(failure)))
+            }
+            BeforeHead::Refused(why) => {
+                if let Some((wire, driver)) = self.live.take() {
+                    self.shared.release_h1(self.call, self.connection, wire, driver);
+                }
+                Step::Done(Err(Attempted::Fatal(crate::Error::InvalidRequest(why))))
             }
         }
     }

@@ -15,7 +15,7 @@ use crate::event::{EventListener, NoopListener};
 
 /// A listener call, queued so every listener sees events in the order they
 /// happened, whichever thread made them happen.
-type Note = Box<dyn FnOnce(&dyn EventListener) + Send>;
+pub type Note = Box<dyn FnOnce(&dyn EventListener) + Send>;
 
 /// What the hub's lock guards: the pool, the adapter's I/O state `S`, and the
 /// queued notes.

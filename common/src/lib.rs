@@ -12,6 +12,8 @@
 //! - [`tls`]: rustls configs (explicit provider, roots, client certificates, ALPN)
 //!   and what a handshake tells the core.
 //! - [`Resolve`]: DNS, with `--resolve`-style overrides.
+//! - [`RequestBuilder`], [`BodyKind`], [`BodyLedger`], [`Collector`]: the
+//!   request and response surface, the same on every adapter.
 //! - [`engine`]: the engine's bookkeeping (attempts, connections, leases,
 //!   waiters) and what each of the core's actions means for it, as effects the
 //!   adapter carries out after the lock is released.
@@ -76,6 +78,7 @@ mod error;
 mod event;
 pub mod exchange;
 mod hub;
+mod request;
 mod resolve;
 pub mod tls;
 mod userinfo;
@@ -83,7 +86,13 @@ mod userinfo;
 pub use config::{ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions};
 pub use error::{BodyError, Error};
 pub use event::{describe, EventListener, EventLog, NoopListener, Recorded};
-pub use hub::{Hub, HubState};
+pub use hub::{Hub, HubState, Note};
+pub use request::{BodyKind, BodyLedger, Collector, Notes, RequestBuilder, Sender};
+
+#[doc(hidden)]
+pub use bytes as __bytes;
+#[doc(hidden)]
+pub use http as __http;
 pub use resolve::{Resolve, SystemResolver};
 pub use switchyard_core;
 pub use userinfo::{redact, redacted, take_userinfo};

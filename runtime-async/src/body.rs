@@ -21,13 +21,8 @@ pub struct Body {
     pub(crate) kind: Kind,
 }
 
-#[derive(Debug, Default)]
-pub(crate) enum Kind {
-    #[default]
-    Empty,
-    Full(Bytes),
-    Stream(mpsc::Receiver<Bytes>),
-}
+/// What the body is: none, a buffer, or a channel's receiving half.
+pub(crate) type Kind = switchyard_common::BodyKind<mpsc::Receiver<Bytes>>;
 
 /// The sending half of [`Body::channel`]: each `send` is one chunk; dropping it
 /// ends the body.
@@ -69,61 +64,6 @@ impl Body {
         let (tx, rx) = mpsc::channel(8);
         (BodySender { tx }, Body { kind: Kind::Stream(rx) })
     }
-
-    /// The length, when known in advance.
-    #[must_use]
-    pub fn len(&self) -> Option<u64> {
-        match &self.kind {
-            Kind::Empty => Some(0),
-            Kind::Full(b) => Some(b.len() as u64),
-            Kind::Stream(_) => None,
-        }
-    }
-
-    /// Whether the body is known to be empty.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == Some(0)
-    }
-
-    /// Whether the body can be sent again on a retry.
-    #[must_use]
-    pub fn is_replayable(&self) -> bool {
-        !matches!(self.kind, Kind::Stream(_))
-    }
 }
 
-impl From<Bytes> for Body {
-    fn from(b: Bytes) -> Body {
-        if b.is_empty() {
-            Body::empty()
-        } else {
-            Body { kind: Kind::Full(b) }
-        }
-    }
-}
-impl From<Vec<u8>> for Body {
-    fn from(v: Vec<u8>) -> Body {
-        Body::from(Bytes::from(v))
-    }
-}
-impl From<String> for Body {
-    fn from(s: String) -> Body {
-        Body::from(Bytes::from(s))
-    }
-}
-impl From<&'static str> for Body {
-    fn from(s: &'static str) -> Body {
-        Body::from(Bytes::from_static(s.as_bytes()))
-    }
-}
-impl From<&'static [u8]> for Body {
-    fn from(s: &'static [u8]) -> Body {
-        Body::from(Bytes::from_static(s))
-    }
-}
-impl From<()> for Body {
-    fn from((): ()) -> Body {
-        Body::empty()
-    }
-}
+switchyard_common::request_body!(Body);

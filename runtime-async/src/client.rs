@@ -7,16 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, RequestOptions};
+use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
+use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender};
 use switchyard_core::http1::TargetForm;
 use switchyard_core::pool::RequestFacts;
-use switchyard_core::{AcquireOptions, CallId, FailureOutcome, PoolStats, Proxy};
+use switchyard_core::{CallId, FailureOutcome, PoolStats};
 use tokio::sync::oneshot;
 
 use crate::body::Body;
 use crate::driver::{self, Lease, Settings, Shared};
 use crate::h1;
-use crate::runtime::{within, Runtime};
+use crate::runtime::{within, BoxFuture, Runtime};
 use crate::ResponseBody;
 use switchyard_common::exchange::Attempted;
 
@@ -39,7 +40,6 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
         Ok(Client {
             inner: Arc::new(ClientInner {
                 shared,
-                proxies: config.proxies.clone(),
                 config,
                 timer_started: AtomicBool::new(false),
                 closed: Arc::new(AtomicBool::new(false)),
@@ -52,7 +52,6 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
 struct ClientInner {
     shared: Arc<Shared>,
     config: Config,
-    proxies: Vec<Proxy>,
     timer_started: AtomicBool,
     closed: Arc<AtomicBool>,
 }
@@ -110,52 +109,19 @@ impl<R> std::fmt::Debug for Client<R> {
     }
 }
 
-/// A request being built: [`Client::get`], [`Client::post`], …
-#[must_use]
-pub struct RequestBuilder<R> {
-    client: Client<R>,
-    request: Result<http::request::Builder, Error>,
-    body: Body,
-    options: RequestOptions,
-}
+/// A request being built: [`Client::get`], [`Client::post`], … Finish with
+/// `.send().await`.
+pub type RequestBuilder<R> = switchyard_common::RequestBuilder<Client<R>>;
 
-impl<R: Runtime> RequestBuilder<R> {
-    /// Adds a header field.
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.request = self.request.map(|b| b.header(name, value));
-        self
+impl<R: Runtime> Sender for Client<R> {
+    type Body = Body;
+    type Output = BoxFuture<Result<http::Response<ResponseBody>, Error>>;
+    fn send_request(&self, request: http::Request<Body>) -> Self::Output {
+        let client = self.clone();
+        Box::pin(async move { client.send(request).await })
     }
-    /// Sets the body.
-    pub fn body(mut self, body: impl Into<Body>) -> Self {
-        self.body = body.into();
-        self
-    }
-    /// Asks for a connection no one else will use.
-    pub fn exclusive(mut self) -> Self {
-        self.options.exclusive = true;
-        self
-    }
-    /// Marks a non-idempotent request as safe to send twice.
-    pub fn retryable(mut self) -> Self {
-        self.options.retryable = true;
-        self
-    }
-    /// This call's timeout (until the response head).
-    pub fn timeout(mut self, d: Duration) -> Self {
-        self.options.timeout = Some(d);
-        self
-    }
-    /// This call's body timeout: the response body must end within `d` of its head.
-    pub fn body_timeout(mut self, d: Duration) -> Self {
-        self.options.body_timeout = Some(d);
-        self
-    }
-    /// Sends the request.
-    pub async fn send(self) -> Result<http::Response<ResponseBody>, Error> {
-        let builder = self.request?;
-        let mut request = builder.body(self.body).map_err(|e| Error::InvalidRequest(e.to_string()))?;
-        request.extensions_mut().insert(self.options);
-        self.client.send(request).await
+    fn refuse(error: Error) -> Self::Output {
+        Box::pin(async move { Err(error) })
     }
 }
 
@@ -175,34 +141,7 @@ impl<R: Runtime + Default> Client<R> {
 }
 
 impl<R: Runtime> Client<R> {
-    fn request(&self, method: http::Method, uri: &str) -> RequestBuilder<R> {
-        RequestBuilder {
-            client: self.clone(),
-            request: Ok(http::Request::builder().method(method).uri(uri)),
-            body: Body::empty(),
-            options: RequestOptions::default(),
-        }
-    }
-    /// A GET request.
-    pub fn get(&self, uri: &str) -> RequestBuilder<R> {
-        self.request(http::Method::GET, uri)
-    }
-    /// A POST request.
-    pub fn post(&self, uri: &str) -> RequestBuilder<R> {
-        self.request(http::Method::POST, uri)
-    }
-    /// A PUT request.
-    pub fn put(&self, uri: &str) -> RequestBuilder<R> {
-        self.request(http::Method::PUT, uri)
-    }
-    /// A DELETE request.
-    pub fn delete(&self, uri: &str) -> RequestBuilder<R> {
-        self.request(http::Method::DELETE, uri)
-    }
-    /// A HEAD request.
-    pub fn head(&self, uri: &str) -> RequestBuilder<R> {
-        self.request(http::Method::HEAD, uri)
-    }
+    switchyard_common::request_methods!(RequestBuilder<R>);
 
     /// The pool's counts and counters.
     #[must_use]
@@ -237,38 +176,13 @@ impl<R: Runtime> Client<R> {
         self.ensure_timer();
         let shared = Arc::clone(&self.inner.shared);
         let (mut parts, mut body) = request.into_parts();
-        let options = parts.extensions.remove::<RequestOptions>().unwrap_or_default();
-        // Credentials in the URL become `Authorization: Basic`, never Host or
-        // `:authority`, and never appear in events, logs or errors.
-        switchyard_common::take_userinfo(&mut parts)?;
-        let address = self.inner.config.address(&parts.uri, true)?;
-        let timeout = options.timeout.or(self.inner.config.timeout);
-        let facts = RequestFacts::new(&parts.method, options.retryable, body.is_replayable());
-        let acquire = AcquireOptions {
-            exclusive: options.exclusive,
-            require_multiplexed: false,
-            deadline: timeout.map(|t| shared.now() + t),
-            proxies: self.inner.proxies.clone(),
-        };
+        let plan = CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable())?;
         let (tx, rx) = oneshot::channel();
-        // The request head for `call_start`, copied only when someone listens.
-        let call_parts = shared.hub.is_listening().then(|| parts.clone());
-        let call = shared.input(|st, now| {
-            let id = st.pool.acquire(now, address, acquire);
-            st.io.engine.wait(id, tx);
-            // Queued before the acquisition's own events, so listeners hear it first.
-            if let Some(head) = call_parts {
-                shared.hub.queue_note(st, move |l| l.call_start(id, &head, now));
-            }
-            id
-        });
+        let call = shared.start_call(&parts, &plan, tx);
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
-        let limits = CallLimits {
-            deadline: timeout.map(|t| std::time::Instant::now() + t),
-            body_timeout: options.body_timeout.or(self.inner.config.body_timeout),
-        };
-        let run = run_call(&shared, call, rx, &parts, &mut body, facts, limits);
-        let result = match timeout {
+        let limits = CallLimits { deadline: plan.deadline, body_timeout: plan.body_timeout };
+        let run = run_call(&shared, call, rx, &parts, &mut body, plan.facts, limits);
+        let result = match plan.timeout {
             Some(t) => within(&*shared.rt, t, run).await.unwrap_or(Err(Error::Timeout)),
             None => run.await,
         };
@@ -280,9 +194,8 @@ impl<R: Runtime> Client<R> {
                 Ok(response)
             }
             Err(e) => {
-                drop(guard); // ends the call in the pool if it is still there
-                let (at, err) = (shared.now(), e.clone());
-                shared.emit(move |l| l.call_failed(call, &err, at));
+                guard.armed = false;
+                shared.call_failed(call, &e);
                 Err(e)
             }
         }
@@ -344,15 +257,18 @@ async fn run_call(
                         TargetForm::Origin
                     }
                 };
-                let req = h1::Request {
+                let request = Call {
                     parts,
-                    body,
                     form,
+                    body_len: body.len(),
                     facts,
                     deadline: limits.deadline,
                     body_timeout: limits.body_timeout,
                 };
-                h1::exchange(shared, call, connection, conn, req).await
+                match H1Exchange::start(shared, call, connection, conn, &request) {
+                    Ok(exchange) => h1::exchange(exchange, body).await,
+                    Err(e) => Err(e),
+                }
             }
             Lease::H2 { connection, handle } => {
                 let req = crate::h2::Request { parts, body, facts, limits };
@@ -370,14 +286,7 @@ async fn run_call(
             Err(Attempted::Failed(f)) => f,
         };
         let (tx, next) = oneshot::channel();
-        let outcome = shared.input(|st, now| {
-            st.io.engine.wait(call, tx);
-            let outcome = st.pool.exchange_failed(now, call, failure);
-            if !matches!(outcome, Ok(FailureOutcome::Retrying(_))) {
-                st.io.engine.stop_waiting(call);
-            }
-            outcome
-        });
+        let outcome = shared.exchange_failed(call, failure, tx);
         match outcome {
             Ok(FailureOutcome::Retrying(reason)) => {
                 tracing::debug!(%call, ?reason, "retrying");

@@ -6,28 +6,31 @@
 
 use std::sync::{Arc, Weak};
 
-use switchyard_common::engine::{self, Adapter, Closed, Effect, Engine, Installed};
+use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, EngineState, Installed};
 use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
-    AcquireError, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol, TlsFacts,
+    AcquireError, CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol, TlsFacts,
 };
 use tokio::sync::{oneshot, Notify};
 
+use crate::h1::Wire;
 use crate::h2::H2Handle;
 use crate::runtime::{BoxFuture, Io, Runtime, Task};
 
 /// An idle HTTP/1.1 connection: its socket and the core's view of it.
-pub(crate) type H1Conn = engine::H1Conn<Io>;
+pub(crate) type H1Conn = engine::H1Conn<Wire>;
 /// A connection handed to a call for one exchange.
 pub(crate) type Lease = engine::Lease<Shared>;
 
 /// The engine's state beside the pool under the hub's lock.
+pub(crate) type IoState = EngineState<Shared>;
+
+/// The timer task's plan.
 #[derive(Default)]
-pub(crate) struct IoState {
-    pub(crate) engine: Engine<Shared>,
+pub(crate) struct TimerPlan {
     /// The core instant the timer task sleeps until (`None`: indefinitely); an
     /// input wakes it only when the next deadline moves earlier than this.
-    timer_until: Option<Instant>,
+    until: Option<Instant>,
 }
 
 pub(crate) type State = HubState<IoState>;
@@ -56,16 +59,17 @@ pub(crate) struct Shared {
 
 impl Adapter for Shared {
     type Socket = Io;
-    type Wire = Io;
+    type Wire = Wire;
     type Task = Box<dyn Task>;
     type H2 = H2Handle;
     type Job = (ConnectionId, BoxFuture<()>);
     type Waiter = oneshot::Sender<Result<Lease, AcquireError>>;
+    type Local = TimerPlan;
 
     fn install(&self, connection: ConnectionId, protocol: Protocol, socket: Io) -> Option<Installed<Self>> {
         Some(match protocol {
             Protocol::Http1 => Installed::Http1(Box::new(H1Conn {
-                wire: socket,
+                wire: Wire::new(socket),
                 conn: switchyard_core::http1::Conn::new(self.settings.driver),
             })),
             Protocol::Http2 | Protocol::H2PriorKnowledge => {
@@ -76,86 +80,13 @@ impl Adapter for Shared {
     }
 }
 
-impl Shared {
-    pub(crate) fn new(
-        hub: Hub<IoState>,
-        rt: Arc<dyn Runtime>,
-        resolver: Arc<dyn Resolve>,
-        settings: Settings,
-    ) -> Arc<Shared> {
-        Arc::new_cyclic(|me| Shared {
-            hub,
-            rt,
-            timer: Arc::new(Notify::new()),
-            resolver,
-            settings,
-            me: Weak::clone(me),
-        })
+impl EngineHost for Shared {
+    fn hub(&self) -> &Hub<IoState> {
+        &self.hub
     }
 
-    /// The core's notion of now.
-    pub(crate) fn now(&self) -> Instant {
-        self.hub.now()
-    }
-
-    /// Runs `f` on the state with the current time and lets the engine turn
-    /// every action the core emitted into effects; wakes the timer task if the
-    /// next deadline moved earlier; delivers events; then, with the lock
-    /// released, carries the effects out.
-    pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let mut wake = false;
-        let mut effects = Vec::new();
-        let result = self.hub.input_then(
-            f,
-            |st, now, action| effects.extend(st.io.engine.perform(&**self, &mut st.pool, now, action)),
-            |st, _| wake = self.timer_needed(st),
-        );
-        if wake {
-            self.timer.notify_one();
-        }
-        self.carry_out(effects);
-        result
-    }
-
-    /// Whether the timer task must be woken: it would sleep past the core's
-    /// next deadline. Most inputs (a release pushing a keep-alive 90 s out)
-    /// leave it asleep.
-    fn timer_needed(&self, st: &mut State) -> bool {
-        let Some(wanted) = st.pool.poll_timeout() else { return false };
-        if st.io.timer_until.is_none_or(|sleeping| wanted < sleeping) {
-            st.io.timer_until = Some(wanted);
-            return true;
-        }
-        false
-    }
-
-    pub(crate) fn emit(&self, note: impl FnOnce(&dyn switchyard_common::EventListener) + Send + 'static) {
-        self.hub.emit(note);
-    }
-
-    /// Carries out effects, outside the lock. Probes are judged together and
-    /// reported in one input.
-    fn carry_out(self: &Arc<Self>, effects: Vec<Effect<Self>>) {
-        let mut verdicts = Vec::new();
-        for effect in effects {
-            match effect {
-                Effect::Probe { connection, mut conn } => {
-                    let verdict = crate::h1::check(&mut conn);
-                    verdicts.push((connection, conn, verdict));
-                }
-                other => self.carry_out_one(other),
-            }
-        }
-        if !verdicts.is_empty() {
-            let closed = self.input(|st, now| {
-                let mut closed = Vec::new();
-                for (connection, conn, verdict) in verdicts {
-                    closed.extend(st.io.engine.handle_probed(&mut st.pool, now, connection, conn, verdict));
-                }
-                closed
-            });
-            drop(closed); // closes the dead sockets, outside the lock
-        }
+    fn check(conn: &mut H1Conn) -> Result<(), CloseReason> {
+        crate::h1::check(conn)
     }
 
     fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>) {
@@ -212,7 +143,7 @@ impl Shared {
             }
             Effect::Answer { call, waiter, answer } => {
                 if let Err(Ok(lease)) = waiter.send(answer) {
-                    self.input(|st, now| st.io.engine.give_back(&mut st.pool, now, call, lease));
+                    self.give_back(call, lease);
                 }
             }
             Effect::Probe { .. } => {} // judged in `carry_out`
@@ -221,39 +152,65 @@ impl Shared {
         }
     }
 
+    fn after_input(&self, st: &mut State) -> bool {
+        self.timer_needed(st)
+    }
+
+    fn after_unlock(&self) {
+        self.timer.notify_one();
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(
+        hub: Hub<IoState>,
+        rt: Arc<dyn Runtime>,
+        resolver: Arc<dyn Resolve>,
+        settings: Settings,
+    ) -> Arc<Shared> {
+        Arc::new_cyclic(|me| Shared {
+            hub,
+            rt,
+            timer: Arc::new(Notify::new()),
+            resolver,
+            settings,
+            me: Weak::clone(me),
+        })
+    }
+
+    /// The core's notion of now.
+    pub(crate) fn now(&self) -> Instant {
+        self.hub.now()
+    }
+
+    /// Whether the timer task must be woken: it would sleep past the core's
+    /// next deadline. Most inputs (a release pushing a keep-alive 90 s out)
+    /// leave it asleep.
+    fn timer_needed(&self, st: &mut State) -> bool {
+        let Some(wanted) = st.pool.poll_timeout() else { return false };
+        if st.io.local.until.is_none_or(|sleeping| wanted < sleeping) {
+            st.io.local.until = Some(wanted);
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn emit(&self, note: impl FnOnce(&dyn switchyard_common::EventListener) + Send + 'static) {
+        self.hub.emit(note);
+    }
+
     /// Spawns an attempt's task and tells the engine its handle (aborting it
     /// when the attempt was cancelled meanwhile); without an executor, the
     /// attempt fails.
     fn start_attempt(self: &Arc<Self>, attempt: switchyard_core::AttemptId, task: BoxFuture<()>) {
         match self.rt.spawn(task) {
             Some(task) => {
-                let orphan = self.hub.lock().io.engine.attempt_started(attempt, task);
-                if let Some(task) = orphan {
-                    task.abort();
+                if let Some(orphan) = self.attempt_running(attempt, task) {
+                    orphan.abort();
                 }
             }
-            None => {
-                let failed = Err(ConnectError::from_io(&no_executor()));
-                self.input(|st, now| {
-                    let _ = st.io.engine.handle_connected(&mut st.pool, now, attempt, failed);
-                });
-            }
+            None => self.attempt_not_started(attempt, ConnectError::from_io(&no_executor())),
         }
-    }
-
-    /// An HTTP/1.1 exchange ended: the connection goes back idle when the
-    /// driver says it may carry another (probed before its next use, and swept
-    /// meanwhile), or closes for the driver's reason.
-    pub(crate) fn release_h1(
-        self: &Arc<Self>,
-        call: CallId,
-        connection: ConnectionId,
-        outcome: Result<H1Conn, CloseReason>,
-    ) {
-        let leftover = self.input(|st, now| {
-            st.io.engine.release_h1(&mut st.pool, now, call, connection, outcome.map(Box::new))
-        });
-        drop(leftover);
     }
 
     pub(crate) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -308,7 +265,7 @@ pub(crate) async fn timer_task(
             let Some(me) = shared.upgrade() else { return };
             let mut st = me.hub.lock();
             let wake = st.pool.poll_timeout();
-            st.io.timer_until = wake;
+            st.io.local.until = wake;
             wake.map(|at| (me.hub.to_std(at), Arc::clone(&me.rt)))
         };
         match plan {

@@ -12,14 +12,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use switchyard_common::exchange::{
-    before_head, body_kind, body_step, stale, stale_after, Attempted, BeforeHead, BodyStep,
-};
-use switchyard_common::{BodyError, Error, Hub};
+use switchyard_common::engine::{self, H1Exchange, Next, Step};
+use switchyard_common::exchange::Attempted;
+use switchyard_common::{BodyError, Hub};
 use switchyard_core::handshake::{Handshake, ProxyHandshake};
-use switchyard_core::http1::{self, Driver, Peek, TargetForm};
-use switchyard_core::pool::RequestFacts;
-use switchyard_core::{CallId, CloseReason, ConnectError, ConnectionId};
+use switchyard_core::http1::{Driver, Peek};
+use switchyard_core::{CloseReason, ConnectError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::body::{Body, Kind};
@@ -33,24 +31,13 @@ pub(crate) fn check(conn: &mut H1Conn) -> Result<(), CloseReason> {
     let mut cx = Context::from_waker(std::task::Waker::noop());
     let mut scratch = [0u8; 512];
     let mut read = tokio::io::ReadBuf::new(&mut scratch);
-    let peek = match Pin::new(&mut conn.wire).poll_read(&mut cx, &mut read) {
+    let peek = match Pin::new(&mut conn.wire.io).poll_read(&mut cx, &mut read) {
         Poll::Pending => Peek::Quiet,
         Poll::Ready(Ok(())) if read.filled().is_empty() => Peek::Eof,
         Poll::Ready(Ok(())) => Peek::Data,
         Poll::Ready(Err(_)) => Peek::Error,
     };
     conn.conn.check(peek)
-}
-
-pub(crate) struct Request<'a> {
-    pub(crate) parts: &'a http::request::Parts,
-    pub(crate) body: &'a mut Body,
-    pub(crate) form: TargetForm,
-    pub(crate) facts: RequestFacts,
-    /// The call's deadline (until the response head).
-    pub(crate) deadline: Option<std::time::Instant>,
-    /// When the response body must be complete, counted from its head.
-    pub(crate) body_timeout: Option<Duration>,
 }
 
 /// The tighter of a per-operation timeout and what is left until `deadline`.
@@ -62,16 +49,16 @@ pub(crate) fn bound(limit: Option<Duration>, deadline: Option<std::time::Instant
     }
 }
 
-/// The socket side of one exchange: the stream, whether written bytes still
-/// await a flush (TLS buffers records), and where reads land.
-struct Wire {
+/// An HTTP/1.1 connection's socket side: the stream, whether written bytes
+/// still await a flush (TLS buffers records), and where reads land.
+pub(crate) struct Wire {
     io: Io,
     dirty: bool,
     scratch: Box<[u8]>,
 }
 
 impl Wire {
-    fn new(io: Io) -> Wire {
+    pub(crate) fn new(io: Io) -> Wire {
         Wire { io, dirty: false, scratch: vec![0u8; 16 * 1024].into_boxed_slice() }
     }
 }
@@ -173,112 +160,34 @@ async fn pump(
     .await;
 }
 
-/// Runs one exchange. On success the response's body owns the connection until
-/// it ends.
+/// Runs a started exchange to its response head, feeding it `body`. On
+/// success the response's body owns the connection until it ends.
 pub(crate) async fn exchange(
-    shared: &Arc<Shared>,
-    call: CallId,
-    connection: ConnectionId,
-    conn: Option<Box<H1Conn>>,
-    req: Request<'_>,
+    mut exchange: H1Exchange<Shared>,
+    body: &mut Body,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
-    let facts = req.facts;
-    let Some(mut conn) = conn else { return Err(stale("the connection's socket was already closed", facts)) };
-    // A pooled connection may have been closed by the server since its last
-    // use: ask before writing, so a request never goes out on a dead connection
-    // (the core then retries elsewhere, nothing having been sent).
-    if conn.conn.needs_probe() {
-        if let Err(reason) = check(&mut conn) {
-            return Err(stale_after(reason, facts));
-        }
-    }
-    let hub = &shared.hub;
-    let request = http1::Request::new(req.parts, req.form, body_kind(req.body.len()))
-        .deadline(req.deadline.map(|d| hub.from_std(d)))
-        .body_timeout(req.body_timeout);
-    let H1Conn { wire: io, conn } = *conn;
-    let mut driver = match conn.start(hub.now(), request) {
-        Ok(d) => d,
-        Err(refused) => {
-            // Nothing was written: the connection goes back as it was.
-            shared.release_h1(call, connection, Ok(H1Conn { wire: io, conn: refused.conn }));
-            return Err(Attempted::Fatal(Error::InvalidRequest(refused.error.to_string())));
+    let mut source = Source::of(body);
+    let head = loop {
+        match exchange.step() {
+            Step::Io(sh, wire, driver) => pump(&*sh.rt, &sh.hub, wire, driver, &mut source).await,
+            Step::Done(done) => break done?,
         }
     };
-    let mut wire = Wire::new(io);
-    let mut source = Source::of(req.body);
-    loop {
-        match before_head(hub, call, &mut driver, facts) {
-            BeforeHead::NeedIo => pump(&*shared.rt, hub, &mut wire, &mut driver, &mut source).await,
-            BeforeHead::Head(head) => {
-                let (parts, ()) = head.into_parts();
-                let body = H1Body {
-                    shared: Arc::clone(shared),
-                    call,
-                    connection,
-                    live: Some((wire, driver)),
-                    complete: false,
-                    trailers: None,
-                };
-                return Ok(http::Response::from_parts(parts, crate::ResponseBody::h1(body)));
-            }
-            BeforeHead::Failed(failure) => return Err(Attempted::Failed(failure)),
-            BeforeHead::Refused(why) => {
-                let io = wire.io;
-                shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { wire: io, conn }));
-                return Err(Attempted::Fatal(Error::InvalidRequest(why)));
-            }
-        }
-    }
+    Ok(head.map(|b| crate::ResponseBody::h1(H1Body(b))))
 }
 
 /// An HTTP/1.1 response body: the driver's body events, read on demand; at the
 /// end the connection goes back (or closes) per the driver's decision.
-pub(crate) struct H1Body {
-    shared: Arc<Shared>,
-    call: CallId,
-    connection: ConnectionId,
-    live: Option<(Wire, Driver)>,
-    complete: bool,
-    pub(crate) trailers: Option<http::HeaderMap>,
-}
+pub(crate) struct H1Body(pub(crate) engine::H1Body<Shared>);
 
 impl H1Body {
     pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         loop {
-            let Some((wire, driver)) = self.live.as_mut() else { return Ok(None) };
-            match body_step(driver, &mut self.trailers) {
-                BodyStep::Data(b) => return Ok(Some(b)),
-                // Released by `finish`, after the body-end event.
-                BodyStep::End => {
-                    self.complete = true;
-                    return Ok(None);
-                }
-                BodyStep::Failed(e) => {
-                    self.finish();
-                    return Err(e);
-                }
-                BodyStep::NeedIo => {
-                    pump(&*self.shared.rt, &self.shared.hub, wire, driver, &mut Source::None).await;
-                }
+            match self.0.next_chunk() {
+                Next::Ready(r) => return r,
+                Next::Io(sh, wire, driver) => pump(&*sh.rt, &sh.hub, wire, driver, &mut Source::None).await,
             }
         }
-    }
-
-    /// Gives the connection back (or closes it) per the driver's decision.
-    pub(crate) fn finish(&mut self) {
-        if let Some((wire, driver)) = self.live.take() {
-            let io = wire.io;
-            self.shared.release_h1(
-                self.call,
-                self.connection,
-                driver.finish().map(|conn| H1Conn { wire: io, conn }),
-            );
-        }
-    }
-
-    pub(crate) fn is_done(&self) -> bool {
-        self.live.is_none()
     }
 }
 
@@ -286,28 +195,19 @@ impl Drop for H1Body {
     /// Dropped before its end: the driver drains (bounded) in the background so
     /// the connection can be reused, or decides to close it.
     fn drop(&mut self) {
-        let Some((mut wire, mut driver)) = self.live.take() else { return };
-        if !self.complete {
-            driver.abandon(self.shared.hub.now());
-        }
-        let (shared, call, connection) = (Arc::clone(&self.shared), self.call, self.connection);
-        if driver.is_finished() {
-            let io = wire.io;
-            shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { wire: io, conn }));
-            return;
-        }
-        let rt = Arc::clone(&shared.rt);
+        let Some(mut drain) = self.0.abandon() else { return };
+        let rt = Arc::clone(&drain.shared.rt);
+        let lost = drain.if_lost();
         let spawned = rt.clone().spawn(Box::pin(async move {
-            while !driver.is_finished() {
-                pump(&*rt, &shared.hub, &mut wire, &mut driver, &mut Source::None).await;
+            while !drain.driver.is_finished() {
+                pump(&*rt, &drain.shared.hub, &mut drain.wire, &mut drain.driver, &mut Source::None).await;
             }
-            let io = wire.io;
-            shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { wire: io, conn }));
+            drain.release();
         }));
         if spawned.is_none() {
             // No executor here (dropped outside the runtime): the unspawned drain
             // dropped the socket; tell the pool it is gone.
-            self.shared.release_h1(self.call, self.connection, Err(CloseReason::UnreadBody));
+            lost();
         }
     }
 }

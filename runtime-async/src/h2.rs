@@ -12,6 +12,7 @@ use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, Requ
 use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
 use tokio::sync::watch;
 
+use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::{Attempted, HTTP2_STRIPPED};
 use switchyard_common::BodyError;
 

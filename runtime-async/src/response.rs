@@ -5,10 +5,9 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use switchyard_common::{BodyLedger, Collector, Error};
 use switchyard_core::CallId;
-
-use switchyard_common::Error;
 
 use crate::driver::Shared;
 use crate::h1::H1Body;
@@ -25,10 +24,9 @@ use crate::h2::H2Body;
 /// # Ok(()) }
 /// ```
 pub struct ResponseBody {
+    // Dropped first: the connection is released before the call ends.
     inner: Inner,
-    received: u64,
-    ended: bool,
-    owner: Option<(Arc<Shared>, CallId)>,
+    ledger: BodyLedger,
 }
 
 enum Inner {
@@ -39,43 +37,30 @@ enum Inner {
 
 impl std::fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody").field("received", &self.received).field("ended", &self.ended).finish()
-    }
-}
-
-impl Drop for ResponseBody {
-    fn drop(&mut self) {
-        // Dropped before the end: the inner body returns or retires the
-        // connection; the call is over either way.
-        if let Some((shared, call)) = self.owner.take() {
-            let inner = std::mem::replace(&mut self.inner, Inner::Empty);
-            drop(inner);
-            let at = shared.now();
-            shared.emit(move |l| l.call_end(call, at));
-        }
+        f.debug_struct("ResponseBody").field("ledger", &self.ledger).finish_non_exhaustive()
     }
 }
 
 impl ResponseBody {
     pub(crate) fn h1(body: H1Body) -> ResponseBody {
-        ResponseBody { inner: Inner::H1(Box::new(body)), received: 0, ended: false, owner: None }
+        ResponseBody { inner: Inner::H1(Box::new(body)), ledger: BodyLedger::new(false) }
     }
     pub(crate) fn h2(body: H2Body) -> ResponseBody {
-        ResponseBody { inner: Inner::H2(Box::new(body)), received: 0, ended: false, owner: None }
+        ResponseBody { inner: Inner::H2(Box::new(body)), ledger: BodyLedger::new(false) }
     }
     pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId) {
-        self.owner = Some((shared, call));
+        self.ledger.own(shared, call);
     }
 
     /// An empty body (for responses built by hand).
     #[must_use]
     pub fn empty() -> ResponseBody {
-        ResponseBody { inner: Inner::Empty, received: 0, ended: true, owner: None }
+        ResponseBody { inner: Inner::Empty, ledger: BodyLedger::new(true) }
     }
 
     /// The next chunk, or `None` at the end (the connection is released then).
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
-        if self.ended {
+        if self.ledger.is_ended() {
             return Ok(None);
         }
         let next = match &mut self.inner {
@@ -83,55 +68,21 @@ impl ResponseBody {
             Inner::H1(b) => b.chunk().await,
             Inner::H2(b) => b.chunk().await,
         };
-        match next {
-            Ok(Some(b)) => {
-                self.received += b.len() as u64;
-                Ok(Some(b))
-            }
-            Ok(None) => {
-                self.ended = true;
-                if let Some((shared, call)) = &self.owner {
-                    let (at, call, n) = (shared.now(), *call, self.received);
-                    shared.emit(move |l| l.response_body_end(call, n, at));
-                }
-                match &mut self.inner {
-                    Inner::H1(b) => b.finish(),
-                    Inner::H2(b) => b.finish(),
-                    Inner::Empty => {}
-                }
-                if let Some((shared, call)) = self.owner.take() {
-                    let at = shared.now();
-                    shared.emit(move |l| l.call_end(call, at));
-                }
-                Ok(None)
-            }
-            Err(e) => {
-                self.ended = true;
-                let e = Error::Body(e);
-                if let Some((shared, call)) = self.owner.take() {
-                    let (at, err) = (shared.now(), e.clone());
-                    shared.emit(move |l| l.call_failed(call, &err, at));
-                }
-                Err(e)
-            }
-        }
+        let inner = &mut self.inner;
+        self.ledger.settle(next, || match inner {
+            Inner::H1(b) => b.0.finish(),
+            Inner::H2(b) => b.finish(),
+            Inner::Empty => {}
+        })
     }
 
     /// Reads the whole body.
     pub async fn collect(&mut self) -> Result<Bytes, Error> {
-        let mut all = BytesMut::new();
-        let mut single: Option<Bytes> = None;
+        let mut all = Collector::default();
         while let Some(chunk) = self.chunk().await? {
-            match single.take() {
-                None if all.is_empty() => single = Some(chunk),
-                Some(first) => {
-                    all.extend_from_slice(&first);
-                    all.extend_from_slice(&chunk);
-                }
-                None => all.extend_from_slice(&chunk),
-            }
+            all.push(chunk);
         }
-        Ok(single.unwrap_or_else(|| all.freeze()))
+        Ok(all.finish())
     }
 
     /// Reads the whole body as text (invalid UTF-8 replaced).
@@ -144,7 +95,7 @@ impl ResponseBody {
     #[must_use]
     pub fn trailers(&self) -> Option<&http::HeaderMap> {
         match &self.inner {
-            Inner::H1(b) => b.trailers.as_ref(),
+            Inner::H1(b) => b.0.trailers.as_ref(),
             Inner::H2(b) => b.trailers.as_ref(),
             Inner::Empty => None,
         }
@@ -153,10 +104,10 @@ impl ResponseBody {
     /// Whether the body has been read to the end (its connection released).
     #[must_use]
     pub fn is_end(&self) -> bool {
-        self.ended
+        self.ledger.is_ended()
             || match &self.inner {
                 Inner::Empty => true,
-                Inner::H1(b) => b.is_done(),
+                Inner::H1(b) => b.0.is_done(),
                 Inner::H2(b) => b.is_done(),
             }
     }

@@ -3,8 +3,6 @@
 
 use std::io::Read;
 
-use bytes::Bytes;
-
 /// A request body.
 ///
 /// ```
@@ -22,20 +20,15 @@ pub struct Body {
     pub(crate) kind: Kind,
 }
 
-#[derive(Default)]
-pub(crate) enum Kind {
-    #[default]
-    Empty,
-    Full(Bytes),
-    Reader(Box<dyn Read + Send>),
-}
+/// What the body is: none, a buffer, or a reader.
+pub(crate) type Kind = switchyard_common::BodyKind<Box<dyn Read + Send>>;
 
 impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
             Kind::Empty => f.write_str("Body::Empty"),
             Kind::Full(b) => write!(f, "Body::Full({} bytes)", b.len()),
-            Kind::Reader(_) => f.write_str("Body::Reader"),
+            Kind::Stream(_) => f.write_str("Body::Reader"),
         }
     }
 }
@@ -51,63 +44,8 @@ impl Body {
     /// HTTP/1.1). It cannot be replayed, so a failed call is never retried
     /// after any of it was sent.
     pub fn from_reader(reader: impl Read + Send + 'static) -> Body {
-        Body { kind: Kind::Reader(Box::new(reader)) }
-    }
-
-    /// The length, when known in advance.
-    #[must_use]
-    pub fn len(&self) -> Option<u64> {
-        match &self.kind {
-            Kind::Empty => Some(0),
-            Kind::Full(b) => Some(b.len() as u64),
-            Kind::Reader(_) => None,
-        }
-    }
-
-    /// Whether the body is known to be empty.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == Some(0)
-    }
-
-    /// Whether the body can be sent again on a retry.
-    #[must_use]
-    pub fn is_replayable(&self) -> bool {
-        !matches!(self.kind, Kind::Reader(_))
+        Body { kind: Kind::Stream(Box::new(reader)) }
     }
 }
 
-impl From<Bytes> for Body {
-    fn from(b: Bytes) -> Body {
-        if b.is_empty() {
-            Body::empty()
-        } else {
-            Body { kind: Kind::Full(b) }
-        }
-    }
-}
-impl From<Vec<u8>> for Body {
-    fn from(v: Vec<u8>) -> Body {
-        Body::from(Bytes::from(v))
-    }
-}
-impl From<String> for Body {
-    fn from(s: String) -> Body {
-        Body::from(Bytes::from(s))
-    }
-}
-impl From<&'static str> for Body {
-    fn from(s: &'static str) -> Body {
-        Body::from(Bytes::from_static(s.as_bytes()))
-    }
-}
-impl From<&'static [u8]> for Body {
-    fn from(s: &'static [u8]) -> Body {
-        Body::from(Bytes::from_static(s))
-    }
-}
-impl From<()> for Body {
-    fn from((): ()) -> Body {
-        Body::empty()
-    }
-}
+switchyard_common::request_body!(Body);

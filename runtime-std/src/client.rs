@@ -5,11 +5,12 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
 use switchyard_common::exchange::Attempted;
-use switchyard_common::{ClientBuilder, Config, Error, FromConfig, HttpVersion, Hub, RequestOptions};
+use switchyard_common::{ClientBuilder, Config, Error, FromConfig, HttpVersion, Hub, Sender};
 use switchyard_core::http1::TargetForm;
 use switchyard_core::pool::RequestFacts;
-use switchyard_core::{AcquireError, AcquireOptions, CallId, FailureOutcome, PoolStats};
+use switchyard_core::{AcquireError, CallId, FailureOutcome, PoolStats};
 
 use crate::body::Body;
 use crate::driver::{Lease, Msg, Settings, Shared};
@@ -76,55 +77,18 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// A request being built: [`Client::get`], [`Client::post`], …
-#[must_use]
-pub struct RequestBuilder {
-    client: Client,
-    request: Result<http::request::Builder, Error>,
-    body: Body,
-    options: RequestOptions,
-}
+/// A request being built: [`Client::get`], [`Client::post`], … Finish with
+/// `.send()`.
+pub type RequestBuilder = switchyard_common::RequestBuilder<Client>;
 
-impl RequestBuilder {
-    /// Adds a header field.
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.request = self.request.map(|b| b.header(name, value));
-        self
+impl Sender for Client {
+    type Body = Body;
+    type Output = Result<http::Response<ResponseBody>, Error>;
+    fn send_request(&self, request: http::Request<Body>) -> Self::Output {
+        self.send(request)
     }
-    /// Sets the body.
-    pub fn body(mut self, body: impl Into<Body>) -> Self {
-        self.body = body.into();
-        self
-    }
-    /// Asks for a connection no one else will use.
-    pub fn exclusive(mut self) -> Self {
-        self.options.exclusive = true;
-        self
-    }
-    /// Marks a non-idempotent request as safe to send twice.
-    pub fn retryable(mut self) -> Self {
-        self.options.retryable = true;
-        self
-    }
-    /// This call's timeout (until the response head).
-    pub fn timeout(mut self, d: Duration) -> Self {
-        self.options.timeout = Some(d);
-        self
-    }
-    /// This call's body timeout: the response body must end within `d` of its head.
-    pub fn body_timeout(mut self, d: Duration) -> Self {
-        self.options.body_timeout = Some(d);
-        self
-    }
-    /// Sends the request and waits for the response head.
-    ///
-    /// # Errors
-    /// See [`Client::send`].
-    pub fn send(self) -> Result<http::Response<ResponseBody>, Error> {
-        let builder = self.request?;
-        let mut request = builder.body(self.body).map_err(|e| Error::InvalidRequest(e.to_string()))?;
-        request.extensions_mut().insert(self.options);
-        self.client.send(request)
+    fn refuse(error: Error) -> Self::Output {
+        Err(error)
     }
 }
 
@@ -142,34 +106,7 @@ impl Client {
         Client::builder().build()
     }
 
-    fn request(&self, method: http::Method, uri: &str) -> RequestBuilder {
-        RequestBuilder {
-            client: self.clone(),
-            request: Ok(http::Request::builder().method(method).uri(uri)),
-            body: Body::empty(),
-            options: RequestOptions::default(),
-        }
-    }
-    /// A GET request.
-    pub fn get(&self, uri: &str) -> RequestBuilder {
-        self.request(http::Method::GET, uri)
-    }
-    /// A POST request.
-    pub fn post(&self, uri: &str) -> RequestBuilder {
-        self.request(http::Method::POST, uri)
-    }
-    /// A PUT request.
-    pub fn put(&self, uri: &str) -> RequestBuilder {
-        self.request(http::Method::PUT, uri)
-    }
-    /// A DELETE request.
-    pub fn delete(&self, uri: &str) -> RequestBuilder {
-        self.request(http::Method::DELETE, uri)
-    }
-    /// A HEAD request.
-    pub fn head(&self, uri: &str) -> RequestBuilder {
-        self.request(http::Method::HEAD, uri)
-    }
+    switchyard_common::request_methods!(RequestBuilder);
 
     /// The pool's counts and counters (due timers fire first, so idle
     /// connections past their keep-alive are already closed).
@@ -194,46 +131,17 @@ impl Client {
     pub fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
         let shared = Arc::clone(&self.inner.shared);
         let (mut parts, mut body) = request.into_parts();
-        let options = parts.extensions.remove::<RequestOptions>().unwrap_or_default();
-        // Credentials in the URL become `Authorization: Basic`, never Host or
-        // `:authority`, and never appear in events, logs or errors.
-        switchyard_common::take_userinfo(&mut parts)?;
-        let address = self.inner.config.address(&parts.uri, false)?;
-        let timeout = options.timeout.or(self.inner.config.timeout);
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        let facts = RequestFacts::new(&parts.method, options.retryable, body.is_replayable());
-        let acquire = AcquireOptions {
-            exclusive: options.exclusive,
-            require_multiplexed: false,
-            deadline: timeout.map(|t| shared.now() + t),
-            proxies: self.inner.config.proxies.clone(),
-        };
+        let plan = CallPlan::new(&self.inner.config, &mut parts, false, body.is_replayable())?;
         let (tx, rx) = mpsc::channel();
-        // The request head for `call_start`, copied only when someone listens.
-        let call_parts = shared.hub.is_listening().then(|| parts.clone());
-        let call = shared.input(|st, now| {
-            let id = st.pool.acquire(now, address, acquire);
-            st.io.engine.wait(id, tx);
-            // Queued before the acquisition's own events, so listeners hear it first.
-            if let Some(head) = call_parts {
-                shared.hub.queue_note(st, move |l| l.call_start(id, &head, now));
-            }
-            id
-        });
-        let body_timeout = options.body_timeout.or(self.inner.config.body_timeout);
-        match run_call(&shared, call, rx, &parts, &mut body, facts, (deadline, body_timeout)) {
+        let call = shared.start_call(&parts, &plan, tx);
+        match run_call(&shared, call, rx, &parts, &mut body, plan.facts, (plan.deadline, plan.body_timeout)) {
             Ok(mut response) => {
                 // The call ends with its body (`call_end` then).
                 response.body_mut().set_owner(Arc::clone(&shared), call);
                 Ok(response)
             }
             Err(e) => {
-                shared.input(|st, now| {
-                    st.io.engine.stop_waiting(call);
-                    st.pool.cancel(now, call);
-                });
-                let (at, err) = (shared.now(), e.clone());
-                shared.emit(move |l| l.call_failed(call, &err, at));
+                shared.call_failed(call, &e);
                 Err(e)
             }
         }
@@ -294,22 +202,16 @@ fn run_call(
             st.pool.connection(connection).is_some_and(|c| c.route().uses_absolute_form())
         };
         let form = if absolute { TargetForm::Absolute } else { TargetForm::Origin };
-        let req = h1::Request { parts, body, form, facts, deadline, body_timeout };
-        let failure = match h1::exchange(shared, call, connection, conn, req) {
+        let request = Call { parts, form, body_len: body.len(), facts, deadline, body_timeout };
+        let started = H1Exchange::start(shared, call, connection, conn, &request);
+        let failure = match started.and_then(|exchange| h1::exchange(exchange, body)) {
             Ok(response) => return Ok(response),
             Err(Attempted::Fatal(e)) => return Err(e),
             Err(Attempted::Failed(f)) => f,
         };
         let timed_out = deadline.is_some_and(|d| std::time::Instant::now() >= d);
         let (tx, next) = mpsc::channel();
-        let outcome = shared.input(|st, now| {
-            st.io.engine.wait(call, tx);
-            let outcome = st.pool.exchange_failed(now, call, failure);
-            if !matches!(outcome, Ok(FailureOutcome::Retrying(_))) {
-                st.io.engine.stop_waiting(call);
-            }
-            outcome
-        });
+        let outcome = shared.exchange_failed(call, failure, tx);
         match outcome {
             Ok(FailureOutcome::Retrying(_)) if timed_out => return Err(Error::Timeout),
             Ok(FailureOutcome::Retrying(reason)) => {

@@ -16,11 +16,10 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_common::engine::{self, Adapter, Closed, Effect, Engine, Installed};
+use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, EngineState, Installed};
 use switchyard_common::{Hub, HubState, Resolve};
 use switchyard_core::{
-    AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol,
-    TlsFacts,
+    AcquireError, CallId, CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol, TlsFacts,
 };
 
 use crate::h1::Wire;
@@ -41,13 +40,12 @@ pub(crate) enum Msg {
 }
 
 /// The engine's state beside the pool under the hub's lock.
+pub(crate) type IoState = EngineState<Shared>;
+
+/// The waiting call that runs the core's timers, and when it plans to wake.
+/// One at a time; when it leaves, another waiter takes over.
 #[derive(Default)]
-pub(crate) struct IoState {
-    pub(crate) engine: Engine<Shared>,
-    /// The waiting call that runs the core's timers, and when it plans to wake.
-    /// One at a time; when it leaves, another waiter takes over.
-    pub(crate) keeper: Option<(CallId, Option<std::time::Instant>)>,
-}
+pub(crate) struct Keeper(Option<(CallId, Option<std::time::Instant>)>);
 
 pub(crate) type State = HubState<IoState>;
 
@@ -79,27 +77,6 @@ impl Shared {
         Arc::new(Shared { hub, resolver, settings })
     }
 
-    pub(crate) fn now(&self) -> Instant {
-        self.hub.now()
-    }
-
-    /// Fires due timers, runs `f` on the state with the current time, lets the
-    /// engine turn every action the core emitted into effects, delivers
-    /// events, then — with the lock released — carries the effects out.
-    pub(crate) fn input<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let mut effects = Vec::new();
-        let result = self.hub.input_then(
-            |st, now| {
-                fire_due(st, now);
-                f(st, now)
-            },
-            |st, now, action| effects.extend(st.io.engine.perform(&**self, &mut st.pool, now, action)),
-            |st, _| self.mind_the_clock_locked(st),
-        );
-        self.carry_out(effects);
-        result
-    }
-
     /// Makes sure a waiting call will wake in time for the core's next
     /// deadline: the timekeeper if its planned wake is too late, or a new
     /// timekeeper if there is none.
@@ -110,13 +87,13 @@ impl Shared {
 
     fn mind_the_clock_locked(&self, st: &mut State) {
         let Some(next) = st.pool.poll_timeout().map(|t| self.hub.to_std(t)) else { return };
-        if st.io.keeper.is_some_and(|(keeper, _)| !st.io.engine.is_waiting(keeper)) {
-            st.io.keeper = None; // it stopped waiting without handing on (an error path)
+        if st.io.local.0.is_some_and(|(keeper, _)| !st.io.engine.is_waiting(keeper)) {
+            st.io.local.0 = None; // it stopped waiting without handing on (an error path)
         }
-        match st.io.keeper {
+        match st.io.local.0 {
             Some((call, planned)) => {
                 if planned.is_none_or(|p| next < p) {
-                    st.io.keeper = Some((call, Some(next)));
+                    st.io.local.0 = Some((call, Some(next)));
                     if let Some(tx) = st.io.engine.waiter(call) {
                         let _ = tx.send(Msg::Wake);
                     }
@@ -126,7 +103,7 @@ impl Shared {
                 // The lowest call id: deterministic, and the oldest waiter.
                 if let Some((call, tx)) = st.io.engine.waiters().next() {
                     let _ = tx.send(Msg::Wake);
-                    st.io.keeper = Some((call, Some(next)));
+                    st.io.local.0 = Some((call, Some(next)));
                 }
             }
         }
@@ -137,7 +114,7 @@ impl Shared {
     /// (until its answer or its own deadline).
     pub(crate) fn plan_sleep(&self, call: CallId) -> Option<Duration> {
         let mut st = self.hub.lock();
-        let keeps = match st.io.keeper {
+        let keeps = match st.io.local.0 {
             None => true,
             Some((keeper, _)) => keeper == call,
         };
@@ -145,7 +122,7 @@ impl Shared {
             return None;
         }
         let next = st.pool.poll_timeout().map(|t| self.hub.to_std(t));
-        st.io.keeper = Some((call, next));
+        st.io.local.0 = Some((call, next));
         next.map(|at| at.saturating_duration_since(std::time::Instant::now()))
     }
 
@@ -153,8 +130,8 @@ impl Shared {
     pub(crate) fn stop_waiting(&self, call: CallId) {
         let handed_on = {
             let mut st = self.hub.lock();
-            if st.io.keeper.is_some_and(|(keeper, _)| keeper == call) {
-                st.io.keeper = None;
+            if st.io.local.0.is_some_and(|(keeper, _)| keeper == call) {
+                st.io.local.0 = None;
                 true
             } else {
                 false
@@ -165,38 +142,19 @@ impl Shared {
         }
     }
 
-    pub(crate) fn emit(&self, note: impl FnOnce(&dyn switchyard_common::EventListener) + Send + 'static) {
-        self.hub.emit(note);
-    }
-
     /// Runs `work` on a new thread; `false` if the system refuses one.
     fn thread(name: &str, work: impl FnOnce() + Send + 'static) -> bool {
         std::thread::Builder::new().name(name.into()).spawn(work).is_ok()
     }
+}
 
-    /// Carries out effects, outside the lock. Probes are judged together and
-    /// reported in one input.
-    fn carry_out(self: &Arc<Self>, effects: Vec<Effect<Self>>) {
-        let mut verdicts = Vec::new();
-        for effect in effects {
-            match effect {
-                Effect::Probe { connection, mut conn } => {
-                    let verdict = conn.conn.check(peek(&mut conn.wire.stream));
-                    verdicts.push((connection, conn, verdict));
-                }
-                other => self.carry_out_one(other),
-            }
-        }
-        if !verdicts.is_empty() {
-            let closed = self.input(|st, now| {
-                let mut closed = Vec::new();
-                for (connection, conn, verdict) in verdicts {
-                    closed.extend(st.io.engine.handle_probed(&mut st.pool, now, connection, conn, verdict));
-                }
-                closed
-            });
-            drop(closed); // closes the dead sockets, outside the lock
-        }
+impl EngineHost for Shared {
+    fn hub(&self) -> &Hub<IoState> {
+        &self.hub
+    }
+
+    fn check(conn: &mut H1Conn) -> Result<(), CloseReason> {
+        conn.conn.check(peek(&mut conn.wire.stream))
     }
 
     fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>) {
@@ -231,7 +189,7 @@ impl Shared {
                     );
                 });
                 if !started {
-                    self.attempt_failed(attempt);
+                    self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
                 }
             }
             Effect::Handshake { attempt, route, socket } => {
@@ -253,11 +211,10 @@ impl Shared {
                     }));
                 });
                 if !started {
-                    self.attempt_failed(attempt);
+                    self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
                     return;
                 }
-                let orphan = self.hub.lock().io.engine.attempt_started(attempt, handle);
-                if let Some(Some(tcp)) = orphan {
+                if let Some(Some(tcp)) = self.attempt_running(attempt, handle) {
                     let _ = tcp.shutdown(std::net::Shutdown::Both);
                 }
             }
@@ -272,7 +229,7 @@ impl Shared {
             Effect::Start(never) => match never {},
             Effect::Answer { call, waiter, answer } => {
                 if let Err(mpsc::SendError(Msg::Answer(Ok(lease)))) = waiter.send(Msg::Answer(answer)) {
-                    self.input(|st, now| st.io.engine.give_back(&mut st.pool, now, call, lease));
+                    self.give_back(call, lease);
                 }
             }
             Effect::Probe { .. } => {} // judged in `carry_out`
@@ -280,26 +237,14 @@ impl Shared {
         }
     }
 
-    /// No thread for the attempt: it fails.
-    fn attempt_failed(self: &Arc<Self>, attempt: AttemptId) {
-        let failed = Err(ConnectError::from_io(&no_thread()));
-        self.input(|st, now| {
-            let _ = st.io.engine.handle_connected(&mut st.pool, now, attempt, failed);
-        });
+    /// Whoever enters the client first fires the core's due timers.
+    fn before_input(&self, st: &mut State, now: Instant) {
+        fire_due(st, now);
     }
 
-    /// An HTTP/1.1 exchange ended: the connection goes back idle when the
-    /// driver says it may carry another, or closes for the driver's reason.
-    pub(crate) fn release_h1(
-        self: &Arc<Self>,
-        call: CallId,
-        connection: ConnectionId,
-        outcome: Result<H1Conn, CloseReason>,
-    ) {
-        let leftover = self.input(|st, now| {
-            st.io.engine.release_h1(&mut st.pool, now, call, connection, outcome.map(Box::new))
-        });
-        drop(leftover);
+    fn after_input(&self, st: &mut State) -> bool {
+        self.mind_the_clock_locked(st);
+        false
     }
 }
 
@@ -311,6 +256,7 @@ impl Adapter for Shared {
     type H2 = Infallible;
     type Job = Infallible;
     type Waiter = mpsc::Sender<Msg>;
+    type Local = Keeper;
 
     fn install(&self, _: ConnectionId, protocol: Protocol, socket: Stream) -> Option<Installed<Self>> {
         // Only HTTP/1.1 is ever offered (Address protocols), so anything else

@@ -7,22 +7,20 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
+
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use switchyard_common::exchange::{
-    before_head, body_kind, body_step, stale, stale_after, Attempted, BeforeHead, BodyStep,
-};
-use switchyard_common::{BodyError, Error, Hub};
+use switchyard_common::engine::{self, H1Exchange, Next};
+use switchyard_common::exchange::Attempted;
+use switchyard_common::{BodyError, Hub};
 use switchyard_core::handshake::{Handshake, ProxyHandshake};
-use switchyard_core::http1::{self, Driver, TargetForm};
-use switchyard_core::pool::RequestFacts;
-use switchyard_core::{CallId, ConnectError, ConnectionId};
+use switchyard_core::http1::Driver;
+use switchyard_core::ConnectError;
 
 use crate::body::{Body, Kind};
-use crate::driver::{H1Conn, IoState, Shared};
-use crate::stream::{peek, read_available, Stream, Timeouts};
+use crate::driver::{IoState, Shared};
+use crate::stream::{read_available, read_direct, Stream, Timeouts};
 
 /// A connection's socket, its current socket timeouts, and where reads land.
 pub(crate) struct Wire {
@@ -46,16 +44,8 @@ impl Wire {
     }
 }
 
-pub(crate) struct Request<'a> {
-    pub(crate) parts: &'a http::request::Parts,
-    pub(crate) body: &'a mut Body,
-    pub(crate) form: TargetForm,
-    pub(crate) facts: RequestFacts,
-    /// The call's deadline (until the response head).
-    pub(crate) deadline: Option<std::time::Instant>,
-    /// When the response body must be complete, counted from its head.
-    pub(crate) body_timeout: Option<Duration>,
-}
+/// A buffered body up to this size goes out in one write with the head.
+const JOIN_LIMIT: usize = 16 * 1024;
 
 /// How often a blocked request-body write stops to look for an early response.
 const WATCH_SLICE: Duration = Duration::from_millis(50);
@@ -76,7 +66,7 @@ impl Source<'_> {
         match &mut body.kind {
             Kind::Empty => Source::Full(Some(Bytes::new())),
             Kind::Full(b) => Source::Full(Some(b.clone())),
-            Kind::Reader(r) => Source::Reader(&mut **r),
+            Kind::Stream(r) => Source::Reader(&mut **r),
         }
     }
 
@@ -121,11 +111,14 @@ fn pump(hub: &Hub<IoState>, wire: &mut Wire, driver: &mut Driver, body: &mut Sou
         driver.handle_timeout(hub.now());
         return;
     }
-    // Between body chunks, and whenever the socket stopped taking bytes, look
-    // at what the server sent so far, without waiting: an early final response
-    // stops the upload. (A request without a body is written straight away.)
+    // Before every write but the first, between body chunks, and whenever the
+    // socket stopped taking bytes, look at what the server sent so far,
+    // without waiting: an early final response stops the upload. (A request
+    // that fits one write goes out at once.)
     let between_chunks = driver.wants_body() && driver.poll_transmit().is_none();
-    if (wire.stalled || between_chunks) && driver.wants_read() {
+    let writing_on = driver.written() > 0 && driver.poll_transmit().is_some();
+    let flushing = wire.stream.wants_flush();
+    if (wire.stalled || between_chunks || writing_on || flushing) && driver.wants_read() {
         wire.stalled = false;
         match read_available(&mut wire.stream, &mut wire.scratch) {
             Ok(Some(0)) => return driver.handle_eof(hub.now()),
@@ -134,21 +127,32 @@ fn pump(hub: &Hub<IoState>, wire: &mut Wire, driver: &mut Driver, body: &mut Sou
             Err(e) => return driver.handle_read_error(hub.now(), &e),
         }
     }
-    // A reader's next chunk only once the head (and the last chunk) went out.
-    if driver.wants_body() && (driver.poll_transmit().is_none() || matches!(body, Source::Full(_))) {
+    // The next chunk only once the head (and the last chunk) went out, so an
+    // answer to the head is seen before body bytes race it; a small buffered
+    // body joins the head in one write.
+    let small = matches!(body, Source::Full(Some(b)) if b.len() <= JOIN_LIMIT);
+    if driver.wants_body() && (driver.poll_transmit().is_none() || small) {
         return body.feed(hub, driver, &mut wire.scratch);
     }
-    if driver.poll_transmit().is_some() {
+    if driver.poll_transmit().is_some() || flushing {
         let slice = if driver.wants_read() { Some(WATCH_SLICE) } else { None };
         let wait = wait_for(hub, driver, slice);
         if let Err(e) = wire.timeouts.write(wire.stream.tcp(), wait) {
             return driver.handle_write_error(hub.now(), &e);
         }
-        let Some(out) = driver.poll_transmit() else { return };
-        match wire.stream.write(out).and_then(|n| wire.stream.flush().map(|()| n)) {
-            Ok(0) => driver.handle_write_error(hub.now(), &io::ErrorKind::WriteZero.into()),
+        // The next bytes, or (TLS) the records still buffered: each step is
+        // preceded by a look for an early answer once the request is under way.
+        let step = match driver.poll_transmit() {
+            Some(out) => wire.stream.write(out),
+            None => wire.stream.flush().map(|()| 0),
+        };
+        match step {
+            Ok(0) if driver.poll_transmit().is_some() => {
+                driver.handle_write_error(hub.now(), &io::ErrorKind::WriteZero.into());
+            }
             Ok(n) => driver.handle_written(hub.now(), n),
-            Err(e) if is_timeout(&e) => wire.stalled = true, // the timer (or the next watch) decides
+            // The timer (or the next look for an early answer) decides.
+            Err(e) if is_timeout(&e) => wire.stalled = true,
             Err(e) => driver.handle_write_error(hub.now(), &e),
         }
         return;
@@ -157,7 +161,7 @@ fn pump(hub: &Hub<IoState>, wire: &mut Wire, driver: &mut Driver, body: &mut Sou
         if let Err(e) = wire.timeouts.read(wire.stream.tcp(), wait_for(hub, driver, None)) {
             return driver.handle_read_error(hub.now(), &e);
         }
-        match wire.stream.read(&mut wire.scratch) {
+        match read_direct(&mut wire.stream, &mut wire.scratch) {
             Ok(0) => driver.handle_eof(hub.now()),
             Ok(n) => driver.handle_read(hub.now(), &wire.scratch[..n]),
             Err(e) if is_timeout(&e) => {} // the timer decides
@@ -171,109 +175,29 @@ fn pump(hub: &Hub<IoState>, wire: &mut Wire, driver: &mut Driver, body: &mut Sou
     }
 }
 
-/// Runs one exchange. On success the response's body owns the connection until
-/// it ends.
+/// Runs a started exchange to its response head, feeding it `body` (blocking).
+/// On success the response's body owns the connection until it ends.
 pub(crate) fn exchange(
-    shared: &Arc<Shared>,
-    call: CallId,
-    connection: ConnectionId,
-    conn: Option<Box<H1Conn>>,
-    req: Request<'_>,
+    exchange: H1Exchange<Shared>,
+    body: &mut Body,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
-    let facts = req.facts;
-    let Some(mut conn) = conn else {
-        return Err(stale("the connection's socket was already closed", facts));
-    };
-    // An idle connection may have been closed by the server while pooled (or
-    // sent something nobody asked for): ask before writing, so a request never
-    // goes out on a dead connection (and the core retries on another, nothing
-    // having been sent).
-    if conn.conn.needs_probe() {
-        if let Err(reason) = conn.conn.check(peek(&mut conn.wire.stream)) {
-            return Err(stale_after(reason, facts));
-        }
-    }
-    let hub = &shared.hub;
-    let request = http1::Request::new(req.parts, req.form, body_kind(req.body.len()))
-        .deadline(req.deadline.map(|d| hub.from_std(d)))
-        .body_timeout(req.body_timeout);
-    let H1Conn { mut wire, conn } = *conn;
-    let mut driver = match conn.start(hub.now(), request) {
-        Ok(d) => d,
-        Err(refused) => {
-            shared.release_h1(call, connection, Ok(H1Conn { wire, conn: refused.conn }));
-            return Err(Attempted::Fatal(Error::InvalidRequest(refused.error.to_string())));
-        }
-    };
-    let mut source = Source::of(req.body);
-    loop {
-        match before_head(hub, call, &mut driver, facts) {
-            BeforeHead::NeedIo => pump(hub, &mut wire, &mut driver, &mut source),
-            BeforeHead::Head(head) => {
-                let (parts, ()) = head.into_parts();
-                let body = H1Body {
-                    shared: Arc::clone(shared),
-                    call,
-                    connection,
-                    live: Some((wire, driver)),
-                    complete: false,
-                    trailers: None,
-                };
-                return Ok(http::Response::from_parts(parts, crate::ResponseBody::h1(body)));
-            }
-            BeforeHead::Failed(failure) => return Err(Attempted::Failed(failure)),
-            BeforeHead::Refused(why) => {
-                shared.release_h1(call, connection, driver.finish().map(|conn| H1Conn { wire, conn }));
-                return Err(Attempted::Fatal(Error::InvalidRequest(why)));
-            }
-        }
-    }
+    let mut source = Source::of(body);
+    let head = exchange.run_blocking(|sh, wire, driver| pump(&sh.hub, wire, driver, &mut source))?;
+    Ok(head.map(|b| crate::ResponseBody::h1(H1Body(b))))
 }
 
 /// An HTTP/1.1 response body: the driver's body events, read on demand; at the
 /// end the connection goes back (or closes) per the driver's decision.
-pub(crate) struct H1Body {
-    shared: Arc<Shared>,
-    call: CallId,
-    connection: ConnectionId,
-    live: Option<(Wire, Driver)>,
-    complete: bool,
-    pub(crate) trailers: Option<http::HeaderMap>,
-}
+pub(crate) struct H1Body(pub(crate) engine::H1Body<Shared>);
 
 impl H1Body {
     pub(crate) fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         loop {
-            let Some((wire, driver)) = self.live.as_mut() else { return Ok(None) };
-            match body_step(driver, &mut self.trailers) {
-                BodyStep::Data(b) => return Ok(Some(b)),
-                // Released by `finish`, after the body-end event.
-                BodyStep::End => {
-                    self.complete = true;
-                    return Ok(None);
-                }
-                BodyStep::Failed(e) => {
-                    self.finish();
-                    return Err(e);
-                }
-                BodyStep::NeedIo => pump(&self.shared.hub, wire, driver, &mut Source::None),
+            match self.0.next_chunk() {
+                Next::Ready(r) => return r,
+                Next::Io(sh, wire, driver) => pump(&sh.hub, wire, driver, &mut Source::None),
             }
         }
-    }
-
-    /// Gives the connection back (or closes it) per the driver's decision.
-    pub(crate) fn finish(&mut self) {
-        if let Some((wire, driver)) = self.live.take() {
-            self.shared.release_h1(
-                self.call,
-                self.connection,
-                driver.finish().map(|conn| H1Conn { wire, conn }),
-            );
-        }
-    }
-
-    pub(crate) fn is_done(&self) -> bool {
-        self.live.is_none()
     }
 }
 
@@ -281,15 +205,11 @@ impl Drop for H1Body {
     /// Dropped before its end: the driver drains (bounded: 64 KiB or 100 ms, on
     /// this thread) so the connection can be reused, or decides to close it.
     fn drop(&mut self) {
-        if let Some((wire, driver)) = self.live.as_mut() {
-            if !self.complete {
-                driver.abandon(self.shared.hub.now());
-            }
-            while !driver.is_finished() {
-                pump(&self.shared.hub, wire, driver, &mut Source::None);
-            }
+        let Some(mut drain) = self.0.abandon() else { return };
+        while !drain.driver.is_finished() {
+            pump(&drain.shared.hub, &mut drain.wire, &mut drain.driver, &mut Source::None);
         }
-        self.finish();
+        drain.release();
     }
 }
 

@@ -6,8 +6,8 @@
 use std::io;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes, BytesMut};
-use switchyard_common::Error;
+use bytes::{Buf, Bytes};
+use switchyard_common::{BodyLedger, Collector, Error};
 use switchyard_core::CallId;
 
 use crate::driver::Shared;
@@ -27,50 +27,31 @@ use crate::h1::H1Body;
 /// # Ok(()) }
 /// ```
 pub struct ResponseBody {
+    // Dropped first: the connection is released before the call ends.
     inner: Option<Box<H1Body>>,
-    received: u64,
-    ended: bool,
-    owner: Option<(Arc<Shared>, CallId)>,
+    ledger: BodyLedger,
     /// What `Read` has not handed out yet of the last chunk.
     pending: Bytes,
 }
 
 impl std::fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody").field("received", &self.received).field("ended", &self.ended).finish()
-    }
-}
-
-impl Drop for ResponseBody {
-    fn drop(&mut self) {
-        // Dropped before the end: the inner body returns or retires the
-        // connection; the call is over either way.
-        if let Some((shared, call)) = self.owner.take() {
-            drop(self.inner.take());
-            let at = shared.now();
-            shared.emit(move |l| l.call_end(call, at));
-        }
+        f.debug_struct("ResponseBody").field("ledger", &self.ledger).finish_non_exhaustive()
     }
 }
 
 impl ResponseBody {
     pub(crate) fn h1(body: H1Body) -> ResponseBody {
-        ResponseBody {
-            inner: Some(Box::new(body)),
-            received: 0,
-            ended: false,
-            owner: None,
-            pending: Bytes::new(),
-        }
+        ResponseBody { inner: Some(Box::new(body)), ledger: BodyLedger::new(false), pending: Bytes::new() }
     }
     pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId) {
-        self.owner = Some((shared, call));
+        self.ledger.own(shared, call);
     }
 
     /// An empty body (for responses built by hand).
     #[must_use]
     pub fn empty() -> ResponseBody {
-        ResponseBody { inner: None, received: 0, ended: true, owner: None, pending: Bytes::new() }
+        ResponseBody { inner: None, ledger: BodyLedger::new(true), pending: Bytes::new() }
     }
 
     /// The next chunk, or `None` at the end (the connection is released then).
@@ -81,43 +62,12 @@ impl ResponseBody {
         if !self.pending.is_empty() {
             return Ok(Some(std::mem::take(&mut self.pending)));
         }
-        if self.ended {
+        if self.ledger.is_ended() {
             return Ok(None);
         }
-        let next = match &mut self.inner {
-            None => Ok(None),
-            Some(b) => b.chunk(),
-        };
-        match next {
-            Ok(Some(b)) => {
-                self.received += b.len() as u64;
-                Ok(Some(b))
-            }
-            Ok(None) => {
-                self.ended = true;
-                if let Some((shared, call)) = &self.owner {
-                    let (at, call, n) = (shared.now(), *call, self.received);
-                    shared.emit(move |l| l.response_body_end(call, n, at));
-                }
-                if let Some(b) = &mut self.inner {
-                    b.finish();
-                }
-                if let Some((shared, call)) = self.owner.take() {
-                    let at = shared.now();
-                    shared.emit(move |l| l.call_end(call, at));
-                }
-                Ok(None)
-            }
-            Err(e) => {
-                self.ended = true;
-                let e = Error::Body(e);
-                if let Some((shared, call)) = self.owner.take() {
-                    let (at, err) = (shared.now(), e.clone());
-                    shared.emit(move |l| l.call_failed(call, &err, at));
-                }
-                Err(e)
-            }
-        }
+        let next = self.inner.as_mut().map_or(Ok(None), |b| b.chunk());
+        let inner = &mut self.inner;
+        self.ledger.settle(next, || inner.as_mut().map_or((), |b| b.0.finish()))
     }
 
     /// Reads the whole body.
@@ -125,19 +75,11 @@ impl ResponseBody {
     /// # Errors
     /// As [`ResponseBody::chunk`].
     pub fn collect(&mut self) -> Result<Bytes, Error> {
-        let mut all = BytesMut::new();
-        let mut single: Option<Bytes> = None;
+        let mut all = Collector::default();
         while let Some(chunk) = self.chunk()? {
-            match single.take() {
-                None if all.is_empty() => single = Some(chunk),
-                Some(first) => {
-                    all.extend_from_slice(&first);
-                    all.extend_from_slice(&chunk);
-                }
-                None => all.extend_from_slice(&chunk),
-            }
+            all.push(chunk);
         }
-        Ok(single.unwrap_or_else(|| all.freeze()))
+        Ok(all.finish())
     }
 
     /// Reads the whole body as text (invalid UTF-8 replaced).
@@ -152,13 +94,14 @@ impl ResponseBody {
     /// Trailer fields, once the body has ended (chunked HTTP/1.1).
     #[must_use]
     pub fn trailers(&self) -> Option<&http::HeaderMap> {
-        self.inner.as_ref().and_then(|b| b.trailers.as_ref())
+        self.inner.as_ref().and_then(|b| b.0.trailers.as_ref())
     }
 
     /// Whether the body has been read to the end (its connection released).
     #[must_use]
     pub fn is_end(&self) -> bool {
-        self.pending.is_empty() && (self.ended || self.inner.as_ref().is_none_or(|b| b.is_done()))
+        self.pending.is_empty()
+            && (self.ledger.is_ended() || self.inner.as_ref().is_none_or(|b| b.0.is_done()))
     }
 }
 

@@ -17,6 +17,11 @@ pub(crate) enum Stream {
 }
 
 impl Stream {
+    /// Whether TLS holds records not yet written to the socket.
+    pub(crate) fn wants_flush(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.conn.wants_write())
+    }
+
     /// The TCP socket underneath.
     pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
@@ -158,6 +163,26 @@ fn tls_available(
     }
 }
 
+/// Reads what arrives, waiting as the socket's read timeout allows. For TLS,
+/// records are read from the socket and decrypted directly: the stream's own
+/// `read` would first try to send buffered records, and fail on a connection
+/// the peer already closed for writing — losing a response it sent first.
+pub(crate) fn read_direct(stream: &mut Stream, scratch: &mut [u8]) -> io::Result<usize> {
+    let s = match stream {
+        Stream::Tcp(s) => return s.read(scratch),
+        Stream::Tls(s) => s,
+    };
+    loop {
+        match s.conn.reader().read(scratch) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        let _ = s.conn.read_tls(&mut s.sock)?;
+        s.conn.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+}
+
 /// Socket timeouts, set only when they change (each set is a system call).
 #[derive(Debug, Default)]
 pub(crate) struct Timeouts {
@@ -167,18 +192,21 @@ pub(crate) struct Timeouts {
 
 impl Timeouts {
     pub(crate) fn read(&mut self, tcp: &TcpStream, d: Option<Duration>) -> io::Result<()> {
-        let d = d.map(|d| d.max(Duration::from_millis(1)));
-        if self.read != Some(d) {
-            tcp.set_read_timeout(d)?;
-            self.read = Some(d);
-        }
-        Ok(())
+        Self::set(&mut self.read, d, |d| tcp.set_read_timeout(d))
     }
     pub(crate) fn write(&mut self, tcp: &TcpStream, d: Option<Duration>) -> io::Result<()> {
+        Self::set(&mut self.write, d, |d| tcp.set_write_timeout(d))
+    }
+    /// Sets `d` (at least 1 ms: zero means "none" to the OS) unless it is set.
+    fn set(
+        slot: &mut Option<Option<Duration>>,
+        d: Option<Duration>,
+        apply: impl FnOnce(Option<Duration>) -> io::Result<()>,
+    ) -> io::Result<()> {
         let d = d.map(|d| d.max(Duration::from_millis(1)));
-        if self.write != Some(d) {
-            tcp.set_write_timeout(d)?;
-            self.write = Some(d);
+        if *slot != Some(d) {
+            apply(d)?;
+            *slot = Some(d);
         }
         Ok(())
     }
