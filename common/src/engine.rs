@@ -667,7 +667,7 @@ pub trait EngineHost: Adapter + Send + Sync + 'static {
 
 /// An HTTP/1.1 response body's state, the same on every adapter: the
 /// connection (the adapter's wire and the core's driver) until the body ends.
-/// The adapter only moves bytes when [`H1Body::next`] asks it to.
+/// The adapter only moves bytes when [`H1Body::next_chunk`] asks it to.
 pub struct H1Body<A: EngineHost> {
     shared: Arc<A>,
     call: CallId,
@@ -678,7 +678,7 @@ pub struct H1Body<A: EngineHost> {
     pub trailers: Option<http::HeaderMap>,
 }
 
-/// What [`H1Body::next`] says.
+/// What [`H1Body::next_chunk`] says.
 pub enum Next<'a, A: EngineHost> {
     /// The next chunk (`Ok(None)` at the end), or the body's failure.
     Ready(Result<Option<bytes::Bytes>, crate::BodyError>),

@@ -394,7 +394,8 @@ enum Phase {
     Finished,
 }
 
-/// One exchange on one HTTP/1.1 connection. See the [module docs](self).
+/// One exchange on one HTTP/1.1 connection. See [`Conn`] and the
+/// [driver docs](crate::http1::driver).
 #[derive(Debug)]
 pub struct Driver {
     conn: Conn,

@@ -1,7 +1,7 @@
 //! HTTP/1.1 as pure state machines: bytes in, bytes out, no I/O. All adapters
 //! share them.
 //!
-//! * [`Conn`] and [`Driver`]: the connection driver — one exchange on one
+//! * [`Conn`] and [`Driver`] ([`driver`]): the connection driver — one exchange on one
 //!   connection with its phases, timers, early responses, draining, keep-alive and
 //!   failure classification. This is what an adapter drives.
 //! * [`Exchange`]: the codec underneath (below).
@@ -48,7 +48,7 @@
 //! # Ok::<(), switchyard_core::http1::Http1Error>(())
 //! ```
 
-mod driver;
+pub mod driver;
 mod error;
 mod request;
 mod response;
