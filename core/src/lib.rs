@@ -100,23 +100,32 @@
 //!
 //! ## Embedding: driving the core from your own event loop
 //!
-//! A driver owns one [`Pool`] (or one [`Race`]) and repeats, in order:
+//! The core makes every decision; an embedder supplies only four things:
 //!
-//! 1. **Feed an input with `now`** — a DNS answer ([`Pool::handle_dns`]), a TCP
-//!    result ([`Pool::handle_connected`], [`Pool::handle_failed`]), a handshake
-//!    result ([`Pool::handle_established`]), an exchange's end
-//!    ([`Pool::exchange_finished`], [`Pool::exchange_failed`]), what the peer did
-//!    ([`Pool::connection_closed`], [`Pool::settings`], [`Pool::goaway`]), or a new
-//!    call ([`Pool::acquire`]). `now` is an [`Instant`] on the driver's own clock.
-//! 2. **Drain [`Pool::poll_action`] and perform every action**: resolve, connect
-//!    (non-blocking), run handshakes, close cancelled attempts at once, keep an
-//!    established socket under its [`ConnectionId`], hand a connection to a call,
-//!    close a connection.
-//! 3. **Drain [`Pool::poll_event`]** for listeners and logs (optional, but events
-//!    queue until drained).
-//! 4. **Sleep until the next I/O readiness or [`Pool::poll_timeout`]**, whichever
-//!    is first, then call [`Pool::handle_timeout`] with the new `now`.
+//! 1. **Sockets and readiness**: non-blocking connects, reads and writes, and
+//!    knowing when a socket is ready.
+//! 2. **The clock**: `now` on every input, and sleeping until the earliest
+//!    `poll_timeout()` of the [`Pool`] and of each busy [`http1::Driver`].
+//! 3. **DNS**: answering [`PoolAction::Resolve`].
+//! 4. **TLS bytes**: moving records between the socket and a TLS library (the
+//!    example uses rustls's own sans-IO `ClientConnection`), and reporting the
+//!    certificate's names ([`TlsFacts`]).
 //!
+//! Everything else is a state machine to feed and poll:
+//!
+//! * the [`Pool`] — routes, the race, pooling, limits, retries
+//!   ([`Pool::exchange_failed`]), the idle sweep ([`PoolAction::Probe`]);
+//! * a [`handshake::ProxyHandshake`] per proxy hop (HTTP `CONNECT`, SOCKS5);
+//! * an [`http1::Conn`] per idle HTTP/1.1 connection and an [`http1::Driver`]
+//!   per exchange — partial writes, the 100-continue wait, early answers,
+//!   timeouts, draining, keep-alive, and how far a failure got (which is what
+//!   [`Pool::exchange_failed`] needs).
+//!
+//! The loop, every turn: feed an input with `now`; drain [`Pool::poll_action`]
+//! and perform each action; drain [`Pool::poll_event`] (events queue until
+//! drained); move bytes for every busy driver and act on its events; sleep
+//! until readiness or the earliest deadline; call `handle_timeout(now)`.
+
 //! What the core promises in return:
 //!
 //! * A report that comes **late** (for an attempt already cancelled, a race
@@ -126,14 +135,16 @@
 //!   typed [`Misuse`] error, and the state is unchanged.
 //! * `handle_timeout` **early, late or twice** is harmless: it acts only on
 //!   deadlines `<= now`, and a `now` that goes backwards only delays work.
-//! * Nothing panics on any input sequence — the `pool_ops` fuzz target and the
-//!   seeded simulation (`core/tests/sim.rs`) check that, with the pool's invariants
-//!   after every step.
+//! * Nothing panics on any input sequence — the `pool_ops` and `h1_driver` fuzz
+//!   targets and the seeded simulation (`core/tests/sim.rs`) check that, with the
+//!   invariants after every step.
 //!
-//! `core/examples/fetch_loop.rs` is a complete driver in about 230 lines: mio for
-//! readiness, non-blocking connects for the race, the [`http1`] codec for the
-//! bytes, timers from `poll_timeout()`. Run it with
-//! `cargo run -p switchyard-core --example fetch_loop`.
+//! `core/examples/fetch_loop.rs` is a complete driver: mio for readiness,
+//! rustls for TLS, and the core's pool, proxy handshakes and connection driver
+//! for the rest — several calls at once, partial writes, retries through the
+//! core, an HTTPS origin reached through a `CONNECT` proxy, every event printed.
+//! CI runs it (`cargo run -p switchyard-core --example fetch_loop`) against its
+//! own loopback servers.
 //!
 //! ## Modules
 //!
@@ -145,7 +156,9 @@
 //! | [`race`] | [`Race`]: Happy Eyeballs for one call |
 //! | [`pool`] | [`Pool`]: acquire, share, coalesce, limits and waiters, eviction, retry decisions |
 //! | [`connection`] | [`CloseReason`], [`Reuse`], [`TlsFacts`]: the vocabulary of connection lifecycles |
-//! | [`http1`] | the HTTP/1.1 exchange codec: request encoding, incremental response decoding, keep-alive |
+//! | [`http1`] | HTTP/1.1: the connection driver ([`http1::Conn`], [`http1::Driver`]) over the codec (request encoding, incremental response decoding, keep-alive) |
+//! | [`handshake`] | proxy handshakes (`CONNECT`, SOCKS5) as sans-IO machines |
+//! | [`http2`] | the HTTP/2 frame scanner: SETTINGS and GOAWAY as they arrive |
 //! | [`event`] | [`Event`]: what happened, timestamped |
 //! | [`error`] | typed errors: [`AddressError`], [`DnsError`], [`ConnectError`], [`RaceError`], [`Misuse`] |
 //! | [`id`] | opaque, never-reused ids |

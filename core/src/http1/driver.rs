@@ -490,6 +490,13 @@ impl Driver {
         &self.ex
     }
 
+    /// Response bytes read and not yet decoded (bounded by the head and
+    /// chunk-line limits past the last read).
+    #[must_use]
+    pub fn buffered(&self) -> usize {
+        self.conn.buf.len()
+    }
+
     /// Request bytes written so far (head and framed body).
     #[must_use]
     pub fn written(&self) -> u64 {
@@ -652,8 +659,9 @@ impl Driver {
 
     /// The caller dropped the response body before its end: read on (bounded)
     /// so the connection can be reused. Queued data is discarded. Before the
-    /// head there is nothing to drain: the exchange fails and the connection
-    /// closes.
+    /// head there is nothing to drain: the exchange fails
+    /// ([`Failure::Request`]), and the connection closes unless nothing was
+    /// written yet.
     pub fn abandon(&mut self, now: Instant) {
         match self.phase {
             Phase::Body => {
@@ -665,10 +673,10 @@ impl Driver {
                 self.decode(now);
             }
             Phase::Finished | Phase::Draining => {}
-            _ => {
-                self.ex.abandon_body();
-                self.end(Reuse::Retire(CloseReason::UnreadBody));
-            }
+            // Before the head: the caller gave up on the exchange. Nothing
+            // written leaves the connection as it was; otherwise it closes.
+            _ => self
+                .fail(Failure::Request { message: "the exchange was abandoned before its response".into() }),
         }
     }
 
