@@ -8,6 +8,13 @@
 //! or fails), servers that close idle connections (noticed, or silently, making
 //! stale connections), reset exchanges, HTTP/2 stream limits and GOAWAY.
 //!
+//! HTTP/1.1 exchanges run through the core's connection driver (`http1::Conn`,
+//! `http1::Driver`) against a simulated server: requests written in random
+//! pieces, responses (chunked, or with `Connection: close`) read in random
+//! pieces, stale connections probed before reuse (their close seen, or not yet),
+//! resets as an EOF before any response byte; the driver's keep-alive decision
+//! and failure classification are what the pool hears, and are checked.
+//!
 //! After every step the checker asserts the pool's invariants; per call: every
 //! acquisition ends by the call's deadline; the race keeps its stagger; routes
 //! that failed are tried after the others on the next call; at the end every
@@ -21,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use switchyard_core::http1::{self, Event as H1Event, Failure as H1Failure, Peek};
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{
     AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError,
@@ -109,6 +117,10 @@ struct SimConn {
     idle_generation: u64,
     stale: bool,
     goaway_sent: bool,
+    /// HTTP/1.1: the core's view of the idle connection (read buffer,
+    /// history), and the driver of the exchange it carries.
+    h1: Option<http1::Conn>,
+    driver: Option<(CallId, http1::Driver)>,
 }
 
 #[derive(Debug)]
@@ -213,6 +225,10 @@ struct Counters {
     goaways: u64,
     coalesced: u64,
     races_lost: u64,
+    /// HTTP/1.1 exchanges the connection driver ran to a response.
+    h1_exchanges: u64,
+    /// Stale connections the driver's probe caught before writing.
+    probe_caught: u64,
 }
 
 struct Sim {
@@ -322,7 +338,9 @@ impl Sim {
                 if let Some(c) = self.calls.get_mut(&attempt.call()) {
                     c.attempts_in_flight.remove(&attempt);
                 }
-                self.conns.insert(connection, SimConn { protocol: Some(protocol), ..SimConn::default() });
+                let h1 =
+                    (protocol == Protocol::Http1).then(|| http1::Conn::new(http1::DriverConfig::default()));
+                self.conns.insert(connection, SimConn { protocol: Some(protocol), h1, ..SimConn::default() });
                 if protocol.is_multiplexed() {
                     if let Some(limit) = self.w.server.stream_limit {
                         self.at(ms(1), Ev::Settings(connection, limit));
@@ -348,7 +366,9 @@ impl Sim {
                 }
                 c.holding = Some(connection);
                 let t = self.w.calls[c.spec].exchange_ms;
-                self.at(ms(t), Ev::ExchangeDone(call, connection));
+                if self.start_h1(call, connection)? {
+                    self.at(ms(t), Ev::ExchangeDone(call, connection));
+                }
             }
             PoolAction::AcquireFailed { call, .. } => {
                 self.counters.acquire_failed += 1;
@@ -370,43 +390,153 @@ impl Sim {
         Ok(())
     }
 
-    fn exchange_done(&mut self, call: CallId, connection: ConnectionId) -> Result<(), String> {
-        let spec = self.calls[&call].spec;
-        let idempotent = self.w.calls[spec].idempotent;
-        let facts = RequestFacts { idempotent, body_replayable: true };
-        let conn = self.conns.get_mut(&connection);
-        let stale = conn.as_ref().is_some_and(|c| c.stale);
-        let reset = self.w.rng.chance(self.w.server.reset_percent);
+    fn facts(&self, call: CallId) -> RequestFacts {
+        let idempotent = self.w.calls[self.calls[&call].spec].idempotent;
+        RequestFacts { idempotent, body_replayable: true }
+    }
+
+    /// An exchange failed: the pool decides (retry or fail).
+    fn failed(&mut self, call: CallId, failure: ExchangeFailure) -> Result<(), String> {
         self.calls.get_mut(&call).unwrap().holding = None;
-        if stale || reset {
-            let failure = ExchangeFailure {
-                kind: ExchangeFailureKind::Io {
-                    kind: std::io::ErrorKind::ConnectionReset,
-                    message: "reset".into(),
-                },
-                progress: Progress::RequestWritten,
-                request: facts,
-            };
-            match self.pool.exchange_failed(self.now, call, failure).map_err(|e| e.to_string())? {
-                FailureOutcome::Retrying(_) => {
-                    self.counters.retries += 1;
-                    self.calls.get_mut(&call).unwrap().acquiring_since = Some(self.now);
-                }
-                FailureOutcome::Failed(_) => self.calls.get_mut(&call).unwrap().ended = true,
+        match self.pool.exchange_failed(self.now, call, failure).map_err(|e| e.to_string())? {
+            FailureOutcome::Retrying(_) => {
+                self.counters.retries += 1;
+                self.calls.get_mut(&call).unwrap().acquiring_since = Some(self.now);
             }
-            return Ok(());
+            FailureOutcome::Failed(_) => self.calls.get_mut(&call).unwrap().ended = true,
         }
+        Ok(())
+    }
+
+    /// HTTP/1.1: the call's exchange runs through the core's connection driver.
+    /// A reused connection is probed first: one the server closed while idle is
+    /// seen (EOF) half the time; otherwise its close arrives only after the
+    /// request is written. `Ok(false)`: the exchange already ended.
+    fn start_h1(&mut self, call: CallId, connection: ConnectionId) -> Result<bool, String> {
+        let Some(sc) = self.conns.get_mut(&connection) else { return Ok(true) };
+        let Some(conn) = sc.h1.take() else { return Ok(true) };
+        let seen = sc.stale && self.w.rng.chance(50);
+        let facts = self.facts(call);
+        if conn.needs_probe() {
+            if let Err(reason) = conn.check(if seen { Peek::Eof } else { Peek::Quiet }) {
+                if reason != CloseReason::ServerClose {
+                    return Err(format!("{connection}: probe verdict {reason}"));
+                }
+                self.counters.probe_caught += 1;
+                let e = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "closed while idle");
+                let failure = ExchangeFailure {
+                    kind: ExchangeFailureKind::from_io(&e),
+                    progress: Progress::NothingWritten,
+                    request: facts,
+                };
+                self.failed(call, failure)?;
+                return Ok(false);
+            }
+        }
+        let (parts, ()) = http::Request::get("http://sim.test/").body(()).unwrap().into_parts();
+        let request = http1::Request::new(&parts, http1::TargetForm::Origin, http1::RequestBody::None);
+        let mut driver = conn.start(self.now, request).map_err(|r| r.error.to_string())?;
+        // The socket takes the request in pieces.
+        while let Some(out) = driver.poll_transmit() {
+            let n = (self.w.rng.range(1, 64) as usize).min(out.len());
+            driver.handle_written(self.now, n);
+        }
+        match driver.poll_event() {
+            Some(H1Event::HeadersSent) => {}
+            other => return Err(format!("{call}: expected HeadersSent, got {other:?}")),
+        }
+        self.conns.get_mut(&connection).unwrap().driver = Some((call, driver));
+        Ok(true)
+    }
+
+    /// HTTP/1.1: the server's answer reaches the driver, split at random; the
+    /// driver's verdict (keep-alive, or how far a failure got) goes to the pool.
+    fn finish_h1(&mut self, call: CallId, connection: ConnectionId, broken: bool) -> Result<(), String> {
+        let (held, mut driver) = self.conns.get_mut(&connection).unwrap().driver.take().unwrap();
+        if held != call {
+            return Err(format!("{connection} carries {held}, not {call}"));
+        }
+        let close = self.w.rng.chance(self.w.server.close_percent);
+        let response: &[u8] = match (broken, close) {
+            (true, _) => b"",
+            (false, true) => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+            (false, false) => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        };
+        let mut at = 0;
+        while at < response.len() {
+            let n = (self.w.rng.range(1, 16) as usize).min(response.len() - at);
+            driver.handle_read(self.now, &response[at..at + n]);
+            at += n;
+        }
+        if broken {
+            driver.handle_eof(self.now);
+        }
+        let mut end = None;
+        while let Some(e) = driver.poll_event() {
+            match e {
+                H1Event::Done(_) | H1Event::Failed(_) => end = Some(e),
+                H1Event::Head(_) | H1Event::Data(_) | H1Event::Trailers(_) => {}
+                other => return Err(format!("{call}: unexpected {other:?}")),
+            }
+        }
+        match end {
+            Some(H1Event::Failed(H1Failure::Exchange { kind, progress })) => {
+                if progress != Progress::RequestWritten {
+                    return Err(format!(
+                        "{call}: a close before any byte is 'request written', not {progress:?}"
+                    ));
+                }
+                let facts = self.facts(call);
+                self.failed(call, ExchangeFailure { kind, progress, request: facts })
+            }
+            Some(H1Event::Done(reuse)) => {
+                self.counters.h1_exchanges += 1;
+                let expected = if close { Reuse::Retire(CloseReason::ServerClose) } else { Reuse::Reusable };
+                if reuse != expected {
+                    return Err(format!("{call}: the driver said {reuse:?}, expected {expected:?}"));
+                }
+                let reuse = match driver.finish() {
+                    Ok(conn) => {
+                        self.conns.get_mut(&connection).unwrap().h1 = Some(conn);
+                        Reuse::Reusable
+                    }
+                    Err(reason) => Reuse::Retire(reason),
+                };
+                self.complete(call, connection, reuse)
+            }
+            other => Err(format!("{call}: the driver ended with {other:?}")),
+        }
+    }
+
+    fn exchange_done(&mut self, call: CallId, connection: ConnectionId) -> Result<(), String> {
+        let facts = self.facts(call);
+        if self.conns.get(&connection).is_some_and(|c| c.driver.is_some()) {
+            let stale = self.conns[&connection].stale;
+            let broken = stale || self.w.rng.chance(self.w.server.reset_percent);
+            return self.finish_h1(call, connection, broken);
+        }
+        // HTTP/2 (no driver): a stale or reset connection fails the stream.
+        let stale = self.conns.get(&connection).is_some_and(|c| c.stale);
+        if stale || self.w.rng.chance(self.w.server.reset_percent) {
+            let kind = ExchangeFailureKind::Io {
+                kind: std::io::ErrorKind::ConnectionReset,
+                message: "reset".into(),
+            };
+            return self
+                .failed(call, ExchangeFailure { kind, progress: Progress::RequestWritten, request: facts });
+        }
+        self.complete(call, connection, Reuse::Reusable)
+    }
+
+    /// The exchange ended with a response: the pool gets the connection back.
+    fn complete(&mut self, call: CallId, connection: ConnectionId, reuse: Reuse) -> Result<(), String> {
+        self.calls.get_mut(&call).unwrap().holding = None;
         let (protocol, exchanges) = match self.conns.get_mut(&connection) {
             Some(c) => {
                 c.exchanges += 1;
                 (c.protocol, c.exchanges)
             }
             None => (None, 0),
-        };
-        let reuse = if protocol == Some(Protocol::Http1) && self.w.rng.chance(self.w.server.close_percent) {
-            Reuse::Retire(CloseReason::ServerClose)
-        } else {
-            Reuse::Reusable
         };
         self.pool.exchange_finished(self.now, call, reuse).map_err(|e| e.to_string())?;
         self.calls.get_mut(&call).unwrap().ended = true;
@@ -639,6 +769,8 @@ fn seeded_scenarios() {
                 total.goaways += c.goaways;
                 total.coalesced += c.coalesced;
                 total.races_lost += c.races_lost;
+                total.h1_exchanges += c.h1_exchanges;
+                total.probe_caught += c.probe_caught;
                 // Same seed, same run.
                 if seed % 97 == 0 {
                     assert_eq!(Sim::run(seed), Ok(trace), "seed {seed} is not deterministic");
@@ -659,6 +791,8 @@ fn seeded_scenarios() {
             ("failed acquisitions", t.acquire_failed),
             ("retries", t.retries),
             ("stale connections", t.stale),
+            ("HTTP/1.1 exchanges through the driver", t.h1_exchanges),
+            ("stale connections caught by the driver's probe", t.probe_caught),
             ("GOAWAYs", t.goaways),
             ("coalesced calls", t.coalesced),
             ("cancelled attempts", t.races_lost),
