@@ -10,7 +10,8 @@
 //! `Client` is this crate's [`Client`] for that runtime. Everything else here is
 //! runtime-neutral: HTTP/1.1 through the core's codec, HTTP/2 through `h2`, TLS
 //! through `tokio-rustls` (which, like `h2`, uses only tokio's I/O traits — no
-//! tokio runtime), idle connections probed before reuse and swept every second,
+//! tokio runtime), idle connections probed before reuse and swept on the core's
+//! probe timer (`PoolAction::Probe`, every second by default),
 //! HTTP/2 liveness PINGs, the abandoned-body drain, and the core's timers.
 
 mod body;
