@@ -341,8 +341,11 @@ impl<A: Adapter> Engine<A> {
         }
     }
 
-    /// The task of a started attempt. When the attempt was cancelled
-    /// meanwhile, the task comes back: abort it (after the lock).
+    /// The task of a started attempt. When the attempt is gone — cancelled, or
+    /// (if the task ran first) already finished — the task comes back: abort
+    /// it after the lock. Aborting must be harmless for a finished task, or the
+    /// handle must be registered before the task can finish (std's socket
+    /// clones are).
     pub fn attempt_started(&mut self, attempt: AttemptId, task: A::Task) -> Option<A::Task> {
         match self.attempts.get_mut(&attempt) {
             Some(Attempt::Running(slot @ None)) => {
@@ -665,6 +668,10 @@ pub trait EngineHost: Adapter + Send + Sync + 'static {
     }
 }
 
+/// A connection in the middle of an exchange: the adapter's wire and the
+/// core's driver, boxed once so moving an exchange around moves a pointer.
+type Live<A> = Box<(<A as Adapter>::Wire, http1::Driver)>;
+
 /// An HTTP/1.1 response body's state, the same on every adapter: the
 /// connection (the adapter's wire and the core's driver) until the body ends.
 /// The adapter only moves bytes when [`H1Body::next_chunk`] asks it to.
@@ -672,7 +679,7 @@ pub struct H1Body<A: EngineHost> {
     shared: Arc<A>,
     call: CallId,
     connection: ConnectionId,
-    live: Option<(A::Wire, http1::Driver)>,
+    live: Option<Live<A>>,
     complete: bool,
     /// Trailer fields, once the body ended (chunked bodies).
     pub trailers: Option<http::HeaderMap>,
@@ -687,23 +694,17 @@ pub enum Next<'a, A: EngineHost> {
 }
 
 impl<A: EngineHost> H1Body<A> {
-    /// The body of the exchange `driver` runs on `wire` for `call`.
-    pub fn new(
-        shared: Arc<A>,
-        call: CallId,
-        connection: ConnectionId,
-        wire: A::Wire,
-        driver: http1::Driver,
-    ) -> Self {
-        H1Body { shared, call, connection, live: Some((wire, driver)), complete: false, trailers: None }
+    /// The body of the exchange `live` runs for `call`.
+    fn new(shared: Arc<A>, call: CallId, connection: ConnectionId, live: Live<A>) -> Self {
+        H1Body { shared, call, connection, live: Some(live), complete: false, trailers: None }
     }
 
     /// The next chunk, or what I/O the driver needs first. A failed body
     /// releases (closes) its connection at once; a complete one when
     /// [`H1Body::finish`] is called (after the body-end event).
     pub fn next_chunk(&mut self) -> Next<'_, A> {
-        let Some((_, driver)) = self.live.as_mut() else { return Next::Ready(Ok(None)) };
-        match crate::exchange::body_step(driver, &mut self.trailers) {
+        let Some(live) = self.live.as_mut() else { return Next::Ready(Ok(None)) };
+        match crate::exchange::body_step(&mut live.1, &mut self.trailers) {
             crate::exchange::BodyStep::Data(b) => Next::Ready(Ok(Some(b))),
             crate::exchange::BodyStep::End => {
                 self.complete = true;
@@ -713,7 +714,7 @@ impl<A: EngineHost> H1Body<A> {
                 self.finish();
                 Next::Ready(Err(e))
             }
-            crate::exchange::BodyStep::NeedIo => match self.live.as_mut() {
+            crate::exchange::BodyStep::NeedIo => match self.live.as_deref_mut() {
                 Some((wire, driver)) => Next::Io(&*self.shared, wire, driver),
                 None => Next::Ready(Ok(None)),
             },
@@ -722,7 +723,8 @@ impl<A: EngineHost> H1Body<A> {
 
     /// Gives the connection back (or closes it) per the driver's decision.
     pub fn finish(&mut self) {
-        if let Some((wire, driver)) = self.live.take() {
+        if let Some(live) = self.live.take() {
+            let (wire, driver) = *live;
             self.shared.release_h1(self.call, self.connection, wire, driver);
         }
     }
@@ -738,7 +740,7 @@ impl<A: EngineHost> H1Body<A> {
     /// already decided, hands the exchange to the adapter to drain — then
     /// release with [`EngineHost::release_h1`]. Afterwards this body is done.
     pub fn abandon(&mut self) -> Option<Draining<A>> {
-        let (wire, mut driver) = self.live.take()?;
+        let (wire, mut driver) = *self.live.take()?;
         if !self.complete {
             driver.abandon(self.shared.hub().now());
         }
@@ -857,7 +859,7 @@ pub struct H1Exchange<A: EngineHost> {
     call: CallId,
     connection: ConnectionId,
     facts: switchyard_core::pool::RequestFacts,
-    live: Option<(A::Wire, http1::Driver)>,
+    live: Option<Live<A>>,
 }
 
 /// What [`H1Exchange::step`] says. (Returned once per step and matched at
@@ -903,7 +905,7 @@ impl<A: EngineHost> H1Exchange<A> {
                 call,
                 connection,
                 facts,
-                live: Some((wire, driver)),
+                live: Some(Box::new((wire, driver))),
             }),
             Err(refused) => {
                 // Nothing was written: the connection goes back as it was.
@@ -936,20 +938,20 @@ impl<A: EngineHost> H1Exchange<A> {
     /// `response_headers_end` as they happen).
     pub fn step(&mut self) -> Step<'_, A> {
         use crate::exchange::{before_head, Attempted, BeforeHead};
-        let Some((_, driver)) = self.live.as_mut() else {
+        let Some(live) = self.live.as_mut() else {
             return Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts)));
         };
-        match before_head(self.shared.hub(), self.call, driver, self.facts) {
-            BeforeHead::NeedIo => match self.live.as_mut() {
+        match before_head(self.shared.hub(), self.call, &mut live.1, self.facts) {
+            BeforeHead::NeedIo => match self.live.as_deref_mut() {
                 Some((wire, driver)) => Step::Io(&*self.shared, wire, driver),
                 None => Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts))),
             },
             BeforeHead::Head(head) => {
-                let Some((wire, driver)) = self.live.take() else {
+                let Some(live) = self.live.take() else {
                     return Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts)));
                 };
                 let (parts, ()) = head.into_parts();
-                let body = H1Body::new(Arc::clone(&self.shared), self.call, self.connection, wire, driver);
+                let body = H1Body::new(Arc::clone(&self.shared), self.call, self.connection, live);
                 Step::Done(Ok(http::Response::from_parts(parts, body)))
             }
             // The socket closes with the exchange; the pool decides what follows.
@@ -958,7 +960,8 @@ impl<A: EngineHost> H1Exchange<A> {
                 Step::Done(Err(Attempted::Failed(failure)))
             }
             BeforeHead::Refused(why) => {
-                if let Some((wire, driver)) = self.live.take() {
+                if let Some(live) = self.live.take() {
+                    let (wire, driver) = *live;
                     self.shared.release_h1(self.call, self.connection, wire, driver);
                 }
                 Step::Done(Err(Attempted::Fatal(crate::Error::InvalidRequest(why))))

@@ -73,14 +73,23 @@ pub enum BeforeHead {
 /// (`request_headers_end`, `request_body_end`, `response_headers_end`) as they
 /// happen.
 pub fn before_head<S>(hub: &Hub<S>, call: CallId, driver: &mut Driver, facts: RequestFacts) -> BeforeHead {
+    let listening = hub.is_listening();
     while let Some(event) = driver.poll_event() {
-        let at = hub.now();
         match event {
-            Event::HeadersSent => hub.emit(move |l| l.request_headers_end(call, at)),
-            Event::BodySent { bytes } => hub.emit(move |l| l.request_body_end(call, bytes, at)),
+            Event::HeadersSent if listening => {
+                let at = hub.now();
+                hub.emit(move |l| l.request_headers_end(call, at));
+            }
+            Event::BodySent { bytes } if listening => {
+                let at = hub.now();
+                hub.emit(move |l| l.request_body_end(call, bytes, at));
+            }
+            Event::HeadersSent | Event::BodySent { .. } => {}
             Event::Head(head) => {
-                let status = head.status();
-                hub.emit(move |l| l.response_headers_end(call, status, at));
+                if listening {
+                    let (at, status) = (hub.now(), head.status());
+                    hub.emit(move |l| l.response_headers_end(call, status, at));
+                }
                 return BeforeHead::Head(head);
             }
             Event::Failed(Failure::Exchange { kind, progress }) => {

@@ -226,6 +226,8 @@ pub trait Notes: Send + Sync {
     fn now(&self) -> Instant;
     /// Delivers one listener call, in order.
     fn note(&self, note: crate::Note);
+    /// Whether anyone listens (when not, notes are not even built).
+    fn listening(&self) -> bool;
 }
 
 impl<T: crate::engine::EngineHost> Notes for T {
@@ -234,6 +236,9 @@ impl<T: crate::engine::EngineHost> Notes for T {
     }
     fn note(&self, note: crate::Note) {
         self.hub().emit(note);
+    }
+    fn listening(&self) -> bool {
+        self.hub().is_listening()
     }
 }
 
@@ -261,9 +266,12 @@ impl BodyLedger {
         BodyLedger { received: 0, ended, owner: None }
     }
 
-    /// The body ends `call`: its end is the call's end.
+    /// The body ends `call`: its end is the call's end (for listeners: with
+    /// none, there is nothing to tell).
     pub fn own(&mut self, notes: Arc<dyn Notes>, call: CallId) {
-        self.owner = Some((notes, call));
+        if notes.listening() {
+            self.owner = Some((notes, call));
+        }
     }
 
     /// Whether the body has ended (read to its end, or failed).

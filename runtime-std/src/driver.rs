@@ -200,8 +200,14 @@ impl EngineHost for Shared {
                 // Built with the client: a lookup, nothing built here.
                 let config = self.settings.tls.get(route.address().protocols());
                 // A clone of the socket, so cancelling shuts it down and the
-                // thread's I/O ends at once.
-                let handle = tcp.try_clone().ok();
+                // thread's I/O ends at once. Registered before the thread
+                // starts: once the handshake is done the attempt is gone, and a
+                // handle registered late would look cancelled and shut down the
+                // new connection.
+                if let Some(Some(orphan)) = self.attempt_running(attempt, tcp.try_clone().ok()) {
+                    let _ = orphan.shutdown(std::net::Shutdown::Both); // cancelled already
+                    return;
+                }
                 let limit = self.settings.handshake_timeout;
                 let me = Arc::clone(self);
                 let started = Self::thread("switchyard-handshake", move || {
@@ -212,10 +218,6 @@ impl EngineHost for Shared {
                 });
                 if !started {
                     self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
-                    return;
-                }
-                if let Some(Some(tcp)) = self.attempt_running(attempt, handle) {
-                    let _ = tcp.shutdown(std::net::Shutdown::Both);
                 }
             }
             // A handshake's socket is shut down, ending its thread's I/O now; a
