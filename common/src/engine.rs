@@ -230,11 +230,10 @@ impl<A: Adapter> Engine<A> {
         self.waiters.contains_key(&call)
     }
 
-    /// The waiting calls, lowest id first, and their waiters.
-    pub fn waiters(&self) -> impl Iterator<Item = (CallId, &A::Waiter)> {
-        let mut all: Vec<_> = self.waiters.iter().map(|(c, w)| (*c, w)).collect();
-        all.sort_by_key(|(c, _)| *c);
-        all.into_iter()
+    /// The waiting call with the lowest id (the oldest), and its waiter.
+    #[must_use]
+    pub fn first_waiter(&self) -> Option<(CallId, &A::Waiter)> {
+        self.waiters.iter().min_by_key(|(c, _)| **c).map(|(c, w)| (*c, w))
     }
 
     /// Updates the maps for `action` and says what the adapter must do.

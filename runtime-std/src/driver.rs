@@ -101,7 +101,7 @@ impl Shared {
             }
             None => {
                 // The lowest call id: deterministic, and the oldest waiter.
-                if let Some((call, tx)) = st.io.engine.waiters().next() {
+                if let Some((call, tx)) = st.io.engine.first_waiter() {
                     let _ = tx.send(Msg::Wake);
                     st.io.local.0 = Some((call, Some(next)));
                 }
