@@ -147,6 +147,14 @@ pub enum Effect<A: Adapter> {
         /// Its socket and state, out of the pool meanwhile.
         conn: Box<H1Conn<A::Wire>>,
     },
+    /// Send one PING on this HTTP/2 connection; report its PONG with
+    /// [`Pool::pong`] (the pool times it out itself).
+    Ping {
+        /// The connection.
+        connection: ConnectionId,
+        /// Its handle.
+        handle: A::H2,
+    },
     /// Drop these (closing sockets, ending handles) outside the lock.
     Close(Closed<A>),
 }
@@ -332,6 +340,10 @@ impl<A: Adapter> Engine<A> {
                 },
                 _ => None,
             },
+            PoolAction::Ping { connection } => match self.conns.get(&connection) {
+                Some(Conn::H2(handle)) => Some(Effect::Ping { connection, handle: handle.clone() }),
+                _ => None,
+            },
             PoolAction::Close { connection, .. } => match self.conns.remove(&connection)? {
                 Conn::H1Idle(c) => Some(Effect::Close(Closed::H1(c))),
                 Conn::H2(h) => Some(Effect::Close(Closed::H2(h))),
@@ -366,23 +378,8 @@ impl<A: Adapter> Engine<A> {
         attempt: AttemptId,
         result: Result<A::Socket, ConnectError>,
     ) -> Option<A::Socket> {
-        if !matches!(self.attempts.get(&attempt), Some(Attempt::Running(_))) {
-            return result.ok();
-        }
-        let outcome = match result {
-            Ok(socket) => {
-                self.attempts.insert(attempt, Attempt::Ready(socket));
-                pool.handle_connected(now, attempt)
-            }
-            Err(e) => {
-                self.attempts.remove(&attempt);
-                pool.handle_failed(now, attempt, e)
-            }
-        };
-        if let Err(misuse) = outcome {
-            tracing::warn!("{misuse}");
-        }
-        None
+        let result = result.map(|socket| (socket, ()));
+        self.attempt_ended(pool, now, attempt, result, |pool, ()| pool.handle_connected(now, attempt))
     }
 
     /// An attempt's handshakes ended. A cancelled attempt's socket comes back.
@@ -393,13 +390,29 @@ impl<A: Adapter> Engine<A> {
         attempt: AttemptId,
         result: Result<Handshaken<A>, ConnectError>,
     ) -> Option<A::Socket> {
+        let result = result.map(|(socket, alpn, facts)| (socket, (alpn, facts)));
+        self.attempt_ended(pool, now, attempt, result, |pool, (alpn, facts)| {
+            pool.handle_established(now, attempt, alpn, facts)
+        })
+    }
+
+    /// A step of a running attempt ended: its socket waits for the core's next
+    /// word (`report` tells the pool), or the attempt failed.
+    fn attempt_ended<T>(
+        &mut self,
+        pool: &mut Pool,
+        now: Instant,
+        attempt: AttemptId,
+        result: Result<(A::Socket, T), ConnectError>,
+        report: impl FnOnce(&mut Pool, T) -> Result<(), switchyard_core::Misuse>,
+    ) -> Option<A::Socket> {
         if !matches!(self.attempts.get(&attempt), Some(Attempt::Running(_))) {
-            return result.ok().map(|(socket, _, _)| socket);
+            return result.ok().map(|(socket, _)| socket); // cancelled meanwhile
         }
         let outcome = match result {
-            Ok((socket, alpn, facts)) => {
+            Ok((socket, facts)) => {
                 self.attempts.insert(attempt, Attempt::Ready(socket));
-                pool.handle_established(now, attempt, alpn, facts)
+                report(pool, facts)
             }
             Err(e) => {
                 self.attempts.remove(&attempt);

@@ -240,7 +240,8 @@ impl Loop {
             PoolAction::AcquireFailed { call, error } => {
                 self.calls.get_mut(&call).unwrap().outcome = Some(Err(error.to_string()));
             }
-            PoolAction::Probe { .. } => {} // no probe interval configured: reuse probes anyway
+            // No probe interval configured (reuse probes anyway); HTTP/1.1 only: no PING.
+            PoolAction::Probe { .. } | PoolAction::Ping { .. } => {}
             PoolAction::Close { connection, .. } => {
                 if let Some(token) = self.conns.remove(&connection) {
                     self.socks.remove(&token);

@@ -65,6 +65,34 @@ fn idle_http1_connections_are_probed_on_the_core_timer() {
     assert_eq!(sim.pool.poll_timeout(), Some(ms(4100)));
 }
 
+/// HTTP/2 liveness is the core's: a stalled stream read sends one PING (not
+/// two while it is out); a PONG in time keeps the connection; none within the
+/// pong timeout marks it unhealthy (no new exchanges). HTTP/1.1 is never pinged.
+#[test]
+fn a_stalled_http2_stream_sends_one_ping_and_no_pong_retires_the_connection() {
+    let mut sim = PoolSim::new(config());
+    let a = h2c("127.0.0.1");
+    let (_call, k) = sim.open(0, &a);
+    sim.pool.stream_stalled(ms(10), k).unwrap();
+    sim.pool.stream_stalled(ms(20), k).unwrap();
+    assert_eq!(sim.drain(), [format!("ping {k}")], "one PING while one is out");
+    sim.pool.pong(ms(500), k).unwrap();
+    assert_eq!(sim.pool.poll_timeout(), None, "the PONG disarmed the timer");
+    sim.pool.stream_stalled(ms(600), k).unwrap();
+    assert_eq!(sim.drain(), [format!("ping {k}")]);
+    assert_eq!(sim.timeout(1600), Vec::<String>::new(), "in use: retired, not closed yet");
+    assert_eq!(
+        sim.pool.connection(k).unwrap().no_new_exchanges(),
+        Some(CloseReason::Unhealthy),
+        "no new exchanges after a missing PONG"
+    );
+
+    let h1 = http("127.0.0.1");
+    let (_c, k1) = sim.open(2000, &h1);
+    sim.pool.stream_stalled(ms(2010), k1).unwrap();
+    assert_eq!(sim.drain(), Vec::<String>::new(), "HTTP/1.1: the read timeout retires it, no PING");
+}
+
 #[test]
 fn without_a_probe_interval_nothing_is_probed() {
     let mut sim = PoolSim::new(PoolConfig { keep_alive: Duration::from_secs(60), ..config() });

@@ -146,6 +146,9 @@ impl Model {
                         "probed in use"
                     );
                 }
+                PoolAction::Ping { connection } => {
+                    prop_assert!(self.open.contains_key(&connection), "pinged a closed connection");
+                }
                 PoolAction::Close { connection, .. } => {
                     prop_assert!(self.open.remove(&connection).is_some(), "closed twice");
                     prop_assert!(

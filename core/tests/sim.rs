@@ -328,9 +328,9 @@ impl Sim {
                     c.attempts_in_flight.remove(&attempt);
                 }
             }
-            PoolAction::Probe { connection } => {
+            PoolAction::Probe { connection } | PoolAction::Ping { connection } => {
                 if !self.conns.contains_key(&connection) {
-                    return Err(format!("probe of unknown {connection}"));
+                    return Err(format!("probe or ping of unknown {connection}"));
                 }
             }
             PoolAction::Established { attempt, connection, protocol } => {

@@ -146,6 +146,7 @@ impl EngineHost for Shared {
                     self.give_back(call, lease);
                 }
             }
+            Effect::Ping { connection, handle } => crate::h2::ping(self, connection, &handle),
             Effect::Probe { .. } => {} // judged in `carry_out`
             // Dropping the socket (or the HTTP/2 handle) closes it.
             Effect::Close(closed) => drop::<Closed<Self>>(closed),

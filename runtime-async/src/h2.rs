@@ -27,38 +27,37 @@ type Ready = Option<Result<SendRequest<Bytes>, String>>;
 pub(crate) struct H2Handle {
     ready: watch::Receiver<Ready>,
     reported_limit: Arc<AtomicUsize>,
-    /// The connection's PING sender; taken while a liveness check runs.
+    /// The connection's PING sender; taken while a PING is out.
     ping: Arc<std::sync::Mutex<Option<h2::PingPong>>>,
     /// Set when the connection was retired as never usable, so its streams'
     /// failures say so rather than "broken pipe".
     never_usable: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// How long a PING may go unanswered before the connection is declared unhealthy.
-const PONG_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// A stream's read timed out: the peer may have stalled. The core decides
+/// what follows (one PING, and no new exchanges if no PONG comes in time).
+fn stream_stalled(shared: &Arc<Shared>, connection: ConnectionId) {
+    shared.input(|st, now| {
+        let _ = st.pool.stream_stalled(now, connection);
+    });
+}
 
-/// A stream's read timed out: send one PING. No PONG within a second marks the
-/// connection unhealthy (no new exchanges), so a stalled peer stops receiving
-/// calls (BEHAVIOUR §4).
-fn check_liveness(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Handle) {
+/// Sends the PING the core asked for and reports its PONG. The core times it
+/// out (`PoolConfig::pong_timeout`): a PING that cannot be sent, or a PONG
+/// that never comes, is simply never reported.
+pub(crate) fn ping(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Handle) {
     let Some(mut pong) = handle.ping.lock().ok().and_then(|mut p| p.take()) else {
-        return; // a check is already running, or the connection is gone
+        return; // not ready yet, or the connection is gone
     };
     let (me, slot) = (Arc::clone(shared), Arc::clone(&handle.ping));
     let _detached = shared.rt.spawn(Box::pin(async move {
-        let shared = me;
-        match within(&*shared.rt, PONG_WITHIN, pong.ping(h2::Ping::opaque())).await {
-            Some(Ok(_)) => {
-                if let Ok(mut s) = slot.lock() {
-                    *s = Some(pong);
-                }
-            }
-            _ => {
-                tracing::debug!(%connection, "no PONG within {PONG_WITHIN:?}: unhealthy");
-                shared.input(|st, now| {
-                    let _ = st.pool.connection_closed(now, connection, CloseReason::Unhealthy);
-                });
-            }
+        if pong.ping(h2::Ping::opaque()).await.is_ok() {
+            me.input(|st, now| {
+                let _ = st.pool.pong(now, connection);
+            });
+        }
+        if let Ok(mut s) = slot.lock() {
+            *s = Some(pong);
         }
     }));
 }
@@ -358,7 +357,7 @@ pub(crate) async fn exchange(
         Some(d) => match within(&*shared.rt, d, response).await {
             Some(r) => r,
             None => {
-                check_liveness(shared, connection, &handle);
+                stream_stalled(shared, connection);
                 return Err(Attempted::Failed(ExchangeFailure {
                     kind: ExchangeFailureKind::Timeout,
                     progress: Progress::RequestWritten,
@@ -395,7 +394,7 @@ pub(crate) async fn exchange(
         shared: Arc::clone(shared),
         call,
         connection,
-        handle,
+        _handle: handle,
         recv: Some(recv),
         trailers: None,
         deadline,
@@ -409,7 +408,9 @@ pub(crate) struct H2Body {
     shared: Arc<Shared>,
     call: CallId,
     connection: ConnectionId,
-    handle: H2Handle,
+    /// Held while the body streams: the connection task runs while any
+    /// handle is alive.
+    _handle: H2Handle,
     recv: Option<h2::RecvStream>,
     pub(crate) trailers: Option<http::HeaderMap>,
     /// When the whole body must have arrived (the body timeout).
@@ -429,7 +430,7 @@ impl H2Body {
                     // read timeout may mean a stalled peer.
                     let body_deadline = self.deadline.is_some_and(|t| std::time::Instant::now() >= t);
                     if !body_deadline {
-                        check_liveness(&self.shared, self.connection, &self.handle);
+                        stream_stalled(&self.shared, self.connection);
                     }
                     self.end(Reuse::Reusable);
                     return Err(BodyError::Timeout);

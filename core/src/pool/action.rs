@@ -174,6 +174,14 @@ pub enum PoolAction {
         /// The idle connection.
         connection: ConnectionId,
     },
+    /// Send one HTTP/2 PING on this connection; answer with
+    /// [`Pool::pong`](super::Pool::pong) when its PONG arrives. Without one
+    /// within [`PoolConfig::pong_timeout`](super::PoolConfig::pong_timeout),
+    /// the pool marks the connection unhealthy itself.
+    Ping {
+        /// The HTTP/2 connection.
+        connection: ConnectionId,
+    },
     /// Close this connection's socket.
     Close {
         /// The connection.

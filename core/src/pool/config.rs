@@ -69,6 +69,13 @@ pub struct PoolConfig {
     ///
     /// [`PoolAction::Probe`]: super::PoolAction::Probe
     pub probe_interval: Option<Duration>,
+    /// HTTP/2 liveness: after a stream's read stalls ([`Pool::stream_stalled`]),
+    /// one PING is sent ([`PoolAction::Ping`]); no PONG within this marks the
+    /// connection unhealthy (no new exchanges). Default: 1 s.
+    ///
+    /// [`Pool::stream_stalled`]: super::Pool::stream_stalled
+    /// [`PoolAction::Ping`]: super::PoolAction::Ping
+    pub pong_timeout: Duration,
 }
 
 impl Default for PoolConfig {
@@ -89,6 +96,7 @@ impl Default for PoolConfig {
             await_pending_http2: true,
             idle_cap_grace: Duration::from_secs(5),
             probe_interval: None,
+            pong_timeout: Duration::from_secs(1),
         }
     }
 }

@@ -201,6 +201,8 @@ pub struct Pool {
     trim_checks: BTreeSet<(Instant, ConnectionId)>,
     /// When idle HTTP/1.1 connections are next probed.
     next_probe: Option<Instant>,
+    /// HTTP/2 connections with a PING out, and when its PONG is due.
+    pongs_due: BTreeSet<(Instant, ConnectionId)>,
     next_wait_seq: u64,
     open_total: usize,
     racing_total: usize,
@@ -235,6 +237,7 @@ impl Pool {
             known_protocol: FastMap::default(),
             trim_checks: BTreeSet::new(),
             next_probe: None,
+            pongs_due: BTreeSet::new(),
             next_wait_seq: 0,
             open_total: 0,
             racing_total: 0,
@@ -295,6 +298,7 @@ impl Pool {
         t = earliest(t, self.kept_deadlines.first().map(|(t, _)| *t));
         t = earliest(t, self.trim_checks.first().map(|(t, _)| *t));
         t = earliest(t, self.next_probe);
+        t = earliest(t, self.pongs_due.first().map(|(t, _)| *t));
         earliest(t, self.race_timers.first().map(|(t, _)| *t))
     }
 
@@ -513,6 +517,15 @@ impl Pool {
             }
         }
         self.probe_idle(now);
+        while let Some(&(at, id)) = self.pongs_due.first() {
+            if at > now {
+                break;
+            }
+            self.pongs_due.remove(&(at, id));
+            if self.conns.contains_key(&id) {
+                self.retire(now, id, CloseReason::Unhealthy);
+            }
+        }
     }
 
     /// Asks the driver to probe every idle HTTP/1.1 connection when the probe
@@ -667,6 +680,29 @@ impl Pool {
         self.update(connection, |c| c.stream_limit = max_concurrent_streams);
         let address = self.conns[&connection].address.clone();
         self.rebalance(now, &address);
+        Ok(())
+    }
+
+    /// A stream's read on this HTTP/2 connection timed out: the peer may have
+    /// stalled. The pool sends one PING ([`PoolAction::Ping`]) unless one is
+    /// out already; no PONG within [`PoolConfig::pong_timeout`] marks the
+    /// connection unhealthy, so a stalled peer stops receiving calls
+    /// (BEHAVIOUR §4). Ignored for HTTP/1.1 connections (the read timeout
+    /// retires those).
+    pub fn stream_stalled(&mut self, now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
+        self.known(connection)?;
+        let outstanding = self.pongs_due.iter().any(|(_, id)| *id == connection);
+        if self.conns[&connection].multiplexed() && !outstanding {
+            self.pongs_due.insert((now + self.config.pong_timeout, connection));
+            self.actions.push_back(PoolAction::Ping { connection });
+        }
+        Ok(())
+    }
+
+    /// The PONG for the connection's PING arrived: it is alive.
+    pub fn pong(&mut self, _now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
+        self.known(connection)?;
+        self.pongs_due.retain(|(_, id)| *id != connection);
         Ok(())
     }
 

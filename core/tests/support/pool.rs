@@ -71,6 +71,7 @@ impl PoolSim {
                 PoolAction::AcquireFailed { call, error } => format!("failed {call}: {error}"),
                 PoolAction::Close { connection, reason } => format!("close {connection} {reason}"),
                 PoolAction::Probe { connection } => format!("probe {connection}"),
+                PoolAction::Ping { connection } => format!("ping {connection}"),
             });
         }
         while let Some(e) = self.pool.poll_event() {
