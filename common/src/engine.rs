@@ -981,3 +981,141 @@ impl<A: EngineHost> H1Exchange<A> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The engine's rules with a fake adapter (numbers for sockets, tasks and
+    //! waiters) and a real pool, on virtual time.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use switchyard_core::{Address, PoolConfig, Scheme};
+
+    struct Fake;
+    impl Adapter for Fake {
+        type Socket = u32;
+        type Wire = u32;
+        type Task = u32;
+        type H2 = u32;
+        type Job = ();
+        type Waiter = u32;
+        type Local = ();
+        fn install(&self, _: ConnectionId, _: Protocol, socket: u32) -> Option<Installed<Self>> {
+            let conn = http1::Conn::new(http1::DriverConfig::default());
+            Some(Installed::Http1(Box::new(H1Conn { wire: socket, conn })))
+        }
+    }
+
+    struct World {
+        engine: Engine<Fake>,
+        pool: Pool,
+        now: Instant,
+    }
+
+    impl World {
+        fn new() -> World {
+            World { engine: Engine::default(), pool: Pool::new(PoolConfig::default()), now: Instant::ZERO }
+        }
+        /// Performs every action the pool emitted; the effects, in order.
+        fn effects(&mut self) -> Vec<Effect<Fake>> {
+            let mut out = Vec::new();
+            while let Some(action) = self.pool.poll_action() {
+                out.extend(self.engine.perform(&Fake, &mut self.pool, self.now, action));
+            }
+            out
+        }
+        /// A call to 127.0.0.1 waiting on `waiter`, up to its connect: the attempt.
+        fn call_until_connect(&mut self, waiter: u32) -> (CallId, AttemptId) {
+            let address = Address::builder(Scheme::Http, "127.0.0.1", 80).build().unwrap();
+            let call = self.pool.acquire(self.now, address, switchyard_core::AcquireOptions::default());
+            self.engine.wait(call, waiter);
+            let mut effects = self.effects();
+            // An IP literal may need no lookup; a name does.
+            if let [Effect::Resolve { query, .. }] = effects.as_slice() {
+                let query = *query;
+                self.pool.handle_dns(self.now, query, Ok(vec!["127.0.0.1".parse().unwrap()])).unwrap();
+                effects = self.effects();
+            }
+            match effects.as_slice() {
+                [Effect::Connect { attempt, route }] if route.socket_addr().port() == 80 => (call, *attempt),
+                _ => panic!("expected one Connect"),
+            }
+        }
+        /// The lease a waiter got.
+        fn lease(effects: Vec<Effect<Fake>>) -> (u32, Lease<Fake>) {
+            let mut answers = effects.into_iter().filter_map(|e| match e {
+                Effect::Answer { waiter, answer: Ok(lease), .. } => Some((waiter, lease)),
+                _ => None,
+            });
+            answers.next().expect("an answer")
+        }
+    }
+
+    #[test]
+    fn a_connected_attempt_becomes_the_waiting_calls_lease_and_returns_idle() {
+        let mut w = World::new();
+        let (call, attempt) = w.call_until_connect(1);
+        assert!(w.engine.attempt_started(attempt, 7).is_none(), "running: the engine keeps the handle");
+        assert!(w.engine.handle_connected(&mut w.pool, w.now, attempt, Ok(42)).is_none());
+        let (waiter, lease) = World::lease(w.effects());
+        let Lease::H1 { connection, conn: Some(conn) } = lease else {
+            panic!("an HTTP/1.1 lease with its socket")
+        };
+        assert_eq!((waiter, conn.wire), (1, 42));
+        assert!(!w.engine.is_waiting(call), "answered: no longer waiting");
+        // Back idle; the next call gets the same socket.
+        assert!(w.engine.release_h1(&mut w.pool, w.now, call, connection, Ok(conn)).is_none());
+        let address = Address::builder(Scheme::Http, "127.0.0.1", 80).build().unwrap();
+        let next = w.pool.acquire(w.now, address, switchyard_core::AcquireOptions::default());
+        w.engine.wait(next, 2);
+        let (waiter, lease) = World::lease(w.effects());
+        assert!(matches!(lease, Lease::H1 { conn: Some(c), .. } if c.wire == 42) && waiter == 2);
+    }
+
+    #[test]
+    fn a_cancelled_attempt_hands_its_late_task_and_socket_back_to_be_closed() {
+        let mut w = World::new();
+        let (call, attempt) = w.call_until_connect(1);
+        w.pool.cancel(w.now, call);
+        w.engine.stop_waiting(call);
+        assert!(w.effects().is_empty(), "no task handle yet: nothing to abort now");
+        assert_eq!(w.engine.attempt_started(attempt, 7), Some(7), "the late handle comes back: abort it");
+        assert_eq!(
+            w.engine.handle_connected(&mut w.pool, w.now, attempt, Ok(42)),
+            Some(42),
+            "and its socket"
+        );
+    }
+
+    #[test]
+    fn a_connection_handed_out_while_probed_waits_for_the_verdict() {
+        for healthy in [true, false] {
+            let mut w = World::new();
+            let (call, attempt) = w.call_until_connect(1);
+            w.engine.handle_connected(&mut w.pool, w.now, attempt, Ok(42));
+            let Lease::H1 { connection, conn: Some(conn) } = World::lease(w.effects()).1 else { panic!() };
+            w.engine.release_h1(&mut w.pool, w.now, call, connection, Ok(conn));
+            // The sweep takes the idle socket out to probe it ...
+            let probe = w.engine.perform(&Fake, &mut w.pool, w.now, PoolAction::Probe { connection });
+            let Some(Effect::Probe { conn, .. }) = probe else { panic!("a probe effect") };
+            // ... and a call is handed the connection meanwhile: it waits.
+            let address = Address::builder(Scheme::Http, "127.0.0.1", 80).build().unwrap();
+            let next = w.pool.acquire(w.now, address, switchyard_core::AcquireOptions::default());
+            w.engine.wait(next, 2);
+            assert!(w.effects().is_empty(), "no answer before the probe is back");
+            let verdict = if healthy { Ok(()) } else { Err(CloseReason::ServerClose) };
+            let then = w.engine.handle_probed(&mut w.pool, w.now, connection, conn, verdict);
+            let answer = then.iter().find_map(|e| match e {
+                Effect::Answer { waiter: 2, answer: Ok(Lease::H1 { conn, .. }), .. } => Some(conn.is_some()),
+                _ => None,
+            });
+            assert_eq!(
+                answer,
+                Some(healthy),
+                "the socket when healthy, none (a stale, retried lease) when not"
+            );
+            let closed = then.iter().any(|e| matches!(e, Effect::Close(Closed::H1(_))));
+            assert_eq!(closed, !healthy, "a dead socket closes");
+        }
+    }
+}
