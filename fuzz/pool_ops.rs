@@ -196,7 +196,7 @@ pub fn run(data: &[u8]) {
             }
             Op::Settings { connection, limit } => {
                 if let Some(c) = pick(&ids.connections, &foreign_connections, connection) {
-                    let _ = pool.settings(now, c, u32::from(limit % 5));
+                    let _ = pool.settings(now, c, (limit % 6 < 5).then(|| u32::from(limit % 6)));
                 }
             }
             Op::GoAway { connection } => {

@@ -54,6 +54,14 @@ pub trait Adapter: Sized {
         protocol: Protocol,
         socket: Self::Socket,
     ) -> Option<Installed<Self>>;
+
+    /// The handle a call gets when the pool hands it a stream of this HTTP/2
+    /// connection. Runs under the lock, in the order the pool hands streams
+    /// out, so an adapter can open the streams in that order (first come,
+    /// first served on the wire too). Default: a clone.
+    fn lease_h2(&self, handle: &Self::H2) -> Self::H2 {
+        handle.clone()
+    }
 }
 
 /// A socket past its handshakes, with the protocol ALPN chose (if any) and the
@@ -298,7 +306,7 @@ impl<A: Adapter> Engine<A> {
             }
             PoolAction::Acquired { call, connection, .. } => {
                 let lease = match self.conns.get_mut(&connection) {
-                    Some(Conn::H2(handle)) => Lease::H2 { connection, handle: handle.clone() },
+                    Some(Conn::H2(handle)) => Lease::H2 { connection, handle: adapter.lease_h2(handle) },
                     Some(slot @ Conn::H1Idle(_)) => match std::mem::replace(slot, Conn::H1Busy) {
                         Conn::H1Idle(c) => Lease::H1 { connection, conn: Some(c) },
                         _ => Lease::H1 { connection, conn: None },

@@ -529,8 +529,12 @@ fn a_burst_to_a_new_http2_origin_makes_one_connect() {
     sim.dns(64, first, &["127.0.0.1"]);
     sim.connected(65, first);
     let out = sim.established(66, first, Some(Protocol::Http2), Some(tls(&["a.test"])));
+    let k = sim.held[&first];
+    assert_eq!(out, [format!("established {k}"), format!("acquired {first} {k} New")]);
+    assert_eq!(sim.pool.stats().totals.waiters, 63, "the rest wait for the server's SETTINGS");
+    let out = sim.settings(67, k, None);
     let acquired = out.iter().filter(|s| s.starts_with("acquired")).count();
-    assert_eq!(acquired, 64, "{out:?}");
+    assert_eq!(acquired, 63, "{out:?}");
     assert!(!out.iter().any(|s| s.starts_with("resolve") || s.starts_with("connect")), "{out:?}");
     let s = sim.pool.stats();
     assert_eq!((s.tcp_connects, s.tls_handshakes, s.created), (1, 1, 1));
@@ -594,7 +598,7 @@ fn http2_shares_up_to_the_stream_limit_then_opens_another() {
     let (_c1, k1) = sim.open(0, &a);
     let c2 = sim.acquire(1, &a);
     assert_eq!(sim.drain(), [format!("acquired {c2} {k1} Shared")]);
-    sim.pool.settings(ms(2), k1, 2).unwrap();
+    sim.pool.settings(ms(2), k1, Some(2)).unwrap();
     let c3 = sim.acquire(3, &a);
     assert_eq!(sim.drain(), [format!("connect {c3} 127.0.0.1:80")]);
 }
@@ -604,14 +608,14 @@ fn http2_wait_policy_waits_for_a_stream() {
     let mut sim = PoolSim::new(PoolConfig { stream_limit_policy: StreamLimitPolicy::Wait, ..config() });
     let a = h2c("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
-    sim.pool.settings(ms(1), k1, 1).unwrap();
+    sim.pool.settings(ms(1), k1, Some(1)).unwrap();
     let c2 = sim.acquire(2, &a);
     assert!(sim.drain().is_empty());
     assert_eq!(sim.finish(3, c1), [format!("acquired {c2} {k1} Pooled")]);
     // A raised limit wakes waiters at once.
     let c3 = sim.acquire(4, &a);
     assert!(sim.drain().is_empty());
-    sim.pool.settings(ms(5), k1, 10).unwrap();
+    sim.pool.settings(ms(5), k1, Some(10)).unwrap();
     assert_eq!(sim.drain(), [format!("acquired {c3} {k1} Shared")]);
 }
 
@@ -643,7 +647,9 @@ fn h2_conn(sim: &mut PoolSim, address: &Address, ip: &str, names: &[&str]) -> sw
     sim.connected(1, c);
     let out = sim.established(2, c, Some(Protocol::Http2), Some(tls(names)));
     assert!(out.iter().any(|s| s.starts_with("acquired")), "{out:?}");
-    sim.held[&c]
+    let k = sim.held[&c];
+    assert_eq!(sim.settings(3, k, None), Vec::<String>::new());
+    k
 }
 
 fn coalesce_attempt(sim: &mut PoolSim, address: &Address, ips: &[&str]) -> Vec<String> {
@@ -786,6 +792,7 @@ fn a_new_http2_connection_that_finds_a_coalescable_one_is_closed_as_duplicate() 
     sim.connected(2, cb);
     sim.established(3, ca, Some(Protocol::Http2), Some(tls(&["*.example.com"])));
     let ka = sim.held[&ca];
+    sim.settings(3, ka, None);
     let out = sim.established(4, cb, Some(Protocol::Http2), Some(tls(&["*.example.com"])));
     assert_eq!(out.len(), 3, "{out:?}");
     assert!(out[0].starts_with("established"));
@@ -950,15 +957,12 @@ fn retries_stop_at_the_limit_and_never_return_to_a_failed_connection() {
     let mut sim = PoolSim::new(PoolConfig { max_retries: 1, ..config() });
     let a = h2c("127.0.0.1");
     let (c1, k1) = sim.open(0, &a);
-    let not_sent = || ExchangeFailure {
-        kind: ExchangeFailureKind::GoAwayUnprocessed,
-        progress: Progress::RequestWritten,
-        request: facts(true),
-    };
+    let not_sent =
+        || ExchangeFailure { kind: io_reset(), progress: Progress::NothingWritten, request: facts(true) };
     let c2 = sim.acquire(1, &a); // shares k1
     sim.drain();
     let out = sim.pool.exchange_failed(ms(2), c2, not_sent()).unwrap();
-    assert_eq!(out, FailureOutcome::Retrying(RetryReason::GoAwayUnprocessed));
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::NotSent));
     assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.1:80")], "not back onto {k1}");
     sim.connected(3, c2);
     let out = sim.pool.exchange_failed(ms(4), c2, not_sent()).unwrap();

@@ -266,7 +266,7 @@ impl Model {
             Op::Settings { conn, limit } => {
                 let open: Vec<ConnectionId> = self.open.keys().copied().collect();
                 if let Some(k) = pick(&open, conn) {
-                    self.pool.settings(now, k, limit).unwrap();
+                    self.pool.settings(now, k, Some(limit)).unwrap();
                 }
             }
             Op::GoAway(i) => {

@@ -105,7 +105,7 @@ enum Ev {
     Dns(QueryId, Result<Vec<IpAddr>, DnsError>),
     Tcp(AttemptId, bool),
     Tls(AttemptId, bool, Protocol),
-    Settings(ConnectionId, u32),
+    Settings(ConnectionId, Option<u32>),
     ExchangeDone(CallId, ConnectionId),
     IdleClose(ConnectionId, u64),
 }
@@ -117,6 +117,8 @@ struct SimConn {
     idle_generation: u64,
     stale: bool,
     goaway_sent: bool,
+    /// HTTP/2: the server's SETTINGS reached the pool.
+    settings_delivered: bool,
     /// HTTP/1.1: the core's view of the idle connection (read buffer,
     /// history), and the driver of the exchange it carries.
     h1: Option<http1::Conn>,
@@ -342,9 +344,9 @@ impl Sim {
                     (protocol == Protocol::Http1).then(|| http1::Conn::new(http1::DriverConfig::default()));
                 self.conns.insert(connection, SimConn { protocol: Some(protocol), h1, ..SimConn::default() });
                 if protocol.is_multiplexed() {
-                    if let Some(limit) = self.w.server.stream_limit {
-                        self.at(ms(1), Ev::Settings(connection, limit));
-                    }
+                    // Every HTTP/2 server opens with SETTINGS; some set a limit.
+                    let limit = self.w.server.stream_limit;
+                    self.at(ms(1), Ev::Settings(connection, limit));
                 }
             }
             PoolAction::Acquired { call, connection, source } => {
@@ -366,6 +368,21 @@ impl Sim {
                 }
                 c.holding = Some(connection);
                 let t = self.w.calls[c.spec].exchange_ms;
+                // The server's view: no stream beyond what it allowed, and one
+                // stream only before its SETTINGS (BEHAVIOUR §4).
+                let streams = self.pool.connection(connection).map_or(0, |k| k.in_flight());
+                let delivered = self.conns.get(&connection).is_some_and(|k| k.settings_delivered);
+                let multiplexed = self
+                    .conns
+                    .get(&connection)
+                    .and_then(|k| k.protocol)
+                    .is_some_and(Protocol::is_multiplexed);
+                if multiplexed {
+                    let allowed = if delivered { self.w.server.stream_limit.unwrap_or(u32::MAX) } else { 1 };
+                    if streams > allowed {
+                        return Err(format!("{connection}: {streams} streams, the server allowed {allowed}"));
+                    }
+                }
                 if self.start_h1(call, connection)? {
                     self.at(ms(t), Ev::ExchangeDone(call, connection));
                 }
@@ -647,6 +664,9 @@ impl Sim {
                 r.map_err(|e| e.to_string())?;
             }
             Ev::Settings(c, limit) => {
+                if let Some(k) = self.conns.get_mut(&c) {
+                    k.settings_delivered = true;
+                }
                 if self.pool.connection(c).is_some() {
                     self.pool.settings(now, c, limit).map_err(|e| e.to_string())?;
                 }

@@ -78,6 +78,10 @@ impl Adapter for Shared {
             }
         })
     }
+
+    fn lease_h2(&self, handle: &H2Handle) -> H2Handle {
+        handle.leased()
+    }
 }
 
 impl EngineHost for Shared {

@@ -2,7 +2,7 @@
 //! for exchanges; SETTINGS (max concurrent streams), GOAWAY, REFUSED_STREAM and
 //! other resets reported to the core.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
@@ -26,12 +26,114 @@ type Ready = Option<Result<SendRequest<Bytes>, String>>;
 #[derive(Clone)]
 pub(crate) struct H2Handle {
     ready: watch::Receiver<Ready>,
-    reported_limit: Arc<AtomicUsize>,
     /// The connection's PING sender; taken while a PING is out.
     ping: Arc<std::sync::Mutex<Option<h2::PingPong>>>,
     /// Set when the connection was retired as never usable, so its streams'
     /// failures say so rather than "broken pipe".
     never_usable: Arc<std::sync::atomic::AtomicBool>,
+    /// The order streams open in.
+    turns: Arc<Turns>,
+    /// A leased handle's place in that order.
+    turn: Option<Arc<Turn>>,
+}
+
+impl H2Handle {
+    /// The handle for one stream the pool handed out (under the engine's
+    /// lock, in the pool's order): it carries the stream's turn.
+    pub(crate) fn leased(&self) -> H2Handle {
+        H2Handle { turn: Some(Arc::new(self.turns.issue())), ..self.clone() }
+    }
+}
+
+/// How long a stream waits for the streams handed out before it to open.
+/// Only a caller that holds a send future without polling it delays the ones
+/// behind it; past this they go ahead (the order is a fairness rule, not a
+/// safety one).
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Streams open (HEADERS sent, stream ids assigned) in the order the pool
+/// handed them out, not in the order the runtime happens to run the calls'
+/// tasks. This matters when a server takes only so many more streams (nginx
+/// sends GOAWAY after `keepalive_requests`): the calls it turned away were
+/// handed the next connection's streams first, and must get its lowest
+/// stream ids, or an executor that runs woken tasks last-in-first-out turns
+/// the same calls away again on every connection.
+#[derive(Debug)]
+pub(crate) struct Turns {
+    state: std::sync::Mutex<TurnState>,
+    /// The turn now open to go (every earlier one has gone or given up).
+    next: watch::Sender<u64>,
+}
+
+#[derive(Debug, Default)]
+struct TurnState {
+    issued: u64,
+    next: u64,
+    /// Turns done out of order (a later one that went ahead after waiting).
+    done: std::collections::BTreeSet<u64>,
+}
+
+impl Turns {
+    fn new() -> Turns {
+        Turns { state: std::sync::Mutex::new(TurnState::default()), next: watch::channel(0).0 }
+    }
+
+    fn issue(self: &Arc<Turns>) -> Turn {
+        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = s.issued;
+        s.issued += 1;
+        Turn { turns: Arc::clone(self), n, finished: std::sync::atomic::AtomicBool::new(false) }
+    }
+
+    fn finish(&self, n: u64) {
+        let next = {
+            let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.done.insert(n);
+            while s.done.first() == Some(&s.next) {
+                s.done.pop_first();
+                s.next += 1;
+            }
+            s.next
+        };
+        self.next.send_replace(next);
+    }
+}
+
+/// One stream's place in [`Turns`]; finished when its HEADERS are queued, or
+/// when it is dropped unused.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    turns: Arc<Turns>,
+    n: u64,
+    finished: std::sync::atomic::AtomicBool,
+}
+
+impl Turn {
+    /// Waits (at most [`TURN_WAIT`]) until every earlier stream has opened.
+    async fn wait(&self, rt: &dyn crate::runtime::Runtime) {
+        let mut next = self.turns.next.subscribe();
+        let mine = self.n;
+        let _ = within(rt, TURN_WAIT, async move {
+            while *next.borrow_and_update() < mine {
+                if next.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+
+    fn finish(&self) {
+        if !self.finished.swap(true, Ordering::AcqRel) {
+            self.turns.finish(self.n);
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 /// A stream's read timed out: the peer may have stalled. The core decides
@@ -137,24 +239,19 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
     let settings_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let reported_limit = Arc::new(AtomicUsize::new(usize::MAX));
     let on_note = {
-        let (shared, seen, reported) =
-            (Weak::clone(&shared), Arc::clone(&settings_seen), Arc::clone(&reported_limit));
+        let (shared, seen) = (Weak::clone(&shared), Arc::clone(&settings_seen));
         move |note: FrameNote| {
             if matches!(note, FrameNote::Settings { .. }) {
                 seen.store(true, Ordering::Release);
             }
             let Some(shared) = shared.upgrade() else { return };
             match note {
-                FrameNote::Settings { max_concurrent_streams } => {
-                    if let Some(limit) = max_concurrent_streams {
-                        reported.store(usize::try_from(limit).unwrap_or(usize::MAX), Ordering::Relaxed);
-                        shared.input(|st, now| {
-                            let _ = st.pool.settings(now, connection, limit);
-                        });
-                    }
-                }
+                // Every SETTINGS frame, with or without a limit: the first one
+                // lets the connection carry more than one stream.
+                FrameNote::Settings { max_concurrent_streams } => shared.input(|st, now| {
+                    let _ = st.pool.settings(now, connection, max_concurrent_streams);
+                }),
                 FrameNote::GoAway { .. } => shared.input(|st, now| {
                     let _ = st.pool.goaway(now, connection);
                 }),
@@ -183,8 +280,13 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
                 });
             }
         };
-        let handshake =
-            h2::client::Builder::new().max_header_list_size(header_limit).handshake::<_, Bytes>(io);
+        // One stream until the server's SETTINGS say more (the pool's rule too,
+        // BEHAVIOUR §4): `h2` would otherwise assume no limit and send a burst
+        // the server refuses.
+        let handshake = h2::client::Builder::new()
+            .max_header_list_size(header_limit)
+            .initial_max_send_streams(1)
+            .handshake::<_, Bytes>(io);
         match handshake.await {
             Ok((send, mut conn)) => {
                 if let (Some(p), Ok(mut slot)) = (conn.ping_pong(), ping_slot.lock()) {
@@ -233,7 +335,7 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
             }
         }
     });
-    (H2Handle { ready: rx, reported_limit, ping, never_usable }, job)
+    (H2Handle { ready: rx, ping, never_usable, turns: Arc::new(Turns::new()), turn: None }, job)
 }
 
 fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {
@@ -260,20 +362,6 @@ fn io_failure(message: String, facts: RequestFacts) -> Attempted {
     })
 }
 
-/// Tells the core the peer's MAX_CONCURRENT_STREAMS when it changed.
-fn report_limit(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Handle) {
-    let limit = match handle.ready.borrow().as_ref() {
-        Some(Ok(send)) => send.current_max_send_streams(),
-        _ => return,
-    };
-    if handle.reported_limit.swap(limit, Ordering::Relaxed) != limit {
-        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        shared.input(|st, now| {
-            let _ = st.pool.settings(now, connection, limit);
-        });
-    }
-}
-
 /// What one HTTP/2 exchange sends, and its bounds.
 pub(crate) struct Request<'a> {
     pub(crate) parts: &'a http::request::Parts,
@@ -291,6 +379,10 @@ pub(crate) async fn exchange(
     req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let Request { parts, body, facts, limits } = req;
+    // This stream's turn is given up however the exchange ends before its
+    // HEADERS go (the handle's clones outlive it, in the body).
+    let turn = handle.turn.clone();
+    let _gives_up = TurnGuard(turn.clone());
     let mut ready = handle.ready.clone();
     let send = loop {
         if let Some(r) = ready.borrow_and_update().clone() {
@@ -312,17 +404,21 @@ pub(crate) async fn exchange(
             ))
         }
     };
-    report_limit(shared, connection, &handle);
-
     let mut request = http::Request::from_parts(parts.clone(), ());
     *request.version_mut() = http::Version::HTTP_2;
     for name in HTTP2_STRIPPED {
         request.headers_mut().remove(name);
     }
     let end_of_stream = body.is_empty();
-    let (response, mut stream) = send
-        .send_request(request, end_of_stream)
-        .map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?;
+    if let Some(turn) = &turn {
+        turn.wait(&*shared.rt).await;
+    }
+    let opened = send.send_request(request, end_of_stream);
+    if let Some(turn) = &turn {
+        turn.finish();
+    }
+    let (response, mut stream) =
+        opened.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?;
     let at = shared.now();
     shared.emit(move |l| l.request_headers_end(call, at));
     let never_usable = Arc::clone(&handle.never_usable);
@@ -368,8 +464,6 @@ pub(crate) async fn exchange(
         None => response.await,
     };
     let response = response.map_err(written)?;
-    // The peer's SETTINGS have surely arrived by now: report its stream limit.
-    report_limit(shared, connection, &handle);
     // 421 on a connection coalesced from another host: the core's rule retries
     // the call on a fresh connection of its own (and stops coalescing onto this
     // one), when the request can be sent again. Anywhere else, or when it cannot,
@@ -400,6 +494,17 @@ pub(crate) async fn exchange(
         deadline,
     };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
+}
+
+/// Finishes a stream's turn when the exchange is over before its HEADERS went.
+struct TurnGuard(Option<Arc<Turn>>);
+
+impl Drop for TurnGuard {
+    fn drop(&mut self) {
+        if let Some(turn) = &self.0 {
+            turn.finish();
+        }
+    }
 }
 
 /// An HTTP/2 response body: a stream's DATA frames, with flow-control capacity

@@ -42,6 +42,7 @@ switchyard_tests::conformance_suite!(SmolAdapter);
 switchyard_tests::reliability_matrix!(SmolAdapter);
 switchyard_tests::hostile_suite!(SmolAdapter);
 switchyard_tests::churn_suite!(SmolAdapter);
+switchyard_tests::interop_suite!(SmolAdapter);
 
 #[test]
 fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {

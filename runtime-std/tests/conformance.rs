@@ -79,6 +79,7 @@ switchyard_tests::conformance_suite!(StdAdapter, without_http2);
 switchyard_tests::reliability_matrix!(StdAdapter, without_http2);
 switchyard_tests::hostile_suite!(StdAdapter, without_http2);
 switchyard_tests::churn_suite!(StdAdapter, without_http2);
+switchyard_tests::interop_suite!(StdAdapter, without_http2);
 
 #[test]
 fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {

@@ -12,6 +12,7 @@ pub mod churn;
 pub mod conformance;
 pub mod fault;
 pub mod hostile;
+pub mod interop;
 pub mod net;
 pub mod proxy;
 pub mod reliability;

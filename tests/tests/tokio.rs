@@ -47,6 +47,7 @@ switchyard_tests::conformance_suite!(TokioAdapter);
 switchyard_tests::reliability_matrix!(TokioAdapter);
 switchyard_tests::hostile_suite!(TokioAdapter);
 switchyard_tests::churn_suite!(TokioAdapter);
+switchyard_tests::interop_suite!(TokioAdapter);
 
 // ---------------------------------------------------------------------------
 // Tokio-specific behaviour: bodies, timeouts, listeners.

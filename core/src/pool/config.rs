@@ -51,6 +51,13 @@ pub struct PoolConfig {
     pub route_ttl: Duration,
     /// Retries per call. Default: 3.
     pub max_retries: u32,
+    /// Retries per call that do not count toward [`PoolConfig::max_retries`]
+    /// because the request was turned away through no fault of its own: a
+    /// stream above a GOAWAY's last stream id (the server is retiring the
+    /// connection), or a REFUSED_STREAM for a stream opened before the server's
+    /// SETTINGS arrived (BEHAVIOUR §4, §6). Each still needs the call's deadline
+    /// not to have passed. Default: 10.
+    pub max_free_retries: u32,
     /// Public-key pins, checked before coalescing. Default: none.
     pub pins: CertificatePins,
     /// One handshake per HTTP/2 origin: a call to an `https` Address that may
@@ -92,6 +99,7 @@ impl Default for PoolConfig {
             stream_limit_policy: StreamLimitPolicy::OpenNew,
             route_ttl: RouteDatabase::DEFAULT_TTL,
             max_retries: 3,
+            max_free_retries: 10,
             pins: CertificatePins::default(),
             await_pending_http2: true,
             idle_cap_grace: Duration::from_secs(5),

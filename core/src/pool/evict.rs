@@ -81,6 +81,9 @@ impl Pool {
         };
         debug_assert_eq!(c.in_flight, 0, "closing a connection in use");
         self.pongs_due.retain(|(_, id)| *id != conn);
+        if c.multiplexed() {
+            self.settings_due.remove(&(c.created + self.config.race.handshake_timeout, conn));
+        }
         if let Some(since) = c.idle_since {
             self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn));
             self.rearm_trim(&c.address);

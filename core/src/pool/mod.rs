@@ -30,6 +30,20 @@
 //!   HTTP/2 result is shared (up to the stream limit); HTTP/1.1 or a failure
 //!   sends the waiting calls to their own races at once. The wait is bounded by
 //!   that connect's own timeouts, the call's deadline and the acquire timeout.
+//! - **One stream until SETTINGS, then the server's limit.** A new HTTP/2
+//!   connection carries one stream until the server's first SETTINGS frame
+//!   arrives ([`Pool::settings`]); calls that would share it wait for those
+//!   SETTINGS (bounded by the handshake timeout: then it is retired as
+//!   [`CloseReason::NeverUsable`] and they move on), then share it up to
+//!   MAX_CONCURRENT_STREAMS. The pool remembers the limit each Address's last
+//!   SETTINGS advertised, so a burst of calls starts as many connects as the
+//!   waiting calls need at that limit (64 calls against a limit of 3: 22
+//!   connections, at most 3 streams on each), and no stream is ever opened
+//!   beyond what the server allowed. A REFUSED_STREAM for a stream opened
+//!   beyond the advertised limit (before SETTINGS that then allowed fewer) is
+//!   not held against the connection, and its retry, like a retry after
+//!   GOAWAY, does not count toward the call's retry cap
+//!   ([`PoolConfig::max_free_retries`] bounds them).
 //! - **The idle cap follows demand.** Idle connections above the per-Address cap
 //!   close only after [`PoolConfig::idle_cap_grace`] (5 s by default) of being
 //!   idle: under steady demand a connection is idle for moments between
@@ -55,6 +69,10 @@
 //! [`Pool::handle_timeout`] at [`Pool::poll_timeout`]. After an exchange, report
 //! [`Pool::exchange_finished`] or [`Pool::exchange_failed`]; report what the peer
 //! does with [`Pool::connection_closed`], [`Pool::settings`] and [`Pool::goaway`].
+//! HTTP/2 drivers must report every SETTINGS frame of the server as it arrives
+//! (not only ones that change the limit; [`crate::http2::FrameScanner`] finds
+//! them in the bytes read): a connection whose SETTINGS are never reported
+//! carries one stream and is retired after the handshake timeout.
 //!
 //! # Example: a new connection, a reuse, and keep-alive eviction on time
 //!
@@ -106,7 +124,7 @@ pub use view::Connection;
 pub use coalesce::{certificate_covers, CertificatePins};
 pub use retry::{
     decide, may_have_been_sent, ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts,
-    RetryDecision, RetryReason,
+    RetryContext, RetryDecision, RetryReason,
 };
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -159,6 +177,10 @@ enum CallState {
     },
     Active {
         connection: ConnectionId,
+        /// HTTP/2, a stream opened before the server's SETTINGS arrived: the
+        /// streams the connection carried then, this one included. If the
+        /// SETTINGS then allowed fewer, a refusal of it is the client's doing.
+        early_stream: Option<u32>,
     },
 }
 
@@ -169,9 +191,26 @@ struct Call {
     sequence: Sequence,
     options: AcquireOptions,
     retries: u32,
+    /// Retries that did not count toward `retries` (GOAWAY, early refusals).
+    free_retries: u32,
+    /// Its place among waiting calls, fixed when it first asked: a retried
+    /// call waits ahead of calls that asked after it (a call a server turned
+    /// away is served before the newcomers, and gets the next connection's
+    /// first streams).
+    wait_seq: u64,
     avoid: Vec<ConnectionId>,
     fresh_only: bool,
     state: CallState,
+}
+
+impl Call {
+    fn count_retry(&mut self, reason: RetryReason) {
+        if reason.is_free() {
+            self.free_retries += 1;
+        } else {
+            self.retries += 1;
+        }
+    }
 }
 
 /// The connection pool. See the [module docs](self).
@@ -195,8 +234,12 @@ pub struct Pool {
     kept_deadlines: BTreeSet<(Instant, AttemptId)>,
     /// Attempts past TCP, for counting the ones thrown away.
     handshaking: BTreeSet<AttemptId>,
-    /// Per Address, the protocol its last connection negotiated, until when.
-    known_protocol: FastMap<Address, (Protocol, Instant)>,
+    /// Per Address, the protocol its last connection negotiated, until when,
+    /// and (HTTP/2) the stream limit its last SETTINGS advertised.
+    known_protocol: FastMap<Address, (Protocol, Instant, Option<u32>)>,
+    /// HTTP/2 connections not usable yet (no SETTINGS, or a limit of zero), and
+    /// when the handshake timeout retires them ([`CloseReason::NeverUsable`]).
+    settings_due: BTreeSet<(Instant, ConnectionId)>,
     /// When an over-cap idle connection has been idle for the grace period.
     trim_checks: BTreeSet<(Instant, ConnectionId)>,
     /// When idle HTTP/1.1 connections are next probed.
@@ -235,6 +278,7 @@ impl Pool {
             kept_deadlines: BTreeSet::new(),
             handshaking: BTreeSet::new(),
             known_protocol: FastMap::default(),
+            settings_due: BTreeSet::new(),
             trim_checks: BTreeSet::new(),
             next_probe: None,
             pongs_due: BTreeSet::new(),
@@ -271,7 +315,7 @@ impl Pool {
     #[must_use]
     pub fn call_connection(&self, call: CallId) -> Option<ConnectionId> {
         match self.calls.get(&call)?.state {
-            CallState::Active { connection } => Some(connection),
+            CallState::Active { connection, .. } => Some(connection),
             _ => None,
         }
     }
@@ -299,6 +343,7 @@ impl Pool {
         t = earliest(t, self.trim_checks.first().map(|(t, _)| *t));
         t = earliest(t, self.next_probe);
         t = earliest(t, self.pongs_due.first().map(|(t, _)| *t));
+        t = earliest(t, self.settings_due.first().map(|(t, _)| *t));
         earliest(t, self.race_timers.first().map(|(t, _)| *t))
     }
 
@@ -309,6 +354,8 @@ impl Pool {
     /// (possibly already queued when this returns).
     pub fn acquire(&mut self, now: Instant, address: Address, options: AcquireOptions) -> CallId {
         let id = self.ids.next_call();
+        let wait_seq = self.next_wait_seq;
+        self.next_wait_seq += 1;
         if self.shutdown {
             self.actions.push_back(PoolAction::AcquireFailed { call: id, error: AcquireError::Shutdown });
             return id;
@@ -319,6 +366,8 @@ impl Pool {
                 address,
                 options,
                 retries: 0,
+                free_retries: 0,
+                wait_seq,
                 avoid: Vec::new(),
                 fresh_only: false,
                 state: CallState::Pending,
@@ -337,7 +386,7 @@ impl Pool {
             return;
         };
         match &c.state {
-            CallState::Active { connection } => {
+            CallState::Active { connection, .. } => {
                 let multiplexed = self.conns.get(connection).is_some_and(Connection::multiplexed);
                 let reuse =
                     if multiplexed { Reuse::Reusable } else { Reuse::Retire(CloseReason::UnreadBody) };
@@ -526,6 +575,17 @@ impl Pool {
                 self.retire(now, id, CloseReason::Unhealthy);
             }
         }
+        while let Some(&(at, id)) = self.settings_due.first() {
+            if at > now {
+                break;
+            }
+            self.settings_due.remove(&(at, id));
+            if let Some(address) = self.conns.get(&id).map(|c| c.address.clone()) {
+                // Calls that waited for its SETTINGS go elsewhere.
+                self.retire(now, id, CloseReason::NeverUsable);
+                self.rebalance(now, &address);
+            }
+        }
     }
 
     /// Asks the driver to probe every idle HTTP/1.1 connection when the probe
@@ -576,8 +636,29 @@ impl Pool {
             let c = &self.conns[&conn_id];
             (c.completed > 0, c.refusals, c.route.clone(), c.multiplexed())
         };
-        let retries = self.calls[&call].retries;
-        let mut decision = decide(&failure, reused, refusals, retries, self.config.max_retries);
+        let (retries, free_retries, early_stream) = {
+            let c = &self.calls[&call];
+            let early = match c.state {
+                CallState::Active { early_stream, .. } => early_stream,
+                _ => None,
+            };
+            (c.retries, c.free_retries, early)
+        };
+        // Opened before SETTINGS, beyond the limit those SETTINGS then set.
+        let beyond_limit = early_stream.is_some_and(|n| {
+            let c = &self.conns[&conn_id];
+            c.settings && n > c.stream_limit
+        });
+        let ctx = RetryContext {
+            reused,
+            refusals_before: refusals,
+            beyond_limit,
+            retries,
+            max_retries: self.config.max_retries,
+            free_retries,
+            max_free_retries: self.config.max_free_retries,
+        };
+        let mut decision = decide(&failure, &ctx);
         // A retry that cannot finish before the call's deadline is not started.
         let deadline_passed = self.calls[&call].options.deadline.is_some_and(|d| now >= d);
         if deadline_passed && !matches!(decision, RetryDecision::Fail { .. }) {
@@ -597,6 +678,8 @@ impl Pool {
             }
             K::Timeout if !multiplexed => Some(CloseReason::Failure),
             K::Timeout => None,
+            // A stream opened before the server's SETTINGS: not the server's fault.
+            K::RefusedStream if beyond_limit => None,
             K::RefusedStream => {
                 self.update(conn_id, |c| c.refusals += 1);
                 (refusals >= 1).then_some(CloseReason::RefusedStreams)
@@ -626,14 +709,16 @@ impl Pool {
             RetryDecision::SameConnection(reason) => {
                 self.release(now, call, conn_id, reuse, false);
                 let c = self.calls.get_mut(&call).expect("call exists");
-                c.retries += 1;
+                c.count_retry(reason);
                 c.state = CallState::Pending;
                 let still_usable =
-                    self.conns.get(&conn_id).is_some_and(|c| c.usable() && c.in_flight < c.stream_limit);
+                    self.conns.get(&conn_id).is_some_and(|c| c.usable() && c.in_flight < c.limit());
                 if still_usable {
                     self.assign(now, call, conn_id, Source::Shared);
                 } else {
-                    self.calls.get_mut(&call).expect("call exists").avoid.push(conn_id);
+                    if !reason.is_free() {
+                        self.calls.get_mut(&call).expect("call exists").avoid.push(conn_id);
+                    }
                     self.dispatch(now, call);
                 }
                 Ok(FailureOutcome::Retrying(reason))
@@ -641,7 +726,7 @@ impl Pool {
             RetryDecision::NewConnection { reason, fresh } => {
                 self.release(now, call, conn_id, reuse, false);
                 let c = self.calls.get_mut(&call).expect("call exists");
-                c.retries += 1;
+                c.count_retry(reason);
                 c.avoid.push(conn_id);
                 c.fresh_only |= fresh;
                 c.state = CallState::Pending;
@@ -661,24 +746,48 @@ impl Pool {
         reason: CloseReason,
     ) -> Result<(), Misuse> {
         self.known(connection)?;
+        let address = self.conns[&connection].address.clone();
         self.retire(now, connection, reason);
+        // Calls waiting for its SETTINGS (or a stream) go elsewhere.
+        self.rebalance(now, &address);
         Ok(())
     }
 
-    /// HTTP/2 SETTINGS: the peer's MAX_CONCURRENT_STREAMS. A higher limit may wake
-    /// waiters at once; a lower one stops new streams until enough finish.
+    /// HTTP/2 SETTINGS from the server (not an acknowledgement), with its
+    /// MAX_CONCURRENT_STREAMS when the frame carried one (`None`: unchanged;
+    /// unlimited if the first SETTINGS set none).
+    ///
+    /// Until the first SETTINGS arrive a connection carries one stream, and
+    /// calls that would share it wait for them (up to the handshake timeout,
+    /// then it is retired as [`CloseReason::NeverUsable`]); from then on it
+    /// carries up to the limit. A higher limit may wake waiters at once; a lower
+    /// one stops new streams until enough finish (BEHAVIOUR §4).
     pub fn settings(
         &mut self,
         now: Instant,
         connection: ConnectionId,
-        max_concurrent_streams: u32,
+        max_concurrent_streams: Option<u32>,
     ) -> Result<(), Misuse> {
         self.known(connection)?;
         if !self.conns[&connection].multiplexed() {
             return Ok(());
         }
-        self.update(connection, |c| c.stream_limit = max_concurrent_streams);
-        let address = self.conns[&connection].address.clone();
+        self.update(connection, |c| {
+            c.settings = true;
+            if let Some(limit) = max_concurrent_streams {
+                c.stream_limit = limit;
+            }
+        });
+        let (address, limit, created) = {
+            let c = &self.conns[&connection];
+            (c.address.clone(), c.stream_limit, c.created)
+        };
+        if limit > 0 {
+            self.settings_due.remove(&(created + self.config.race.handshake_timeout, connection));
+        }
+        if let Some(known) = self.known_protocol.get_mut(&address) {
+            known.2 = Some(limit);
+        }
         self.rebalance(now, &address);
         Ok(())
     }
@@ -706,11 +815,12 @@ impl Pool {
         Ok(())
     }
 
-    /// HTTP/2 GOAWAY: no new exchanges; closes once in-flight streams end.
+    /// HTTP/2 GOAWAY: no new exchanges from this moment; closes once in-flight
+    /// streams end. Streams above its last stream id, reported failed as
+    /// [`ExchangeFailureKind::GoAwayUnprocessed`], are retried elsewhere
+    /// without counting toward the call's retry cap (BEHAVIOUR §6).
     pub fn goaway(&mut self, now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
-        self.known(connection)?;
-        self.retire(now, connection, CloseReason::GoAway);
-        Ok(())
+        self.connection_closed(now, connection, CloseReason::GoAway)
     }
 
     /// Refuses new calls, fails waiting and connecting calls with
@@ -764,7 +874,7 @@ impl Pool {
 
     fn active_connection(&self, call: CallId) -> Result<ConnectionId, Misuse> {
         match self.calls.get(&call).map(|c| &c.state) {
-            Some(CallState::Active { connection }) => Ok(*connection),
+            Some(CallState::Active { connection, .. }) => Ok(*connection),
             _ => Err(Misuse::NoExchange(call)),
         }
     }
@@ -855,7 +965,7 @@ impl Pool {
         let idle = a.idle.iter().rev().map(|(_, id)| *id).find(|id| {
             let c = &self.conns[id];
             // An HTTP/2 peer may allow zero streams (SETTINGS), idle or not.
-            c.stream_limit > 0
+            c.limit() > 0
                 && !call.avoid.contains(id)
                 && (!call.options.require_multiplexed || c.multiplexed())
         });
@@ -886,7 +996,7 @@ impl Pool {
                 let facts = c.tls.as_ref().expect("coalescable connections have TLS facts");
                 if avoid.contains(id)
                     || !c.address.equal_except_host(address)
-                    || c.in_flight >= c.stream_limit
+                    || c.in_flight >= c.limit()
                     || !coalesce::ip_matches(ips, c.route.socket_addr().ip())
                     || !certificate_covers(facts, address.host())
                     || !self.config.pins.check(address.host(), facts)
@@ -902,6 +1012,8 @@ impl Pool {
     fn assign(&mut self, now: Instant, call_id: CallId, conn: ConnectionId, source: Source) {
         let exclusive = self.calls[&call_id].options.exclusive;
         let was_idle = self.conns.get(&conn).and_then(|c| c.idle_since.map(|s| (s, c.address.clone())));
+        let early_stream =
+            self.conns.get(&conn).filter(|c| c.multiplexed() && !c.settings).map(|c| c.in_flight + 1);
         let mut first_use = false;
         self.update(conn, |c| {
             c.in_flight += 1;
@@ -924,7 +1036,8 @@ impl Pool {
             Source::Coalesced => self.stats.coalesced += 1,
             Source::New => {}
         }
-        self.calls.get_mut(&call_id).expect("call exists").state = CallState::Active { connection: conn };
+        self.calls.get_mut(&call_id).expect("call exists").state =
+            CallState::Active { connection: conn, early_stream };
         self.emit(now, Some(call_id), EventKind::ConnectionAcquired { connection: conn, source });
         self.actions.push_back(PoolAction::Acquired { call: call_id, connection: conn, source });
     }
@@ -1080,6 +1193,14 @@ impl Pool {
                         .flatten()
                         .map(|c| (c, Source::Coalesced))
                 });
+            // Only a duplicate if the other has room for this call and every
+            // call waiting for the Address; otherwise (a low stream limit under
+            // load) the new connection is needed and serves the call.
+            let demand = 1 + self.addrs.get(&address).map_or(0, |a| a.waiters);
+            let existing = existing.filter(|(other, _)| {
+                let c = &self.conns[other];
+                c.limit().saturating_sub(c.in_flight) as usize >= demand
+            });
             if let Some((other, source)) = existing {
                 self.stats.wasted += 1;
                 self.close(now, id, CloseReason::Duplicate);
@@ -1114,6 +1235,7 @@ impl Pool {
             created: now,
             in_flight: 0,
             stream_limit: if protocol.is_multiplexed() { u32::MAX } else { 1 },
+            settings: !protocol.is_multiplexed(),
             idle_since: Some(now),
             no_new: None,
             no_coalescing: false,
@@ -1130,10 +1252,14 @@ impl Pool {
         if let Some(t) = lifetime_deadline {
             self.lifetimes.insert((t, id));
         }
-        self.known_protocol.insert(address.clone(), (protocol, now + self.config.route_ttl));
+        if protocol.is_multiplexed() {
+            self.settings_due.insert((now + self.config.race.handshake_timeout, id));
+        }
+        let limit = self.known_protocol.get(address).and_then(|k| k.2).filter(|_| protocol.is_multiplexed());
+        self.known_protocol.insert(address.clone(), (protocol, now + self.config.route_ttl, limit));
         if self.known_protocol.len() > 64 + 2 * self.addrs.len() {
             // Forget what has expired (amortized: only when the map has grown).
-            self.known_protocol.retain(|_, (_, until)| *until > now);
+            self.known_protocol.retain(|_, (_, until, _)| *until > now);
         }
         self.actions.push_back(PoolAction::Established { attempt, connection: id, protocol });
         id

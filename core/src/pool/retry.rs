@@ -11,7 +11,11 @@
 //!   fail, saying the request may have been sent.
 //! * Never: timeouts, protocol errors, a response that had started, and a fresh
 //!   connection that failed after writing (retrying that would loop).
-//! * At most `max_retries` retries per call (3 by default).
+//! * At most `max_retries` retries per call (3 by default). Free retries do not
+//!   count toward it: a stream above a GOAWAY's last stream id, and a
+//!   REFUSED_STREAM for a stream opened before the server's SETTINGS (the
+//!   client's doing, not the server's); they have their own bound
+//!   (`max_free_retries`, 10 by default).
 
 use std::fmt;
 use std::io;
@@ -138,6 +142,20 @@ pub enum RetryReason {
     StaleConnection,
     /// `421 Misdirected Request`: the connection must not be coalesced.
     Misdirected,
+    /// REFUSED_STREAM for a stream opened beyond the limit the server had
+    /// advertised (before its SETTINGS, which then allowed fewer): the client's
+    /// doing, so neither the connection nor the call's retry count is charged.
+    StreamLimit,
+}
+
+impl RetryReason {
+    /// Whether a retry for this reason is free: it does not count toward the
+    /// call's retry cap (GOAWAY, a refusal beyond the advertised limit), only
+    /// toward the free-retry bound.
+    #[must_use]
+    pub fn is_free(self) -> bool {
+        matches!(self, RetryReason::GoAwayUnprocessed | RetryReason::StreamLimit)
+    }
 }
 
 /// Why a failure was not retried.
@@ -159,6 +177,8 @@ pub enum NoRetry {
     StreamReset,
     /// The call used up its retries.
     RetryLimit,
+    /// The call used up its free retries (GOAWAY, refusals beyond the limit).
+    FreeRetryLimit,
     /// The call's deadline has passed: a retry could not finish in time.
     DeadlinePassed,
 }
@@ -174,6 +194,7 @@ impl fmt::Display for NoRetry {
             NoRetry::BodyNotReplayable => "the body cannot be replayed",
             NoRetry::StreamReset => "the stream was reset",
             NoRetry::RetryLimit => "the retry limit was reached",
+            NoRetry::FreeRetryLimit => "the bound on retries after GOAWAY or early refusals was reached",
             NoRetry::DeadlinePassed => "the call's deadline had passed",
         })
     }
@@ -212,9 +233,45 @@ pub fn may_have_been_sent(failure: &ExchangeFailure) -> bool {
     !unprocessed && written
 }
 
-/// Decides what to do about `failure` on a connection. `reused`: the connection had
-/// completed an exchange before this one. `refusals_before`: REFUSED_STREAMs this
-/// connection gave earlier. `retries`: retries this call already made.
+/// What [`decide`] needs to know besides the failure: the connection's
+/// history and the call's retry budget.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RetryContext {
+    /// The connection had completed an exchange before this one.
+    pub reused: bool,
+    /// REFUSED_STREAMs this connection gave earlier (held against it).
+    pub refusals_before: u32,
+    /// The stream was opened beyond the limit the server had advertised: before
+    /// its SETTINGS arrived, and those SETTINGS then allowed fewer streams than
+    /// the connection carried. A refusal of it is the client's doing.
+    pub beyond_limit: bool,
+    /// Retries this call made that counted, and their cap.
+    pub retries: u32,
+    /// The cap on counted retries ([`PoolConfig::max_retries`](super::PoolConfig::max_retries)).
+    pub max_retries: u32,
+    /// Free retries this call made (see [`RetryReason::is_free`]).
+    pub free_retries: u32,
+    /// Their cap ([`PoolConfig::max_free_retries`](super::PoolConfig::max_free_retries)).
+    pub max_free_retries: u32,
+}
+
+impl RetryContext {
+    /// A first attempt with the default caps (3 counted, 10 free).
+    #[must_use]
+    pub fn first(reused: bool) -> RetryContext {
+        RetryContext {
+            reused,
+            refusals_before: 0,
+            beyond_limit: false,
+            retries: 0,
+            max_retries: 3,
+            free_retries: 0,
+            max_free_retries: 10,
+        }
+    }
+}
+
+/// Decides what to do about `failure` on a connection, given `ctx`.
 ///
 /// ```
 /// use switchyard_core::pool::*;
@@ -222,27 +279,44 @@ pub fn may_have_been_sent(failure: &ExchangeFailure) -> bool {
 /// let post = RequestFacts::new(&http::Method::POST, false, true);
 /// let reset = ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionReset, message: "reset".into() };
 /// let stale = |request| ExchangeFailure { kind: reset.clone(), progress: Progress::RequestWritten, request };
-/// assert_eq!(decide(&stale(get), true, 0, 0, 3),
+/// let reused = RetryContext::first(true);
+/// assert_eq!(decide(&stale(get), &reused),
 ///            RetryDecision::NewConnection { reason: RetryReason::StaleConnection, fresh: true });
-/// assert_eq!(decide(&stale(post), true, 0, 0, 3),
+/// assert_eq!(decide(&stale(post), &reused),
 ///            RetryDecision::Fail { why: NoRetry::NotIdempotent, may_have_been_sent: true });
+///
+/// // GOAWAY above the last stream id: retried even after the counted retries are spent.
+/// let goaway = ExchangeFailure { kind: ExchangeFailureKind::GoAwayUnprocessed, progress: Progress::RequestWritten, request: post };
+/// let spent = RetryContext { retries: 3, ..reused };
+/// assert_eq!(decide(&goaway, &spent),
+///            RetryDecision::NewConnection { reason: RetryReason::GoAwayUnprocessed, fresh: false });
 /// ```
 #[must_use]
-pub fn decide(
-    failure: &ExchangeFailure,
-    reused: bool,
-    refusals_before: u32,
-    retries: u32,
-    max_retries: u32,
-) -> RetryDecision {
+pub fn decide(failure: &ExchangeFailure, ctx: &RetryContext) -> RetryDecision {
     use ExchangeFailureKind as K;
     let written = failure.progress != Progress::NothingWritten;
     let fail = |why, may_have_been_sent| RetryDecision::Fail { why, may_have_been_sent };
-    if retries >= max_retries {
-        return fail(NoRetry::RetryLimit, may_have_been_sent(failure));
-    }
     // A body that was (partly) streamed and cannot be produced again rules out any retry.
     let replay_blocked = written && !failure.request.body_replayable;
+    let free = match &failure.kind {
+        K::GoAwayUnprocessed => {
+            Some(RetryDecision::NewConnection { reason: RetryReason::GoAwayUnprocessed, fresh: false })
+        }
+        K::RefusedStream if ctx.beyond_limit => Some(RetryDecision::SameConnection(RetryReason::StreamLimit)),
+        _ => None,
+    };
+    if let Some(decision) = free {
+        if replay_blocked {
+            return fail(NoRetry::BodyNotReplayable, false);
+        }
+        if ctx.free_retries >= ctx.max_free_retries {
+            return fail(NoRetry::FreeRetryLimit, false);
+        }
+        return decision;
+    }
+    if ctx.retries >= ctx.max_retries {
+        return fail(NoRetry::RetryLimit, may_have_been_sent(failure));
+    }
     match &failure.kind {
         K::Timeout => fail(NoRetry::Timeout, written),
         K::Protocol { .. } => fail(NoRetry::Protocol, written),
@@ -250,8 +324,11 @@ pub fn decide(
         K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected if replay_blocked => {
             fail(NoRetry::BodyNotReplayable, false)
         }
-        K::RefusedStream if refusals_before == 0 => RetryDecision::SameConnection(RetryReason::RefusedStream),
+        K::RefusedStream if ctx.refusals_before == 0 => {
+            RetryDecision::SameConnection(RetryReason::RefusedStream)
+        }
         K::RefusedStream => RetryDecision::NewConnection { reason: RetryReason::RefusedStream, fresh: false },
+        // Handled above, as a free retry.
         K::GoAwayUnprocessed => {
             RetryDecision::NewConnection { reason: RetryReason::GoAwayUnprocessed, fresh: false }
         }
@@ -261,7 +338,7 @@ pub fn decide(
                 RetryDecision::NewConnection { reason: RetryReason::NotSent, fresh: true }
             }
             Progress::ResponseStarted => fail(NoRetry::ResponseStarted, true),
-            Progress::RequestWritten if !reused => fail(NoRetry::FreshConnection, true),
+            Progress::RequestWritten if !ctx.reused => fail(NoRetry::FreshConnection, true),
             Progress::RequestWritten if !failure.request.idempotent => fail(NoRetry::NotIdempotent, true),
             Progress::RequestWritten if !failure.request.body_replayable => {
                 fail(NoRetry::BodyNotReplayable, true)
@@ -290,16 +367,20 @@ mod tests {
     }
     use Progress::*;
 
+    fn ctx(reused: bool, refusals_before: u32, retries: u32, max_retries: u32) -> RetryContext {
+        RetryContext { reused, refusals_before, retries, max_retries, ..RetryContext::first(reused) }
+    }
+
     #[test]
     fn not_written_is_always_retried_any_method() {
-        let d = decide(&f(io(), NothingWritten, false, false), false, 0, 0, 3);
+        let d = decide(&f(io(), NothingWritten, false, false), &ctx(false, 0, 0, 3));
         assert_eq!(d, RetryDecision::NewConnection { reason: RetryReason::NotSent, fresh: true });
     }
 
     #[test]
     fn written_on_fresh_connection_is_never_retried() {
         assert_eq!(
-            decide(&f(io(), RequestWritten, true, true), false, 0, 0, 3),
+            decide(&f(io(), RequestWritten, true, true), &ctx(false, 0, 0, 3)),
             RetryDecision::Fail { why: NoRetry::FreshConnection, may_have_been_sent: true }
         );
     }
@@ -307,15 +388,15 @@ mod tests {
     #[test]
     fn stale_reused_connection_rules() {
         assert!(matches!(
-            decide(&f(io(), RequestWritten, true, true), true, 0, 0, 3),
+            decide(&f(io(), RequestWritten, true, true), &ctx(true, 0, 0, 3)),
             RetryDecision::NewConnection { reason: RetryReason::StaleConnection, fresh: true }
         ));
         assert_eq!(
-            decide(&f(io(), RequestWritten, true, false), true, 0, 0, 3),
+            decide(&f(io(), RequestWritten, true, false), &ctx(true, 0, 0, 3)),
             RetryDecision::Fail { why: NoRetry::BodyNotReplayable, may_have_been_sent: true }
         );
         assert_eq!(
-            decide(&f(io(), ResponseStarted, true, true), true, 0, 0, 3),
+            decide(&f(io(), ResponseStarted, true, true), &ctx(true, 0, 0, 3)),
             RetryDecision::Fail { why: NoRetry::ResponseStarted, may_have_been_sent: true }
         );
     }
@@ -324,12 +405,12 @@ mod tests {
     fn timeouts_and_protocol_errors_never_retry() {
         for p in [NothingWritten, RequestWritten, ResponseStarted] {
             assert!(matches!(
-                decide(&f(ExchangeFailureKind::Timeout, p, true, true), true, 0, 0, 3),
+                decide(&f(ExchangeFailureKind::Timeout, p, true, true), &ctx(true, 0, 0, 3)),
                 RetryDecision::Fail { why: NoRetry::Timeout, .. }
             ));
             let proto = ExchangeFailureKind::Protocol { message: "bad".into() };
             assert!(matches!(
-                decide(&f(proto, p, true, true), true, 0, 0, 3),
+                decide(&f(proto, p, true, true), &ctx(true, 0, 0, 3)),
                 RetryDecision::Fail { why: NoRetry::Protocol, .. }
             ));
         }
@@ -338,15 +419,18 @@ mod tests {
     #[test]
     fn refused_stream_same_connection_once_then_elsewhere() {
         let r = f(ExchangeFailureKind::RefusedStream, RequestWritten, false, true);
-        assert_eq!(decide(&r, true, 0, 0, 3), RetryDecision::SameConnection(RetryReason::RefusedStream));
         assert_eq!(
-            decide(&r, true, 1, 1, 3),
+            decide(&r, &ctx(true, 0, 0, 3)),
+            RetryDecision::SameConnection(RetryReason::RefusedStream)
+        );
+        assert_eq!(
+            decide(&r, &ctx(true, 1, 1, 3)),
             RetryDecision::NewConnection { reason: RetryReason::RefusedStream, fresh: false }
         );
         // A POST whose streamed body is gone cannot be resent, but was not processed.
         let gone = f(ExchangeFailureKind::RefusedStream, RequestWritten, false, false);
         assert_eq!(
-            decide(&gone, true, 0, 0, 3),
+            decide(&gone, &ctx(true, 0, 0, 3)),
             RetryDecision::Fail { why: NoRetry::BodyNotReplayable, may_have_been_sent: false }
         );
     }
@@ -354,21 +438,53 @@ mod tests {
     #[test]
     fn goaway_and_misdirected() {
         let g = f(ExchangeFailureKind::GoAwayUnprocessed, RequestWritten, false, true);
-        assert!(matches!(decide(&g, true, 0, 0, 3), RetryDecision::NewConnection { fresh: false, .. }));
+        assert!(matches!(decide(&g, &ctx(true, 0, 0, 3)), RetryDecision::NewConnection { fresh: false, .. }));
         let m = f(ExchangeFailureKind::Misdirected, ResponseStarted, false, true);
-        assert!(matches!(decide(&m, true, 0, 0, 3), RetryDecision::NewConnection { fresh: true, .. }));
+        assert!(matches!(decide(&m, &ctx(true, 0, 0, 3)), RetryDecision::NewConnection { fresh: true, .. }));
         let s = f(ExchangeFailureKind::StreamReset { code: 2 }, RequestWritten, true, true);
-        assert!(matches!(decide(&s, true, 0, 0, 3), RetryDecision::Fail { why: NoRetry::StreamReset, .. }));
+        assert!(matches!(
+            decide(&s, &ctx(true, 0, 0, 3)),
+            RetryDecision::Fail { why: NoRetry::StreamReset, .. }
+        ));
+    }
+
+    #[test]
+    fn goaway_and_early_refusals_are_free_retries_with_their_own_bound() {
+        let g = f(ExchangeFailureKind::GoAwayUnprocessed, RequestWritten, false, true);
+        let spent = ctx(true, 0, 3, 3);
+        assert_eq!(
+            decide(&g, &spent),
+            RetryDecision::NewConnection { reason: RetryReason::GoAwayUnprocessed, fresh: false },
+            "the counted retries are spent, a GOAWAY retry is not counted"
+        );
+        let free_spent = RetryContext { free_retries: 10, ..spent };
+        assert_eq!(
+            decide(&g, &free_spent),
+            RetryDecision::Fail { why: NoRetry::FreeRetryLimit, may_have_been_sent: false }
+        );
+        // A refusal of a stream opened before SETTINGS: the same connection, free,
+        // whatever the connection's earlier refusals.
+        let r = f(ExchangeFailureKind::RefusedStream, RequestWritten, false, true);
+        let early = RetryContext { beyond_limit: true, refusals_before: 1, ..spent };
+        assert_eq!(decide(&r, &early), RetryDecision::SameConnection(RetryReason::StreamLimit));
+        assert!(RetryReason::StreamLimit.is_free() && RetryReason::GoAwayUnprocessed.is_free());
+        assert!(!RetryReason::RefusedStream.is_free() && !RetryReason::NotSent.is_free());
+        // A streamed body that is gone still cannot be resent.
+        let gone = f(ExchangeFailureKind::GoAwayUnprocessed, RequestWritten, false, false);
+        assert_eq!(
+            decide(&gone, &spent),
+            RetryDecision::Fail { why: NoRetry::BodyNotReplayable, may_have_been_sent: false }
+        );
     }
 
     #[test]
     fn retry_limit() {
         assert_eq!(
-            decide(&f(io(), NothingWritten, true, true), true, 0, 3, 3),
+            decide(&f(io(), NothingWritten, true, true), &ctx(true, 0, 3, 3)),
             RetryDecision::Fail { why: NoRetry::RetryLimit, may_have_been_sent: false }
         );
         assert_eq!(
-            decide(&f(io(), RequestWritten, true, true), true, 0, 3, 3),
+            decide(&f(io(), RequestWritten, true, true), &ctx(true, 0, 3, 3)),
             RetryDecision::Fail { why: NoRetry::RetryLimit, may_have_been_sent: true }
         );
     }

@@ -119,7 +119,7 @@ impl Pool {
         }
         let mut active: BTreeMap<ConnectionId, u32> = BTreeMap::new();
         for (id, c) in &self.calls {
-            if let CallState::Active { connection } = c.state {
+            if let CallState::Active { connection, .. } = c.state {
                 let Some(conn) = self.conns.get(&connection) else {
                     return Err(format!("{id} holds closed {connection}"));
                 };

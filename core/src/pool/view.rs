@@ -15,7 +15,12 @@ pub struct Connection {
     pub(super) protocol: Protocol,
     pub(super) created: Instant,
     pub(super) in_flight: u32,
+    /// The peer's MAX_CONCURRENT_STREAMS (HTTP/2; `u32::MAX` while unknown or
+    /// unlimited), or 1 (HTTP/1).
     pub(super) stream_limit: u32,
+    /// HTTP/2: the server's first SETTINGS frame has arrived. Until then the
+    /// connection carries one stream (BEHAVIOUR §4).
+    pub(super) settings: bool,
     pub(super) idle_since: Option<Instant>,
     pub(super) no_new: Option<CloseReason>,
     pub(super) no_coalescing: bool,
@@ -58,11 +63,18 @@ impl Connection {
     pub fn in_flight(&self) -> u32 {
         self.in_flight
     }
-    /// Most exchanges it may carry at once (1 for HTTP/1; the peer's
-    /// MAX_CONCURRENT_STREAMS for HTTP/2, unlimited until SETTINGS arrive).
+    /// Most exchanges it may carry at once now: 1 for HTTP/1; for HTTP/2, 1
+    /// until the server's first SETTINGS frame arrives, then the server's
+    /// MAX_CONCURRENT_STREAMS (`u32::MAX` when it set none).
     #[must_use]
     pub fn stream_limit(&self) -> u32 {
-        self.stream_limit
+        self.limit()
+    }
+    /// HTTP/2: whether the server's first SETTINGS frame has arrived (always
+    /// `true` for HTTP/1).
+    #[must_use]
+    pub fn settings_received(&self) -> bool {
+        self.settings
     }
     /// Since when it is idle, if it is.
     #[must_use]
@@ -87,6 +99,14 @@ impl Connection {
     pub(super) fn multiplexed(&self) -> bool {
         self.protocol.is_multiplexed()
     }
+    /// Streams it may carry at once now (see [`Connection::stream_limit`]).
+    pub(super) fn limit(&self) -> u32 {
+        if self.settings {
+            self.stream_limit
+        } else {
+            1
+        }
+    }
     pub(super) fn usable(&self) -> bool {
         self.no_new.is_none()
     }
@@ -94,7 +114,7 @@ impl Connection {
         self.usable() && self.in_flight == 0
     }
     pub(super) fn shareable(&self) -> bool {
-        self.usable() && self.multiplexed() && self.in_flight > 0 && self.in_flight < self.stream_limit
+        self.usable() && self.multiplexed() && self.in_flight > 0 && self.in_flight < self.limit()
     }
     pub(super) fn coalescable(&self) -> bool {
         self.usable()

@@ -12,14 +12,26 @@ use crate::time::Instant;
 impl Pool {
     /// Serves a call now (pooled, shared, or a new race) or queues it.
     pub(super) fn dispatch(&mut self, now: Instant, call_id: CallId) {
-        if !self.try_serve(now, call_id) {
-            let (address, deadline) = {
+        // The calls already waiting for this Address that asked before this one.
+        let ahead = {
+            let c = &self.calls[&call_id];
+            let all = self.addrs.get(&c.address).map_or(0, |a| a.waiters);
+            if self.waiters.last_key_value().is_none_or(|(last, _)| *last < c.wait_seq) {
+                all // a new call: every waiting call asked before it
+            } else {
+                // A retry (rare): count the ones that asked before it.
+                self.waiters
+                    .range(..c.wait_seq)
+                    .filter(|(_, w)| self.calls.get(w).is_some_and(|w| w.address == c.address))
+                    .count()
+            }
+        };
+        if !self.try_serve(now, call_id, ahead) {
+            let (address, deadline, seq) = {
                 let c = &self.calls[&call_id];
                 let wait = now + self.config.acquire_timeout;
-                (c.address.clone(), c.options.deadline.map_or(wait, |d| d.min(wait)))
+                (c.address.clone(), c.options.deadline.map_or(wait, |d| d.min(wait)), c.wait_seq)
             };
-            let seq = self.next_wait_seq;
-            self.next_wait_seq += 1;
             self.waiters.insert(seq, call_id);
             self.wait_deadlines.insert((deadline, call_id));
             self.addrs.entry(address).or_default().waiters += 1;
@@ -29,8 +41,9 @@ impl Pool {
     }
 
     /// Tries to serve a pending call without queueing it. Returns whether it was
-    /// served (acquired, or a race started).
-    pub(super) fn try_serve(&mut self, now: Instant, call_id: CallId) -> bool {
+    /// served (acquired, or a race started). `ahead`: calls for the same
+    /// Address queued before this one and still waiting.
+    pub(super) fn try_serve(&mut self, now: Instant, call_id: CallId, ahead: usize) -> bool {
         if let Some((conn, source)) = self.find_pooled(call_id) {
             self.assign(now, call_id, conn, source);
             return true;
@@ -52,9 +65,11 @@ impl Pool {
             // waiting call has claimed it: wait for it rather than connect again.
             return false;
         }
-        if !exclusive && !fresh && self.await_pending_connect(now, &address) {
-            // One handshake per HTTP/2 origin: the connect in flight may well
-            // be shared; wait for its result instead of racing beside it.
+        if !exclusive && !fresh && self.expected_streams(now, &address) > ahead as u64 {
+            // One handshake per HTTP/2 origin, and no connection the streams
+            // coming soon will cover: a connect in flight, or a connection
+            // waiting for its SETTINGS, will have a stream for this call once
+            // the calls ahead of it have theirs. Wait for it rather than race.
             return false;
         }
         if !self.has_capacity(&address) {
@@ -81,19 +96,45 @@ impl Pool {
         true
     }
 
+    /// Streams calls for `address` can expect soon without a new connect: the
+    /// room connections still waiting for their SETTINGS will have, and (one
+    /// handshake per HTTP/2 origin) the room of connects in flight. Each counts
+    /// the stream limit the Address's last SETTINGS advertised; unknown or
+    /// unlimited, one such connection is expected to serve every waiting call.
+    fn expected_streams(&self, now: Instant, address: &Address) -> u64 {
+        let Some(a) = self.addrs.get(address) else { return 0 };
+        let per_connection = self.known_protocol.get(address).and_then(|k| k.2).map_or(u64::MAX, u64::from);
+        let mut streams = 0u64;
+        for id in &a.multiplexed {
+            let c = &self.conns[id];
+            if !c.settings {
+                streams = streams.saturating_add(per_connection.saturating_sub(u64::from(c.in_flight)));
+            }
+        }
+        if self.await_pending_connect(now, address) {
+            // A racing call takes one stream of its connection itself.
+            let racing = (a.racing.len() as u64).saturating_mul(per_connection.saturating_sub(1));
+            let kept = (a.kept as u64).saturating_mul(per_connection);
+            streams = streams.saturating_add(racing).saturating_add(kept);
+        }
+        streams
+    }
+
     /// Whether a call for `address` should wait for a connect already in flight
     /// (a race, or an attempt kept for the pool) rather than start its own: the
-    /// Address is `https` and may speak HTTP/2, and its last connection did not
-    /// negotiate HTTP/1.1 (or that is forgotten).
+    /// Address speaks HTTP/2 with prior knowledge, or is `https` and may speak
+    /// HTTP/2 and its last connection did not negotiate HTTP/1.1 (or that is
+    /// forgotten).
     fn await_pending_connect(&self, now: Instant, address: &Address) -> bool {
-        if !self.config.await_pending_http2
-            || !address.is_https()
-            || !address.protocols().contains(&Protocol::Http2)
-        {
+        let prior_knowledge = address.protocols().contains(&Protocol::H2PriorKnowledge);
+        let may_negotiate = address.is_https() && address.protocols().contains(&Protocol::Http2);
+        if !self.config.await_pending_http2 || !(prior_knowledge || may_negotiate) {
             return false;
         }
-        let known_http1 =
-            self.known_protocol.get(address).is_some_and(|(p, until)| *p == Protocol::Http1 && *until > now);
+        let known_http1 = self
+            .known_protocol
+            .get(address)
+            .is_some_and(|(p, until, _)| *p == Protocol::Http1 && *until > now);
         if known_http1 {
             return false;
         }
@@ -121,6 +162,8 @@ impl Pool {
     /// eligible pooled connections to calls racing for `address`.
     pub(super) fn rebalance(&mut self, now: Instant, address: &Address) {
         let queued: Vec<(u64, CallId)> = self.waiters.iter().map(|(s, c)| (*s, *c)).collect();
+        // Per Address, the waiters seen so far that stay queued (FIFO order).
+        let mut still_waiting: Vec<(Address, usize)> = Vec::new();
         for (seq, call_id) in queued {
             if self.waiters.is_empty() {
                 break;
@@ -138,11 +181,17 @@ impl Pool {
             if let Some(a) = self.addrs.get_mut(&waiter_address) {
                 a.waiters -= 1;
             }
-            if self.try_serve(now, call_id) {
+            let slot = still_waiting.iter().position(|(a, _)| *a == waiter_address);
+            let ahead = slot.map_or(0, |i| still_waiting[i].1);
+            if self.try_serve(now, call_id, ahead) {
                 self.waiters.remove(&seq);
                 self.wait_deadlines.remove(&(deadline, call_id));
                 self.gc_address(&waiter_address);
             } else {
+                match slot {
+                    Some(i) => still_waiting[i].1 += 1,
+                    None => still_waiting.push((waiter_address.clone(), 1)),
+                }
                 self.addrs.entry(waiter_address).or_default().waiters += 1;
                 self.calls.get_mut(&call_id).expect("call exists").state =
                     CallState::Waiting { seq, since, deadline };

@@ -118,14 +118,26 @@ impl PoolSim {
         self.drain()
     }
 
-    /// Acquires and connects a new connection to an IP-literal cleartext Address.
+    /// Acquires and connects a new connection to an IP-literal cleartext
+    /// Address. An HTTP/2 connection also gets the server's SETTINGS (no
+    /// stream limit), so it is ready to share.
     pub fn open(&mut self, t: u64, address: &Address) -> (CallId, ConnectionId) {
         let call = self.acquire(t, address);
         let out = self.drain();
         assert!(out[0].starts_with("connect"), "{out:?}");
         let out = self.connected(t, call);
         assert!(out.iter().any(|s| s.starts_with("acquired")), "{out:?}");
-        (call, self.held[&call])
+        let k = self.held[&call];
+        if self.pool.connection(k).unwrap().protocol().is_multiplexed() {
+            assert_eq!(self.settings(t, k, None), Vec::<String>::new());
+        }
+        (call, k)
+    }
+
+    /// The server's SETTINGS arrive on `k`.
+    pub fn settings(&mut self, t: u64, k: ConnectionId, max_concurrent_streams: Option<u32>) -> Vec<String> {
+        self.pool.settings(ms(t), k, max_concurrent_streams).unwrap();
+        self.drain()
     }
 
     pub fn finish(&mut self, t: u64, call: CallId) -> Vec<String> {

@@ -1,0 +1,461 @@
+//! HTTP/2 stream limits and GOAWAY churn, on virtual time (BEHAVIOUR §4, §6).
+//!
+//! A small world drives the pool: DNS, TCP and TLS answer after fixed
+//! latencies, every HTTP/2 server opens with SETTINGS (its
+//! MAX_CONCURRENT_STREAMS) one round trip after the handshake, and the server
+//! enforces its limit strictly: a stream beyond it is refused
+//! (REFUSED_STREAM), as nghttpd does. Optionally the server sends GOAWAY after
+//! a number of streams per connection (nginx's `keepalive_requests`), failing
+//! the streams it did not take as "not processed".
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use switchyard_core::pool::{
+    ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryReason,
+};
+use switchyard_core::{
+    AcquireOptions, Address, CallId, CloseReason, ConnectionId, FailureOutcome, Instant, Pool, PoolAction,
+    PoolConfig, Protocol, Reuse, Scheme, TlsFacts,
+};
+
+fn ms(t: u64) -> Instant {
+    Instant::from_millis(t)
+}
+
+#[derive(Debug)]
+enum Ev {
+    Dns(switchyard_core::QueryId),
+    Connected(switchyard_core::AttemptId),
+    Established(switchyard_core::AttemptId),
+    Settings(ConnectionId),
+    Finish(CallId, ConnectionId),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Server {
+    /// MAX_CONCURRENT_STREAMS in the server's SETTINGS.
+    limit: u32,
+    /// GOAWAY after this many streams on a connection.
+    goaway_after: Option<u32>,
+    /// Latencies, ms.
+    dns: u64,
+    tcp: u64,
+    tls: u64,
+    settings: u64,
+    exchange: u64,
+}
+
+#[derive(Default)]
+struct ServerConn {
+    open: u32,
+    /// Streams accepted so far (GOAWAY counts these).
+    accepted: u32,
+    settings_sent: bool,
+    going_away: bool,
+    max_open: u32,
+}
+
+struct World {
+    pool: Pool,
+    server: Server,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    conns: BTreeMap<ConnectionId, ServerConn>,
+    done: BTreeSet<CallId>,
+    failed: BTreeMap<CallId, NoRetry>,
+    refused: u32,
+    goaway_retries: u32,
+}
+
+impl World {
+    fn new(config: PoolConfig, server: Server) -> World {
+        World {
+            pool: Pool::new(config),
+            server,
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            done: BTreeSet::new(),
+            failed: BTreeMap::new(),
+            refused: 0,
+            goaway_retries: 0,
+        }
+    }
+
+    fn at(&mut self, delay: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((self.now + delay, self.seq), ev);
+    }
+
+    fn facts() -> RequestFacts {
+        RequestFacts { idempotent: true, body_replayable: true }
+    }
+
+    fn failed(&mut self, call: CallId, kind: ExchangeFailureKind) {
+        let failure = ExchangeFailure { kind, progress: Progress::RequestWritten, request: World::facts() };
+        match self.pool.exchange_failed(ms(self.now), call, failure).unwrap() {
+            FailureOutcome::Retrying(reason) => {
+                if reason == RetryReason::GoAwayUnprocessed {
+                    self.goaway_retries += 1;
+                }
+            }
+            FailureOutcome::Failed(e) => {
+                self.failed.insert(call, e.why);
+            }
+        }
+    }
+
+    fn drain(&mut self) {
+        loop {
+            while self.pool.poll_event().is_some() {}
+            let Some(action) = self.pool.poll_action() else { break };
+            match action {
+                PoolAction::Resolve { query, .. } => self.at(self.server.dns, Ev::Dns(query)),
+                PoolAction::Connect { attempt, .. } => self.at(self.server.tcp, Ev::Connected(attempt)),
+                PoolAction::Handshake { attempt, .. } => self.at(self.server.tls, Ev::Established(attempt)),
+                PoolAction::Established { connection, protocol, .. } => {
+                    assert_eq!(protocol, Protocol::Http2);
+                    self.conns.insert(connection, ServerConn::default());
+                    self.at(self.server.settings, Ev::Settings(connection));
+                }
+                PoolAction::Acquired { call, connection, .. } => self.stream(call, connection),
+                PoolAction::AcquireFailed { call, error } => panic!("{call}: {error}"),
+                PoolAction::CancelAttempt { .. } | PoolAction::Close { .. } => {}
+                PoolAction::Probe { .. } | PoolAction::Ping { .. } => {}
+            }
+        }
+    }
+
+    /// The call's stream reaches the server.
+    fn stream(&mut self, call: CallId, connection: ConnectionId) {
+        let limit = self.server.limit;
+        let pool_view = self.pool.connection(connection).unwrap();
+        let c = self.conns.get_mut(&connection).unwrap();
+        // The pool never opens more than one stream before SETTINGS, nor more
+        // than the limit after.
+        assert!(
+            pool_view.in_flight() <= if c.settings_sent { limit } else { 1 },
+            "{connection}: {} streams (SETTINGS seen: {})",
+            pool_view.in_flight(),
+            c.settings_sent
+        );
+        if !c.going_away && self.server.goaway_after.is_some_and(|n| c.accepted >= n) {
+            c.going_away = true;
+            self.pool.goaway(ms(self.now), connection).unwrap();
+        }
+        let c = self.conns.get_mut(&connection).unwrap();
+        if c.going_away {
+            // Above the GOAWAY's last stream id: not processed.
+            self.failed(call, ExchangeFailureKind::GoAwayUnprocessed);
+            return;
+        }
+        if c.open >= limit {
+            self.refused += 1;
+            self.failed(call, ExchangeFailureKind::RefusedStream);
+            return;
+        }
+        c.open += 1;
+        c.accepted += 1;
+        c.max_open = c.max_open.max(c.open);
+        let goaway = self.server.goaway_after.is_some_and(|n| c.accepted >= n);
+        if goaway {
+            c.going_away = true;
+        }
+        self.at(self.server.exchange, Ev::Finish(call, connection));
+        if goaway {
+            self.pool.goaway(ms(self.now), connection).unwrap();
+        }
+    }
+
+    fn run(&mut self) {
+        self.drain();
+        while let Some(((t, _), ev)) = self.queue.pop_first() {
+            while let Some(deadline) = self.pool.poll_timeout().filter(|d| *d <= ms(t)) {
+                self.now = self.now.max(u64::try_from(deadline.elapsed_since_origin().as_millis()).unwrap());
+                self.pool.handle_timeout(deadline);
+                self.drain();
+            }
+            self.now = t;
+            let now = ms(t);
+            match ev {
+                Ev::Dns(q) => self.pool.handle_dns(now, q, Ok(vec!["10.0.0.1".parse().unwrap()])).unwrap(),
+                Ev::Connected(a) => self.pool.handle_connected(now, a).unwrap(),
+                Ev::Established(a) => {
+                    let tls = TlsFacts { dns_names: vec!["a.test".into()], ..TlsFacts::default() };
+                    self.pool.handle_established(now, a, Some(Protocol::Http2), Some(tls)).unwrap();
+                }
+                Ev::Settings(k) => {
+                    self.conns.get_mut(&k).unwrap().settings_sent = true;
+                    if self.pool.connection(k).is_some() {
+                        self.pool.settings(now, k, Some(self.server.limit)).unwrap();
+                    }
+                }
+                Ev::Finish(call, k) => {
+                    self.conns.get_mut(&k).unwrap().open -= 1;
+                    self.pool.exchange_finished(now, call, Reuse::Reusable).unwrap();
+                    self.done.insert(call);
+                }
+            }
+            self.drain();
+        }
+        self.pool.check_invariants().unwrap();
+    }
+}
+
+fn address() -> Address {
+    Address::builder(Scheme::Https, "a.test", 443).build().unwrap()
+}
+
+fn burst(world: &mut World, n: usize) -> Vec<CallId> {
+    (0..n).map(|_| world.pool.acquire(ms(0), address(), AcquireOptions::default())).collect()
+}
+
+const SERVER: Server =
+    Server { limit: 3, goaway_after: None, dns: 1, tcp: 2, tls: 3, settings: 1, exchange: 1_000 };
+
+/// BEHAVIOUR §4's example: 64 calls at once against a server whose SETTINGS say
+/// 3. At most 3 streams on any connection at any moment, not one refusal, and
+/// ceil(64 / 3) = 22 connections: one first (its SETTINGS teach the limit),
+/// then as many connects as the waiting calls need, at once.
+#[test]
+fn a_burst_of_64_against_a_limit_of_3_opens_22_connections_and_is_never_refused() {
+    let mut w = World::new(PoolConfig::default(), SERVER);
+    let calls = burst(&mut w, 64);
+    w.run();
+    assert_eq!(w.done.len(), 64, "every call completed");
+    assert!(calls.iter().all(|c| w.done.contains(c)));
+    assert_eq!(w.refused, 0, "no stream beyond the limit reached the server");
+    assert!(w.conns.values().all(|c| c.max_open <= 3));
+    let stats = w.pool.stats();
+    assert_eq!(stats.created, 22, "ceil(64 / 3)");
+    assert_eq!(stats.wasted, 0);
+    // Each connection was filled to the limit.
+    assert_eq!(w.conns.values().filter(|c| c.max_open == 3).count(), 21);
+}
+
+/// The same burst with a per-host cap: calls wait for streams, none is refused,
+/// the cap holds.
+#[test]
+fn a_burst_under_a_per_host_cap_waits_for_streams() {
+    let config = PoolConfig { max_connections_per_address: Some(4), ..PoolConfig::default() };
+    let mut w = World::new(config, SERVER);
+    burst(&mut w, 64);
+    w.run();
+    assert_eq!(w.done.len(), 64);
+    assert_eq!(w.refused, 0);
+    assert_eq!(w.pool.stats().created, 4);
+}
+
+/// Until a connection's SETTINGS arrive it carries one stream; if they never
+/// arrive, the handshake timeout retires it and the calls that waited for it
+/// race connections of their own.
+#[test]
+fn calls_wait_for_settings_and_move_on_when_they_never_come() {
+    let config = PoolConfig::default();
+    let timeout = config.race.handshake_timeout;
+    let mut pool = Pool::new(config);
+    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
+        .protocols([Protocol::H2PriorKnowledge])
+        .build()
+        .unwrap();
+    let first = pool.acquire(ms(0), a.clone(), AcquireOptions::default());
+    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
+    let waiting: Vec<_> = (0..5).map(|_| pool.acquire(ms(1), a.clone(), AcquireOptions::default())).collect();
+    assert_eq!(pool.poll_action(), None, "prior knowledge: one connect for the origin; the rest wait");
+    pool.handle_connected(ms(2), attempt).unwrap();
+    let Some(PoolAction::Established { connection, .. }) = pool.poll_action() else { panic!() };
+    assert!(matches!(pool.poll_action(), Some(PoolAction::Acquired { call, .. }) if call == first));
+    assert_eq!(pool.poll_action(), None, "one stream until SETTINGS");
+    assert_eq!(pool.connection(connection).unwrap().stream_limit(), 1);
+    assert!(!pool.connection(connection).unwrap().settings_received());
+    assert_eq!(pool.stats().totals.waiters, 5);
+
+    assert_eq!(pool.poll_timeout(), Some(ms(2) + timeout), "SETTINGS are due by the handshake timeout");
+    pool.handle_timeout(ms(2) + timeout);
+    assert_eq!(pool.connection(connection).unwrap().no_new_exchanges(), Some(CloseReason::NeverUsable));
+    let connects =
+        std::iter::from_fn(|| pool.poll_action()).filter(|a| matches!(a, PoolAction::Connect { .. })).count();
+    assert_eq!(connects, 1, "the first waiter races; the others wait for its connect");
+    assert_eq!(pool.stats().totals.waiters, waiting.len() - 1);
+}
+
+/// SETTINGS in time: the waiting calls share the connection up to its limit.
+#[test]
+fn settings_release_the_waiting_calls_up_to_the_limit() {
+    let mut pool = Pool::new(PoolConfig::default());
+    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
+        .protocols([Protocol::H2PriorKnowledge])
+        .build()
+        .unwrap();
+    pool.acquire(ms(0), a.clone(), AcquireOptions::default());
+    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
+    for _ in 0..5 {
+        pool.acquire(ms(1), a.clone(), AcquireOptions::default());
+    }
+    pool.handle_connected(ms(2), attempt).unwrap();
+    let Some(PoolAction::Established { connection, .. }) = pool.poll_action() else { panic!() };
+    while pool.poll_action().is_some() {}
+    pool.settings(ms(3), connection, Some(4)).unwrap();
+    let actions: Vec<_> = std::iter::from_fn(|| pool.poll_action()).collect();
+    let shared = actions.iter().filter(|a| matches!(a, PoolAction::Acquired { .. })).count();
+    let connects = actions.iter().filter(|a| matches!(a, PoolAction::Connect { .. })).count();
+    assert_eq!(
+        (shared, connects),
+        (3, 1),
+        "3 more streams (limit 4); one connect for the other 2: {actions:?}"
+    );
+    assert_eq!(pool.connection(connection).unwrap().in_flight(), 4);
+    let settings_due = ms(2) + PoolConfig::default().race.handshake_timeout;
+    assert_ne!(pool.poll_timeout(), Some(settings_due), "SETTINGS arrived: not due any more");
+}
+
+/// A refusal of a stream opened before SETTINGS that then allowed fewer
+/// streams is the client's doing: free retry, not held against the connection.
+#[test]
+fn a_refusal_beyond_the_advertised_limit_is_not_held_against_anyone() {
+    let config = PoolConfig { max_retries: 0, ..PoolConfig::default() };
+    let mut pool = Pool::new(config);
+    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
+        .protocols([Protocol::H2PriorKnowledge])
+        .build()
+        .unwrap();
+    let call = pool.acquire(ms(0), a.clone(), AcquireOptions::default());
+    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
+    pool.handle_connected(ms(1), attempt).unwrap();
+    let Some(PoolAction::Established { connection, .. }) = pool.poll_action() else { panic!() };
+    while pool.poll_action().is_some() {}
+    // The server allows no stream yet, and refuses the one it got.
+    pool.settings(ms(2), connection, Some(0)).unwrap();
+    let refused = ExchangeFailure {
+        kind: ExchangeFailureKind::RefusedStream,
+        progress: Progress::RequestWritten,
+        request: World::facts(),
+    };
+    let out = pool.exchange_failed(ms(3), call, refused.clone()).unwrap();
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::StreamLimit), "free: max_retries is 0");
+    assert_eq!(pool.connection(connection).unwrap().no_new_exchanges(), None, "not held against it");
+    // The server raises its limit; the call gets its stream there (the connect
+    // it started meanwhile joins the pool).
+    pool.settings(ms(4), connection, Some(10)).unwrap();
+    let acquired = std::iter::from_fn(|| pool.poll_action()).any(
+        |a| matches!(a, PoolAction::Acquired { call: c, connection: k, .. } if c == call && k == connection),
+    );
+    assert!(acquired);
+    // A refusal within the limit counts as usual (and max_retries is 0).
+    let out = pool.exchange_failed(ms(5), call, refused).unwrap();
+    assert!(
+        matches!(out, FailureOutcome::Failed(ref e) if e.why == NoRetry::RetryLimit && !e.may_have_been_sent)
+    );
+}
+
+/// nginx with `keepalive_requests 10`: a GOAWAY every 10 streams. Retries after
+/// GOAWAY do not count toward the cap: every call completes, even with
+/// `max_retries` 0.
+#[test]
+fn goaway_churn_never_fails_a_call() {
+    let config = PoolConfig { max_retries: 0, ..PoolConfig::default() };
+    let server = Server { limit: 100, goaway_after: Some(10), exchange: 5, ..SERVER };
+    let mut w = World::new(config, server);
+    // 16 callers, 2,000 calls: each caller's next call starts when one ends.
+    let mut started = 16;
+    burst(&mut w, 16);
+    w.run();
+    while started < 2_000 {
+        let more = 16.min(2_000 - started);
+        started += more;
+        burst(&mut w, more);
+        w.run();
+    }
+    assert_eq!(w.failed, BTreeMap::new());
+    assert_eq!(w.done.len(), 2_000);
+    assert!(w.goaway_retries > 0, "the churn happened");
+    assert!(w.pool.stats().closed[&CloseReason::GoAway] >= 199);
+}
+
+/// The free retries are bounded: a call turned away by GOAWAY more than
+/// `max_free_retries` times fails, saying the request was not processed.
+#[test]
+fn goaway_retries_are_bounded() {
+    let config = PoolConfig { max_free_retries: 3, ..PoolConfig::default() };
+    // Every connection goes away before it takes any stream.
+    let server = Server { limit: 100, goaway_after: Some(0), ..SERVER };
+    let mut w = World::new(config, server);
+    let calls = burst(&mut w, 1);
+    w.run();
+    assert_eq!(w.failed.get(&calls[0]), Some(&NoRetry::FreeRetryLimit));
+    assert_eq!(w.goaway_retries, 3);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// For any limit and burst size: never a stream beyond the limit (or more
+    /// than one before SETTINGS), never a refusal, and exactly ceil(n / limit)
+    /// connections when the exchanges outlast the connects.
+    #[test]
+    fn bursts_use_the_fewest_connections_the_limit_allows(
+        limit in 1u32..=12,
+        n in 1usize..=150,
+        dns in 0u64..5, tcp in 0u64..5, tls in 0u64..5, settings in 0u64..5,
+    ) {
+        let server = Server { limit, goaway_after: None, dns, tcp, tls, settings, exchange: 10_000 };
+        let mut w = World::new(PoolConfig::default(), server);
+        burst(&mut w, n);
+        w.run();
+        prop_assert_eq!(w.done.len(), n);
+        prop_assert_eq!(w.refused, 0);
+        let expected = (n as u64).div_ceil(u64::from(limit));
+        prop_assert_eq!(w.pool.stats().created, expected);
+        prop_assert!(w.conns.values().all(|c| c.max_open <= limit));
+    }
+}
+
+/// A call turned away by GOAWAY keeps its place: it waits ahead of calls that
+/// asked after it, so it gets the next connection's first free stream (a
+/// server that takes only so many streams per connection would otherwise turn
+/// the same call away again and again).
+#[test]
+fn a_call_turned_away_by_goaway_waits_ahead_of_newer_calls() {
+    let mut pool = Pool::new(PoolConfig::default());
+    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
+        .protocols([Protocol::H2PriorKnowledge])
+        .build()
+        .unwrap();
+    let acquire = |pool: &mut Pool, t| pool.acquire(ms(t), a.clone(), AcquireOptions::default());
+    let first = acquire(&mut pool, 0);
+    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
+    pool.handle_connected(ms(1), attempt).unwrap();
+    let Some(PoolAction::Established { connection: k1, .. }) = pool.poll_action() else { panic!() };
+    while pool.poll_action().is_some() {}
+    pool.settings(ms(2), k1, None).unwrap();
+    let old = acquire(&mut pool, 3);
+    assert!(matches!(pool.poll_action(), Some(PoolAction::Acquired { call, .. }) if call == old));
+    pool.goaway(ms(4), k1).unwrap();
+    // Newer calls: one races a new connection, one waits for it.
+    let racer = acquire(&mut pool, 5);
+    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
+    let newer = acquire(&mut pool, 6);
+    // The old call's stream was above the GOAWAY's last stream id.
+    let unprocessed = ExchangeFailure {
+        kind: ExchangeFailureKind::GoAwayUnprocessed,
+        progress: Progress::RequestWritten,
+        request: World::facts(),
+    };
+    let out = pool.exchange_failed(ms(7), old, unprocessed).unwrap();
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::GoAwayUnprocessed));
+    pool.handle_connected(ms(8), attempt).unwrap();
+    let Some(PoolAction::Established { connection: k2, .. }) = pool.poll_action() else { panic!() };
+    assert!(matches!(pool.poll_action(), Some(PoolAction::Acquired { call, .. }) if call == racer));
+    pool.settings(ms(9), k2, Some(2)).unwrap();
+    let next: Vec<CallId> = std::iter::from_fn(|| pool.poll_action())
+        .filter_map(|a| match a {
+            PoolAction::Acquired { call, connection, .. } if connection == k2 => Some(call),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(next, [old], "the turned-away call first; {newer} waits for a stream or a connect");
+    pool.exchange_finished(ms(10), first, Reuse::Reusable).unwrap();
+}
