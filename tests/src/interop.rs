@@ -534,7 +534,7 @@ pub fn nginx_keepalive_timeout(a: &dyn Adapter, http2: bool) {
     for (label, base, version, _) in nginx_modes(&nginx, http2) {
         let client = client_for(a, &nginx.ca, version);
         ok(client.send(Req::get(format!("{base}/hello"))), label);
-        for pause in [250, 290, 300, 310, 350] {
+        for pause in [250, 280, 295, 300, 305, 320, 350] {
             std::thread::sleep(Duration::from_millis(pause));
             let r = client.send(Req::get(format!("{base}/hello")));
             ok(r, &format!("{label}, after {pause} ms idle (keepalive_timeout 300 ms)"));
