@@ -51,29 +51,6 @@ impl Tls {
     }
 }
 
-/// DER as PEM.
-fn pem(label: &str, der: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut b64 = String::new();
-    for chunk in der.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                b64.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                b64.push('=');
-            }
-        }
-    }
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).unwrap_or_default());
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
-}
-
 /// A running server process; killed when dropped.
 pub struct Server {
     child: Child,
@@ -171,9 +148,8 @@ impl Server {
         std::fs::write(dir.join("index.html"), BODY).ok()?;
         let ssl = match tls {
             Some(t) => {
-                let chain: String = t.leaf.chain.iter().map(|c| pem("CERTIFICATE", c)).collect();
-                std::fs::write(dir.join("cert.pem"), chain).ok()?;
-                std::fs::write(dir.join("key.pem"), pem("PRIVATE KEY", &t.leaf.key)).ok()?;
+                std::fs::write(dir.join("cert.pem"), &t.leaf.chain_pem).ok()?;
+                std::fs::write(dir.join("key.pem"), &t.leaf.key_pem).ok()?;
                 format!(
                     "  ssl:\n    certificate-file: {d}/cert.pem\n    key-file: {d}/key.pem\n",
                     d = dir.display()

@@ -206,6 +206,21 @@ impl World {
     }
 }
 
+/// HTTP/2 with prior knowledge on 127.0.0.1: no DNS, no TLS.
+fn h2c() -> Address {
+    Address::builder(Scheme::Http, "127.0.0.1", 80).protocols([Protocol::H2PriorKnowledge]).build().unwrap()
+}
+
+/// Acquires for `a` and connects: the call holds a new connection (no SETTINGS yet).
+fn open(pool: &mut Pool, a: &Address) -> (CallId, ConnectionId) {
+    let call = pool.acquire(ms(0), a.clone(), AcquireOptions::default());
+    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
+    pool.handle_connected(ms(1), attempt).unwrap();
+    let Some(PoolAction::Established { connection, .. }) = pool.poll_action() else { panic!() };
+    assert!(matches!(pool.poll_action(), Some(PoolAction::Acquired { call: c, .. }) if c == call));
+    (call, connection)
+}
+
 fn address() -> Address {
     Address::builder(Scheme::Https, "a.test", 443).build().unwrap()
 }
@@ -258,10 +273,7 @@ fn calls_wait_for_settings_and_move_on_when_they_never_come() {
     let config = PoolConfig::default();
     let timeout = config.race.handshake_timeout;
     let mut pool = Pool::new(config);
-    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
-        .protocols([Protocol::H2PriorKnowledge])
-        .build()
-        .unwrap();
+    let a = h2c();
     let first = pool.acquire(ms(0), a.clone(), AcquireOptions::default());
     let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
     let waiting: Vec<_> = (0..5).map(|_| pool.acquire(ms(1), a.clone(), AcquireOptions::default())).collect();
@@ -287,10 +299,7 @@ fn calls_wait_for_settings_and_move_on_when_they_never_come() {
 #[test]
 fn settings_release_the_waiting_calls_up_to_the_limit() {
     let mut pool = Pool::new(PoolConfig::default());
-    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
-        .protocols([Protocol::H2PriorKnowledge])
-        .build()
-        .unwrap();
+    let a = h2c();
     pool.acquire(ms(0), a.clone(), AcquireOptions::default());
     let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
     for _ in 0..5 {
@@ -319,15 +328,8 @@ fn settings_release_the_waiting_calls_up_to_the_limit() {
 fn a_refusal_beyond_the_advertised_limit_is_not_held_against_anyone() {
     let config = PoolConfig { max_retries: 0, ..PoolConfig::default() };
     let mut pool = Pool::new(config);
-    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
-        .protocols([Protocol::H2PriorKnowledge])
-        .build()
-        .unwrap();
-    let call = pool.acquire(ms(0), a.clone(), AcquireOptions::default());
-    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
-    pool.handle_connected(ms(1), attempt).unwrap();
-    let Some(PoolAction::Established { connection, .. }) = pool.poll_action() else { panic!() };
-    while pool.poll_action().is_some() {}
+    let a = h2c();
+    let (call, connection) = open(&mut pool, &a);
     // The server allows no stream yet, and refuses the one it got.
     pool.settings(ms(2), connection, Some(0)).unwrap();
     let refused = ExchangeFailure {
@@ -420,16 +422,9 @@ proptest! {
 #[test]
 fn a_call_turned_away_by_goaway_waits_ahead_of_newer_calls() {
     let mut pool = Pool::new(PoolConfig::default());
-    let a = Address::builder(Scheme::Http, "127.0.0.1", 80)
-        .protocols([Protocol::H2PriorKnowledge])
-        .build()
-        .unwrap();
+    let a = h2c();
     let acquire = |pool: &mut Pool, t| pool.acquire(ms(t), a.clone(), AcquireOptions::default());
-    let first = acquire(&mut pool, 0);
-    let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };
-    pool.handle_connected(ms(1), attempt).unwrap();
-    let Some(PoolAction::Established { connection: k1, .. }) = pool.poll_action() else { panic!() };
-    while pool.poll_action().is_some() {}
+    let (first, k1) = open(&mut pool, &a);
     pool.settings(ms(2), k1, None).unwrap();
     let old = acquire(&mut pool, 3);
     assert!(matches!(pool.poll_action(), Some(PoolAction::Acquired { call, .. }) if call == old));
