@@ -97,6 +97,8 @@ pub fn run(data: &[u8]) {
             proxies: vec![],
             deadline: None,
             first_sequence: Default::default(),
+            avoid: Vec::new(),
+            known_answers: Vec::new(),
         },
         RaceConfig::default(),
         now,

@@ -253,7 +253,8 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.pool.race.plan.preferred_family = family;
         self
     }
-    /// Idle connections older than this are closed. Default: 90 s.
+    /// Idle connections older than this are closed. Default: 90 s. Zero is a
+    /// configuration error (to keep no idle connection: `max_idle_per_host(0)`).
     pub fn idle_timeout(mut self, d: Duration) -> Self {
         self.pool.keep_alive = d;
         self
@@ -273,7 +274,8 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.pool.max_connections_total = Some(n);
         self
     }
-    /// Idle connections kept per host. Default: 32.
+    /// Idle connections kept per host. Default: 32. Zero: none is kept (each
+    /// connection closes when its exchange ends).
     pub fn max_idle_per_host(mut self, n: usize) -> Self {
         self.pool.max_idle_per_address = n;
         self
@@ -296,7 +298,8 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.pool.probe_interval = every;
         self
     }
-    /// How long a call may wait for pool capacity. Default: 30 s.
+    /// How long a call may wait for pool capacity. Default: 30 s. Zero: fail at
+    /// once when no capacity is free.
     pub fn pool_timeout(mut self, d: Duration) -> Self {
         self.pool.acquire_timeout = d;
         self
@@ -326,7 +329,7 @@ impl<C: FromConfig> ClientBuilder<C> {
         self
     }
     /// How long a request with `Expect: 100-continue` waits before sending its
-    /// body anyway. Default: 1 s.
+    /// body anyway. Default: 1 s. Zero: send the body without waiting.
     pub fn expect_continue_timeout(mut self, d: Duration) -> Self {
         self.expect_continue_timeout = d;
         self
@@ -387,7 +390,8 @@ impl<C: FromConfig> ClientBuilder<C> {
     }
     /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
     /// https, absolute-form for http; SOCKS5 without authentication, the origin's
-    /// name resolved by the proxy). Default: direct.
+    /// name resolved by the proxy). A proxy listed twice is used once, at its
+    /// first place (the route planner drops duplicates). Default: direct.
     pub fn proxies(mut self, proxies: impl IntoIterator<Item = Proxy>) -> Self {
         self.proxies = proxies.into_iter().collect();
         self
@@ -397,10 +401,60 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.limits.max_head_size = bytes;
         self
     }
-    /// Retries per call (BEHAVIOUR §6). Default: 3.
+    /// Retries per call (BEHAVIOUR §6). Default: 3. Zero: never retry (retries
+    /// after GOAWAY are not counted: `PoolConfig::max_free_retries` bounds them).
     pub fn max_retries(mut self, n: u32) -> Self {
         self.pool.max_retries = n;
         self
+    }
+
+    /// The settings that cannot mean anything at zero (or below a floor) are
+    /// configuration errors naming the setting. Zero is meaningful, and
+    /// documented, for: `max_idle_per_host` / `max_idle` (keep no idle
+    /// connection), `pool_timeout` (fail at once when no capacity is free),
+    /// `expect_continue_timeout` (send the body without waiting), `max_retries`
+    /// (never retry).
+    fn check(&self) -> Result<(), String> {
+        let p = &self.pool;
+        let positive = [
+            ("connect_timeout", Some(p.race.connect_timeout)),
+            ("handshake_timeout", Some(p.race.handshake_timeout)),
+            ("idle_timeout", Some(p.keep_alive)),
+            ("max_lifetime", p.max_lifetime),
+            ("read_timeout", self.read_timeout),
+            ("write_timeout", self.write_timeout),
+            ("timeout", self.timeout),
+            ("body_timeout", self.body_timeout),
+        ];
+        for (name, value) in positive {
+            if value.is_some_and(|d| d.is_zero()) {
+                let hint = if name == "idle_timeout" {
+                    " (to keep no idle connection: max_idle_per_host(0))"
+                } else {
+                    ""
+                };
+                return Err(format!("{name} must be longer than zero{hint}"));
+            }
+        }
+        // RFC 8305 §5: never below 10 ms.
+        if p.race.attempt_delay < Duration::from_millis(10) {
+            return Err(format!(
+                "attempt_delay must be at least 10 ms (RFC 8305 §5), not {:?}",
+                p.race.attempt_delay
+            ));
+        }
+        for (name, cap) in [
+            ("max_connections_per_host", p.max_connections_per_address),
+            ("max_connections", p.max_connections_total),
+        ] {
+            if cap == Some(0) {
+                return Err(format!("{name} must be at least 1 (no call could ever connect)"));
+            }
+        }
+        if self.limits.max_head_size == 0 {
+            return Err("max_response_head_size must be at least 1 byte".into());
+        }
+        Ok(())
     }
 
     /// Validates the settings and builds the client. Needs no runtime.
@@ -412,6 +466,7 @@ impl<C: FromConfig> ClientBuilder<C> {
         if let Some(e) = self.errors.first() {
             return Err(Error::Config(e.clone()));
         }
+        self.check().map_err(Error::Config)?;
         // TLS settings are validated, and every config built, now rather than
         // on the first https call (and never under the pool's lock).
         let tls_configs = crate::tls::TlsConfigs::build(&self.tls).map_err(Error::Config)?;
@@ -437,5 +492,68 @@ impl<C: FromConfig> ClientBuilder<C> {
             limits: self.limits,
         };
         C::from_config(config, self.runtime)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in adapter: building it only validates.
+    #[derive(Debug)]
+    struct Built;
+    impl FromConfig for Built {
+        type Runtime = ();
+        fn from_config(_: Config, (): ()) -> Result<Self, Error> {
+            Ok(Built)
+        }
+    }
+
+    fn error(b: ClientBuilder<Built>) -> String {
+        match b.build() {
+            Err(Error::Config(e)) => e,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn meaningless_settings_are_typed_errors_naming_the_setting() {
+        let zero = Duration::ZERO;
+        let b = ClientBuilder::<Built>::new;
+        let cases: Vec<(ClientBuilder<Built>, &str)> = vec![
+            (b().connect_timeout(zero), "connect_timeout"),
+            (b().handshake_timeout(zero), "handshake_timeout"),
+            (b().idle_timeout(zero), "idle_timeout"),
+            (b().max_lifetime(zero), "max_lifetime"),
+            (b().read_timeout(zero), "read_timeout"),
+            (b().write_timeout(zero), "write_timeout"),
+            (b().timeout(zero), "timeout"),
+            (b().body_timeout(zero), "body_timeout"),
+            (b().attempt_delay(Duration::from_millis(5)), "attempt_delay"),
+            (b().max_connections_per_host(0), "max_connections_per_host"),
+            (b().max_connections(0), "max_connections"),
+            (b().max_response_head_size(0), "max_response_head_size"),
+            (b().idle_probe_interval(Some(zero)), "idle_probe_interval"),
+        ];
+        for (builder, name) in cases {
+            let e = error(builder);
+            assert!(e.starts_with(name), "{name}: {e}");
+        }
+    }
+
+    #[test]
+    fn zero_is_meaningful_for_these() {
+        let zero = Duration::ZERO;
+        let b = ClientBuilder::<Built>::new;
+        for builder in [
+            b().max_idle_per_host(0),
+            b().max_idle(0),
+            b().pool_timeout(zero),
+            b().expect_continue_timeout(zero),
+            b().max_retries(0),
+            b().attempt_delay(Duration::from_millis(10)),
+        ] {
+            assert!(builder.build().is_ok());
+        }
     }
 }

@@ -680,6 +680,8 @@ pub trait EngineHost: Adapter + Send + Sync + 'static {
         });
         let (at, err) = (self.hub().now(), error.clone());
         self.hub().emit(move |l| l.call_failed(call, &err, at));
+        // Every event of the call is heard before `send` returns its error.
+        self.hub().flush();
     }
 
     /// Gives a lease back: its call no longer waited for it.
@@ -879,6 +881,8 @@ pub struct H1Exchange<A: EngineHost> {
     call: CallId,
     connection: ConnectionId,
     facts: switchyard_core::pool::RequestFacts,
+    /// The request has a body (so `request_body_start` follows its head).
+    has_body: bool,
     live: Option<Live<A>>,
 }
 
@@ -920,13 +924,20 @@ impl<A: EngineHost> H1Exchange<A> {
             .body_timeout(request.body_timeout);
         let H1Conn { wire, conn } = *conn;
         match conn.start(hub.now(), start) {
-            Ok(driver) => Ok(H1Exchange {
-                shared: Arc::clone(shared),
-                call,
-                connection,
-                facts,
-                live: Some(Box::new((wire, driver))),
-            }),
+            Ok(driver) => {
+                if hub.is_listening() {
+                    let at = hub.now();
+                    hub.emit(move |l| l.request_headers_start(call, at));
+                }
+                Ok(H1Exchange {
+                    shared: Arc::clone(shared),
+                    call,
+                    connection,
+                    facts,
+                    has_body: request.body_len != Some(0),
+                    live: Some(Box::new((wire, driver))),
+                })
+            }
             Err(refused) => {
                 // Nothing was written: the connection goes back as it was.
                 shared.release(call, connection, Ok(Box::new(H1Conn { wire, conn: refused.conn })));
@@ -954,14 +965,14 @@ impl<A: EngineHost> H1Exchange<A> {
     }
 
     /// The next step: I/O for the driver, or the end of the exchange's first
-    /// half (listeners hear `request_headers_end`, `request_body_end` and
-    /// `response_headers_end` as they happen).
+    /// half (listeners hear `request_headers_end`, `request_body_start`/`_end`,
+    /// `response_headers_start`/`_end` as they happen).
     pub fn step(&mut self) -> Step<'_, A> {
         use crate::exchange::{before_head, Attempted, BeforeHead};
         let Some(live) = self.live.as_mut() else {
             return Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts)));
         };
-        match before_head(self.shared.hub(), self.call, &mut live.1, self.facts) {
+        match before_head(self.shared.hub(), self.call, &mut live.1, self.facts, self.has_body) {
             BeforeHead::NeedIo => match self.live.as_deref_mut() {
                 Some((wire, driver)) => Step::Io(&*self.shared, wire, driver),
                 None => Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts))),

@@ -2,6 +2,23 @@
 //! release, close with reason, retries) and the exchange's own (request and
 //! response heads and bodies, call end), delivered to an [`EventListener`] and to
 //! `tracing` at debug level. Listeners run outside the client's lock.
+//!
+//! # The rules listeners can rely on
+//!
+//! - **Order** (OkHttp's): `call_start`, `proxy_select_start`/`_end`, `dns_start`/
+//!   `_end`, `connect_start`, `secure_connect_start`/`_end`, `connect_end` (for a
+//!   new connection), `connection_acquired` (its `exchange=N` is the exchange's
+//!   ordinal on that connection: 0 for a new one), `request_headers_start`/`_end`,
+//!   `request_body_start`/`_end` (requests with a body), `response_headers_start`/
+//!   `_end`, `response_body_start`/`_end`, `connection_released`, `call_end` (or
+//!   `call_failed`). A connection that will carry no new exchange says
+//!   `no_new_exchanges` before its `connection_released`, then `connection_closed`.
+//!   A retry shows as `retry_decision`, then the next `connection_acquired`; a
+//!   retry reuses the call's DNS answers (no second `dns_start`).
+//! - **Delivery**: one thread delivers at a time, in the order events happened;
+//!   every event of a call has reached the listener when `send` returns (the ones
+//!   up to the response head) and when the body's end is handed out (the rest),
+//!   whichever thread made them.
 
 use std::sync::{Arc, Mutex};
 
@@ -37,12 +54,20 @@ pub trait EventListener: Send + Sync + 'static {
     /// secure connect, connection acquired/released/closed, no new exchanges,
     /// retry decisions.
     fn core_event(&self, event: &Event) {}
+    /// The request head is about to be written (after `connection_acquired`).
+    fn request_headers_start(&self, call: CallId, at: Instant) {}
     /// The request head was written.
     fn request_headers_end(&self, call: CallId, at: Instant) {}
+    /// The request body is about to be written (requests with a body only).
+    fn request_body_start(&self, call: CallId, at: Instant) {}
     /// The request body was written (`bytes` long).
     fn request_body_end(&self, call: CallId, bytes: u64, at: Instant) {}
+    /// The request is written; the client waits for the response head.
+    fn response_headers_start(&self, call: CallId, at: Instant) {}
     /// The response head arrived.
     fn response_headers_end(&self, call: CallId, status: StatusCode, at: Instant) {}
+    /// The response body is about to be read (responses with a body to read).
+    fn response_body_start(&self, call: CallId, at: Instant) {}
     /// The response body ended (`bytes` long).
     fn response_body_end(&self, call: CallId, bytes: u64, at: Instant) {}
     /// The call succeeded (its response head arrived).
@@ -139,8 +164,8 @@ pub fn describe(event: &Event) -> (&'static str, String) {
         }
         K::PooledConnectionTaken { connection } => ("pooled_connection_taken", connection.to_string()),
         K::AttemptKeptForPool { attempt, route } => ("attempt_kept_for_pool", format!("{attempt} {route}")),
-        K::ConnectionAcquired { connection, source } => {
-            ("connection_acquired", format!("{connection} {source:?}"))
+        K::ConnectionAcquired { connection, source, exchange } => {
+            ("connection_acquired", format!("{connection} {source:?} exchange={exchange}"))
         }
         K::ConnectionReleased { connection } => ("connection_released", connection.to_string()),
         K::ConnectionClosed { connection, reason } => ("connection_closed", format!("{connection} {reason}")),
@@ -158,8 +183,20 @@ impl EventListener for EventLog {
         let (name, detail) = describe(event);
         self.push(event.at, event.call, name, detail);
     }
+    fn request_headers_start(&self, call: CallId, at: Instant) {
+        self.push(at, Some(call), "request_headers_start", String::new());
+    }
     fn request_headers_end(&self, call: CallId, at: Instant) {
         self.push(at, Some(call), "request_headers_end", String::new());
+    }
+    fn request_body_start(&self, call: CallId, at: Instant) {
+        self.push(at, Some(call), "request_body_start", String::new());
+    }
+    fn response_headers_start(&self, call: CallId, at: Instant) {
+        self.push(at, Some(call), "response_headers_start", String::new());
+    }
+    fn response_body_start(&self, call: CallId, at: Instant) {
+        self.push(at, Some(call), "response_body_start", String::new());
     }
     fn request_body_end(&self, call: CallId, bytes: u64, at: Instant) {
         self.push(at, Some(call), "request_body_end", format!("{bytes} bytes"));

@@ -69,20 +69,38 @@ pub enum BeforeHead {
     Refused(String),
 }
 
-/// Takes the driver's events up to the response head, telling listeners
-/// (`request_headers_end`, `request_body_end`, `response_headers_end`) as they
-/// happen.
-pub fn before_head<S>(hub: &Hub<S>, call: CallId, driver: &mut Driver, facts: RequestFacts) -> BeforeHead {
+/// Takes the driver's events up to the response head, telling listeners as
+/// they happen, in OkHttp's order: `request_headers_end`, then
+/// `request_body_start` and `request_body_end` (`has_body`), then
+/// `response_headers_start` (the request is written, the head is awaited),
+/// `response_headers_end`.
+pub fn before_head<S>(
+    hub: &Hub<S>,
+    call: CallId,
+    driver: &mut Driver,
+    facts: RequestFacts,
+    has_body: bool,
+) -> BeforeHead {
     let listening = hub.is_listening();
     while let Some(event) = driver.poll_event() {
         match event {
             Event::HeadersSent if listening => {
                 let at = hub.now();
-                hub.emit(move |l| l.request_headers_end(call, at));
+                hub.emit(move |l| {
+                    l.request_headers_end(call, at);
+                    if has_body {
+                        l.request_body_start(call, at);
+                    } else {
+                        l.response_headers_start(call, at);
+                    }
+                });
             }
             Event::BodySent { bytes } if listening => {
                 let at = hub.now();
-                hub.emit(move |l| l.request_body_end(call, bytes, at));
+                hub.emit(move |l| {
+                    l.request_body_end(call, bytes, at);
+                    l.response_headers_start(call, at);
+                });
             }
             Event::HeadersSent | Event::BodySent { .. } => {}
             Event::Head(head) => {

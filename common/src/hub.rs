@@ -6,8 +6,10 @@
 //! the core's events into listener notes, unlock, deliver the notes. The lock is
 //! never held while a listener runs or while I/O waits.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use switchyard_core::{Instant, Pool, PoolAction};
 
@@ -26,12 +28,27 @@ pub struct HubState<S> {
     pub io: S,
     notes: VecDeque<Note>,
     delivering: bool,
+    /// Notes ever queued, and ever delivered (for [`Hub::flush`]).
+    queued: u64,
+    delivered: u64,
 }
+
+thread_local! {
+    /// Whether this thread is delivering notes (a listener calling back into
+    /// the client must not wait for its own delivery).
+    static DELIVERING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How long [`Hub::flush`] waits for another thread's delivery at most (a
+/// listener that blocks must not hang a call forever).
+const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 /// The pool, the adapter's I/O state and the listener, shared by a client's
 /// handles and tasks.
 pub struct Hub<S> {
     state: Mutex<HubState<S>>,
+    /// Signalled after each delivered batch.
+    delivered: Condvar,
     origin: std::time::Instant,
     listener: Arc<dyn EventListener>,
     /// Whether anyone listens (a listener was configured): when not, and tracing
@@ -49,7 +66,15 @@ impl<S> Hub<S> {
     /// A hub around `pool`; its clock starts now.
     pub fn new(pool: Pool, io: S, listener: Option<Arc<dyn EventListener>>) -> Hub<S> {
         Hub {
-            state: Mutex::new(HubState { pool, io, notes: VecDeque::new(), delivering: false }),
+            state: Mutex::new(HubState {
+                pool,
+                io,
+                notes: VecDeque::new(),
+                delivering: false,
+                queued: 0,
+                delivered: 0,
+            }),
+            delivered: Condvar::new(),
             origin: std::time::Instant::now(),
             listening: listener.is_some(),
             listener: listener.unwrap_or_else(|| Arc::new(NoopListener)),
@@ -114,6 +139,7 @@ impl<S> Hub<S> {
             if !wanted {
                 continue;
             }
+            st.queued += 1;
             st.notes.push_back(Box::new(move |l: &dyn EventListener| {
                 if tracing::enabled!(tracing::Level::DEBUG) {
                     let (name, detail) = crate::event::describe(&e);
@@ -132,13 +158,42 @@ impl<S> Hub<S> {
             return;
         }
         let mut st = self.lock();
+        st.queued += 1;
         st.notes.push_back(Box::new(note));
         self.deliver(st);
+    }
+
+    /// Returns once every note queued before this call has been delivered to
+    /// the listener, whichever thread delivers it: a call's events are all
+    /// heard before `send` returns and before its body's end is handed out.
+    /// Delivers them itself when nobody is; waits (at most 5 s) while another
+    /// thread is; returns at once on the delivering thread (a listener calling
+    /// back into the client).
+    pub fn flush(&self) {
+        if !self.listening || DELIVERING.with(Cell::get) {
+            return;
+        }
+        let mut st = self.lock();
+        let target = st.queued;
+        let deadline = std::time::Instant::now() + FLUSH_LIMIT;
+        while st.delivered < target {
+            if !st.delivering {
+                self.deliver(st);
+                st = self.lock();
+                continue;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            st = self.delivered.wait_timeout(st, left).map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        }
     }
 
     /// Queues a listener call while the lock is held (delivered after the input).
     pub fn queue_note(&self, st: &mut HubState<S>, note: impl FnOnce(&dyn EventListener) + Send + 'static) {
         if self.listening {
+            st.queued += 1;
             st.notes.push_back(Box::new(note));
         }
     }
@@ -151,18 +206,24 @@ impl<S> Hub<S> {
             return;
         }
         st.delivering = true;
+        DELIVERING.with(|d| d.set(true));
         loop {
             let batch: Vec<Note> = st.notes.drain(..).collect();
             if batch.is_empty() {
                 st.delivering = false;
+                DELIVERING.with(|d| d.set(false));
+                self.delivered.notify_all();
                 return;
             }
             drop(st);
+            let n = batch.len() as u64;
             for note in batch {
                 let listener = &*self.listener;
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| note(listener)));
             }
             st = self.lock();
+            st.delivered += n;
+            self.delivered.notify_all();
         }
     }
 }

@@ -228,9 +228,15 @@ pub trait Notes: Send + Sync {
     fn note(&self, note: crate::Note);
     /// Whether anyone listens (when not, notes are not even built).
     fn listening(&self) -> bool;
+    /// Returns once every note queued so far has reached the listener (see
+    /// [`Hub::flush`](crate::Hub::flush)).
+    fn flush(&self);
 }
 
 impl<T: crate::engine::EngineHost> Notes for T {
+    fn flush(&self) {
+        self.hub().flush();
+    }
     fn now(&self) -> Instant {
         self.hub().now()
     }
@@ -267,9 +273,16 @@ impl BodyLedger {
     }
 
     /// The body ends `call`: its end is the call's end (for listeners: with
-    /// none, there is nothing to tell).
+    /// none, there is nothing to tell). A body still to be read tells
+    /// `response_body_start` now. Called as `send` returns: every event of the
+    /// call so far has reached the listener when this returns.
     pub fn own(&mut self, notes: Arc<dyn Notes>, call: CallId) {
         if notes.listening() {
+            if !self.ended {
+                let at = notes.now();
+                notes.note(Box::new(move |l| l.response_body_start(call, at)));
+            }
+            notes.flush();
             self.owner = Some((notes, call));
         }
     }
@@ -306,6 +319,8 @@ impl BodyLedger {
                 if let Some((notes, call)) = self.owner.take() {
                     let at = notes.now();
                     notes.note(Box::new(move |l| l.call_end(call, at)));
+                    // Every event of the call is heard before its end is handed out.
+                    notes.flush();
                 }
                 Ok(None)
             }
@@ -315,6 +330,7 @@ impl BodyLedger {
                 if let Some((notes, call)) = self.owner.take() {
                     let (at, err) = (notes.now(), e.clone());
                     notes.note(Box::new(move |l| l.call_failed(call, &err, at)));
+                    notes.flush();
                 }
                 Err(e)
             }

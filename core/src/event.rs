@@ -135,6 +135,9 @@ pub enum EventKind {
         connection: ConnectionId,
         /// Where it came from (pooled, shared, coalesced, new).
         source: crate::pool::Source,
+        /// The exchange's ordinal on this connection: 0 for its first exchange
+        /// (a new connection), 1 for the next, and so on.
+        exchange: u64,
     },
     /// The call's exchange on the connection ended.
     ConnectionReleased {

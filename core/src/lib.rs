@@ -43,7 +43,7 @@
 //! let address = Address::from_uri(&"https://example.com/".parse()?)?.build()?;
 //! let mut ids = IdAllocator::default();
 //! let mut db = RouteDatabase::default(); // shared by every call of a client
-//! let request = RaceRequest { call: ids.next_call(), address, proxies: vec![], deadline: None, first_sequence: Default::default() };
+//! let request = RaceRequest::new(ids.next_call(), address);
 //! let mut race = Race::start(request, RaceConfig::default(), ms(0), &mut db);
 //!
 //! // 0 ms: the first action is a DNS lookup.
@@ -187,7 +187,7 @@ pub use connection::{CloseReason, Reuse, TlsFacts};
 pub use error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind, TlsFailure};
 pub use event::{CancelReason, Event, EventKind};
 pub use id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
-pub use plan::{interleave, DnsOutcome, Family, PlanConfig, PlanStep, RoutePlanner};
+pub use plan::{interleave, DnsOutcome, Family, KnownAnswer, PlanConfig, PlanStep, RoutePlanner};
 pub use pool::{
     AcquireError, AcquireOptions, AddressStats, Connection, ExchangeError, FailureOutcome, Pool, PoolAction,
     PoolConfig, PoolStats, Source, StreamLimitPolicy,

@@ -129,6 +129,18 @@ struct Pending {
     port: u16,
 }
 
+/// A DNS answer a call already has: a retry plans with it instead of resolving
+/// again (see [`RoutePlanner::with_answers`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnownAnswer {
+    /// The name that was resolved.
+    pub host: Host,
+    /// The port it was resolved for.
+    pub port: u16,
+    /// The addresses, as the resolver gave them.
+    pub addresses: Vec<IpAddr>,
+}
+
 /// Plans the routes for one call. See the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct RoutePlanner {
@@ -145,6 +157,10 @@ pub struct RoutePlanner {
     next_query: u32,
     // Lookup only: routes already handed out or queued, so none is planned twice.
     seen: FastSet<Route>,
+    /// Routes to plan last, after every other (the call was refused there).
+    avoid: Vec<Route>,
+    /// Answers known before planning, and every answer received since.
+    answers: Vec<KnownAnswer>,
 }
 
 impl RoutePlanner {
@@ -179,7 +195,32 @@ impl RoutePlanner {
             announced: false,
             next_query: 0,
             seen: FastSet::default(),
+            avoid: Vec::new(),
+            answers: Vec::new(),
         }
+    }
+
+    /// Plans `avoid` last, after every other route, as if the route database
+    /// remembered them as failed (a call that was refused on a route moves to
+    /// another one when one exists).
+    #[must_use]
+    pub fn avoiding(mut self, avoid: Vec<Route>) -> Self {
+        self.avoid = avoid;
+        self
+    }
+
+    /// Uses these answers instead of resolving their names again (a retry
+    /// keeps its call's DNS answers): no [`PlanStep::Resolve`] for them.
+    #[must_use]
+    pub fn with_answers(mut self, answers: Vec<KnownAnswer>) -> Self {
+        self.answers = answers;
+        self
+    }
+
+    /// Every DNS answer this plan used: the known ones and the ones received.
+    #[must_use]
+    pub fn answers(&self) -> &[KnownAnswer] {
+        &self.answers
     }
 
     /// Numbers this planner's DNS queries from `first` (for a call that plans
@@ -262,6 +303,12 @@ impl RoutePlanner {
                 match host.ip() {
                     Some(ip) => self.select(&proxy, &[ip], port, now, db),
                     None => {
+                        let known = self.answers.iter().find(|k| k.host == *host && k.port == port);
+                        if let Some(ips) = known.map(|k| k.addresses.clone()) {
+                            let ordered = self.order(ips);
+                            self.select(&proxy, &ordered, port, now, db);
+                            continue;
+                        }
                         let query = QueryId::new(self.call, self.next_query);
                         self.next_query += 1;
                         self.pending = Some(Pending { query, host: host.clone(), port, proxy });
@@ -302,11 +349,11 @@ impl RoutePlanner {
         let result = match answer {
             Ok(ips) if ips.is_empty() => Err(DnsError::NoAddresses),
             Ok(ips) => {
-                let ordered = if self.config.fast_fallback {
-                    interleave(&ips, self.config.preferred_family)
-                } else {
-                    ips
-                };
+                let known =
+                    KnownAnswer { host: pending.host.clone(), port: pending.port, addresses: ips.clone() };
+                self.answers.retain(|k| !(k.host == known.host && k.port == known.port));
+                self.answers.push(known);
+                let ordered = self.order(ips);
                 self.select(&pending.proxy, &ordered, pending.port, now, db);
                 Ok(ordered)
             }
@@ -322,6 +369,16 @@ impl RoutePlanner {
         }
     }
 
+    /// RFC 8305 §4 ordering of one answer (interleaved families), unless fast
+    /// fallback is off.
+    fn order(&self, ips: Vec<IpAddr>) -> Vec<IpAddr> {
+        if self.config.fast_fallback {
+            interleave(&ips, self.config.preferred_family)
+        } else {
+            ips
+        }
+    }
+
     fn select(&mut self, proxy: &Proxy, ips: &[IpAddr], port: u16, now: Instant, db: &RouteDatabase) {
         for route in routes_for(&self.address, proxy, ips, port) {
             if !self.seen.insert(route.clone()) {
@@ -329,7 +386,7 @@ impl RoutePlanner {
             }
             // Postponement applies after interleaving, so the postponed list keeps
             // discovery order.
-            if db.should_postpone(&route, now) {
+            if db.should_postpone(&route, now) || self.avoid.contains(&route) {
                 self.postponed.push(route);
             } else {
                 self.current.push_back(route);

@@ -44,7 +44,7 @@ use crate::address::{Address, Host, Protocol, Proxy};
 use crate::error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind};
 use crate::event::{CancelReason, Event, EventKind};
 use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
-use crate::plan::{PlanConfig, PlanStep, RoutePlanner};
+use crate::plan::{KnownAnswer, PlanConfig, PlanStep, RoutePlanner};
 use crate::route::{Route, RouteDatabase};
 use crate::time::{earliest, Instant};
 
@@ -90,6 +90,30 @@ pub struct RaceRequest {
     /// again (a retry) passes the previous race's [`Race::sequence_end`], so no id
     /// is ever reused within a call. Default: from zero.
     pub first_sequence: Sequence,
+    /// Routes to try last (the call was refused there; see
+    /// [`RoutePlanner::avoiding`]). Default: none.
+    pub avoid: Vec<Route>,
+    /// DNS answers the call already has, used instead of resolving again (a
+    /// retry passes the previous race's [`Race::answers`]; no DNS events for
+    /// them). Default: none.
+    pub known_answers: Vec<KnownAnswer>,
+}
+
+impl RaceRequest {
+    /// A request for `call` to `address`: direct, no deadline, ids from zero,
+    /// nothing avoided or known.
+    #[must_use]
+    pub fn new(call: CallId, address: Address) -> RaceRequest {
+        RaceRequest {
+            call,
+            address,
+            proxies: Vec::new(),
+            deadline: None,
+            first_sequence: Sequence::default(),
+            avoid: Vec::new(),
+            known_answers: Vec::new(),
+        }
+    }
 }
 
 /// The next attempt and query numbers of a call (see [`RaceRequest::first_sequence`]).
@@ -214,9 +238,11 @@ impl Race {
     /// Starts a race at `now`: emits the proxy selection events and the first
     /// [`Action::Resolve`] or [`Action::Connect`].
     pub fn start(request: RaceRequest, config: RaceConfig, now: Instant, db: &mut RouteDatabase) -> Race {
-        let RaceRequest { call, address, proxies, deadline, first_sequence } = request;
+        let RaceRequest { call, address, proxies, deadline, first_sequence, avoid, known_answers } = request;
         let planner = RoutePlanner::new(call, address.clone(), proxies, config.plan)
-            .starting_queries_at(first_sequence.queries);
+            .starting_queries_at(first_sequence.queries)
+            .avoiding(avoid)
+            .with_answers(known_answers);
         let mut race = Race {
             call,
             address: address.clone(),
@@ -243,6 +269,13 @@ impl Race {
     #[must_use]
     pub fn call(&self) -> CallId {
         self.call
+    }
+
+    /// The DNS answers this race used (known at its start, or received): a
+    /// retry of the call passes them on ([`RaceRequest::known_answers`]).
+    #[must_use]
+    pub fn answers(&self) -> &[KnownAnswer] {
+        self.planner.answers()
     }
 
     /// The Address being connected.

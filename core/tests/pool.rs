@@ -1103,3 +1103,127 @@ fn a_call_that_cannot_use_the_idle_connections_evicts_one_rather_than_wait() {
         [format!("close {k1} evicted for capacity"), format!("connect {c} 127.0.0.1:80")]
     );
 }
+
+// ------------------------------------------------- route memory (BEHAVIOUR §6)
+
+fn failure(kind: ExchangeFailureKind, progress: Progress) -> ExchangeFailure {
+    ExchangeFailure { kind, progress, request: facts(true) }
+}
+
+/// A read timeout on a connection that never completed an exchange marks its
+/// route failed: with proxies [P1, P2], P1 accepting and never answering, the
+/// next call starts with P2.
+#[test]
+fn a_timeout_on_a_new_connection_marks_its_route() {
+    let mut sim = PoolSim::new(config());
+    let a = http("origin.example");
+    let proxies = vec![Proxy::http("10.9.0.1", 3128).unwrap(), Proxy::http("10.9.0.2", 3128).unwrap()];
+    let options = AcquireOptions { proxies: proxies.clone(), ..AcquireOptions::default() };
+    let c1 = sim.acquire_with(0, &a, options.clone());
+    assert_eq!(sim.drain(), [format!("connect {c1} 10.9.0.1:3128")]);
+    sim.connected(1, c1);
+    let out = sim.pool.exchange_failed(
+        ms(301),
+        c1,
+        failure(ExchangeFailureKind::Timeout, Progress::RequestWritten),
+    );
+    assert!(matches!(out, Ok(FailureOutcome::Failed(ref e)) if e.why == NoRetry::Timeout));
+    sim.drain();
+    let c2 = sim.acquire_with(400, &a, options);
+    assert_eq!(sim.drain(), [format!("connect {c2} 10.9.0.2:3128")], "P1's route is postponed");
+}
+
+/// Refused twice on one connection: the call's next race tries its other
+/// routes first, and reuses its DNS answer (no second lookup).
+#[test]
+fn refused_twice_moves_to_another_route_without_resolving_again() {
+    let mut sim = PoolSim::new(PoolConfig { max_connections_per_address: Some(1), ..config() });
+    let a = Address::builder(Scheme::Http, "two.example", 80)
+        .protocols([Protocol::H2PriorKnowledge])
+        .build()
+        .unwrap();
+    let c = sim.acquire(0, &a);
+    assert_eq!(sim.drain(), ["resolve two.example"]);
+    let out = sim.dns(1, c, &["10.0.0.1", "10.0.0.2"]);
+    assert_eq!(out, [format!("connect {c} 10.0.0.1:80")]);
+    sim.connected(2, c);
+    let k1 = sim.held[&c];
+    sim.pool.settings(ms(3), k1, None).unwrap();
+    sim.drain();
+    let refused = || failure(ExchangeFailureKind::RefusedStream, Progress::RequestWritten);
+    assert_eq!(
+        sim.pool.exchange_failed(ms(4), c, refused()),
+        Ok(FailureOutcome::Retrying(RetryReason::RefusedStream))
+    );
+    assert_eq!(sim.drain(), [format!("acquired {c} {k1} Shared")], "the first refusal: the same connection");
+    assert_eq!(
+        sim.pool.exchange_failed(ms(5), c, refused()),
+        Ok(FailureOutcome::Retrying(RetryReason::RefusedStream))
+    );
+    let out = sim.drain();
+    assert_eq!(
+        out,
+        [format!("close {k1} refused streams"), format!("connect {c} 10.0.0.2:80")],
+        "another route, no DNS"
+    );
+    // Refused on the second connection too: a typed "refused" error.
+    sim.connected(6, c);
+    let k2 = sim.held[&c];
+    sim.pool.settings(ms(7), k2, None).unwrap();
+    sim.drain();
+    let out = sim.pool.exchange_failed(ms(8), c, refused()).unwrap();
+    assert!(
+        matches!(out, FailureOutcome::Failed(ref e) if e.why == NoRetry::Refused && !e.may_have_been_sent),
+        "{out:?}"
+    );
+}
+
+/// A stale connection's retry reuses the call's DNS answer.
+#[test]
+fn a_retry_reuses_the_calls_dns_answer() {
+    let mut sim = PoolSim::new(config());
+    let a = http("stale.example");
+    let c = sim.acquire(0, &a);
+    assert_eq!(sim.drain(), ["resolve stale.example"]);
+    sim.dns(1, c, &["10.0.0.7"]);
+    sim.connected(2, c);
+    let out = sim.pool.exchange_failed(ms(3), c, failure(io_reset(), Progress::NothingWritten)).unwrap();
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::NotSent));
+    let out = sim.drain();
+    assert!(out.iter().all(|s| !s.starts_with("resolve")), "no second lookup: {out:?}");
+    assert!(out.contains(&format!("connect {c} 10.0.0.7:80")), "{out:?}");
+}
+
+/// `connection_acquired` numbers the exchanges on a connection; a connection
+/// retired at its release says so before the release, then closes.
+#[test]
+fn acquired_counts_exchanges_and_retirement_is_told_before_release() {
+    let mut sim = PoolSim::new(config());
+    let a = http("127.0.0.1");
+    let (c1, k) = sim.open(0, &a);
+    sim.finish(1, c1);
+    let c2 = sim.acquire(2, &a);
+    sim.drain();
+    sim.pool.exchange_finished(ms(3), c2, Reuse::Retire(CloseReason::RequestClose)).unwrap();
+    sim.drain();
+    let exchanges: Vec<u64> = sim
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::ConnectionAcquired { exchange, .. } => Some(exchange),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(exchanges, [0, 1]);
+    let tail: Vec<&str> = sim
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::NoNewExchanges { connection, .. } if connection == k => Some("no_new_exchanges"),
+            EventKind::ConnectionReleased { .. } if e.call == Some(c2) => Some("released"),
+            EventKind::ConnectionClosed { .. } => Some("closed"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tail, ["no_new_exchanges", "released", "closed"]);
+}

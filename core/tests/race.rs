@@ -408,6 +408,8 @@ fn ids_from_another_call_are_misuse() {
         proxies: vec![],
         deadline: None,
         first_sequence: Default::default(),
+        avoid: Vec::new(),
+        known_answers: Vec::new(),
     };
     let mut a = Race::start(request(ids.next_call()), RaceConfig::default(), ms(0), &mut db);
     let mut b = Race::start(request(ids.next_call()), RaceConfig::default(), ms(0), &mut db);

@@ -120,6 +120,8 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
         proxies: vec![],
         deadline: s.deadline.map(Instant::from_millis),
         first_sequence: Default::default(),
+        avoid: Vec::new(),
+        known_answers: Vec::new(),
     };
     let mut now = Instant::ZERO;
     let mut race = Race::start(request, config, now, &mut db);

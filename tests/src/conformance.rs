@@ -298,23 +298,33 @@ pub fn http2_stream_limit(a: &dyn Adapter) {
 pub fn coalescing(a: &dyn Adapter) {
     let ca = TestCa::new();
     let mut options = ServerOptions { also_on: vec!["127.0.0.2".parse().expect("ip")], ..Default::default() };
-    options.tls.push((vec!["a.test".into(), "b.test".into()], ca.leaf(&["a.test", "b.test"])));
+    let names = ["a.test", "b.test", "c.test"];
+    options.tls.push((names.iter().map(|n| (*n).to_owned()).collect(), ca.leaf(&names)));
     options.tls.push((vec!["d.test".into()], ca.leaf(&["d.test"])));
     let server = TestServer::start(options);
     let mut config = tls_config(&ca, &["a.test", "b.test", "d.test"]);
-    config.hosts.insert("e.test".into(), vec!["127.0.0.2".parse().expect("ip")]);
+    // c.test: a.test's certificate covers it, but it resolves to another IP.
+    config.hosts.insert("c.test".into(), vec!["127.0.0.2".parse().expect("ip")]);
     let client = a.client(config);
     let port = server.port();
     ok(client.send(Req::get(format!("https://a.test:{port}/hello"))));
     ok(client.send(Req::get(format!("https://b.test:{port}/hello"))));
     assert_eq!(server.connections(), 1, "b.test coalesced onto a.test's connection");
     assert_eq!(client.stats().coalesced, 1);
+    // Each condition alone must prevent coalescing, and the call must still
+    // succeed on a connection of its own.
     // d.test: same IP, but a.test's certificate does not cover it.
-    ok(client.send(Req::get(format!("https://d.test:{port}/hello"))));
-    assert_eq!(server.connections(), 2);
-    assert_eq!(client.stats().coalesced, 1);
-    let _ = e_test_differs(client.as_ref(), port);
+    let r = ok(client.send(Req::get(format!("https://d.test:{port}/hello"))));
+    assert_eq!(r.body, b"hello");
+    assert_eq!(server.connections(), 2, "d.test: the certificate does not cover it: a new connection");
+    assert_eq!(client.stats().coalesced, 1, "never on the IP alone");
+    // c.test: the certificate covers it, but the IP differs.
+    let r = ok(client.send(Req::get(format!("https://c.test:{port}/hello"))));
+    assert_eq!(r.body, b"hello");
+    assert_eq!(server.connections(), 3, "c.test: another IP: a new connection");
     assert_eq!(client.stats().coalesced, 1, "never on the certificate alone");
+    let sni: Vec<Option<String>> = server.records().iter().map(|r| r.sni.clone()).collect();
+    assert_eq!(sni.last().cloned().flatten().as_deref(), Some("c.test"), "{sni:?}");
 }
 
 /// A `421 Misdirected Request` on a coalesced HTTP/2 connection: the call is
@@ -338,11 +348,22 @@ pub fn misdirected_on_a_coalesced_connection(a: &dyn Adapter) {
     assert_eq!(records[2].sni.as_deref(), Some("b.test"));
 }
 
-/// e.test resolves to 127.0.0.2 only: the certificate (served by SNI default)
-/// does not matter, the IP differs, so a new connection is made (and fails its
-/// hostname check, which is fine: the point is no coalescing).
-fn e_test_differs(client: &dyn TestClient, port: u16) -> Result<Resp, (Failure, String)> {
-    client.send(Req::get(format!("https://e.test:{port}/hello")))
+/// HTTP/2 with prior knowledge to a server that speaks only HTTP/1.1: every
+/// call fails the same way, whatever the timing (the server's answer or its
+/// close read before or after the stream's HEADERS were queued): a protocol
+/// error saying the server did not answer as HTTP/2, "may have been sent",
+/// not retried (BEHAVIOUR §6: "not processed" needs proof).
+pub fn prior_knowledge_to_an_http1_server_fails_one_way(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions { http1_only: true, ..ServerOptions::default() });
+    let client = a.client(Config { version: Version::Http2, ..Config::default() });
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    for i in 0..20 {
+        let (kind, message) = client.send(Req::get(url.clone())).expect_err("not an HTTP/2 server");
+        assert_eq!(kind, Failure::Exchange(true), "call {i}: {message}");
+        assert!(message.contains("did not answer as an HTTP/2 server"), "call {i}: {message}");
+        assert!(message.contains("may have been sent"), "call {i}: {message}");
+    }
+    assert_eq!(client.stats().calls, 0);
 }
 
 /// The first route never answers: the call succeeds on the second route after
@@ -435,10 +456,11 @@ pub fn event_order(a: &dyn Adapter) {
     let client = a.client(config);
     let url = format!("http://local.test:{}/hello", server.port());
     ok(client.send(Req::get(url.clone())));
-    let fresh: Vec<&'static str> =
-        client.events().into_iter().filter(|e| e.0.is_some()).map(|e| e.1).collect();
+    let names = |client: &dyn TestClient| -> Vec<&'static str> {
+        client.events().into_iter().filter(|e| e.0.is_some()).map(|e| e.1).collect()
+    };
     assert_eq!(
-        fresh,
+        names(client.as_ref()),
         [
             "call_start",
             "proxy_select_start",
@@ -448,29 +470,75 @@ pub fn event_order(a: &dyn Adapter) {
             "connect_start",
             "connect_end",
             "connection_acquired",
+            "request_headers_start",
             "request_headers_end",
+            "response_headers_start",
             "response_headers_end",
+            "response_body_start",
             "response_body_end",
             "connection_released",
             "call_end",
         ]
     );
+    let acquired: Vec<String> =
+        client.events().into_iter().filter(|e| e.1 == "connection_acquired").map(|e| e.2).collect();
+    assert!(acquired[0].ends_with("exchange=0"), "a new connection's first exchange: {acquired:?}");
     client.clear_events();
-    ok(client.send(Req::get(url)));
-    let pooled: Vec<&'static str> =
-        client.events().into_iter().filter(|e| e.0.is_some()).map(|e| e.1).collect();
+    // A pooled connection, a request with a body.
+    let post = Req { method: http::Method::POST, body: b"ping".to_vec(), ..Req::get(url.clone()) };
+    ok(client.send(post));
     assert_eq!(
-        pooled,
+        names(client.as_ref()),
         [
             "call_start",
             "connection_acquired",
+            "request_headers_start",
             "request_headers_end",
+            "request_body_start",
+            "request_body_end",
+            "response_headers_start",
             "response_headers_end",
+            "response_body_start",
             "response_body_end",
             "connection_released",
             "call_end",
         ]
     );
+    let acquired: Vec<String> =
+        client.events().into_iter().filter(|e| e.1 == "connection_acquired").map(|e| e.2).collect();
+    assert!(acquired[0].ends_with("exchange=1"), "the connection's second exchange: {acquired:?}");
+    // A connection that will carry nothing more says so before its release,
+    // then closes.
+    client.clear_events();
+    let close = Req { headers: vec![("connection".into(), "close".into())], ..Req::get(url) };
+    ok(client.send(close));
+    let lifecycle: Vec<&'static str> = client
+        .events()
+        .into_iter()
+        .map(|e| e.1)
+        .filter(|n| ["no_new_exchanges", "connection_released", "connection_closed"].contains(n))
+        .collect();
+    assert_eq!(lifecycle, ["no_new_exchanges", "connection_released", "connection_closed"]);
+}
+
+/// Every event of a call has reached the listener when `send` returns (up to
+/// the response head) and when the body's end is handed out (the rest), even
+/// when another thread (a connect attempt's, a connection task's) made them:
+/// 30 fresh clients, each call's timeline complete at once.
+pub fn events_are_heard_before_send_returns(a: &dyn Adapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    for i in 0..30 {
+        let client = a.client(Config::default());
+        ok(client.send(Req::get(url.clone())));
+        let names: Vec<&'static str> = client.events().into_iter().map(|e| e.1).collect();
+        for expected in
+            ["connect_start", "connect_end", "response_headers_end", "response_body_end", "call_end"]
+        {
+            assert!(names.contains(&expected), "run {i}: {expected} missing from {names:?}");
+        }
+        assert_eq!(names.last(), Some(&"call_end"), "run {i}: {names:?}");
+    }
 }
 
 /// Bad input ends in a typed error: malformed URL, unknown host, refused port,
@@ -689,7 +757,8 @@ macro_rules! conformance_suite {
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
-            misdirected_on_a_coalesced_connection);
+            misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
+            events_are_heard_before_send_returns);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -699,9 +768,10 @@ macro_rules! conformance_suite {
             idle_eviction, per_host_cap, exclusive_acquisition, event_order, bad_input,
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
-            bodiless_responses_and_large_bodies, http_proxy, socks5_proxy);
+            bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
+            events_are_heard_before_send_returns);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
-            misdirected_on_a_coalesced_connection);
+            misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

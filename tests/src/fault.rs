@@ -127,6 +127,8 @@ pub struct FaultOptions {
 struct Shared {
     script: Mutex<VecDeque<Reply>>,
     records: Mutex<Vec<Record>>,
+    /// HTTP/1.1: each request's path and the fault its reply carried, in order.
+    served: Mutex<Vec<(String, Fault)>>,
     connections: AtomicUsize,
 }
 
@@ -172,6 +174,7 @@ impl FaultServer {
         let shared = Arc::new(Shared {
             script: Mutex::new(VecDeque::new()),
             records: Mutex::new(Vec::new()),
+            served: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -199,6 +202,13 @@ impl FaultServer {
     #[must_use]
     pub fn records(&self) -> Vec<Record> {
         self.shared.records.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// HTTP/1.1: every request's path with the fault its reply carried, in
+    /// the order the replies were taken.
+    #[must_use]
+    pub fn served(&self) -> Vec<(String, Fault)> {
+        self.shared.served.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// (connection, exchange) of every request.
@@ -417,6 +427,9 @@ where
     let mut exchange = 0;
     while let Some(head) = read_head(&mut io, &mut buf).await {
         let reply = shared.next();
+        if let Ok(mut served) = shared.served.lock() {
+            served.push((head.path.clone(), reply.fault.clone()));
+        }
         let mut record = Record {
             connection: index,
             exchange,

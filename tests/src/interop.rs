@@ -555,6 +555,20 @@ pub fn nginx_low_stream_limit(a: &dyn Adapter) {
     assert!(n <= 16 / 2 + 1, "{n} connections for 16 callers at 2 streams each: {}", nginx.errors());
 }
 
+/// HTTP/2 with prior knowledge to nginx's cleartext HTTP/1.1 port (nginx
+/// answers `PRI * HTTP/2.0` with a 400 and closes): every call fails the same
+/// typed way, 20 times out of 20.
+pub fn nginx_prior_knowledge_to_http1(a: &dyn Adapter) {
+    let Some(nginx) = Nginx::start(NginxOptions::default()) else { return };
+    let client = client_for(a, &nginx.ca, Version::Http2);
+    for i in 0..20 {
+        let (kind, message) =
+            client.send(Req::get(nginx.http("/hello"))).expect_err("nginx's port is HTTP/1.1");
+        assert_eq!(kind, Failure::Exchange(true), "call {i}: {message}");
+        assert!(message.contains("did not answer as an HTTP/2 server"), "call {i}: {message}");
+    }
+}
+
 // ------------------------------------------------------------------ nghttpd
 
 /// nghttpd (nghttp2's server) on loopback, verbose: its log names every
@@ -813,7 +827,7 @@ macro_rules! interop_suite {
                 nginx_basics, nginx_connection_counts, nginx_reload_under_load,
                 nginx_keepalive_requests, nginx_keepalive_timeout);
             $crate::interop_suite!(@plain $adapter;
-                nginx_low_stream_limit, nghttpd_tls_and_h2c, nghttpd_low_stream_limit,
+                nginx_low_stream_limit, nginx_prior_knowledge_to_http1, nghttpd_tls_and_h2c, nghttpd_low_stream_limit,
                 squid_forward_proxy, microsocks_socks5);
         }
     };

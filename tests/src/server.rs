@@ -121,6 +121,14 @@ impl TestServer {
         self.records.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
+    /// Forgets the requests recorded so far (a long run's record grows with
+    /// every request).
+    pub fn clear_records(&self) {
+        if let Ok(mut r) = self.records.lock() {
+            r.clear();
+        }
+    }
+
     /// Connections accepted so far.
     #[must_use]
     pub fn connections(&self) -> usize {

@@ -210,6 +210,12 @@ fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {
 }
 
 #[test]
+fn the_resident_set_does_not_grow_over_10000_calls() {
+    let growth = switchyard_tests::reliability::no_leak(&TokioAdapter);
+    eprintln!("resident set growth per 1 000 calls (median): {growth} KiB");
+}
+
+#[test]
 fn mixed_faults_every_call_accounted_for() {
     let (ok, failed) = switchyard_tests::reliability::mixed(&TokioAdapter, 0x5eed);
     eprintln!("mixed: {ok} ok, {failed} typed errors");

@@ -199,6 +199,12 @@ struct Call {
     /// first streams).
     wait_seq: u64,
     avoid: Vec<ConnectionId>,
+    /// Connections that refused this call (REFUSED_STREAM held against them).
+    refused_on: Vec<ConnectionId>,
+    /// Routes the call was refused on: its next race plans them last.
+    avoid_routes: Vec<Route>,
+    /// The DNS answers its races used: a retry plans with them, no new lookup.
+    answers: Vec<crate::plan::KnownAnswer>,
     fresh_only: bool,
     state: CallState,
 }
@@ -369,6 +375,9 @@ impl Pool {
                 free_retries: 0,
                 wait_seq,
                 avoid: Vec::new(),
+                refused_on: Vec::new(),
+                avoid_routes: Vec::new(),
+                answers: Vec::new(),
                 fresh_only: false,
                 state: CallState::Pending,
                 sequence: Sequence::default(),
@@ -649,9 +658,11 @@ impl Pool {
             let c = &self.conns[&conn_id];
             c.settings && n > c.stream_limit
         });
+        let refused_elsewhere = self.calls[&call].refused_on.iter().any(|c| *c != conn_id);
         let ctx = RetryContext {
             reused,
             refusals_before: refusals,
+            refused_elsewhere,
             beyond_limit,
             retries,
             max_retries: self.config.max_retries,
@@ -676,12 +687,27 @@ impl Pool {
                 }
                 Some(CloseReason::Failure)
             }
-            K::Timeout if !multiplexed => Some(CloseReason::Failure),
-            K::Timeout => None,
+            K::Timeout => {
+                if !reused {
+                    // A connection that never completed an exchange and timed
+                    // out: its route is as suspect as after an I/O failure.
+                    self.db.failed(&route, now);
+                }
+                // HTTP/2: the PING decides about the connection (stream_stalled).
+                (!multiplexed).then_some(CloseReason::Failure)
+            }
             // A stream opened before the server's SETTINGS: not the server's fault.
             K::RefusedStream if beyond_limit => None,
             K::RefusedStream => {
                 self.update(conn_id, |c| c.refusals += 1);
+                let c = self.calls.get_mut(&call).expect("call exists");
+                if !c.refused_on.contains(&conn_id) {
+                    c.refused_on.push(conn_id);
+                }
+                // Refused twice here: the call's next race tries other routes first.
+                if refusals >= 1 && !c.avoid_routes.contains(&route) {
+                    c.avoid_routes.push(route.clone());
+                }
                 (refusals >= 1).then_some(CloseReason::RefusedStreams)
             }
             K::StreamReset { .. } => Some(CloseReason::StreamReset),
@@ -1015,10 +1041,13 @@ impl Pool {
         let early_stream =
             self.conns.get(&conn).filter(|c| c.multiplexed() && !c.settings).map(|c| c.in_flight + 1);
         let mut first_use = false;
+        let mut exchange = 0;
         self.update(conn, |c| {
             c.in_flight += 1;
             c.idle_since = None;
             first_use = !std::mem::replace(&mut c.used, true);
+            exchange = c.assigned;
+            c.assigned += 1;
         });
         if first_use {
             self.stats.used += 1;
@@ -1038,7 +1067,7 @@ impl Pool {
         }
         self.calls.get_mut(&call_id).expect("call exists").state =
             CallState::Active { connection: conn, early_stream };
-        self.emit(now, Some(call_id), EventKind::ConnectionAcquired { connection: conn, source });
+        self.emit(now, Some(call_id), EventKind::ConnectionAcquired { connection: conn, source, exchange });
         self.actions.push_back(PoolAction::Acquired { call: call_id, connection: conn, source });
     }
 
@@ -1050,6 +1079,8 @@ impl Pool {
             proxies: call.options.proxies.clone(),
             deadline: call.options.deadline,
             first_sequence: call.sequence,
+            avoid: call.avoid_routes.clone(),
+            known_answers: call.answers.clone(),
         };
         let race = Race::start(request, self.config.race, now, &mut self.db);
         call.state = CallState::Racing {
@@ -1142,6 +1173,7 @@ impl Pool {
         };
         race.cancel(now);
         let sequence = race.sequence_end();
+        let answers = race.answers().to_vec();
         while let Some(e) = race.poll_event() {
             count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
             self.events.push_back(e);
@@ -1156,6 +1188,7 @@ impl Pool {
         }
         call.state = CallState::Pending;
         call.sequence = sequence;
+        call.answers = answers;
         let address = call.address.clone();
         if let Some(a) = self.addrs.get_mut(&address) {
             a.racing.remove(&call_id);
@@ -1242,6 +1275,7 @@ impl Pool {
             refusals: 0,
             completed: 0,
             used: false,
+            assigned: 0,
             tls,
             lifetime_deadline,
         };
@@ -1276,10 +1310,12 @@ impl Pool {
                 c.idle_since = Some(now);
             }
         });
-        self.emit(now, Some(call), EventKind::ConnectionReleased { connection: conn });
+        // A connection that will carry no new exchanges says so first, then the
+        // release, then (if nothing else is in flight) its close.
         if let Reuse::Retire(reason) = reuse {
             self.mark_no_new(now, conn, reason);
         }
+        self.emit(now, Some(call), EventKind::ConnectionReleased { connection: conn });
         let Some(c) = self.conns.get(&conn) else {
             return;
         };

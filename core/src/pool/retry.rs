@@ -142,6 +142,10 @@ pub enum RetryReason {
     StaleConnection,
     /// `421 Misdirected Request`: the connection must not be coalesced.
     Misdirected,
+    /// A stream reset (not REFUSED_STREAM) before any response byte, on a reused
+    /// connection: written, no response; an idempotent request goes once more,
+    /// on a fresh connection.
+    StreamReset,
     /// REFUSED_STREAM for a stream opened beyond the limit the server had
     /// advertised (before its SETTINGS, which then allowed fewer): the client's
     /// doing, so neither the connection nor the call's retry count is charged.
@@ -179,6 +183,8 @@ pub enum NoRetry {
     RetryLimit,
     /// The call used up its free retries (GOAWAY, refusals beyond the limit).
     FreeRetryLimit,
+    /// REFUSED_STREAM on a second connection: the server will not take it.
+    Refused,
     /// The call's deadline has passed: a retry could not finish in time.
     DeadlinePassed,
 }
@@ -194,6 +200,7 @@ impl fmt::Display for NoRetry {
             NoRetry::BodyNotReplayable => "the body cannot be replayed",
             NoRetry::StreamReset => "the stream was reset",
             NoRetry::RetryLimit => "the retry limit was reached",
+            NoRetry::Refused => "refused on two connections",
             NoRetry::FreeRetryLimit => "the bound on retries after GOAWAY or early refusals was reached",
             NoRetry::DeadlinePassed => "the call's deadline had passed",
         })
@@ -241,6 +248,8 @@ pub struct RetryContext {
     pub reused: bool,
     /// REFUSED_STREAMs this connection gave earlier (held against it).
     pub refusals_before: u32,
+    /// Another connection already refused this call (REFUSED_STREAM).
+    pub refused_elsewhere: bool,
     /// The stream was opened beyond the limit the server had advertised: before
     /// its SETTINGS arrived, and those SETTINGS then allowed fewer streams than
     /// the connection carried. A refusal of it is the client's doing.
@@ -262,6 +271,7 @@ impl RetryContext {
         RetryContext {
             reused,
             refusals_before: 0,
+            refused_elsewhere: false,
             beyond_limit: false,
             retries: 0,
             max_retries: 3,
@@ -320,10 +330,19 @@ pub fn decide(failure: &ExchangeFailure, ctx: &RetryContext) -> RetryDecision {
     match &failure.kind {
         K::Timeout => fail(NoRetry::Timeout, written),
         K::Protocol { .. } => fail(NoRetry::Protocol, written),
-        K::StreamReset { .. } => fail(NoRetry::StreamReset, written),
+        // Reset before any response byte, on a reused connection: "written, no
+        // response", like a stale connection.
+        K::StreamReset { .. } => match failure.progress {
+            Progress::ResponseStarted => fail(NoRetry::StreamReset, true),
+            _ if !ctx.reused => fail(NoRetry::StreamReset, written),
+            _ if !failure.request.idempotent => fail(NoRetry::NotIdempotent, written),
+            _ if replay_blocked => fail(NoRetry::BodyNotReplayable, written),
+            _ => RetryDecision::NewConnection { reason: RetryReason::StreamReset, fresh: true },
+        },
         K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected if replay_blocked => {
             fail(NoRetry::BodyNotReplayable, false)
         }
+        K::RefusedStream if ctx.refused_elsewhere => fail(NoRetry::Refused, false),
         K::RefusedStream if ctx.refusals_before == 0 => {
             RetryDecision::SameConnection(RetryReason::RefusedStream)
         }
@@ -441,11 +460,48 @@ mod tests {
         assert!(matches!(decide(&g, &ctx(true, 0, 0, 3)), RetryDecision::NewConnection { fresh: false, .. }));
         let m = f(ExchangeFailureKind::Misdirected, ResponseStarted, false, true);
         assert!(matches!(decide(&m, &ctx(true, 0, 0, 3)), RetryDecision::NewConnection { fresh: true, .. }));
-        let s = f(ExchangeFailureKind::StreamReset { code: 2 }, RequestWritten, true, true);
-        assert!(matches!(
-            decide(&s, &ctx(true, 0, 0, 3)),
-            RetryDecision::Fail { why: NoRetry::StreamReset, .. }
-        ));
+    }
+
+    /// A stream reset before any response byte on a reused connection is
+    /// "written, no response": the stale-connection rules, once, on a fresh
+    /// connection. After a response byte, or on a fresh connection, it fails.
+    #[test]
+    fn stream_reset_before_the_response_is_written_no_response() {
+        let reset = |progress, idempotent| {
+            f(ExchangeFailureKind::StreamReset { code: 2 }, progress, idempotent, true)
+        };
+        assert_eq!(
+            decide(&reset(RequestWritten, true), &ctx(true, 0, 0, 3)),
+            RetryDecision::NewConnection { reason: RetryReason::StreamReset, fresh: true }
+        );
+        assert_eq!(
+            decide(&reset(RequestWritten, false), &ctx(true, 0, 0, 3)),
+            RetryDecision::Fail { why: NoRetry::NotIdempotent, may_have_been_sent: true }
+        );
+        assert_eq!(
+            decide(&reset(RequestWritten, true), &ctx(false, 0, 0, 3)),
+            RetryDecision::Fail { why: NoRetry::StreamReset, may_have_been_sent: true },
+            "a fresh connection: no retry (the retry itself runs on a fresh one, so this is once)"
+        );
+        assert_eq!(
+            decide(&reset(ResponseStarted, true), &ctx(true, 0, 0, 3)),
+            RetryDecision::Fail { why: NoRetry::StreamReset, may_have_been_sent: true }
+        );
+        let gone = f(ExchangeFailureKind::StreamReset { code: 2 }, RequestWritten, true, false);
+        assert_eq!(
+            decide(&gone, &ctx(true, 0, 0, 3)),
+            RetryDecision::Fail { why: NoRetry::BodyNotReplayable, may_have_been_sent: true }
+        );
+    }
+
+    #[test]
+    fn refused_on_a_second_connection_fails_typed() {
+        let r = f(ExchangeFailureKind::RefusedStream, RequestWritten, true, true);
+        let elsewhere = RetryContext { refused_elsewhere: true, ..ctx(true, 0, 1, 3) };
+        assert_eq!(
+            decide(&r, &elsewhere),
+            RetryDecision::Fail { why: NoRetry::Refused, may_have_been_sent: false }
+        );
     }
 
     #[test]

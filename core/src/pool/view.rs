@@ -28,6 +28,8 @@ pub struct Connection {
     pub(super) completed: u64,
     /// Carried at least one exchange.
     pub(super) used: bool,
+    /// Exchanges handed out on it so far (the next one's ordinal).
+    pub(super) assigned: u64,
     pub(super) tls: Option<TlsFacts>,
     pub(super) lifetime_deadline: Option<Instant>,
 }

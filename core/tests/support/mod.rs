@@ -54,6 +54,8 @@ impl Sim {
             proxies,
             deadline,
             first_sequence: Default::default(),
+            avoid: Vec::new(),
+            known_answers: Vec::new(),
         };
         let race = Race::start(request, config, ms(0), &mut db);
         let mut sim = Sim {
