@@ -521,6 +521,63 @@ pub fn event_order(a: &dyn Adapter) {
     assert_eq!(lifecycle, ["no_new_exchanges", "connection_released", "connection_closed"]);
 }
 
+/// The same order over HTTP/2 and TLS (a GET, then a POST on the shared
+/// connection).
+pub fn event_order_http2(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    let server = tls_server(&ca, &["a.test"], ServerOptions::default());
+    let client = a.client(Config { version: Version::Http2, ..tls_config(&ca, &["a.test"]) });
+    let url = format!("https://a.test:{}/hello", server.port());
+    let names = |client: &dyn TestClient| -> Vec<&'static str> {
+        client.events().into_iter().filter(|e| e.0.is_some()).map(|e| e.1).collect()
+    };
+    let r = ok(client.send(Req::get(url.clone())));
+    assert_eq!(r.version, http::Version::HTTP_2);
+    assert_eq!(
+        names(client.as_ref()),
+        [
+            "call_start",
+            "proxy_select_start",
+            "proxy_select_end",
+            "dns_start",
+            "dns_end",
+            "connect_start",
+            "secure_connect_start",
+            "secure_connect_end",
+            "connect_end",
+            "connection_acquired",
+            "request_headers_start",
+            "request_headers_end",
+            "response_headers_start",
+            "response_headers_end",
+            "response_body_start",
+            "response_body_end",
+            "connection_released",
+            "call_end",
+        ]
+    );
+    client.clear_events();
+    let post = Req { method: http::Method::POST, body: b"ping".to_vec(), ..Req::get(url) };
+    ok(client.send(post));
+    assert_eq!(
+        names(client.as_ref()),
+        [
+            "call_start",
+            "connection_acquired",
+            "request_headers_start",
+            "request_headers_end",
+            "request_body_start",
+            "request_body_end",
+            "response_headers_start",
+            "response_headers_end",
+            "response_body_start",
+            "response_body_end",
+            "connection_released",
+            "call_end",
+        ]
+    );
+}
+
 /// Every event of a call has reached the listener when `send` returns (up to
 /// the response head) and when the body's end is handed out (the rest), even
 /// when another thread (a connect attempt's, a connection task's) made them:
@@ -717,6 +774,44 @@ pub fn http_proxy(a: &dyn Adapter) {
     assert_eq!(tls_origin.records()[0].sni.as_deref(), Some("origin.test"));
 }
 
+/// A read timeout marks the route (BEHAVIOUR §6): with proxies [P1, P2], P1
+/// accepting connections and never answering, the first call times out, and
+/// the next one starts with P2 (its first connect), not with P1 again.
+pub fn a_timeout_marks_the_route(a: &dyn Adapter) {
+    use crate::proxy::TestProxy;
+    let ca = TestCa::new();
+    let (_tls_origin, plain_origin) = proxy_origins(&ca);
+    // P1: accepts, reads nothing, answers nothing (kept open by the test).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_port = silent.local_addr().expect("addr").port();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in silent.incoming().flatten() {
+            if held_tx.send(stream).is_err() {
+                return;
+            }
+        }
+    });
+    let p2 = TestProxy::http(proxy_hosts());
+    let proxy = |port: u16| switchyard_core::Proxy::http("127.0.0.1", u32::from(port)).expect("proxy");
+    let config = Config {
+        proxies: vec![proxy(silent_port), proxy(p2.addr.port())],
+        read_timeout: Some(Duration::from_millis(300)),
+        ..Config::default()
+    };
+    let client = a.client(config);
+    let url = format!("http://origin.test:{}/hello", plain_origin.port());
+    let (kind, message) = client.send(Req::get(url.clone())).expect_err("P1 never answers");
+    assert_eq!(kind, Failure::Timeout, "{message}");
+    client.clear_events();
+    assert_eq!(ok(client.send(Req::get(url))).body, b"hello");
+    let first_connect = client.events().into_iter().find(|e| e.1 == "connect_start").map(|e| e.2);
+    let first = first_connect.expect("the second call connects");
+    assert!(first.contains(&format!(":{}", p2.addr.port())), "the second call starts with P2: {first}");
+    assert_eq!(p2.targets(), [format!("forward origin.test:{}", plain_origin.port())]);
+    drop(held_rx);
+}
+
 /// Through a SOCKS5 proxy: the proxy resolves the origin's name; an origin it
 /// cannot reach is a typed proxy error naming it.
 pub fn socks5_proxy(a: &dyn Adapter) {
@@ -758,7 +853,7 @@ macro_rules! conformance_suite {
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
-            events_are_heard_before_send_returns);
+            events_are_heard_before_send_returns, a_timeout_marks_the_route, event_order_http2);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -769,9 +864,10 @@ macro_rules! conformance_suite {
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
-            events_are_heard_before_send_returns);
+            events_are_heard_before_send_returns, a_timeout_marks_the_route);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
-            misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way);
+            misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
+            event_order_http2);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

@@ -11,6 +11,16 @@
 //!   fail, saying the request may have been sent.
 //! * Never: timeouts, protocol errors, a response that had started, and a fresh
 //!   connection that failed after writing (retrying that would loop).
+//! * A stream reset (not REFUSED_STREAM) before any response byte on a reused
+//!   connection is "written, no response": the stale-connection rule, once, on a
+//!   fresh connection.
+//! * REFUSED_STREAM: the same connection once; a second refusal retires it and
+//!   the call moves on (its next race plans the refusing route last); refused on
+//!   a second connection, the call fails with [`NoRetry::Refused`].
+//! * "Not processed" is claimed only with proof: nothing written,
+//!   REFUSED_STREAM, or a stream above a GOAWAY's last stream id.
+//! * A timeout or failure on a connection that never completed an exchange
+//!   marks its route failed in the route database (the pool does it).
 //! * At most `max_retries` retries per call (3 by default). Free retries do not
 //!   count toward it: a stream above a GOAWAY's last stream id, and a
 //!   REFUSED_STREAM for a stream opened before the server's SETTINGS (the
