@@ -454,3 +454,43 @@ fn a_call_turned_away_by_goaway_waits_ahead_of_newer_calls() {
     assert_eq!(next, [old], "the turned-away call first; {newer} waits for a stream or a connect");
     pool.exchange_finished(ms(10), first, Reuse::Reusable).unwrap();
 }
+
+/// A connection that fails before the server's first SETTINGS never answered
+/// as an HTTP/2 server (HTTP/2 with prior knowledge to an HTTP/1.1 server):
+/// whatever the adapter saw (nothing written yet, or the request written; an
+/// I/O error or bytes that are not frames), the call fails one way — a
+/// protocol error, "may have been sent", not retried. After SETTINGS, an I/O
+/// failure with nothing written keeps its proof: retried.
+#[test]
+fn a_connection_failing_before_settings_fails_every_stream_one_way() {
+    let reports = [
+        (
+            ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionReset, message: "reset".into() },
+            Progress::NothingWritten,
+        ),
+        (ExchangeFailureKind::Protocol { message: "frame size".into() }, Progress::NothingWritten),
+        (ExchangeFailureKind::Protocol { message: "frame size".into() }, Progress::RequestWritten),
+    ];
+    for (kind, progress) in reports {
+        let mut pool = Pool::new(PoolConfig::default());
+        let a = h2c();
+        let (call, _) = open(&mut pool, &a);
+        let failure = ExchangeFailure { kind: kind.clone(), progress, request: World::facts() };
+        let out = pool.exchange_failed(ms(2), call, failure).unwrap();
+        let FailureOutcome::Failed(e) = out else { panic!("{kind:?}: retried") };
+        assert_eq!(e.why, NoRetry::Protocol, "{kind:?}");
+        assert!(e.may_have_been_sent, "{kind:?}");
+        assert!(e.kind.to_string().contains("did not answer as an HTTP/2 server"), "{}", e.kind);
+    }
+    let mut pool = Pool::new(PoolConfig::default());
+    let (call, k) = open(&mut pool, &h2c());
+    pool.settings(ms(2), k, None).unwrap();
+    let reset =
+        ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionReset, message: "reset".into() };
+    let failure =
+        ExchangeFailure { kind: reset, progress: Progress::NothingWritten, request: World::facts() };
+    assert_eq!(
+        pool.exchange_failed(ms(2), call, failure),
+        Ok(FailureOutcome::Retrying(RetryReason::NotSent))
+    );
+}

@@ -965,6 +965,8 @@ fn retries_stop_at_the_limit_and_never_return_to_a_failed_connection() {
     assert_eq!(out, FailureOutcome::Retrying(RetryReason::NotSent));
     assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.1:80")], "not back onto {k1}");
     sim.connected(3, c2);
+    let k2 = sim.held[&c2];
+    sim.settings(3, k2, None);
     let out = sim.pool.exchange_failed(ms(4), c2, not_sent()).unwrap();
     assert!(
         matches!(out, FailureOutcome::Failed(ref e) if e.why == NoRetry::RetryLimit && !e.may_have_been_sent)

@@ -31,8 +31,6 @@ pub(crate) struct H2Handle {
     /// Set when the connection was retired as never usable, so its streams'
     /// failures say so rather than "broken pipe".
     never_usable: Arc<std::sync::atomic::AtomicBool>,
-    /// Set when the server's first SETTINGS frame arrived: it speaks HTTP/2.
-    settings_seen: Arc<std::sync::atomic::AtomicBool>,
     /// The order streams open in.
     turns: Arc<Turns>,
     /// A leased handle's place in that order.
@@ -244,7 +242,6 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
     let settings_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let spoke_h2 = Arc::clone(&settings_seen);
     let on_note = {
         let (shared, seen) = (Weak::clone(&shared), Arc::clone(&settings_seen));
         move |note: FrameNote| {
@@ -342,33 +339,12 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
         }
     });
     let turns = Arc::new(Turns::new());
-    (H2Handle { ready: rx, ping, never_usable, settings_seen: spoke_h2, turns, turn: None }, job)
+    (H2Handle { ready: rx, ping, never_usable, turns, turn: None }, job)
 }
 
-/// The exchange failed because the connection did before the server's first
-/// SETTINGS frame: the server never answered as an HTTP/2 server (an
-/// HTTP/1.1 server given prior knowledge answers with bytes that are not
-/// frames, or closes, or resets). One classification for one failure,
-/// whichever way the timing falls (the handshake's write failing, the
-/// stream's HEADERS queued or not, bytes or a reset read first): a protocol
-/// error, not retried, and "may have been sent" — nothing proves the request
-/// was not processed.
-fn not_http2(detail: &str, facts: RequestFacts) -> ExchangeFailure {
-    let message =
-        format!("the server did not answer as an HTTP/2 server (no SETTINGS frame before: {detail})");
-    ExchangeFailure {
-        kind: ExchangeFailureKind::Protocol { message },
-        progress: Progress::RequestWritten,
-        request: facts,
-    }
-}
-
-/// How an `h2` error fails the exchange. `spoke_h2`: the server's SETTINGS
-/// had arrived (before them, see [`not_http2`]).
-fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts, spoke_h2: bool) -> ExchangeFailure {
-    if !spoke_h2 && (e.is_library() || e.is_io()) {
-        return not_http2(&e.to_string(), facts);
-    }
+/// How an `h2` error fails the exchange. (A failure before the server's
+/// first SETTINGS is classified by the core: `Pool::exchange_failed`.)
+fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {
     let kind = if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
         ExchangeFailureKind::RefusedStream
     } else if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) {
@@ -382,15 +358,6 @@ fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts, spoke_h2: boo
         ExchangeFailureKind::Protocol { message: e.to_string() }
     };
     ExchangeFailure { kind, progress, request: facts }
-}
-
-/// The connection ended before a stream could be opened on it.
-fn ended(message: String, facts: RequestFacts, spoke_h2: bool) -> Attempted {
-    if spoke_h2 {
-        io_failure(message, facts)
-    } else {
-        Attempted::Failed(not_http2(&message, facts))
-    }
 }
 
 fn io_failure(message: String, facts: RequestFacts) -> Attempted {
@@ -422,8 +389,6 @@ pub(crate) async fn exchange(
     // HEADERS go (the handle's clones outlive it, in the body).
     let turn = handle.turn.clone();
     let _gives_up = TurnGuard(turn.clone());
-    let settings_seen = Arc::clone(&handle.settings_seen);
-    let spoke = || settings_seen.load(Ordering::Acquire);
     let mut ready = handle.ready.clone();
     let send = loop {
         if let Some(r) = ready.borrow_and_update().clone() {
@@ -433,13 +398,11 @@ pub(crate) async fn exchange(
             break Err("the HTTP/2 connection ended during its handshake".into());
         }
     };
-    let send = send.map_err(|e| ended(e, facts, spoke()))?;
+    let send = send.map_err(|e| io_failure(e, facts))?;
     // A stream the server never allows (a limit of zero that is never raised)
     // must not hold the call forever: the handshake timeout bounds the wait.
     let mut send = match within(&*shared.rt, shared.settings.handshake_timeout, send.ready()).await {
-        Some(ready) => {
-            ready.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts, spoke())))?
-        }
+        Some(ready) => ready.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?,
         None => {
             return Err(io_failure(
                 "the HTTP/2 connection allowed no stream within the handshake timeout".into(),
@@ -463,7 +426,7 @@ pub(crate) async fn exchange(
         turn.finish();
     }
     let (response, mut stream) =
-        opened.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts, spoke())))?;
+        opened.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?;
     let at = shared.now();
     shared.emit(move |l| {
         l.request_headers_end(call, at);
@@ -475,7 +438,7 @@ pub(crate) async fn exchange(
     });
     let never_usable = Arc::clone(&handle.never_usable);
     let written = |e: h2::Error| {
-        let mut f = failure(&e, Progress::RequestWritten, facts, spoke());
+        let mut f = failure(&e, Progress::RequestWritten, facts);
         if never_usable.load(Ordering::Acquire) {
             f.kind = ExchangeFailureKind::Io {
                 kind: std::io::ErrorKind::ConnectionAborted,

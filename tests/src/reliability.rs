@@ -495,6 +495,31 @@ pub fn run(a: &dyn Adapter, transport: Transport) -> usize {
     ran
 }
 
+/// HTTP/2 refusals (BEHAVIOUR §6): refused twice on one connection, the call
+/// moves to another connection, reusing its DNS answer (one `dns_start`);
+/// refused on a second connection too, it fails typed: "refused on two
+/// connections", not processed.
+pub fn refusals_move_on(a: &dyn Adapter) {
+    let server = FaultServer::start(FaultOptions { http2: true, ..FaultOptions::default() });
+    let mut config = Config { version: Version::Http2, ..Config::default() };
+    config.hosts.insert("refuse.test".into(), vec!["127.0.0.1".parse().expect("ip")]);
+    let client = a.client(config);
+    let url = format!("http://refuse.test:{}/", server.port());
+    let refused = || Reply::ok("x").with(Fault::Reset(0x7));
+    server.push([refused(), refused(), Reply::ok("moved")]);
+    let r = client.send(get(&url)).expect("the third attempt, on a new connection");
+    assert_eq!(r.body, b"moved");
+    assert_eq!(server.pattern(), [(0, 0), (0, 1), (1, 0)], "twice on the first connection, then a new one");
+    let lookups = client.events().iter().filter(|e| e.1 == "dns_start").count();
+    assert_eq!(lookups, 1, "the retries reuse the call's DNS answer");
+    client.clear_events();
+    server.push([refused(), refused(), refused()]);
+    let (kind, message) = client.send(get(&url)).expect_err("refused on two connections");
+    assert_eq!(kind, Failure::Exchange(false), "{message}");
+    assert!(message.contains("refused on two connections"), "{message}");
+    assert_eq!(server.connections(), 3);
+}
+
 /// Instantiates the matrix as four `#[test]`s (HTTP/1.1 and HTTP/2, cleartext
 /// and TLS) for an adapter expression.
 #[macro_export]
@@ -517,6 +542,10 @@ macro_rules! reliability_matrix {
             );
             assert!(n > 0);
         }
+        #[test]
+        fn refusals_move_on() {
+            $crate::reliability::refusals_move_on(&$adapter);
+        }
     };
     // An adapter without HTTP/2: the HTTP/2 transports are listed as ignored.
     ($adapter:expr, without_http2) => {
@@ -532,6 +561,11 @@ macro_rules! reliability_matrix {
         fn reliability_http2_tls() {
             // Run with --ignored, it shows what the adapter lacks.
             $crate::reliability::run(&$adapter, $crate::reliability::Transport { http2: true, tls: true });
+        }
+        #[test]
+        #[ignore = "skipped: this adapter has no HTTP/2"]
+        fn refusals_move_on() {
+            $crate::reliability::refusals_move_on(&$adapter);
         }
     };
     (@http1 $adapter:expr) => {

@@ -641,6 +641,24 @@ impl Pool {
     ) -> Result<FailureOutcome, Misuse> {
         use ExchangeFailureKind as K;
         let conn_id = self.active_connection(call)?;
+        let mut failure = failure;
+        if self.conns[&conn_id].multiplexed()
+            && !self.conns[&conn_id].settings
+            && matches!(failure.kind, K::Io { .. } | K::Protocol { .. })
+        {
+            // The connection failed before the server's first SETTINGS: it never
+            // answered as an HTTP/2 server (an HTTP/1.1 server given prior
+            // knowledge answers with a 400, or closes). The first stream goes
+            // out right after the handshake, so whether it had been written when
+            // the failure surfaced is only timing: one classification for it, a
+            // protocol error, not retried, "may have been sent" (the safe claim).
+            let message = format!(
+                "the server did not answer as an HTTP/2 server (no SETTINGS frame before: {})",
+                failure.kind
+            );
+            failure.kind = K::Protocol { message };
+            failure.progress = Progress::RequestWritten;
+        }
         let (reused, refusals, route, multiplexed) = {
             let c = &self.conns[&conn_id];
             (c.completed > 0, c.refusals, c.route.clone(), c.multiplexed())
