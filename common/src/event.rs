@@ -76,6 +76,26 @@ pub trait EventListener: Send + Sync + 'static {
     fn call_failed(&self, call: CallId, error: &Error, at: Instant) {}
 }
 
+/// The request head is written: `request_headers_end`, then what comes next
+/// in the order listeners rely on — `request_body_start` when a body follows,
+/// else `response_headers_start` (the request is complete; the head is
+/// awaited). The same on HTTP/1.1 and HTTP/2.
+pub fn request_head_written(l: &dyn EventListener, call: CallId, at: Instant, has_body: bool) {
+    l.request_headers_end(call, at);
+    if has_body {
+        l.request_body_start(call, at);
+    } else {
+        l.response_headers_start(call, at);
+    }
+}
+
+/// The request body is written (`bytes` long): `request_body_end`, then
+/// `response_headers_start`.
+pub fn request_body_written(l: &dyn EventListener, call: CallId, bytes: u64, at: Instant) {
+    l.request_body_end(call, bytes, at);
+    l.response_headers_start(call, at);
+}
+
 /// A listener that ignores everything.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoopListener;

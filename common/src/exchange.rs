@@ -86,21 +86,11 @@ pub fn before_head<S>(
         match event {
             Event::HeadersSent if listening => {
                 let at = hub.now();
-                hub.emit(move |l| {
-                    l.request_headers_end(call, at);
-                    if has_body {
-                        l.request_body_start(call, at);
-                    } else {
-                        l.response_headers_start(call, at);
-                    }
-                });
+                hub.emit(move |l| crate::event::request_head_written(l, call, at, has_body));
             }
             Event::BodySent { bytes } if listening => {
                 let at = hub.now();
-                hub.emit(move |l| {
-                    l.request_body_end(call, bytes, at);
-                    l.response_headers_start(call, at);
-                });
+                hub.emit(move |l| crate::event::request_body_written(l, call, bytes, at));
             }
             Event::HeadersSent | Event::BodySent { .. } => {}
             Event::Head(head) => {

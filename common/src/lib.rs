@@ -85,7 +85,9 @@ mod userinfo;
 
 pub use config::{ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions};
 pub use error::{BodyError, Error};
-pub use event::{describe, EventListener, EventLog, NoopListener, Recorded};
+pub use event::{
+    describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener, Recorded,
+};
 pub use hub::{Hub, HubState, Note};
 pub use request::{BodyKind, BodyLedger, Collector, Notes, RequestBuilder, Sender};
 

@@ -428,14 +428,7 @@ pub(crate) async fn exchange(
     let (response, mut stream) =
         opened.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?;
     let at = shared.now();
-    shared.emit(move |l| {
-        l.request_headers_end(call, at);
-        if end_of_stream {
-            l.response_headers_start(call, at);
-        } else {
-            l.request_body_start(call, at);
-        }
-    });
+    shared.emit(move |l| switchyard_common::request_head_written(l, call, at, !end_of_stream));
     let never_usable = Arc::clone(&handle.never_usable);
     let written = |e: h2::Error| {
         let mut f = failure(&e, Progress::RequestWritten, facts);
@@ -461,10 +454,7 @@ pub(crate) async fn exchange(
             Kind::Empty => {}
         }
         let (at, n) = (shared.now(), body.len().unwrap_or(0));
-        shared.emit(move |l| {
-            l.request_body_end(call, n, at);
-            l.response_headers_start(call, at);
-        });
+        shared.emit(move |l| switchyard_common::request_body_written(l, call, n, at));
     }
     let read_timeout = shared.settings.read_timeout;
     let response = match read_timeout {

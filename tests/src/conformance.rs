@@ -448,6 +448,22 @@ pub fn exclusive_acquisition(a: &dyn Adapter) {
     assert_eq!(client.stats().closed.get(&CloseReason::Exclusive), Some(&1));
 }
 
+/// A POST on a pooled (or shared) connection: its events, in order.
+const POOLED_POST: [&str; 12] = [
+    "call_start",
+    "connection_acquired",
+    "request_headers_start",
+    "request_headers_end",
+    "request_body_start",
+    "request_body_end",
+    "response_headers_start",
+    "response_headers_end",
+    "response_body_start",
+    "response_body_end",
+    "connection_released",
+    "call_end",
+];
+
 /// Event order for a fresh call and a pooled call (BEHAVIOUR §7).
 pub fn event_order(a: &dyn Adapter) {
     let server = TestServer::start(ServerOptions::default());
@@ -487,23 +503,7 @@ pub fn event_order(a: &dyn Adapter) {
     // A pooled connection, a request with a body.
     let post = Req { method: http::Method::POST, body: b"ping".to_vec(), ..Req::get(url.clone()) };
     ok(client.send(post));
-    assert_eq!(
-        names(client.as_ref()),
-        [
-            "call_start",
-            "connection_acquired",
-            "request_headers_start",
-            "request_headers_end",
-            "request_body_start",
-            "request_body_end",
-            "response_headers_start",
-            "response_headers_end",
-            "response_body_start",
-            "response_body_end",
-            "connection_released",
-            "call_end",
-        ]
-    );
+    assert_eq!(names(client.as_ref()), POOLED_POST);
     let acquired: Vec<String> =
         client.events().into_iter().filter(|e| e.1 == "connection_acquired").map(|e| e.2).collect();
     assert!(acquired[0].ends_with("exchange=1"), "the connection's second exchange: {acquired:?}");
@@ -559,23 +559,7 @@ pub fn event_order_http2(a: &dyn Adapter) {
     client.clear_events();
     let post = Req { method: http::Method::POST, body: b"ping".to_vec(), ..Req::get(url) };
     ok(client.send(post));
-    assert_eq!(
-        names(client.as_ref()),
-        [
-            "call_start",
-            "connection_acquired",
-            "request_headers_start",
-            "request_headers_end",
-            "request_body_start",
-            "request_body_end",
-            "response_headers_start",
-            "response_headers_end",
-            "response_body_start",
-            "response_body_end",
-            "connection_released",
-            "call_end",
-        ]
-    );
+    assert_eq!(names(client.as_ref()), POOLED_POST);
 }
 
 /// Every event of a call has reached the listener when `send` returns (up to
