@@ -737,11 +737,27 @@ pub fn mixed(a: &dyn Adapter, seed: u64) -> (usize, usize) {
         outcomes.extend(client.send_all(reqs.collect()));
     }
     let served = server.served();
+    // A reply with `ShutdownOutputAfterResponse` ends with a FIN but no
+    // `Connection: close`: the client may lease the connection again in the
+    // instant before that FIN arrives (no check can see a FIN not yet sent).
+    // A GET written there is retried and reaches the server; a POST is not
+    // replayed and fails "may have been sent" without the server having
+    // recorded it. That is the only way a call may miss the server, and at
+    // most once per such reply.
+    let half_closes = served.iter().filter(|(_, f)| *f == Fault::ShutdownOutputAfterResponse).count();
+    let mut unseen_posts = 0;
     let (mut ok, mut failed) = (0, 0);
     for (n, outcome) in outcomes.iter().enumerate() {
         let path = format!("/?call={n}");
         let last = served.iter().rev().find(|(p, _)| *p == path).map(|(_, f)| f.clone());
+        let is_post = (n % 200) % 3 == 0;
         let expected = match &last {
+            None if is_post
+                && matches!(outcome, Err((Failure::Exchange(true), e)) if e.contains("closed before any response byte")) =>
+            {
+                unseen_posts += 1;
+                Err(Failure::Exchange(true))
+            }
             None => panic!("call {n} never reached the server: {outcome:?}"),
             Some(Fault::CloseAfterRequest) => Err(Failure::Exchange(true)),
             Some(Fault::CloseDuringResponseBody) => Err(Failure::Body),
@@ -757,6 +773,10 @@ pub fn mixed(a: &dyn Adapter, seed: u64) -> (usize, usize) {
             ok += 1;
         }
     }
+    assert!(
+        unseen_posts <= half_closes,
+        "{unseen_posts} POSTs never reached the server, more than the {half_closes} replies that half-closed a connection"
+    );
     assert!(failed > 0 && ok > failed, "the seed injected faults: {ok} ok, {failed} failed");
     let s = client.stats();
     assert_eq!((s.calls, s.totals.in_use, s.totals.waiters, s.totals.connecting), (0, 0, 0, 0), "{s:?}");
