@@ -38,8 +38,11 @@ pub struct RequestOptions {
     pub exclusive: bool,
     /// The caller vouches that this request may be sent twice (an idempotency key).
     pub retryable: bool,
-    /// This call's timeout, instead of the client's.
+    /// This call's timeout (the whole call, its response body included),
+    /// instead of the client's.
     pub timeout: Option<Duration>,
+    /// This call's bound until its response head, instead of the client's.
+    pub head_timeout: Option<Duration>,
     /// This call's body timeout, instead of the client's.
     pub body_timeout: Option<Duration>,
 }
@@ -55,8 +58,13 @@ pub struct Config {
     pub read_timeout: Option<Duration>,
     /// Bound on each write to a connection.
     pub write_timeout: Option<Duration>,
-    /// Bound on a whole call, until the response head.
+    /// Bound on a whole call, its response body included.
     pub timeout: Option<Duration>,
+    /// Bound on a call until its response head.
+    pub head_timeout: Option<Duration>,
+    /// Header fields every request gets unless it has its own (`User-Agent`
+    /// among them, by default).
+    pub default_headers: http::HeaderMap,
     /// Bound on reading a response body, from its head to its end.
     pub body_timeout: Option<Duration>,
     /// How long `Expect: 100-continue` waits before the body goes anyway.
@@ -79,7 +87,22 @@ pub struct Config {
     pub limits: switchyard_core::http1::Limits,
 }
 
+/// The `User-Agent` a client sends unless told otherwise.
+pub const DEFAULT_USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
+
 impl Config {
+    /// Adds the default header fields the request does not have itself (a
+    /// name the request sets, even once, keeps only the request's values).
+    pub fn apply_default_headers(&self, headers: &mut http::HeaderMap) {
+        for name in self.default_headers.keys() {
+            if !headers.contains_key(name) {
+                for value in self.default_headers.get_all(name) {
+                    headers.append(name.clone(), value.clone());
+                }
+            }
+        }
+    }
+
     /// The HTTP/1.1 connection driver's settings (timeouts and limits; the drain
     /// and early-response bounds keep the core's defaults).
     #[must_use]
@@ -101,6 +124,7 @@ impl std::fmt::Debug for Config {
             .field("read_timeout", &self.read_timeout)
             .field("write_timeout", &self.write_timeout)
             .field("timeout", &self.timeout)
+            .field("head_timeout", &self.head_timeout)
             .field("body_timeout", &self.body_timeout)
             .field("version", &self.version)
             .field("proxies", &self.proxies)
@@ -114,10 +138,10 @@ impl Config {
     /// false narrows `Auto` to HTTP/1.1 (an adapter without HTTP/2).
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for a relative URI, a bad scheme, host or port, a
+    /// [`ErrorKind::InvalidUrl`](crate::ErrorKind::InvalidUrl) for a relative URI, a bad scheme, host or port, a
     /// cleartext URL when cleartext is off, or HTTP/2 asked of an adapter without it.
     pub fn address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
-        let invalid = |error| Error::InvalidUrl { url: crate::redacted(uri), error };
+        let invalid = |error| Error::invalid_url(&uri.to_string(), Some(error));
         let builder = Address::from_uri(uri).map_err(invalid)?;
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
         let protocols: &[Protocol] = match (self.version, https) {
@@ -143,7 +167,7 @@ pub trait FromConfig: Sized {
     /// Builds the client.
     ///
     /// # Errors
-    /// [`Error::Config`] when the adapter cannot honour a setting.
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when the adapter cannot honour a setting.
     fn from_config(config: Config, runtime: Self::Runtime) -> Result<Self, Error>;
 }
 
@@ -174,12 +198,14 @@ pub struct ClientBuilder<C: FromConfig> {
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
     timeout: Option<Duration>,
+    head_timeout: Option<Duration>,
     body_timeout: Option<Duration>,
+    default_headers: http::HeaderMap,
     expect_continue_timeout: Duration,
     version: HttpVersion,
     allow_cleartext: bool,
     tls: TlsSettings,
-    listener: Option<Arc<dyn EventListener>>,
+    listeners: Vec<Arc<dyn EventListener>>,
     resolver: Arc<dyn Resolve>,
     overrides: HashMap<(String, u16), Vec<IpAddr>>,
     proxies: Vec<Proxy>,
@@ -198,12 +224,18 @@ impl<C: FromConfig> Default for ClientBuilder<C> {
             read_timeout: None,
             write_timeout: None,
             timeout: None,
+            head_timeout: None,
             body_timeout: None,
+            default_headers: {
+                let mut h = http::HeaderMap::new();
+                h.insert(http::header::USER_AGENT, http::HeaderValue::from_static(DEFAULT_USER_AGENT));
+                h
+            },
             expect_continue_timeout: Duration::from_secs(1),
             version: HttpVersion::Auto,
             allow_cleartext: true,
             tls: TlsSettings::default(),
-            listener: None,
+            listeners: Vec::new(),
             resolver: Arc::new(SystemResolver),
             overrides: HashMap::new(),
             proxies: Vec::new(),
@@ -314,15 +346,63 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.write_timeout = Some(d);
         self
     }
-    /// Bound on a whole call, until the response head. Default: none.
+    /// Bound on a whole call, from `send` to the end of its response body
+    /// (as reqwest's `timeout`): waiting for a connection, the exchange, and
+    /// reading the body. Past it the call fails with a timeout whose
+    /// [`phase`](crate::Error::timeout_phase) says where it was; a body past it
+    /// fails and its connection is closed (HTTP/1.1) or its stream reset
+    /// (HTTP/2). Per request: `RequestBuilder::timeout`. Default: none.
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = Some(d);
         self
     }
+    /// Bound on a call until its response head only (the body is then bound
+    /// by [`timeout`](Self::timeout) and [`body_timeout`](Self::body_timeout),
+    /// if set). Per request: `RequestBuilder::head_timeout`. Default: none.
+    pub fn head_timeout(mut self, d: Duration) -> Self {
+        self.head_timeout = Some(d);
+        self
+    }
+    /// Header fields every request gets unless it sets the same name itself.
+    /// Adds to the defaults (`User-Agent`); a name given here replaces its
+    /// default.
+    pub fn default_headers(mut self, headers: http::HeaderMap) -> Self {
+        let mut last = None;
+        for (name, value) in headers {
+            let name = match name {
+                Some(n) => {
+                    self.default_headers.remove(&n);
+                    last = Some(n.clone());
+                    n
+                }
+                None => match &last {
+                    Some(n) => n.clone(),
+                    None => continue,
+                },
+            };
+            self.default_headers.append(name, value);
+        }
+        self
+    }
+    /// The `User-Agent` sent unless a request has its own. Default:
+    /// `switchyard/<version>`. An empty string sends none.
+    pub fn user_agent(mut self, agent: &str) -> Self {
+        if agent.is_empty() {
+            self.default_headers.remove(http::header::USER_AGENT);
+            return self;
+        }
+        match http::HeaderValue::try_from(agent) {
+            Ok(v) => {
+                self.default_headers.insert(http::header::USER_AGENT, v);
+            }
+            Err(_) => self.errors.push(format!("user_agent {agent:?} is not a valid header value")),
+        }
+        self
+    }
     /// Bound on reading each response body, from its head to its end (HTTP/1.1
     /// and HTTP/2): past it, the body fails with a timeout and its connection is
-    /// closed (HTTP/1.1) or its stream reset (HTTP/2). The call timeout stops at
-    /// the head; this one covers the rest, so together they bound a whole call.
+    /// closed (HTTP/1.1) or its stream reset (HTTP/2). [`timeout`](Self::timeout)
+    /// bounds the whole call as well; whichever ends first applies.
     /// Per request: `RequestBuilder::body_timeout`. Default: none.
     pub fn body_timeout(mut self, d: Duration) -> Self {
         self.body_timeout = Some(d);
@@ -367,9 +447,10 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.tls.client_auth = Some((chain, Arc::new(key)));
         self
     }
-    /// Receives every event. Default: none.
+    /// Adds a listener that receives every event. Several may be added; each
+    /// hears every event, in the order they were added. Default: none.
     pub fn event_listener(mut self, listener: impl EventListener) -> Self {
-        self.listener = Some(Arc::new(listener));
+        self.listeners.push(Arc::new(listener));
         self
     }
     /// Resolves host names. Default: the system resolver.
@@ -424,6 +505,7 @@ impl<C: FromConfig> ClientBuilder<C> {
             ("read_timeout", self.read_timeout),
             ("write_timeout", self.write_timeout),
             ("timeout", self.timeout),
+            ("head_timeout", self.head_timeout),
             ("body_timeout", self.body_timeout),
         ];
         for (name, value) in positive {
@@ -460,16 +542,16 @@ impl<C: FromConfig> ClientBuilder<C> {
     /// Validates the settings and builds the client. Needs no runtime.
     ///
     /// # Errors
-    /// [`Error::Config`]: a malformed `resolve` override, unusable TLS roots or
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve` override, unusable TLS roots or
     /// client certificate, or a setting the adapter cannot honour.
     pub fn build(self) -> Result<C, Error> {
         if let Some(e) = self.errors.first() {
-            return Err(Error::Config(e.clone()));
+            return Err(Error::config(e.clone()));
         }
-        self.check().map_err(Error::Config)?;
+        self.check().map_err(Error::config)?;
         // TLS settings are validated, and every config built, now rather than
         // on the first https call (and never under the pool's lock).
-        let tls_configs = crate::tls::TlsConfigs::build(&self.tls).map_err(Error::Config)?;
+        let tls_configs = crate::tls::TlsConfigs::build(&self.tls).map_err(Error::config)?;
         let resolver: Arc<dyn Resolve> = if self.overrides.is_empty() {
             self.resolver
         } else {
@@ -480,13 +562,15 @@ impl<C: FromConfig> ClientBuilder<C> {
             read_timeout: self.read_timeout,
             write_timeout: self.write_timeout,
             timeout: self.timeout,
+            head_timeout: self.head_timeout,
             body_timeout: self.body_timeout,
+            default_headers: self.default_headers,
             expect_continue_timeout: self.expect_continue_timeout,
             version: self.version,
             allow_cleartext: self.allow_cleartext,
             tls: self.tls,
             tls_configs,
-            listener: self.listener,
+            listener: crate::event::fan_out(self.listeners),
             resolver,
             proxies: self.proxies,
             limits: self.limits,
@@ -511,8 +595,11 @@ mod tests {
 
     fn error(b: ClientBuilder<Built>) -> String {
         match b.build() {
-            Err(Error::Config(e)) => e,
-            other => panic!("expected a configuration error, got {other:?}"),
+            Err(e) => match e.kind() {
+                crate::ErrorKind::Config(why) => why.clone(),
+                _ => panic!("expected a configuration error, got {e:?}"),
+            },
+            Ok(_) => panic!("expected a configuration error"),
         }
     }
 
@@ -528,6 +615,8 @@ mod tests {
             (b().read_timeout(zero), "read_timeout"),
             (b().write_timeout(zero), "write_timeout"),
             (b().timeout(zero), "timeout"),
+            (b().head_timeout(zero), "head_timeout"),
+            (b().user_agent("bad\nagent"), "user_agent"),
             (b().body_timeout(zero), "body_timeout"),
             (b().attempt_delay(Duration::from_millis(5)), "attempt_delay"),
             (b().max_connections_per_host(0), "max_connections_per_host"),

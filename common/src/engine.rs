@@ -815,10 +815,13 @@ pub struct CallPlan {
     pub address: switchyard_core::Address,
     /// The proxies to try, in order.
     pub proxies: Vec<switchyard_core::Proxy>,
-    /// The call's timeout (until the response head).
+    /// The bound on the call until its response head: the head timeout or
+    /// the whole call's, whichever ends first.
     pub timeout: Option<std::time::Duration>,
     /// The same as an instant on the process clock.
     pub deadline: Option<std::time::Instant>,
+    /// The whole call's deadline (the response body must end by then too).
+    pub call_deadline: Option<std::time::Instant>,
     /// The response body's bound, from its head.
     pub body_timeout: Option<std::time::Duration>,
     /// What the request allows.
@@ -840,14 +843,22 @@ impl CallPlan {
         let options = parts.extensions.remove::<crate::RequestOptions>().unwrap_or_default();
         crate::take_userinfo(parts)?;
         let address = config.address(&parts.uri, http2)?;
-        let timeout = options.timeout.or(config.timeout);
+        config.apply_default_headers(&mut parts.headers);
+        let whole = options.timeout.or(config.timeout);
+        let head = options.head_timeout.or(config.head_timeout);
+        let timeout = match (whole, head) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let start = std::time::Instant::now();
         let facts =
             switchyard_core::pool::RequestFacts::new(&parts.method, options.retryable, body_replayable);
         Ok(CallPlan {
             address,
             proxies: config.proxies.clone(),
             timeout,
-            deadline: timeout.map(|t| std::time::Instant::now() + t),
+            deadline: timeout.map(|t| start + t),
+            call_deadline: whole.map(|t| start + t),
             body_timeout: options.body_timeout.or(config.body_timeout),
             facts,
             options,
@@ -869,6 +880,8 @@ pub struct Call<'a> {
     pub facts: switchyard_core::pool::RequestFacts,
     /// The call's deadline, until the response head.
     pub deadline: Option<std::time::Instant>,
+    /// The whole call's deadline: the response body must end by then too.
+    pub call_deadline: Option<std::time::Instant>,
     /// How long the response body may take, from its head.
     pub body_timeout: Option<std::time::Duration>,
 }
@@ -921,6 +934,7 @@ impl<A: EngineHost> H1Exchange<A> {
         let hub = shared.hub();
         let start = http1::Request::new(request.parts, request.form, body_kind(request.body_len))
             .deadline(request.deadline.map(|d| hub.from_std(d)))
+            .call_deadline(request.call_deadline.map(|d| hub.from_std(d)))
             .body_timeout(request.body_timeout);
         let H1Conn { wire, conn } = *conn;
         match conn.start(hub.now(), start) {
@@ -941,7 +955,7 @@ impl<A: EngineHost> H1Exchange<A> {
             Err(refused) => {
                 // Nothing was written: the connection goes back as it was.
                 shared.release(call, connection, Ok(Box::new(H1Conn { wire, conn: refused.conn })));
-                Err(Attempted::Fatal(crate::Error::InvalidRequest(refused.error.to_string())))
+                Err(Attempted::Fatal(crate::Error::invalid_request(refused.error.to_string())))
             }
         }
     }
@@ -981,7 +995,9 @@ impl<A: EngineHost> H1Exchange<A> {
                 let Some(live) = self.live.take() else {
                     return Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts)));
                 };
-                let (parts, ()) = head.into_parts();
+                let (mut parts, ()) = head.into_parts();
+                parts.extensions.insert(self.call);
+                parts.extensions.insert(self.connection);
                 let body = H1Body::new(Arc::clone(&self.shared), self.call, self.connection, live);
                 Step::Done(Ok(http::Response::from_parts(parts, body)))
             }
@@ -995,7 +1011,7 @@ impl<A: EngineHost> H1Exchange<A> {
                     let (wire, driver) = *live;
                     self.shared.release_h1(self.call, self.connection, wire, driver);
                 }
-                Step::Done(Err(Attempted::Fatal(crate::Error::InvalidRequest(why))))
+                Step::Done(Err(Attempted::Fatal(crate::Error::invalid_request(why))))
             }
         }
     }

@@ -1,36 +1,103 @@
 //! [`Error`]: what failed and where, for every way a call can end badly.
+//!
+//! An error is one layer: its [`Display`](fmt::Display) says what failed for
+//! which URL, and [`source`](std::error::Error::source) returns the cause
+//! (the route failures, the exchange's failure), which it does not repeat — so
+//! `anyhow` and `eyre` print each cause once. The alternate form, `{:#}`,
+//! prints the whole chain on one line:
+//!
+//! ```
+//! use switchyard_common::{Error, ErrorKind, TimeoutPhase};
+//! let e = Error::timeout(TimeoutPhase::ResponseHead).with_url("https://example.com/x");
+//! assert_eq!(e.to_string(), "timed out waiting for the response head from https://example.com/x");
+//! assert!(e.is_timeout() && !e.is_connect());
+//! assert_eq!(e.url(), Some("https://example.com/x"));
+//! assert!(matches!(e.kind(), ErrorKind::Timeout(TimeoutPhase::ResponseHead)));
+//! ```
 
 use std::fmt;
+use std::sync::Arc;
 
+use switchyard_core::error::Failure as RaceFailure;
 use switchyard_core::http1::Http1Error;
-use switchyard_core::{AcquireError, AddressError, ExchangeError};
+use switchyard_core::pool::ExchangeFailureKind;
+use switchyard_core::{AcquireError, AddressError, ConnectError, ExchangeError, TlsFailure};
 
-/// Why a call failed.
+/// Why a call failed: [`Error::kind`] to match on, predicates (`is_connect`,
+/// `is_dns`, `is_tls`, `is_timeout`, `is_body`, `is_status`) to test, and the
+/// URL it concerned ([`Error::url`], credentials redacted).
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    /// The request's URL, any password shown as `***`.
+    url: Option<Arc<str>>,
+}
+
+/// What failed (see [`Error::kind`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub enum Error {
-    /// The URL or the client configuration is invalid (bad scheme, host or port;
-    /// cleartext not permitted; an impossible protocol list).
-    InvalidUrl {
-        /// The URL as given, with any password shown as `***`.
-        url: String,
-        /// What is wrong with it.
-        error: AddressError,
-    },
-    /// The request cannot be sent as given (for example a relative URI).
+pub enum ErrorKind {
+    /// The URL is not an absolute `http(s)` URL this client may call (no
+    /// scheme, a bad scheme, host or port; cleartext not permitted; an
+    /// impossible protocol list). The cause, when there is one, is the source.
+    InvalidUrl(Option<AddressError>),
+    /// The request cannot be sent as given (a header that cannot be encoded,
+    /// a body that failed, …).
     InvalidRequest(String),
-    /// No connection: DNS, every connect attempt, TLS, the pool's wait, or shutdown.
-    /// The error lists every route tried and why each failed.
+    /// No connection: DNS, every connect attempt, TLS, the pool's wait, or
+    /// shutdown. The source lists every route tried and why each failed.
     Connect(AcquireError),
-    /// The exchange failed and was not retried; says whether the request may have
-    /// been sent.
+    /// The exchange failed and was not retried; the source says whether the
+    /// request may have been sent.
     Exchange(Box<ExchangeError>),
     /// The response body failed after the head arrived.
     Body(BodyError),
-    /// The call's overall timeout passed.
-    Timeout,
-    /// The client configuration is invalid (TLS roots, client certificate, …).
+    /// A timeout passed, in this phase of the call.
+    Timeout(TimeoutPhase),
+    /// [`error_for_status`](crate::Error::status): the server answered with a
+    /// client (4xx) or server (5xx) error status.
+    Status(http::StatusCode),
+    /// The client configuration is invalid (TLS roots, client certificate, a
+    /// setting out of range, …).
     Config(String),
+    /// The response body is not what it was read as (`json()`: not that JSON).
+    Decode(String),
+    /// A bug in switchyard (the engine fed the core an input it cannot have
+    /// asked for). Logged at `error` level when it happens; please report it.
+    Internal(String),
+}
+
+/// Where a call was when a timeout passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeoutPhase {
+    /// Waiting for a connection: the pool's wait, a connect or a handshake.
+    Connect,
+    /// The request is on a connection; its response head has not arrived (the
+    /// call's or the head's timeout, or a read timeout).
+    ResponseHead,
+    /// Reading the response body (the call's or the body's timeout, or a read
+    /// timeout).
+    ResponseBody,
+}
+
+impl fmt::Display for TimeoutPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeoutPhase::Connect => "connecting to",
+            TimeoutPhase::ResponseHead => "waiting for the response head from",
+            TimeoutPhase::ResponseBody => "reading the response body from",
+        })
+    }
+}
+
+/// `bytes` as JSON of type `T` (feature `json`), for the adapters' `json()`.
+///
+/// # Errors
+/// [`ErrorKind::Decode`] saying where the JSON went wrong.
+#[cfg(feature = "json")]
+pub fn decode_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(bytes).map_err(|e| Error::from(ErrorKind::Decode(format!("not the expected JSON: {e}"))))
 }
 
 /// A response body failed mid-stream.
@@ -47,15 +114,170 @@ pub enum BodyError {
     Io(std::sync::Arc<std::io::Error>),
 }
 
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Error {
+        Error { kind, url: None }
+    }
+}
+
 impl Error {
-    /// Whether a timeout ended the call (the call's own, a read, or the pool wait).
+    /// An invalid URL (`url` as given; a password in it is redacted).
+    #[must_use]
+    pub fn invalid_url(url: &str, cause: Option<AddressError>) -> Error {
+        Error::from(ErrorKind::InvalidUrl(cause)).with_url(&crate::redact(url))
+    }
+    /// A request that cannot be sent as given.
+    #[must_use]
+    pub fn invalid_request(why: impl Into<String>) -> Error {
+        Error::from(ErrorKind::InvalidRequest(why.into()))
+    }
+    /// No connection.
+    #[must_use]
+    pub fn connect(e: AcquireError) -> Error {
+        Error::from(ErrorKind::Connect(e))
+    }
+    /// A failed exchange.
+    #[must_use]
+    pub fn exchange(e: ExchangeError) -> Error {
+        Error::from(ErrorKind::Exchange(Box::new(e)))
+    }
+    /// A failed response body.
+    #[must_use]
+    pub fn body(e: BodyError) -> Error {
+        Error::from(ErrorKind::Body(e))
+    }
+    /// A timeout in `phase`.
+    #[must_use]
+    pub fn timeout(phase: TimeoutPhase) -> Error {
+        Error::from(ErrorKind::Timeout(phase))
+    }
+    /// An invalid configuration.
+    #[must_use]
+    pub fn config(why: impl Into<String>) -> Error {
+        Error::from(ErrorKind::Config(why.into()))
+    }
+    /// A bug in switchyard: logged at `error` level now, and returned as
+    /// [`ErrorKind::Internal`] (never as a problem with the caller's request).
+    #[must_use]
+    pub fn internal(why: impl fmt::Display) -> Error {
+        let why = why.to_string();
+        tracing::error!(target: "switchyard", error = %why, "internal error (a bug in switchyard; please report it)");
+        Error::from(ErrorKind::Internal(why))
+    }
+    /// A client or server error status (see `error_for_status` on responses).
+    #[must_use]
+    pub fn status(status: http::StatusCode) -> Error {
+        Error::from(ErrorKind::Status(status))
+    }
+
+    /// The same error, about `url` (shown with any password as `***`). An error
+    /// that already names a URL keeps it.
+    #[must_use]
+    pub fn with_url(mut self, url: &str) -> Error {
+        if self.url.is_none() {
+            self.url = Some(crate::redact(url).into());
+        }
+        self
+    }
+
+    /// What failed.
+    #[must_use]
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The URL of the request that failed, with any password shown as `***`
+    /// (`None` for a client that could not be built).
+    #[must_use]
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// The status, for an [`ErrorKind::Status`] error.
+    #[must_use]
+    pub fn status_code(&self) -> Option<http::StatusCode> {
+        match self.kind {
+            ErrorKind::Status(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The race's failures, when no connection could be made.
+    fn race_failures(&self) -> &[RaceFailure] {
+        match &self.kind {
+            ErrorKind::Connect(AcquireError::Connect(race)) => &race.failures,
+            _ => &[],
+        }
+    }
+
+    /// Whether the call got no connection (DNS, TCP, proxy, TLS, the pool's
+    /// wait, shutdown). Timeouts while connecting count too (see also
+    /// [`Error::is_timeout`]).
+    #[must_use]
+    pub fn is_connect(&self) -> bool {
+        matches!(self.kind, ErrorKind::Connect(_) | ErrorKind::Timeout(TimeoutPhase::Connect))
+    }
+
+    /// Whether no connection could be made because DNS gave no usable answer
+    /// for any route.
+    #[must_use]
+    pub fn is_dns(&self) -> bool {
+        let failures = self.race_failures();
+        !failures.is_empty() && failures.iter().all(|f| matches!(f, RaceFailure::Dns { .. }))
+    }
+
+    /// Whether a TLS handshake failed (untrusted certificate, wrong host, pin
+    /// mismatch, protocol error) on some route.
+    #[must_use]
+    pub fn is_tls(&self) -> bool {
+        self.tls_failure().is_some()
+    }
+
+    /// Which part of TLS failed, when [`Error::is_tls`].
+    #[must_use]
+    pub fn tls_failure(&self) -> Option<TlsFailure> {
+        self.race_failures().iter().find_map(|f| match f {
+            RaceFailure::Connect { error: ConnectError::Tls { kind, .. }, .. } => Some(*kind),
+            _ => None,
+        })
+    }
+
+    /// Whether the response body failed after the head arrived (a body
+    /// timeout counts too).
+    #[must_use]
+    pub fn is_body(&self) -> bool {
+        matches!(self.kind, ErrorKind::Body(_) | ErrorKind::Timeout(TimeoutPhase::ResponseBody))
+    }
+
+    /// Whether this is an `error_for_status` error.
+    #[must_use]
+    pub fn is_status(&self) -> bool {
+        matches!(self.kind, ErrorKind::Status(_))
+    }
+
+    /// Whether a timeout ended the call (the call's, the head's or the body's,
+    /// a read, a connect, or the pool's wait).
     #[must_use]
     pub fn is_timeout(&self) -> bool {
-        match self {
-            Error::Timeout | Error::Body(BodyError::Timeout) => true,
-            Error::Connect(AcquireError::Timeout { .. }) => true,
-            Error::Exchange(e) => matches!(e.kind, switchyard_core::pool::ExchangeFailureKind::Timeout),
-            _ => false,
+        self.timeout_phase().is_some()
+    }
+
+    /// In which phase a timeout ended the call.
+    #[must_use]
+    pub fn timeout_phase(&self) -> Option<TimeoutPhase> {
+        match &self.kind {
+            ErrorKind::Timeout(phase) => Some(*phase),
+            ErrorKind::Body(BodyError::Timeout) => Some(TimeoutPhase::ResponseBody),
+            ErrorKind::Connect(AcquireError::Timeout { .. }) => Some(TimeoutPhase::Connect),
+            ErrorKind::Connect(AcquireError::Connect(race))
+                if race.kind == switchyard_core::RaceErrorKind::CallTimeout =>
+            {
+                Some(TimeoutPhase::Connect)
+            }
+            ErrorKind::Exchange(e) if matches!(e.kind, ExchangeFailureKind::Timeout) => {
+                Some(TimeoutPhase::ResponseHead)
+            }
+            _ => None,
         }
     }
 
@@ -63,9 +285,10 @@ impl Error {
     /// did not, so sending it again is safe.
     #[must_use]
     pub fn may_have_been_sent(&self) -> bool {
-        match self {
-            Error::Exchange(e) => e.may_have_been_sent,
-            Error::Body(_) | Error::Timeout => true,
+        match &self.kind {
+            ErrorKind::Exchange(e) => e.may_have_been_sent,
+            ErrorKind::Body(_) | ErrorKind::Status(_) | ErrorKind::Decode(_) => true,
+            ErrorKind::Timeout(phase) => *phase != TimeoutPhase::Connect,
             _ => false,
         }
     }
@@ -73,15 +296,86 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::InvalidUrl { url, error } => write!(f, "invalid URL {url:?}: {error}"),
-            Error::InvalidRequest(why) => write!(f, "invalid request: {why}"),
-            Error::Connect(e) => fmt::Display::fmt(e, f),
-            Error::Exchange(e) => fmt::Display::fmt(e, f),
-            Error::Body(e) => write!(f, "response body failed: {e}"),
-            Error::Timeout => f.write_str("the call timed out"),
-            Error::Config(why) => write!(f, "invalid client configuration: {why}"),
+        let url = self.url.as_deref();
+        let on = |f: &mut fmt::Formatter<'_>, word: &str| match url {
+            Some(u) => write!(f, " {word} {u}"),
+            None => Ok(()),
+        };
+        match &self.kind {
+            ErrorKind::InvalidUrl(_) => match url {
+                Some(u) => write!(f, "invalid URL {u:?}")?,
+                None => f.write_str("invalid URL")?,
+            },
+            ErrorKind::InvalidRequest(why) => {
+                f.write_str("invalid request")?;
+                on(f, "to")?;
+                write!(f, ": {why}")?;
+            }
+            ErrorKind::Connect(AcquireError::Shutdown) => {
+                f.write_str("the client is shut down")?;
+            }
+            ErrorKind::Connect(_) => {
+                if self.is_timeout() {
+                    f.write_str("timed out")?;
+                    on(f, "connecting to")?;
+                } else {
+                    f.write_str("no connection")?;
+                    on(f, "to")?;
+                }
+            }
+            ErrorKind::Exchange(_) => {
+                f.write_str("the exchange")?;
+                on(f, "with")?;
+                f.write_str(" failed")?;
+            }
+            ErrorKind::Body(_) => {
+                f.write_str("the response body")?;
+                on(f, "from")?;
+                f.write_str(" failed")?;
+            }
+            ErrorKind::Timeout(phase) => match url {
+                Some(u) => write!(f, "timed out {phase} {u}")?,
+                None => write!(f, "timed out {phase} the server")?,
+            },
+            ErrorKind::Status(s) => {
+                write!(f, "HTTP status {s}")?;
+                on(f, "from")?;
+            }
+            ErrorKind::Config(why) => write!(f, "invalid client configuration: {why}")?,
+            ErrorKind::Decode(why) => {
+                f.write_str("the response body")?;
+                on(f, "from")?;
+                write!(f, " could not be decoded: {why}")?;
+            }
+            ErrorKind::Internal(why) => write!(f, "internal error in switchyard (a bug; please report it): {why}")?,
         }
+        if f.alternate() {
+            let mut cause = std::error::Error::source(self);
+            while let Some(c) = cause {
+                write!(f, ": {c}")?;
+                cause = c.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    /// Short: the kind's name and the whole chain, once.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match &self.kind {
+            ErrorKind::InvalidUrl(_) => "InvalidUrl",
+            ErrorKind::InvalidRequest(_) => "InvalidRequest",
+            ErrorKind::Connect(_) => "Connect",
+            ErrorKind::Exchange(_) => "Exchange",
+            ErrorKind::Body(_) => "Body",
+            ErrorKind::Timeout(_) => "Timeout",
+            ErrorKind::Status(_) => "Status",
+            ErrorKind::Config(_) => "Config",
+            ErrorKind::Decode(_) => "Decode",
+            ErrorKind::Internal(_) => "Internal",
+        };
+        write!(f, "Error::{name}({self:#})")
     }
 }
 
@@ -98,15 +392,65 @@ impl fmt::Display for BodyError {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::InvalidUrl { error, .. } => Some(error),
-            Error::Connect(e) => Some(e),
-            Error::Exchange(e) => Some(&**e),
-            Error::Body(BodyError::Http1(e)) => Some(e),
-            Error::Body(BodyError::Io(e)) => Some(&**e),
+        match &self.kind {
+            ErrorKind::InvalidUrl(Some(e)) => Some(e),
+            ErrorKind::Connect(AcquireError::Shutdown) => None,
+            ErrorKind::Connect(e) => Some(e),
+            ErrorKind::Exchange(e) => Some(&**e),
+            ErrorKind::Body(e) => Some(e),
             _ => None,
         }
     }
 }
 
+/// Its [`Display`](fmt::Display) is the whole story (the framing error, the
+/// stream's reason, the I/O error's message), so it has no further source.
 impl std::error::Error for BodyError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_is_one_layer_and_the_chain_prints_each_cause_once() {
+        let io = std::sync::Arc::new(std::io::Error::other("reset by peer"));
+        let e = Error::body(BodyError::Io(io)).with_url("https://ann:pw@example.com/x");
+        assert_eq!(e.to_string(), "the response body from https://ann:***@example.com/x failed");
+        assert_eq!(
+            format!("{e:#}"),
+            "the response body from https://ann:***@example.com/x failed: connection failed: reset by peer"
+        );
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("connection failed: reset by peer"));
+        assert!(!e.to_string().contains("reset by peer"), "Display does not repeat its source");
+        assert_eq!(format!("{e:?}"), format!("Error::Body({e:#})"));
+        assert!(e.is_body() && !e.is_connect() && !e.is_timeout() && e.may_have_been_sent());
+    }
+
+    #[test]
+    fn invalid_urls_name_the_url_and_internal_errors_are_distinct() {
+        let e = Error::invalid_url("example.com/path", None);
+        assert_eq!(e.to_string(), "invalid URL \"example.com/path\"");
+        let e = Error::internal("connection id 7 was never issued");
+        assert!(matches!(e.kind(), ErrorKind::Internal(_)));
+        assert!(e.to_string().starts_with("internal error in switchyard"), "{e}");
+        assert!(!e.to_string().contains("invalid request"), "{e}");
+    }
+
+    #[test]
+    fn timeouts_say_their_phase() {
+        for (phase, text) in [
+            (TimeoutPhase::Connect, "timed out connecting to http://h/"),
+            (TimeoutPhase::ResponseHead, "timed out waiting for the response head from http://h/"),
+            (TimeoutPhase::ResponseBody, "timed out reading the response body from http://h/"),
+        ] {
+            let e = Error::timeout(phase).with_url("http://h/");
+            assert_eq!((e.to_string().as_str(), e.timeout_phase()), (text, Some(phase)));
+            assert_eq!(e.is_connect(), phase == TimeoutPhase::Connect);
+            assert_eq!(e.is_body(), phase == TimeoutPhase::ResponseBody);
+        }
+        let e = Error::status(http::StatusCode::NOT_FOUND).with_url("http://h/x");
+        assert_eq!(e.to_string(), "HTTP status 404 Not Found from http://h/x");
+        assert_eq!((e.status_code(), e.is_status()), (Some(http::StatusCode::NOT_FOUND), true));
+    }
+}

@@ -76,6 +76,58 @@ pub trait EventListener: Send + Sync + 'static {
     fn call_failed(&self, call: CallId, error: &Error, at: Instant) {}
 }
 
+/// The listeners a builder collected, as one: none, the one, or a fan-out
+/// that tells each, in the order they were added.
+pub(crate) fn fan_out(mut listeners: Vec<Arc<dyn EventListener>>) -> Option<Arc<dyn EventListener>> {
+    match listeners.len() {
+        0 => None,
+        1 => listeners.pop(),
+        _ => Some(Arc::new(FanOut(listeners))),
+    }
+}
+
+/// Several listeners as one.
+struct FanOut(Vec<Arc<dyn EventListener>>);
+
+impl EventListener for FanOut {
+    fn call_start(&self, call: CallId, request: &http::request::Parts, at: Instant) {
+        self.0.iter().for_each(|l| l.call_start(call, request, at));
+    }
+    fn core_event(&self, event: &Event) {
+        self.0.iter().for_each(|l| l.core_event(event));
+    }
+    fn request_headers_start(&self, call: CallId, at: Instant) {
+        self.0.iter().for_each(|l| l.request_headers_start(call, at));
+    }
+    fn request_headers_end(&self, call: CallId, at: Instant) {
+        self.0.iter().for_each(|l| l.request_headers_end(call, at));
+    }
+    fn request_body_start(&self, call: CallId, at: Instant) {
+        self.0.iter().for_each(|l| l.request_body_start(call, at));
+    }
+    fn request_body_end(&self, call: CallId, bytes: u64, at: Instant) {
+        self.0.iter().for_each(|l| l.request_body_end(call, bytes, at));
+    }
+    fn response_headers_start(&self, call: CallId, at: Instant) {
+        self.0.iter().for_each(|l| l.response_headers_start(call, at));
+    }
+    fn response_headers_end(&self, call: CallId, status: StatusCode, at: Instant) {
+        self.0.iter().for_each(|l| l.response_headers_end(call, status, at));
+    }
+    fn response_body_start(&self, call: CallId, at: Instant) {
+        self.0.iter().for_each(|l| l.response_body_start(call, at));
+    }
+    fn response_body_end(&self, call: CallId, bytes: u64, at: Instant) {
+        self.0.iter().for_each(|l| l.response_body_end(call, bytes, at));
+    }
+    fn call_end(&self, call: CallId, at: Instant) {
+        self.0.iter().for_each(|l| l.call_end(call, at));
+    }
+    fn call_failed(&self, call: CallId, error: &Error, at: Instant) {
+        self.0.iter().for_each(|l| l.call_failed(call, error, at));
+    }
+}
+
 /// The request head is written: `request_headers_end`, then what comes next
 /// in the order listeners rely on — `request_body_start` when a body follows,
 /// else `response_headers_start` (the request is complete; the head is

@@ -83,13 +83,15 @@ mod resolve;
 pub mod tls;
 mod userinfo;
 
-pub use config::{ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions};
-pub use error::{BodyError, Error};
+pub use config::{ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions, DEFAULT_USER_AGENT};
+#[cfg(feature = "json")]
+pub use error::decode_json;
+pub use error::{BodyError, Error, ErrorKind, TimeoutPhase};
 pub use event::{
     describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener, Recorded,
 };
 pub use hub::{Hub, HubState, Note};
-pub use request::{BodyKind, BodyLedger, Collector, Notes, RequestBuilder, Sender};
+pub use request::{BodyKind, BodyLedger, Collector, IntoUri, Notes, RequestBuilder, Sender};
 
 #[doc(hidden)]
 pub use bytes as __bytes;

@@ -25,37 +25,244 @@ pub trait Sender: Clone {
     fn refuse(error: Error) -> Self::Output;
 }
 
-/// A request being built: from a client's `get`, `post`, … Finish with
-/// [`RequestBuilder::send`].
+/// Anything a request's URL can be given as: `&str`, `String`, `&String`,
+/// [`http::Uri`] (and `&Uri`). Like `TryInto<Uri>`, except that a URL that
+/// does not parse, or has no scheme, is an
+/// [`ErrorKind::InvalidUrl`](crate::ErrorKind::InvalidUrl) that names it.
+///
+/// ```
+/// use switchyard_common::IntoUri;
+/// assert_eq!("https://example.com/x".into_uri().unwrap().path(), "/x");
+/// let e = "example.com/x".into_uri().unwrap_err();
+/// assert_eq!(format!("{e:#}"), "invalid URL \"example.com/x\": the URL has no scheme (expected http:// or https://)");
+/// ```
+pub trait IntoUri {
+    /// The URL as an [`http::Uri`].
+    ///
+    /// # Errors
+    /// An invalid-URL error naming the URL (any password redacted).
+    fn into_uri(self) -> Result<http::Uri, Error>;
+}
+
+impl IntoUri for &str {
+    fn into_uri(self) -> Result<http::Uri, Error> {
+        use switchyard_core::AddressError;
+        // `example.com:8080` parses as an authority, `example.com/x` not at
+        // all, `/x` as a path: none is a URL a client can call.
+        if !self.contains("://") {
+            return Err(Error::invalid_url(self, Some(AddressError::MissingScheme)));
+        }
+        let uri = http::Uri::try_from(self)
+            .map_err(|e| Error::invalid_url(self, Some(AddressError::Malformed { reason: e.to_string() })))?;
+        if uri.scheme().is_none() {
+            return Err(Error::invalid_url(self, Some(AddressError::MissingScheme)));
+        }
+        Ok(uri)
+    }
+}
+
+impl IntoUri for String {
+    fn into_uri(self) -> Result<http::Uri, Error> {
+        self.as_str().into_uri()
+    }
+}
+
+impl IntoUri for &String {
+    fn into_uri(self) -> Result<http::Uri, Error> {
+        self.as_str().into_uri()
+    }
+}
+
+impl IntoUri for http::Uri {
+    fn into_uri(self) -> Result<http::Uri, Error> {
+        Ok(self)
+    }
+}
+
+impl IntoUri for &http::Uri {
+    fn into_uri(self) -> Result<http::Uri, Error> {
+        Ok(self.clone())
+    }
+}
+
+/// A request being built: from a client's `get`, `post`, …, `request`.
+/// Finish with [`RequestBuilder::send`]. The first error (a bad URL, a header
+/// that is not a valid name or value) is kept and returned by `send`, so a
+/// chain of calls needs no `?` until the end.
 #[must_use]
 pub struct RequestBuilder<C: Sender> {
     client: C,
-    request: Result<http::request::Builder, Error>,
+    request: Result<http::Request<()>, Error>,
     body: C::Body,
     options: RequestOptions,
 }
 
 impl<C: Sender> std::fmt::Debug for RequestBuilder<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RequestBuilder").field("options", &self.options).finish_non_exhaustive()
+        let mut d = f.debug_struct("RequestBuilder");
+        if let Ok(r) = &self.request {
+            d.field("method", r.method()).field("uri", &crate::redacted(r.uri()));
+        }
+        d.field("options", &self.options).finish_non_exhaustive()
     }
+}
+
+fn header_error(e: impl Into<http::Error>) -> Error {
+    Error::invalid_request(format!("invalid header: {}", e.into()))
 }
 
 impl<C: Sender> RequestBuilder<C> {
     /// A `method` request to `uri` on `client`.
-    pub fn new(client: C, method: http::Method, uri: &str) -> Self {
-        RequestBuilder {
-            client,
-            request: Ok(http::Request::builder().method(method).uri(uri)),
-            body: C::Body::default(),
-            options: RequestOptions::default(),
-        }
+    pub fn new(client: C, method: http::Method, uri: impl IntoUri) -> Self {
+        let request = uri.into_uri().map(|uri| {
+            let mut r = http::Request::new(());
+            *r.method_mut() = method;
+            *r.uri_mut() = uri;
+            r
+        });
+        RequestBuilder { client, request, body: C::Body::default(), options: RequestOptions::default() }
     }
-    /// Adds a header field.
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.request = self.request.map(|b| b.header(name, value));
+
+    fn edit(mut self, f: impl FnOnce(&mut http::Request<()>) -> Result<(), Error>) -> Self {
+        if let Ok(r) = &mut self.request {
+            if let Err(e) = f(r) {
+                self.request = Err(e);
+            }
+        }
         self
     }
+
+    /// Adds a header field (appended: a name given twice is sent twice).
+    /// Takes what `http` converts: `&str`, `String`, `HeaderName` constants
+    /// such as `http::header::CONTENT_TYPE`, `HeaderValue`, …
+    ///
+    /// ```
+    /// # use switchyard_common::{RequestBuilder, Sender, Error};
+    /// # #[derive(Clone)] struct Echo;
+    /// # impl Sender for Echo { type Body = (); type Output = Result<http::Request<()>, Error>;
+    /// #   fn send_request(&self, r: http::Request<()>) -> Self::Output { Ok(r) }
+    /// #   fn refuse(e: Error) -> Self::Output { Err(e) } }
+    /// let request = RequestBuilder::new(Echo, http::Method::POST, "https://example.com/")
+    ///     .header(http::header::CONTENT_TYPE, "text/plain")
+    ///     .header("x-trace", "abc")
+    ///     .send()
+    ///     .unwrap();
+    /// assert_eq!(request.headers()["content-type"], "text/plain");
+    /// ```
+    pub fn header<K, V>(self, name: K, value: V) -> Self
+    where
+        http::HeaderName: TryFrom<K>,
+        <http::HeaderName as TryFrom<K>>::Error: Into<http::Error>,
+        http::HeaderValue: TryFrom<V>,
+        <http::HeaderValue as TryFrom<V>>::Error: Into<http::Error>,
+    {
+        self.edit(|r| {
+            let name = http::HeaderName::try_from(name).map_err(header_error)?;
+            let value = http::HeaderValue::try_from(value).map_err(header_error)?;
+            r.headers_mut().append(name, value);
+            Ok(())
+        })
+    }
+
+    /// Adds every field of `headers` (appended, as [`RequestBuilder::header`]).
+    pub fn headers(self, headers: http::HeaderMap) -> Self {
+        self.edit(|r| {
+            let mut last = None;
+            for (name, value) in headers {
+                if let Some(n) = name {
+                    last = Some(n);
+                }
+                if let Some(n) = &last {
+                    r.headers_mut().append(n.clone(), value);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// `Authorization: Bearer <token>` (marked sensitive: never logged).
+    pub fn bearer_auth(self, token: impl std::fmt::Display) -> Self {
+        self.edit(|r| {
+            let mut value = http::HeaderValue::try_from(format!("Bearer {token}"))
+                .map_err(|_| Error::invalid_request("the bearer token cannot form a header value"))?;
+            value.set_sensitive(true);
+            r.headers_mut().insert(http::header::AUTHORIZATION, value);
+            Ok(())
+        })
+    }
+
+    /// `Authorization: Basic …` from a user name and an optional password
+    /// (marked sensitive: never logged).
+    pub fn basic_auth(self, user: impl std::fmt::Display, password: Option<impl std::fmt::Display>) -> Self {
+        use base64::Engine as _;
+        self.edit(|r| {
+            let plain = match password {
+                Some(p) => format!("{user}:{p}"),
+                None => format!("{user}:"),
+            };
+            let encoded = base64::engine::general_purpose::STANDARD.encode(plain);
+            let mut value = http::HeaderValue::try_from(format!("Basic {encoded}"))
+                .map_err(|_| Error::invalid_request("the credentials cannot form a header value"))?;
+            value.set_sensitive(true);
+            r.headers_mut().insert(http::header::AUTHORIZATION, value);
+            Ok(())
+        })
+    }
+
+    /// Appends `query` to the URL's query string, form-encoded (feature
+    /// `query`): a struct, a map, or a slice of pairs.
+    ///
+    /// # Errors (at `send`)
+    /// A value serde cannot encode as a query string.
+    #[cfg(feature = "query")]
+    pub fn query<T: serde::Serialize + ?Sized>(self, query: &T) -> Self {
+        self.edit(|r| {
+            let encoded = serde_urlencoded::to_string(query)
+                .map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?;
+            if encoded.is_empty() {
+                return Ok(());
+            }
+            let uri = r.uri().clone();
+            let mut parts = uri.into_parts();
+            let pq = parts.path_and_query.as_ref().map_or("/", |pq| pq.as_str());
+            let joined =
+                if pq.contains('?') { format!("{pq}&{encoded}") } else { format!("{pq}?{encoded}") };
+            parts.path_and_query = Some(
+                joined.parse().map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?,
+            );
+            *r.uri_mut() = http::Uri::from_parts(parts)
+                .map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?;
+            Ok(())
+        })
+    }
+
+    /// Sends `value` as JSON (feature `json`): the body, and
+    /// `Content-Type: application/json` unless one is set.
+    ///
+    /// # Errors (at `send`)
+    /// A value serde_json cannot serialize.
+    #[cfg(feature = "json")]
+    pub fn json<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self
+    where
+        C::Body: From<Vec<u8>>,
+    {
+        match serde_json::to_vec(value) {
+            Ok(bytes) => {
+                self.body = C::Body::from(bytes);
+                self.edit(|r| {
+                    r.headers_mut()
+                        .entry(http::header::CONTENT_TYPE)
+                        .or_insert(http::HeaderValue::from_static("application/json"));
+                    Ok(())
+                })
+            }
+            Err(e) => {
+                self.request = Err(Error::invalid_request(format!("the JSON body cannot be serialized: {e}")));
+                self
+            }
+        }
+    }
+
     /// Sets the body.
     pub fn body(mut self, body: impl Into<C::Body>) -> Self {
         self.body = body.into();
@@ -71,9 +278,16 @@ impl<C: Sender> RequestBuilder<C> {
         self.options.retryable = true;
         self
     }
-    /// This call's timeout (until the response head).
+    /// This call's timeout: the whole call, its response body included
+    /// (instead of the client's `timeout`).
     pub fn timeout(mut self, d: Duration) -> Self {
         self.options.timeout = Some(d);
+        self
+    }
+    /// This call's bound until its response head (instead of the client's
+    /// `head_timeout`).
+    pub fn head_timeout(mut self, d: Duration) -> Self {
+        self.options.head_timeout = Some(d);
         self
     }
     /// This call's body timeout: the response body must end within `d` of its head.
@@ -81,44 +295,60 @@ impl<C: Sender> RequestBuilder<C> {
         self.options.body_timeout = Some(d);
         self
     }
+    /// The request as built so far, with its body (for `send` on a client or
+    /// a tower service).
+    ///
+    /// # Errors
+    /// The first error met while building (a bad URL or header).
+    pub fn build(self) -> Result<http::Request<C::Body>, Error> {
+        let (mut parts, ()) = self.request?.into_parts();
+        parts.extensions.insert(self.options);
+        Ok(http::Request::from_parts(parts, self.body))
+    }
     /// Sends the request (async adapters: `.send().await`).
     pub fn send(self) -> C::Output {
-        let built =
-            self.request.and_then(|b| b.body(self.body).map_err(|e| Error::InvalidRequest(e.to_string())));
-        match built {
-            Ok(mut request) => {
-                request.extensions_mut().insert(self.options);
-                self.client.send_request(request)
-            }
+        let client = self.client.clone();
+        match self.build() {
+            Ok(request) => client.send_request(request),
             Err(e) => C::refuse(e),
         }
     }
 }
 
-/// The request constructors every client has (`get`, `post`, `put`, `delete`,
-/// `head`), for an adapter's `impl` block; `$builder` is its request builder.
+/// The request constructors every client has (`get`, `post`, `put`, `patch`,
+/// `delete`, `head`, `request`), for an adapter's `impl` block; `$builder` is
+/// its request builder.
 #[macro_export]
 macro_rules! request_methods {
     ($builder:ty) => {
-        /// A GET request.
-        pub fn get(&self, uri: &str) -> $builder {
+        /// A GET request. The URL may be a `&str`, a `String` or an
+        /// `http::Uri` ([`IntoUri`]($crate::IntoUri)).
+        pub fn get(&self, uri: impl $crate::IntoUri) -> $builder {
             $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::GET, uri)
         }
         /// A POST request.
-        pub fn post(&self, uri: &str) -> $builder {
+        pub fn post(&self, uri: impl $crate::IntoUri) -> $builder {
             $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::POST, uri)
         }
         /// A PUT request.
-        pub fn put(&self, uri: &str) -> $builder {
+        pub fn put(&self, uri: impl $crate::IntoUri) -> $builder {
             $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::PUT, uri)
         }
+        /// A PATCH request.
+        pub fn patch(&self, uri: impl $crate::IntoUri) -> $builder {
+            $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::PATCH, uri)
+        }
         /// A DELETE request.
-        pub fn delete(&self, uri: &str) -> $builder {
+        pub fn delete(&self, uri: impl $crate::IntoUri) -> $builder {
             $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::DELETE, uri)
         }
         /// A HEAD request.
-        pub fn head(&self, uri: &str) -> $builder {
+        pub fn head(&self, uri: impl $crate::IntoUri) -> $builder {
             $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::HEAD, uri)
+        }
+        /// A request with any method.
+        pub fn request(&self, method: $crate::__http::Method, uri: impl $crate::IntoUri) -> $builder {
+            $crate::RequestBuilder::new(self.clone(), method, uri)
         }
     };
 }
@@ -257,6 +487,8 @@ pub struct BodyLedger {
     received: u64,
     ended: bool,
     owner: Option<(Arc<dyn Notes>, CallId)>,
+    /// The request's URL, for the body's errors.
+    uri: Option<http::Uri>,
 }
 
 impl std::fmt::Debug for BodyLedger {
@@ -269,14 +501,15 @@ impl BodyLedger {
     /// A body still to be read (`ended: false`) or one with nothing to read.
     #[must_use]
     pub fn new(ended: bool) -> BodyLedger {
-        BodyLedger { received: 0, ended, owner: None }
+        BodyLedger { received: 0, ended, owner: None, uri: None }
     }
 
     /// The body ends `call`: its end is the call's end (for listeners: with
     /// none, there is nothing to tell). A body still to be read tells
     /// `response_body_start` now. Called as `send` returns: every event of the
     /// call so far has reached the listener when this returns.
-    pub fn own(&mut self, notes: Arc<dyn Notes>, call: CallId) {
+    pub fn own(&mut self, notes: Arc<dyn Notes>, call: CallId, uri: &http::Uri) {
+        self.uri = Some(uri.clone());
         if notes.listening() {
             if !self.ended {
                 let at = notes.now();
@@ -284,6 +517,15 @@ impl BodyLedger {
             }
             notes.flush();
             self.owner = Some((notes, call));
+        }
+    }
+
+    /// `e`, about this body's request URL (when known).
+    #[must_use]
+    pub fn about(&self, e: Error) -> Error {
+        match &self.uri {
+            Some(uri) => e.with_url(&uri.to_string()),
+            None => e,
         }
     }
 
@@ -298,7 +540,7 @@ impl BodyLedger {
     /// `call_end`).
     ///
     /// # Errors
-    /// [`Error::Body`] when the body failed.
+    /// [`ErrorKind::Body`](crate::ErrorKind::Body) when the body failed.
     pub fn settle(
         &mut self,
         next: Result<Option<Bytes>, BodyError>,
@@ -326,7 +568,10 @@ impl BodyLedger {
             }
             Err(e) => {
                 self.ended = true;
-                let e = Error::Body(e);
+                let mut e = Error::body(e);
+                if let Some(uri) = &self.uri {
+                    e = e.with_url(&uri.to_string());
+                }
                 if let Some((notes, call)) = self.owner.take() {
                     let (at, err) = (notes.now(), e.clone());
                     notes.note(Box::new(move |l| l.call_failed(call, &err, at)));

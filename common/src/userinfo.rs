@@ -37,7 +37,7 @@ pub fn take_userinfo(parts: &mut http::request::Parts) -> Result<(), Error> {
     let Some(authority) = parts.uri.authority() else { return Ok(()) };
     let Some((userinfo, host_port)) = authority.as_str().rsplit_once('@') else { return Ok(()) };
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-    let invalid = |what: &str| Error::InvalidRequest(format!("{what} in {}", redacted(&parts.uri)));
+    let invalid = |what: &str| Error::invalid_request(format!("{what} in {}", redacted(&parts.uri)));
     let mut uri = parts.uri.clone().into_parts();
     uri.authority = Some(host_port.parse().map_err(|_| invalid("invalid host"))?);
     let stripped = Uri::from_parts(uri).map_err(|_| invalid("invalid URL"))?;

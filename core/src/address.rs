@@ -237,6 +237,13 @@ pub struct ResolverIdentity(pub u64);
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub enum AddressError {
+    /// The text is not a URL at all.
+    Malformed {
+        /// What the URL parser said.
+        reason: String,
+    },
+    /// The URL has no scheme (`example.com/x` rather than `https://example.com/x`).
+    MissingScheme,
     /// The URL's scheme is neither `http` nor `https`.
     UnsupportedScheme {
         /// The scheme as given.
@@ -283,6 +290,8 @@ pub enum AddressError {
 impl fmt::Display for AddressError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            AddressError::Malformed { reason } => write!(f, "not a URL: {reason}"),
+            AddressError::MissingScheme => f.write_str("the URL has no scheme (expected http:// or https://)"),
             AddressError::UnsupportedScheme { scheme } => {
                 write!(f, "unsupported URL scheme {scheme:?} (expected http or https)")
             }
@@ -421,7 +430,7 @@ impl Address {
             Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
             Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
             Some(s) => return Err(AddressError::UnsupportedScheme { scheme: s.to_owned() }),
-            None => return Err(AddressError::UnsupportedScheme { scheme: String::new() }),
+            None => return Err(AddressError::MissingScheme),
         };
         let authority = uri.authority().ok_or(AddressError::MissingHost)?;
         // Strip userinfo; it never identifies a connection.

@@ -1,8 +1,44 @@
 //! Request bodies: none, a buffer (replayable, so retries may resend it), or a
-//! stream fed through a channel (sent once, never replayed).
+//! stream — fed through a channel, or any `http_body::Body` or
+//! `futures_core::Stream` of bytes — sent once, never replayed.
 
-use bytes::Bytes;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
 use tokio::sync::mpsc;
+
+/// The error a streamed request body may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type PollChunk = Box<dyn FnMut(&mut Context<'_>) -> Poll<Option<Result<Bytes, BoxError>>> + Send>;
+
+/// A streamed request body's source.
+pub(crate) enum Stream {
+    /// [`Body::channel`]'s receiving half.
+    Channel(mpsc::Receiver<Bytes>),
+    /// A wrapped `http_body::Body` or `Stream`: its next chunk, trailers skipped.
+    Polled(PollChunk),
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stream::Channel(_) => "Channel",
+            Stream::Polled(_) => "Polled",
+        })
+    }
+}
+
+impl Stream {
+    /// The next chunk; `None` at the end.
+    pub(crate) fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BoxError>>> {
+        match self {
+            Stream::Channel(rx) => rx.poll_recv(cx).map(|c| c.map(Ok)),
+            Stream::Polled(poll) => poll(cx),
+        }
+    }
+}
 
 /// A request body.
 ///
@@ -21,8 +57,8 @@ pub struct Body {
     pub(crate) kind: Kind,
 }
 
-/// What the body is: none, a buffer, or a channel's receiving half.
-pub(crate) type Kind = switchyard_common::BodyKind<mpsc::Receiver<Bytes>>;
+/// What the body is: none, a buffer, or a stream.
+pub(crate) type Kind = switchyard_common::BodyKind<Stream>;
 
 /// The sending half of [`Body::channel`]: each `send` is one chunk; dropping it
 /// ends the body.
@@ -62,7 +98,141 @@ impl Body {
     #[must_use]
     pub fn channel() -> (BodySender, Body) {
         let (tx, rx) = mpsc::channel(8);
-        (BodySender { tx }, Body { kind: Kind::Stream(rx) })
+        (BodySender { tx }, Body { kind: Kind::Stream(Stream::Channel(rx)) })
+    }
+
+    /// Any [`http_body::Body`] as a request body: streamed (chunked on
+    /// HTTP/1.1), sent once, never replayed on a retry — replayability stays
+    /// explicit: buffer the bytes into a [`Body::from`] for that. A body that
+    /// is already at its end is sent as no body. Request trailers are not
+    /// sent. If the body fails, the exchange is abandoned (the HTTP/1.1
+    /// connection closes, the HTTP/2 stream is reset) and the call fails with
+    /// the body's error; it is never retried.
+    ///
+    /// ```
+    /// let body = switchyard_async::Body::wrap(http_body_util::Full::new(bytes::Bytes::from("hi")));
+    /// assert!(!body.is_replayable());
+    /// ```
+    pub fn wrap<B>(body: B) -> Body
+    where
+        B: http_body::Body + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        if body.is_end_stream() {
+            return Body::empty();
+        }
+        let mut body = Box::pin(body);
+        let poll = move |cx: &mut Context<'_>| loop {
+            return match body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(mut data) => {
+                        let n = data.remaining();
+                        if n == 0 {
+                            continue;
+                        }
+                        Poll::Ready(Some(Ok(data.copy_to_bytes(n))))
+                    }
+                    // Trailers (or another frame kind): not sent.
+                    Err(_) => continue,
+                },
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        };
+        Body { kind: Kind::Stream(Stream::Polled(Box::new(poll))) }
+    }
+
+    /// A [`futures_core::Stream`] of byte chunks as a request body, like
+    /// [`Body::wrap`] (streamed, never replayed; an error abandons the
+    /// exchange and fails the call).
+    ///
+    /// ```
+    /// # struct Two(u8);
+    /// # impl futures_core::Stream for Two {
+    /// #     type Item = Result<&'static str, std::io::Error>;
+    /// #     fn poll_next(mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+    /// #         self.0 += 1;
+    /// #         std::task::Poll::Ready(match self.0 { 1 => Some(Ok("a")), 2 => Some(Ok("b")), _ => None })
+    /// #     }
+    /// # }
+    /// let body = switchyard_async::Body::from_stream(Two(0));
+    /// assert_eq!(body.len(), None);
+    /// ```
+    pub fn from_stream<S, T, E>(stream: S) -> Body
+    where
+        S: futures_core::Stream<Item = Result<T, E>> + Send + 'static,
+        T: Into<Bytes>,
+        E: Into<BoxError>,
+    {
+        let mut stream = Box::pin(stream);
+        let poll = move |cx: &mut Context<'_>| loop {
+            return match stream.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    let chunk = chunk.into();
+                    if chunk.is_empty() {
+                        continue;
+                    }
+                    Poll::Ready(Some(Ok(chunk)))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        };
+        Body { kind: Kind::Stream(Stream::Polled(Box::new(poll))) }
+    }
+
+    /// Any request body a tower stack hands over: this crate's [`Body`] as
+    /// it is (a buffer stays replayable), anything else through
+    /// [`Body::wrap`].
+    pub(crate) fn from_any<B>(body: B) -> Body
+    where
+        B: http_body::Body + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let mut slot = Some(body);
+        if let Some(ours) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Body>>() {
+            return ours.take().unwrap_or_default();
+        }
+        match slot {
+            Some(b) => Body::wrap(b),
+            None => Body::empty(),
+        }
+    }
+}
+
+/// A request [`Body`] is an [`http_body::Body`] too, so it can travel through
+/// tower middleware to the client's `Service` impl (which takes it back as it
+/// is, replayable buffer included).
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match &mut this.kind {
+            Kind::Empty => Poll::Ready(None),
+            Kind::Full(_) => match std::mem::take(&mut this.kind) {
+                Kind::Full(b) => Poll::Ready(Some(Ok(http_body::Frame::data(b)))),
+                _ => Poll::Ready(None),
+            },
+            Kind::Stream(s) => s.poll_chunk(cx).map(|c| c.map(|r| r.map(http_body::Frame::data))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.kind, Kind::Empty)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self.kind.len() {
+            Some(n) => http_body::SizeHint::with_exact(n),
+            None => http_body::SizeHint::default(),
+        }
     }
 }
 

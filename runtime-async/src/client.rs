@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
-use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender};
+use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender, TimeoutPhase};
 use switchyard_core::http1::TargetForm;
 use switchyard_core::pool::RequestFacts;
 use switchyard_core::{CallId, FailureOutcome, PoolStats};
@@ -173,6 +173,11 @@ impl<R: Runtime> Client<R> {
     /// Retries follow the core's decisions (BEHAVIOUR §6): never a silent replay
     /// of a request that may have been processed.
     pub async fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+        let uri = request.uri().clone();
+        self.send_inner(request).await.map_err(|e| e.with_url(&uri.to_string()))
+    }
+
+    async fn send_inner(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
         self.ensure_timer();
         let shared = Arc::clone(&self.inner.shared);
         let (mut parts, mut body) = request.into_parts();
@@ -180,25 +185,76 @@ impl<R: Runtime> Client<R> {
         let (tx, rx) = oneshot::channel();
         let call = shared.start_call(&parts, &plan, tx);
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
-        let limits = CallLimits { deadline: plan.deadline, body_timeout: plan.body_timeout };
-        let run = run_call(&shared, call, rx, &parts, &mut body, plan.facts, limits);
+        let limits = CallLimits {
+            deadline: plan.deadline,
+            call_deadline: plan.call_deadline,
+            body_timeout: plan.body_timeout,
+        };
+        // Whether the call holds a connection: a timeout before then was
+        // spent connecting, after it waiting for the head.
+        let leased = AtomicBool::new(false);
+        let run = run_call(&shared, call, rx, &parts, &mut body, plan.facts, limits, &leased);
         let result = match plan.timeout {
-            Some(t) => within(&*shared.rt, t, run).await.unwrap_or(Err(Error::Timeout)),
+            Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
+                Err(Error::timeout(if leased.load(Ordering::Acquire) {
+                    TimeoutPhase::ResponseHead
+                } else {
+                    TimeoutPhase::Connect
+                }))
+            }),
             None => run.await,
         };
         match result {
             Ok(mut response) => {
                 guard.armed = false;
                 // The call ends with its body (`call_end` then).
-                response.body_mut().set_owner(Arc::clone(&shared), call);
+                response.body_mut().set_owner(Arc::clone(&shared), call, &parts.uri);
                 Ok(response)
             }
             Err(e) => {
                 guard.armed = false;
+                let e = e.with_url(&parts.uri.to_string());
                 shared.call_failed(call, &e);
                 Err(e)
             }
         }
+    }
+}
+
+/// A client is a [`tower_service::Service`], so tower and tower-http
+/// middleware (timeouts, retries, redirects, decompression, tracing) stack on
+/// top of it. The request body may be any [`http_body::Body`]; this crate's
+/// [`Body`] passes through as it is (a buffer stays replayable for the core's
+/// retries), any other body is streamed once ([`Body::wrap`]). Always ready:
+/// the pool applies its own limits and waits.
+///
+/// ```no_run
+/// # async fn run<R: switchyard_async::Runtime>(client: switchyard_async::Client<R>) -> Result<(), switchyard_common::Error> {
+/// use tower_service::Service;
+/// let mut service = client.clone();
+/// let request = http::Request::get("https://example.com/").body(switchyard_async::Body::empty()).unwrap();
+/// let response = service.call(request).await?;
+/// # Ok(()) }
+/// ```
+impl<R, B> tower_service::Service<http::Request<B>> for Client<R>
+where
+    R: Runtime,
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<crate::body::BoxError>,
+{
+    type Response = http::Response<ResponseBody>;
+    type Error = Error;
+    type Future = BoxFuture<Result<http::Response<ResponseBody>, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let client = self.clone();
+        let (parts, body) = request.into_parts();
+        let request = http::Request::from_parts(parts, Body::from_any(body));
+        Box::pin(async move { client.send(request).await })
     }
 }
 
@@ -226,6 +282,8 @@ impl Drop for CallGuard {
 pub(crate) struct CallLimits {
     /// Until the response head.
     pub(crate) deadline: Option<std::time::Instant>,
+    /// The whole call, its body included.
+    pub(crate) call_deadline: Option<std::time::Instant>,
     /// The response body, from its head.
     pub(crate) body_timeout: Option<Duration>,
 }
@@ -238,13 +296,16 @@ async fn run_call(
     body: &mut Body,
     facts: RequestFacts,
     limits: CallLimits,
+    leased: &AtomicBool,
 ) -> Result<http::Response<ResponseBody>, Error> {
     loop {
+        leased.store(false, Ordering::Release);
         let lease = match rx.await {
             Ok(Ok(lease)) => lease,
-            Ok(Err(e)) => return Err(Error::Connect(e)),
-            Err(_) => return Err(Error::Connect(switchyard_core::AcquireError::Shutdown)),
+            Ok(Err(e)) => return Err(Error::connect(e)),
+            Err(_) => return Err(Error::connect(switchyard_core::AcquireError::Shutdown)),
         };
+        leased.store(true, Ordering::Release);
         let attempt = match lease {
             Lease::H1 { connection, conn } => {
                 let form = {
@@ -263,6 +324,7 @@ async fn run_call(
                     body_len: body.len(),
                     facts,
                     deadline: limits.deadline,
+                    call_deadline: limits.call_deadline,
                     body_timeout: limits.body_timeout,
                 };
                 match H1Exchange::start(shared, call, connection, conn, &request) {
@@ -281,7 +343,7 @@ async fn run_call(
             // The call's deadline passed during the exchange: the call timed out
             // (its guard ends it in the pool), whatever the exchange's own error.
             Err(Attempted::Failed(_)) if limits.deadline.is_some_and(|d| std::time::Instant::now() >= d) => {
-                return Err(Error::Timeout)
+                return Err(Error::timeout(TimeoutPhase::ResponseHead))
             }
             Err(Attempted::Failed(f)) => f,
         };
@@ -292,8 +354,8 @@ async fn run_call(
                 tracing::debug!(%call, ?reason, "retrying");
                 rx = next;
             }
-            Ok(FailureOutcome::Failed(e)) => return Err(Error::Exchange(Box::new(e))),
-            Err(misuse) => return Err(Error::InvalidRequest(format!("internal: {misuse}"))),
+            Ok(FailureOutcome::Failed(e)) => return Err(Error::exchange(e)),
+            Err(misuse) => return Err(Error::internal(misuse)),
         }
     }
 }

@@ -67,7 +67,7 @@ impl Wire {
 enum Source<'a> {
     None,
     Full(Option<Bytes>),
-    Stream(&'a mut tokio::sync::mpsc::Receiver<Bytes>),
+    Stream(&'a mut crate::body::Stream),
 }
 
 impl Source<'_> {
@@ -79,14 +79,15 @@ impl Source<'_> {
         }
     }
 
-    /// The next chunk and whether it is the last.
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<(Bytes, bool)> {
+    /// The next chunk and whether it is the last, or the body's failure.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<(Bytes, bool), crate::body::BoxError>> {
         match self {
             Source::None => Poll::Pending,
-            Source::Full(b) => Poll::Ready((b.take().unwrap_or_default(), true)),
-            Source::Stream(rx) => rx.poll_recv(cx).map(|c| match c {
-                Some(chunk) => (chunk, false),
-                None => (Bytes::new(), true),
+            Source::Full(b) => Poll::Ready(Ok((b.take().unwrap_or_default(), true))),
+            Source::Stream(rx) => rx.poll_chunk(cx).map(|c| match c {
+                Some(Ok(chunk)) => Ok((chunk, false)),
+                Some(Err(e)) => Err(e),
+                None => Ok((Bytes::new(), true)),
             }),
         }
     }
@@ -112,9 +113,16 @@ async fn pump(
             }
         }
         if driver.wants_body() {
-            if let Poll::Ready((chunk, last)) = body.poll_chunk(cx) {
-                driver.handle_body_chunk(hub.now(), &chunk, last);
-                return Poll::Ready(());
+            match body.poll_chunk(cx) {
+                Poll::Ready(Ok((chunk, last))) => {
+                    driver.handle_body_chunk(hub.now(), &chunk, last);
+                    return Poll::Ready(());
+                }
+                Poll::Ready(Err(e)) => {
+                    driver.handle_body_error(hub.now(), &e.to_string());
+                    return Poll::Ready(());
+                }
+                Poll::Pending => {}
             }
         }
         if let Some(out) = driver.poll_transmit() {

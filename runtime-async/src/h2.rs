@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::{Attempted, HTTP2_STRIPPED};
-use switchyard_common::BodyError;
+use switchyard_common::{BodyError, Error};
 
 use crate::body::{Body, Kind};
 use crate::driver::Shared;
@@ -445,9 +445,22 @@ pub(crate) async fn exchange(
     if !end_of_stream {
         match &mut body.kind {
             Kind::Full(bytes) => stream.send_data(bytes.clone(), true).map_err(written)?,
-            Kind::Stream(rx) => {
-                while let Some(chunk) = rx.recv().await {
-                    stream.send_data(chunk, false).map_err(written)?;
+            Kind::Stream(source) => {
+                while let Some(next) = std::future::poll_fn(|cx| source.poll_chunk(cx)).await {
+                    match next {
+                        Ok(chunk) => stream.send_data(chunk, false).map_err(written)?,
+                        Err(e) => {
+                            // The caller's body failed: only this stream ends (as on
+                            // HTTP/1.1, an invalid request, never retried).
+                            stream.send_reset(h2::Reason::CANCEL);
+                            shared.input(|st, now| {
+                                let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
+                            });
+                            return Err(Attempted::Fatal(Error::invalid_request(format!(
+                                "reading the request body failed: {e}"
+                            ))));
+                        }
+                    }
                 }
                 stream.send_data(Bytes::new(), true).map_err(written)?;
             }
@@ -490,8 +503,13 @@ pub(crate) async fn exchange(
     }
     let (at, status) = (shared.now(), response.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
-    let (parts, recv) = response.into_parts();
-    let deadline = limits.body_timeout.map(|d| std::time::Instant::now() + d);
+    let (mut parts, recv) = response.into_parts();
+    parts.extensions.insert(call);
+    parts.extensions.insert(connection);
+    let deadline = match (limits.body_timeout.map(|d| std::time::Instant::now() + d), limits.call_deadline) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let body = H2Body {
         shared: Arc::clone(shared),
         call,

@@ -22,16 +22,16 @@ mod h2;
 mod response;
 mod runtime;
 
-pub use body::{Body, BodyClosed, BodySender};
+pub use body::{Body, BodyClosed, BodySender, BoxError};
 pub use client::{Client, RequestBuilder};
-pub use response::ResponseBody;
+pub use response::{BodyReader, ResponseBody, ResponseExt};
 pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
 /// The adapter-neutral half: configuration, errors, events, and the guarantees
 /// every adapter keeps against hostile peers.
 pub use switchyard_common;
 pub use switchyard_common::{
-    describe, BodyError, ClientBuilder, Error, EventListener, EventLog, HttpVersion, NoopListener, Recorded,
-    RequestOptions, Resolve, SystemResolver,
+    describe, BodyError, ClientBuilder, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri,
+    NoopListener, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
-pub use switchyard_core::{PoolStats, Proxy, StreamLimitPolicy};
+pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, StreamLimitPolicy};

@@ -3,17 +3,25 @@
 //! in the background (HTTP/1.1: up to 64 KiB or 100 ms) or retires the
 //! connection — it is never leaked.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use switchyard_common::{BodyLedger, Collector, Error};
-use switchyard_core::CallId;
+use switchyard_core::{CallId, ConnectionId};
 
 use crate::driver::Shared;
 use crate::h1::H1Body;
 use crate::h2::H2Body;
 
-/// A streaming response body.
+/// A streaming response body. Read it with [`chunk`](ResponseBody::chunk) /
+/// [`bytes`](ResponseBody::bytes) / [`text`](ResponseBody::text), or hand it
+/// to the ecosystem: it is an [`http_body::Body`] (data frames, then the
+/// trailers), a [`futures_core::Stream`] of `Result<Bytes, Error>`, and
+/// [`into_reader`](ResponseBody::into_reader) gives an `AsyncRead` (tokio's
+/// and futures-io's) for `tokio::io::copy` into a file.
 ///
 /// ```no_run
 /// # async fn run<R: switchyard_async::Runtime>(client: switchyard_async::Client<R>) -> Result<(), switchyard_common::Error> {
@@ -21,18 +29,41 @@ use crate::h2::H2Body;
 /// while let Some(chunk) = response.body_mut().chunk().await? {
 ///     println!("{} bytes", chunk.len());
 /// }
+/// // Or with http-body-util's `BodyExt::collect`:
+/// use http_body_util::BodyExt;
+/// let response = client.get("https://example.com/").send().await?;
+/// let bytes = response.into_body().collect().await?.to_bytes();
 /// # Ok(()) }
 /// ```
 pub struct ResponseBody {
     // Dropped first: the connection is released before the call ends.
     inner: Inner,
+    /// A chunk being read through the poll interface: the body's reader
+    /// rides in the future and comes back with the chunk.
+    reading: Option<Reading>,
     ledger: BodyLedger,
+    /// The trailers went out as the last `http_body` frame.
+    trailers_given: bool,
 }
+
+type Reading = crate::runtime::BoxFuture<(Inner, Result<Option<Bytes>, switchyard_common::BodyError>)>;
 
 enum Inner {
     Empty,
+    /// Inside a pending [`ResponseBody::poll_chunk`] read.
+    Away,
     H1(Box<H1Body>),
     H2(Box<H2Body>),
+}
+
+impl Inner {
+    async fn chunk(&mut self) -> Result<Option<Bytes>, switchyard_common::BodyError> {
+        match self {
+            Inner::Empty | Inner::Away => Ok(None),
+            Inner::H1(b) => b.chunk().await,
+            Inner::H2(b) => b.chunk().await,
+        }
+    }
 }
 
 impl std::fmt::Debug for ResponseBody {
@@ -42,42 +73,68 @@ impl std::fmt::Debug for ResponseBody {
 }
 
 impl ResponseBody {
+    fn with(inner: Inner, ended: bool) -> ResponseBody {
+        ResponseBody { inner, reading: None, ledger: BodyLedger::new(ended), trailers_given: false }
+    }
     pub(crate) fn h1(body: H1Body) -> ResponseBody {
-        ResponseBody { inner: Inner::H1(Box::new(body)), ledger: BodyLedger::new(false) }
+        ResponseBody::with(Inner::H1(Box::new(body)), false)
     }
     pub(crate) fn h2(body: H2Body) -> ResponseBody {
-        ResponseBody { inner: Inner::H2(Box::new(body)), ledger: BodyLedger::new(false) }
+        ResponseBody::with(Inner::H2(Box::new(body)), false)
     }
-    pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId) {
-        self.ledger.own(shared, call);
+    pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId, uri: &http::Uri) {
+        self.ledger.own(shared, call, uri);
     }
 
     /// An empty body (for responses built by hand).
     #[must_use]
     pub fn empty() -> ResponseBody {
-        ResponseBody { inner: Inner::Empty, ledger: BodyLedger::new(true) }
+        ResponseBody::with(Inner::Empty, true)
+    }
+
+    /// The next chunk, as a poll (what the trait impls build on): `None` at
+    /// the end (the connection is released then).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Body`](switchyard_common::ErrorKind::Body): the connection
+    /// failed, timed out, or broke the framing.
+    pub fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, Error>> {
+        if self.ledger.is_ended() {
+            return Poll::Ready(Ok(None));
+        }
+        let reading = self.reading.get_or_insert_with(|| {
+            let mut inner = std::mem::replace(&mut self.inner, Inner::Away);
+            Box::pin(async move {
+                let next = inner.chunk().await;
+                (inner, next)
+            })
+        });
+        let Poll::Ready((inner, next)) = reading.as_mut().poll(cx) else {
+            return Poll::Pending;
+        };
+        self.reading = None;
+        self.inner = inner;
+        let inner = &mut self.inner;
+        Poll::Ready(self.ledger.settle(next, || match inner {
+            Inner::H1(b) => b.0.finish(),
+            Inner::H2(b) => b.finish(),
+            Inner::Empty | Inner::Away => {}
+        }))
     }
 
     /// The next chunk, or `None` at the end (the connection is released then).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`].
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
-        if self.ledger.is_ended() {
-            return Ok(None);
-        }
-        let next = match &mut self.inner {
-            Inner::Empty => Ok(None),
-            Inner::H1(b) => b.chunk().await,
-            Inner::H2(b) => b.chunk().await,
-        };
-        let inner = &mut self.inner;
-        self.ledger.settle(next, || match inner {
-            Inner::H1(b) => b.0.finish(),
-            Inner::H2(b) => b.finish(),
-            Inner::Empty => {}
-        })
+        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
     }
 
     /// Reads the whole body.
-    pub async fn collect(&mut self) -> Result<Bytes, Error> {
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`].
+    pub async fn bytes(&mut self) -> Result<Bytes, Error> {
         let mut all = Collector::default();
         while let Some(chunk) = self.chunk().await? {
             all.push(chunk);
@@ -85,10 +142,40 @@ impl ResponseBody {
         Ok(all.finish())
     }
 
+    /// Reads the whole body (the same as [`ResponseBody::bytes`]).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`].
+    pub async fn collect(&mut self) -> Result<Bytes, Error> {
+        self.bytes().await
+    }
+
     /// Reads the whole body as text (invalid UTF-8 replaced).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`].
     pub async fn text(&mut self) -> Result<String, Error> {
-        let bytes = self.collect().await?;
+        let bytes = self.bytes().await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Reads the whole body as JSON (feature `json`).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`], or [`ErrorKind::Decode`](switchyard_common::ErrorKind::Decode)
+    /// when the body is not that JSON.
+    #[cfg(feature = "json")]
+    pub async fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, Error> {
+        let bytes = self.bytes().await?;
+        switchyard_common::decode_json(&bytes).map_err(|e| self.ledger.about(e))
+    }
+
+    /// The body as an `AsyncRead` (tokio's and futures-io's), for
+    /// `tokio::io::copy` into a file and the like. Errors come out as
+    /// `io::Error`s whose inner error is the switchyard [`Error`].
+    #[must_use]
+    pub fn into_reader(self) -> BodyReader {
+        BodyReader { body: self, pending: Bytes::new() }
     }
 
     /// Trailer fields, once the body has ended (chunked HTTP/1.1 or HTTP/2).
@@ -97,7 +184,7 @@ impl ResponseBody {
         match &self.inner {
             Inner::H1(b) => b.0.trailers.as_ref(),
             Inner::H2(b) => b.trailers.as_ref(),
-            Inner::Empty => None,
+            Inner::Empty | Inner::Away => None,
         }
     }
 
@@ -107,8 +194,158 @@ impl ResponseBody {
         self.ledger.is_ended()
             || match &self.inner {
                 Inner::Empty => true,
+                Inner::Away => false,
                 Inner::H1(b) => b.0.is_done(),
                 Inner::H2(b) => b.is_done(),
             }
+    }
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Error>>> {
+        let this = self.get_mut();
+        match this.poll_chunk(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(Some(chunk))) => Poll::Ready(Some(Ok(http_body::Frame::data(chunk)))),
+            Poll::Ready(Ok(None)) => {
+                if this.trailers_given {
+                    return Poll::Ready(None);
+                }
+                this.trailers_given = true;
+                Poll::Ready(this.trailers().cloned().map(|t| Ok(http_body::Frame::trailers(t))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ledger.is_ended() && (self.trailers_given || self.trailers().is_none())
+    }
+}
+
+impl futures_core::Stream for ResponseBody {
+    type Item = Result<Bytes, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_chunk(cx).map(Result::transpose)
+    }
+}
+
+/// A [`ResponseBody`] as an `AsyncRead` (tokio's and futures-io's):
+/// [`ResponseBody::into_reader`].
+#[derive(Debug)]
+pub struct BodyReader {
+    body: ResponseBody,
+    /// What the last chunk still holds.
+    pending: Bytes,
+}
+
+impl BodyReader {
+    /// Copies what it can into `out`; `Ok(0)` at the end.
+    fn poll_into(&mut self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<std::io::Result<usize>> {
+        if out.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        while self.pending.is_empty() {
+            match self.body.poll_chunk(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(std::io::Error::other(e))),
+                Poll::Ready(Ok(None)) => return Poll::Ready(Ok(0)),
+                Poll::Ready(Ok(Some(chunk))) => self.pending = chunk,
+            }
+        }
+        let n = out.len().min(self.pending.len());
+        out[..n].copy_from_slice(&self.pending.split_to(n));
+        Poll::Ready(Ok(n))
+    }
+
+    /// The body back (with whatever was not read yet, unless a chunk was
+    /// half read).
+    #[must_use]
+    pub fn into_inner(self) -> ResponseBody {
+        self.body
+    }
+}
+
+impl tokio::io::AsyncRead for BodyReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let n = std::task::ready!(this.poll_into(cx, buf.initialize_unfilled()))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl futures_io::AsyncRead for BodyReader {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
+        self.get_mut().poll_into(cx, buf)
+    }
+}
+
+/// What a response offers beyond `http::Response`: the body read whole
+/// (`text`, `bytes`, `json` with the `json` feature), `error_for_status`, and
+/// the call's ids. `use switchyard_tokio::ResponseExt;` (or smol's).
+///
+/// ```no_run
+/// # async fn run<R: switchyard_async::Runtime>(client: switchyard_async::Client<R>) -> Result<(), switchyard_common::Error> {
+/// use switchyard_async::ResponseExt;
+/// let text = client.get("https://example.com/").send().await?.error_for_status()?.text().await?;
+/// # Ok(()) }
+/// ```
+pub trait ResponseExt: Sized {
+    /// The response, unless its status is a client (4xx) or server (5xx)
+    /// error: then an [`ErrorKind::Status`](switchyard_common::ErrorKind::Status)
+    /// error naming the URL (the body is dropped, its connection drained or
+    /// closed).
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    fn error_for_status(self) -> Result<Self, Error>;
+    /// The whole body as text (invalid UTF-8 replaced).
+    fn text(self) -> impl Future<Output = Result<String, Error>> + Send;
+    /// The whole body.
+    fn bytes(self) -> impl Future<Output = Result<Bytes, Error>> + Send;
+    /// The whole body as JSON (feature `json`).
+    #[cfg(feature = "json")]
+    fn json<T: serde::de::DeserializeOwned + Send>(self) -> impl Future<Output = Result<T, Error>> + Send;
+    /// The call's id, as listeners see it (`None` for a response built by hand).
+    fn call_id(&self) -> Option<CallId>;
+    /// The id of the connection that carried it.
+    fn connection_id(&self) -> Option<ConnectionId>;
+}
+
+impl ResponseExt for http::Response<ResponseBody> {
+    fn error_for_status(self) -> Result<Self, Error> {
+        let status = self.status();
+        if status.is_client_error() || status.is_server_error() {
+            return Err(self.body().ledger.about(Error::status(status)));
+        }
+        Ok(self)
+    }
+    fn text(mut self) -> impl Future<Output = Result<String, Error>> + Send {
+        async move { self.body_mut().text().await }
+    }
+    fn bytes(mut self) -> impl Future<Output = Result<Bytes, Error>> + Send {
+        async move { self.body_mut().bytes().await }
+    }
+    #[cfg(feature = "json")]
+    fn json<T: serde::de::DeserializeOwned + Send>(mut self) -> impl Future<Output = Result<T, Error>> + Send {
+        async move { self.body_mut().json().await }
+    }
+    fn call_id(&self) -> Option<CallId> {
+        self.extensions().get::<CallId>().copied()
+    }
+    fn connection_id(&self) -> Option<ConnectionId> {
+        self.extensions().get::<ConnectionId>().copied()
     }
 }

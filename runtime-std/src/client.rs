@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
 use switchyard_common::exchange::Attempted;
-use switchyard_common::{ClientBuilder, Config, Error, FromConfig, HttpVersion, Hub, Sender};
+use switchyard_common::{ClientBuilder, Config, Error, FromConfig, HttpVersion, Hub, Sender, TimeoutPhase};
 use switchyard_core::http1::TargetForm;
 use switchyard_core::pool::RequestFacts;
 use switchyard_core::{AcquireError, CallId, FailureOutcome, PoolStats};
@@ -20,9 +20,7 @@ impl FromConfig for Client {
     type Runtime = ();
     fn from_config(config: Config, (): ()) -> Result<Self, Error> {
         if config.version == HttpVersion::Http2Only {
-            return Err(Error::Config(
-                "switchyard-std speaks HTTP/1.1 only; HTTP/2 needs an async adapter".into(),
-            ));
+            return Err(Error::config("switchyard-std speaks HTTP/1.1 only; HTTP/2 needs an async adapter"));
         }
         let settings = Settings {
             driver: config.driver_config(),
@@ -130,17 +128,21 @@ impl Client {
     /// sent), or the call's timeout.
     pub fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
         let shared = Arc::clone(&self.inner.shared);
+        let uri = request.uri().clone();
         let (mut parts, mut body) = request.into_parts();
-        let plan = CallPlan::new(&self.inner.config, &mut parts, false, body.is_replayable())?;
+        let plan = CallPlan::new(&self.inner.config, &mut parts, false, body.is_replayable())
+            .map_err(|e| e.with_url(&uri.to_string()))?;
         let (tx, rx) = mpsc::channel();
         let call = shared.start_call(&parts, &plan, tx);
-        match run_call(&shared, call, rx, &parts, &mut body, plan.facts, (plan.deadline, plan.body_timeout)) {
+        let limits = (plan.deadline, plan.call_deadline, plan.body_timeout);
+        match run_call(&shared, call, rx, &parts, &mut body, plan.facts, limits) {
             Ok(mut response) => {
                 // The call ends with its body (`call_end` then).
-                response.body_mut().set_owner(Arc::clone(&shared), call);
+                response.body_mut().set_owner(Arc::clone(&shared), call, &parts.uri);
                 Ok(response)
             }
             Err(e) => {
+                let e = e.with_url(&parts.uri.to_string());
                 shared.call_failed(call, &e);
                 Err(e)
             }
@@ -159,7 +161,7 @@ fn wait_for_lease(
 ) -> Result<Lease, Error> {
     let answer = loop {
         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-            break Err(Error::Timeout);
+            break Err(Error::timeout(TimeoutPhase::Connect));
         }
         let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
         let sleep = match (shared.plan_sleep(call), left) {
@@ -172,10 +174,10 @@ fn wait_for_lease(
         };
         match msg {
             Ok(Msg::Answer(Ok(lease))) => break Ok(lease),
-            Ok(Msg::Answer(Err(e))) => break Err(Error::Connect(e)),
+            Ok(Msg::Answer(Err(e))) => break Err(Error::connect(e)),
             // Fire whatever is due, then plan again.
             Ok(Msg::Wake) | Err(mpsc::RecvTimeoutError::Timeout) => shared.input(|_, _| {}),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Error::Connect(AcquireError::Shutdown)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Error::connect(AcquireError::Shutdown)),
         }
     };
     shared.stop_waiting(call);
@@ -189,7 +191,7 @@ fn run_call(
     parts: &http::request::Parts,
     body: &mut Body,
     facts: RequestFacts,
-    (deadline, body_timeout): (Option<std::time::Instant>, Option<Duration>),
+    (deadline, call_deadline, body_timeout): (Option<std::time::Instant>, Option<std::time::Instant>, Option<Duration>),
 ) -> Result<http::Response<ResponseBody>, Error> {
     let mut rx = rx;
     loop {
@@ -202,7 +204,7 @@ fn run_call(
             st.pool.connection(connection).is_some_and(|c| c.route().uses_absolute_form())
         };
         let form = if absolute { TargetForm::Absolute } else { TargetForm::Origin };
-        let request = Call { parts, form, body_len: body.len(), facts, deadline, body_timeout };
+        let request = Call { parts, form, body_len: body.len(), facts, deadline, call_deadline, body_timeout };
         let started = H1Exchange::start(shared, call, connection, conn, &request);
         let failure = match started.and_then(|exchange| h1::exchange(exchange, body)) {
             Ok(response) => return Ok(response),
@@ -213,14 +215,14 @@ fn run_call(
         let (tx, next) = mpsc::channel();
         let outcome = shared.exchange_failed(call, failure, tx);
         match outcome {
-            Ok(FailureOutcome::Retrying(_)) if timed_out => return Err(Error::Timeout),
+            Ok(FailureOutcome::Retrying(_)) if timed_out => return Err(Error::timeout(TimeoutPhase::ResponseHead)),
             Ok(FailureOutcome::Retrying(reason)) => {
                 tracing::debug!(%call, ?reason, "retrying");
                 rx = next;
             }
-            Ok(FailureOutcome::Failed(_)) if timed_out => return Err(Error::Timeout),
-            Ok(FailureOutcome::Failed(e)) => return Err(Error::Exchange(Box::new(e))),
-            Err(misuse) => return Err(Error::InvalidRequest(format!("internal: {misuse}"))),
+            Ok(FailureOutcome::Failed(_)) if timed_out => return Err(Error::timeout(TimeoutPhase::ResponseHead)),
+            Ok(FailureOutcome::Failed(e)) => return Err(Error::exchange(e)),
+            Err(misuse) => return Err(Error::internal(misuse)),
         }
     }
 }

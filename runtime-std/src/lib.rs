@@ -69,13 +69,13 @@ mod stream;
 
 pub use body::Body;
 pub use client::{Client, RequestBuilder};
-pub use response::ResponseBody;
+pub use response::{ResponseBody, ResponseExt};
 pub use switchyard_common::{
-    describe, BodyError, Error, EventListener, EventLog, HttpVersion, NoopListener, Recorded, RequestOptions,
-    Resolve, SystemResolver,
+    describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoopListener, Recorded,
+    RequestOptions, Resolve, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
-pub use switchyard_core::{PoolStats, Proxy};
+pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy};
 
 /// Builds a [`Client`]; every knob has a documented default.
 pub type ClientBuilder = switchyard_common::ClientBuilder<Client>;

@@ -44,8 +44,8 @@ impl ResponseBody {
     pub(crate) fn h1(body: H1Body) -> ResponseBody {
         ResponseBody { inner: Some(Box::new(body)), ledger: BodyLedger::new(false), pending: Bytes::new() }
     }
-    pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId) {
-        self.ledger.own(shared, call);
+    pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId, uri: &http::Uri) {
+        self.ledger.own(shared, call, uri);
     }
 
     /// An empty body (for responses built by hand).
@@ -57,7 +57,7 @@ impl ResponseBody {
     /// The next chunk, or `None` at the end (the connection is released then).
     ///
     /// # Errors
-    /// [`Error::Body`]: the connection failed, timed out, or broke the framing.
+    /// [`ErrorKind::Body`](switchyard_common::ErrorKind::Body): the connection failed, timed out, or broke the framing.
     pub fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
         if !self.pending.is_empty() {
             return Ok(Some(std::mem::take(&mut self.pending)));
@@ -74,7 +74,7 @@ impl ResponseBody {
     ///
     /// # Errors
     /// As [`ResponseBody::chunk`].
-    pub fn collect(&mut self) -> Result<Bytes, Error> {
+    pub fn bytes(&mut self) -> Result<Bytes, Error> {
         let mut all = Collector::default();
         while let Some(chunk) = self.chunk()? {
             all.push(chunk);
@@ -82,13 +82,31 @@ impl ResponseBody {
         Ok(all.finish())
     }
 
+    /// Reads the whole body (the same as [`ResponseBody::bytes`]).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`].
+    pub fn collect(&mut self) -> Result<Bytes, Error> {
+        self.bytes()
+    }
+
     /// Reads the whole body as text (invalid UTF-8 replaced).
     ///
     /// # Errors
     /// As [`ResponseBody::chunk`].
     pub fn text(&mut self) -> Result<String, Error> {
-        let bytes = self.collect()?;
+        let bytes = self.bytes()?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Reads the whole body as JSON (feature `json`).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`], or [`ErrorKind::Decode`](switchyard_common::ErrorKind::Decode).
+    #[cfg(feature = "json")]
+    pub fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, Error> {
+        let bytes = self.bytes()?;
+        switchyard_common::decode_json(&bytes).map_err(|e| self.ledger.about(e))
     }
 
     /// Trailer fields, once the body has ended (chunked HTTP/1.1).
@@ -118,5 +136,71 @@ impl io::Read for ResponseBody {
         buf[..n].copy_from_slice(&self.pending[..n]);
         self.pending.advance(n);
         Ok(n)
+    }
+}
+
+/// What a response offers beyond `http::Response`: the body read whole
+/// (`text`, `bytes`, `json` with the `json` feature), `error_for_status`, and
+/// the call's ids. `use switchyard_std::ResponseExt;`
+///
+/// ```no_run
+/// # fn run(client: switchyard_std::Client) -> Result<(), switchyard_std::Error> {
+/// use switchyard_std::ResponseExt;
+/// let text = client.get("https://example.com/").send()?.error_for_status()?.text()?;
+/// # Ok(()) }
+/// ```
+pub trait ResponseExt: Sized {
+    /// The response, unless its status is a client (4xx) or server (5xx)
+    /// error: then an [`ErrorKind::Status`](switchyard_common::ErrorKind::Status)
+    /// error naming the URL.
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    fn error_for_status(self) -> Result<Self, Error>;
+    /// The whole body as text (invalid UTF-8 replaced).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`].
+    fn text(self) -> Result<String, Error>;
+    /// The whole body.
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`].
+    fn bytes(self) -> Result<Bytes, Error>;
+    /// The whole body as JSON (feature `json`).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::json`].
+    #[cfg(feature = "json")]
+    fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, Error>;
+    /// The call's id, as listeners see it (`None` for a response built by hand).
+    fn call_id(&self) -> Option<CallId>;
+    /// The id of the connection that carried it.
+    fn connection_id(&self) -> Option<switchyard_core::ConnectionId>;
+}
+
+impl ResponseExt for http::Response<ResponseBody> {
+    fn error_for_status(self) -> Result<Self, Error> {
+        let status = self.status();
+        if status.is_client_error() || status.is_server_error() {
+            return Err(self.body().ledger.about(Error::status(status)));
+        }
+        Ok(self)
+    }
+    fn text(mut self) -> Result<String, Error> {
+        self.body_mut().text()
+    }
+    fn bytes(mut self) -> Result<Bytes, Error> {
+        self.body_mut().bytes()
+    }
+    #[cfg(feature = "json")]
+    fn json<T: serde::de::DeserializeOwned>(mut self) -> Result<T, Error> {
+        self.body_mut().json()
+    }
+    fn call_id(&self) -> Option<CallId> {
+        self.extensions().get::<CallId>().copied()
+    }
+    fn connection_id(&self) -> Option<switchyard_core::ConnectionId> {
+        self.extensions().get::<switchyard_core::ConnectionId>().copied()
     }
 }

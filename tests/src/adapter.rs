@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use switchyard_common::{ClientBuilder, Error, EventLog, FromConfig, HttpVersion, Resolve};
-use switchyard_core::{AcquireError, ConnectError, Failure as CoreFailure, StreamLimitPolicy, TlsFailure};
+use switchyard_core::{StreamLimitPolicy, TlsFailure};
 
 use crate::conformance::{Config, EventRow, Failure, Version};
 
@@ -67,23 +67,26 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
 /// The suite's classification of a client error.
 #[must_use]
 pub fn classify(e: &Error) -> Failure {
-    match e {
-        Error::InvalidUrl { .. } => Failure::InvalidUrl,
-        Error::Connect(AcquireError::Connect(race)) => {
-            let tls = race.failures.iter().find_map(|f| match f {
-                CoreFailure::Connect { error: ConnectError::Tls { kind, .. }, .. } => Some(*kind),
-                _ => None,
-            });
-            match tls {
+    // Through the public predicates only: what a user can match on.
+    use switchyard_common::ErrorKind;
+    match e.kind() {
+        ErrorKind::InvalidUrl(_) => return Failure::InvalidUrl,
+        ErrorKind::Connect(_) if !e.is_timeout() => {
+            return match e.tls_failure() {
                 Some(TlsFailure::Hostname) => Failure::TlsHostname,
                 Some(_) => Failure::TlsCertificate,
-                None if race.failures.iter().all(|f| matches!(f, CoreFailure::Dns { .. })) => Failure::Dns,
+                None if e.is_dns() => Failure::Dns,
                 None => Failure::Connect,
             }
         }
-        e if e.is_timeout() => Failure::Timeout,
-        Error::Exchange(x) => Failure::Exchange(x.may_have_been_sent),
-        Error::Body(_) => Failure::Body,
+        _ => {}
+    }
+    if e.is_timeout() {
+        return Failure::Timeout;
+    }
+    match e.kind() {
+        ErrorKind::Exchange(_) => Failure::Exchange(e.may_have_been_sent()),
+        _ if e.is_body() => Failure::Body,
         _ => Failure::Other,
     }
 }
@@ -91,7 +94,7 @@ pub fn classify(e: &Error) -> Failure {
 /// An error as the suite reports it.
 #[must_use]
 pub fn failure(e: &Error) -> (Failure, String) {
-    (classify(e), e.to_string())
+    (classify(e), format!("{e:#}"))
 }
 
 /// The log's events as rows, calls by number.

@@ -253,6 +253,7 @@ impl Conn {
             step: None,
             limit: request.deadline,
             body_timeout: request.body_timeout,
+            call_deadline: request.call_deadline,
             drain_start: 0,
             write_error: None,
             outcome: None,
@@ -278,6 +279,7 @@ pub struct Request<'a> {
     form: TargetForm,
     body: RequestBody,
     deadline: Option<Instant>,
+    call_deadline: Option<Instant>,
     body_timeout: Option<Duration>,
 }
 
@@ -285,13 +287,21 @@ impl<'a> Request<'a> {
     /// The request's head, its target form and its body framing; no deadline.
     #[must_use]
     pub fn new(parts: &'a http::request::Parts, form: TargetForm, body: RequestBody) -> Request<'a> {
-        Request { parts, form, body, deadline: None, body_timeout: None }
+        Request { parts, form, body, deadline: None, call_deadline: None, body_timeout: None }
     }
 
     /// The call's deadline: the response head must have arrived by then.
     #[must_use]
     pub fn deadline(mut self, deadline: Option<Instant>) -> Request<'a> {
         self.deadline = deadline;
+        self
+    }
+
+    /// The whole call's deadline: the response body must end by then too
+    /// (whichever of this and [`Request::body_timeout`] comes first).
+    #[must_use]
+    pub fn call_deadline(mut self, deadline: Option<Instant>) -> Request<'a> {
+        self.call_deadline = deadline;
         self
     }
 
@@ -420,6 +430,8 @@ pub struct Driver {
     /// The call's deadline (before the head) or the body's (after it).
     limit: Option<Instant>,
     body_timeout: Option<Duration>,
+    /// The whole call's deadline, which also bounds the body.
+    call_deadline: Option<Instant>,
     drain_start: u64,
     write_error: Option<ExchangeFailureKind>,
     outcome: Option<Result<Reuse, Failure>>,
@@ -796,7 +808,10 @@ impl Driver {
                     self.out.clear();
                     self.pos = 0;
                     self.phase = Phase::Body;
-                    self.limit = self.body_timeout.map(|t| now + t);
+                    self.limit = match (self.body_timeout.map(|t| now + t), self.call_deadline) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     self.arm_read(now);
                     self.events.push_back(Event::Head(head));
                 }
