@@ -44,8 +44,8 @@ fn names(events: &[Recorded], call: CallId) -> Vec<&'static str> {
 }
 
 async fn get(client: &Client, url: &str) -> Result<(http::Version, String), Failed> {
-    let mut r = client.get(url).send().await.map_err(|e| Failed(format!("{url}: {e}")))?;
-    let body = r.body_mut().text().await.map_err(|e| Failed(format!("{url}: {e}")))?;
+    let mut r = client.get(url).send().await.map_err(|e| Failed(format!("{e:#}")))?;
+    let body = r.body_mut().text().await.map_err(|e| Failed(format!("{e:#}")))?;
     Ok((r.version(), body))
 }
 
@@ -74,7 +74,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
         .resolve(&format!("demo.test:{port}"), ["::1".parse().expect("ip"), "127.0.0.1".parse().expect("ip")])
         .resolve(&format!("www.demo.test:{port}"), ["127.0.0.1".parse().expect("ip")])
         .build()
-        .map_err(|e| Failed(e.to_string()))?;
+        .map_err(|e| Failed(format!("{e:#}")))?;
 
     // 1. Happy Eyeballs.
     n.say("1. First request. DNS says [::1] and 127.0.0.1; [::1] never answers, so after the");
@@ -132,7 +132,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
         .http_version(HttpVersion::Http1Only)
         .max_connections_per_host(4)
         .build()
-        .map_err(|e| Failed(e.to_string()))?;
+        .map_err(|e| Failed(format!("{e:#}")))?;
     let url = format!("http://127.0.0.1:{}/sleep/50", plain.port());
     let tasks: Vec<_> = (0..20)
         .map(|_| {
@@ -162,7 +162,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
     ]);
     let rlog = EventLog::default();
     let retrying =
-        Client::builder().event_listener(rlog.clone()).build().map_err(|e| Failed(e.to_string()))?;
+        Client::builder().event_listener(rlog.clone()).build().map_err(|e| Failed(format!("{e:#}")))?;
     get(&retrying, &format!("http://{}/", raw.addr)).await?;
     rlog.clear();
     let (_, body) = get(&retrying, &format!("http://{}/", raw.addr)).await?;

@@ -48,7 +48,7 @@ fn client<C: FromConfig>(args: &GetArgs, log: &EventLog) -> Result<C, Failed> {
             b = b.add_root_certificate(c.to_vec());
         }
     }
-    b.build().map_err(|e| Failed(e.to_string()))
+    b.build().map_err(|e| Failed(format!("{e:#}")))
 }
 
 /// Runs `switchyard get` on the runtime `--runtime` names.
@@ -91,7 +91,7 @@ async fn run_async<R: switchyard_async::Runtime>(
         for url in &args.urls {
             log.clear();
             let result = fetch_async(&client, url).await;
-            single(&log, url, &args, result)?;
+            single(&log, &args, result)?;
         }
         return Ok(());
     }
@@ -108,7 +108,7 @@ async fn run_async<R: switchyard_async::Runtime>(
             let t = Instant::now();
             let r = fetch_async(&client, &url).await;
             bar.inc(1);
-            r.map(|_| t.elapsed()).map_err(|e| format!("{}: {e}", switchyard_common::redact(&url)))
+            r.map(|_| t.elapsed()).map_err(|e| format!("{e:#}"))
         })));
         progress.tick();
     }
@@ -141,7 +141,7 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
     if args.requests == 1 && args.concurrency == 1 {
         for url in &args.urls {
             log.clear();
-            single(log, url, args, fetch_std(client, url))?;
+            single(log, args, fetch_std(client, url))?;
         }
         return Ok(());
     }
@@ -160,7 +160,7 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
                 let t = Instant::now();
                 let r = fetch_std(client, url)
                     .map(|_| t.elapsed())
-                    .map_err(|e| format!("{}: {e}", switchyard_common::redact(url)));
+                    .map_err(|e| format!("{e:#}"));
                 progress.bar.inc(1);
                 results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
             });
@@ -204,7 +204,7 @@ impl Progress {
 }
 
 /// Prints one fetch: its timeline (-v / --json), status, body.
-fn single(log: &EventLog, url: &str, args: &GetArgs, result: Fetched) -> Result<(), Failed> {
+fn single(log: &EventLog, args: &GetArgs, result: Fetched) -> Result<(), Failed> {
     let events = log.events();
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -219,7 +219,7 @@ fn single(log: &EventLog, url: &str, args: &GetArgs, result: Fetched) -> Result<
         }
     }
     let (status, version, body) =
-        result.map_err(|e| Failed(format!("{}: {e}", switchyard_common::redact(url))))?;
+        result.map_err(|e| Failed(format!("{e:#}")))?;
     if !args.json {
         eprintln!("{version:?} {status}");
     }

@@ -434,6 +434,46 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.tls.extra_roots.push(CertificateDer::from(der.into()));
         self
     }
+    /// Trusts every certificate in this PEM text (one or more `CERTIFICATE`
+    /// blocks) in addition to the built-in roots. A text with no certificate,
+    /// or a block that does not decode, is a configuration error that says
+    /// "root certificate".
+    pub fn add_root_certificate_pem(mut self, pem: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        let mut found = 0;
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            match cert {
+                Ok(c) => {
+                    found += 1;
+                    self.tls.extra_roots.push(c.into_owned());
+                }
+                Err(e) => {
+                    self.errors.push(format!("root certificate: the PEM does not decode ({e})"));
+                    return self;
+                }
+            }
+        }
+        if found == 0 {
+            self.errors.push("root certificate: no CERTIFICATE block in the PEM".into());
+        }
+        self
+    }
+    /// Presents this client identity from PEM: the certificate chain (leaf
+    /// first) and its private key (PKCS#8, PKCS#1 or SEC1). A PEM that does
+    /// not decode is a configuration error that says "client identity".
+    pub fn client_identity_pem(mut self, chain_pem: &str, key_pem: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        let chain: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(chain_pem.as_bytes()).collect();
+        match (chain, PrivateKeyDer::from_pem_slice(key_pem.as_bytes())) {
+            (Ok(chain), Ok(key)) if !chain.is_empty() => {
+                self.tls.client_auth = Some((chain, Arc::new(key)));
+            }
+            (Ok(_), Ok(_)) => self.errors.push("client identity: no CERTIFICATE block in the chain PEM".into()),
+            (Err(e), _) => self.errors.push(format!("client identity: the certificate PEM does not decode ({e})")),
+            (_, Err(e)) => self.errors.push(format!("client identity: the private key PEM does not decode ({e})")),
+        }
+        self
+    }
     /// Whether the built-in (webpki) roots are trusted. Default: yes. Turning them
     /// off without adding a root is a configuration error, never "trust anything".
     pub fn built_in_roots(mut self, enabled: bool) -> Self {
@@ -623,6 +663,10 @@ mod tests {
             (b().max_connections(0), "max_connections"),
             (b().max_response_head_size(0), "max_response_head_size"),
             (b().idle_probe_interval(Some(zero)), "idle_probe_interval"),
+            (b().add_root_certificate_pem("not pem"), "root certificate"),
+            (b().add_root_certificate_pem("-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"), "root certificate"),
+            (b().add_root_certificate(b"not DER".to_vec()), "root certificate"),
+            (b().client_identity_pem("", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), "client identity"),
         ];
         for (builder, name) in cases {
             let e = error(builder);

@@ -286,3 +286,35 @@ impl EventListener for EventLog {
         self.push(at, Some(call), "call_failed", error.to_string());
     }
 }
+
+/// The `tracing` span of one call: `call`, target `switchyard`, with the
+/// method, the URI without userinfo, and empty `call` / `status` fields the
+/// call fills in ([`call_traced`]). The adapters' `send` runs inside it.
+#[must_use]
+pub fn call_span(method: &http::Method, uri: &http::Uri) -> tracing::Span {
+    tracing::info_span!(
+        target: "switchyard",
+        "call",
+        method = %method,
+        uri = %crate::userinfo::without_userinfo(uri),
+        call = tracing::field::Empty,
+        status = tracing::field::Empty,
+    )
+}
+
+/// Records how a call's `send` ended in its span: the call id and status, then
+/// an event (`debug` for a response, `info` with the error chain for a failure).
+pub fn call_traced<B>(span: &tracing::Span, result: &Result<http::Response<B>, Error>) {
+    match result {
+        Ok(response) => {
+            if let Some(call) = response.extensions().get::<CallId>() {
+                span.record("call", tracing::field::display(call));
+            }
+            span.record("status", response.status().as_u16());
+            tracing::debug!(target: "switchyard", parent: span, status = response.status().as_u16(), "response head");
+        }
+        Err(e) => {
+            tracing::info!(target: "switchyard", parent: span, error = %format_args!("{e:#}"), "call failed");
+        }
+    }
+}

@@ -132,10 +132,11 @@ pub fn body_step(driver: &mut Driver, trailers: &mut Option<http::HeaderMap>) ->
             Event::Trailers(t) => *trailers = Some(t),
             Event::Done(_) => return BodyStep::End,
             Event::Failed(Failure::Body(f)) => return BodyStep::Failed(body_error(f)),
-            Event::Failed(other) => {
-                return BodyStep::Failed(BodyError::Io(std::sync::Arc::new(io::Error::other(format!(
-                    "{other:?}"
-                )))))
+            Event::Failed(Failure::Exchange { kind, .. }) => {
+                return BodyStep::Failed(BodyError::Io(std::sync::Arc::new(io::Error::other(kind.to_string()))))
+            }
+            Event::Failed(Failure::Request { message }) => {
+                return BodyStep::Failed(BodyError::Io(std::sync::Arc::new(io::Error::other(message))))
             }
             Event::HeadersSent | Event::BodySent { .. } | Event::Head(_) => {}
         }

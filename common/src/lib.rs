@@ -88,7 +88,8 @@ pub use config::{ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions,
 pub use error::decode_json;
 pub use error::{BodyError, Error, ErrorKind, TimeoutPhase};
 pub use event::{
-    describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener, Recorded,
+    call_span, call_traced, describe, request_body_written, request_head_written, EventListener, EventLog,
+    NoopListener, Recorded,
 };
 pub use hub::{Hub, HubState, Note};
 pub use request::{BodyKind, BodyLedger, Collector, IntoUri, Notes, RequestBuilder, Sender};

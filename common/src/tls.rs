@@ -60,7 +60,13 @@ fn base_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     }
     for cert in &settings.extra_roots {
-        roots.add(cert.clone()).map_err(|e| format!("bad root certificate: {e}"))?;
+        roots.add(cert.clone()).map_err(|e| {
+            let why = match &e {
+                rustls::Error::InvalidCertificate(_) => describe(&e),
+                other => other.to_string(),
+            };
+            format!("root certificate: not a usable certificate ({})", why.trim_start_matches("the certificate "))
+        })?;
     }
     if roots.is_empty() {
         return Err("no trusted root certificates (built-in roots disabled and none added)".into());
@@ -72,7 +78,7 @@ fn base_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
     Ok(match &settings.client_auth {
         Some((chain, key)) => builder
             .with_client_auth_cert(chain.clone(), key.clone_key())
-            .map_err(|e| format!("bad client certificate: {e}"))?,
+            .map_err(|e| format!("client identity: not usable ({})", describe(&e)))?,
         None => builder.with_no_client_auth(),
     })
 }
@@ -164,14 +170,82 @@ fn facts(leaf: &CertificateDer<'_>) -> TlsFacts {
     TlsFacts { dns_names, ip_addresses: Vec::new(), spki_sha256: vec![sha] }
 }
 
+/// A name as rustls shows a presented certificate name (`DnsName("a.test")`,
+/// `IpAddress(…)`, or bare): the name alone.
+fn bare_name(presented: &str) -> &str {
+    let inner = presented.find('(').map_or(presented, |i| &presented[i + 1..]);
+    inner.trim_end_matches(')').trim_matches('"')
+}
+
+/// A rustls error in words (its own `Display` shows Rust names such as
+/// `UnknownIssuer` or `DnsName("…")`).
+#[must_use]
+pub fn describe(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => "the certificate was not issued by a trusted authority".into(),
+            C::BadEncoding => "the certificate is malformed".into(),
+            C::Expired | C::ExpiredContext { .. } => "the certificate has expired".into(),
+            C::NotValidYet | C::NotValidYetContext { .. } => "the certificate is not valid yet".into(),
+            C::Revoked => "the certificate has been revoked".into(),
+            C::BadSignature => "the certificate's signature is invalid".into(),
+            C::NotValidForName => "the certificate does not cover the host name".into(),
+            C::NotValidForNameContext { expected, presented } => {
+                let names: Vec<&str> = presented.iter().map(|p| bare_name(p)).collect();
+                let expected = format!("{expected:?}");
+                format!(
+                    "the certificate does not cover {}; it covers {}",
+                    bare_name(&expected),
+                    if names.is_empty() { "no name".to_owned() } else { names.join(", ") }
+                )
+            }
+            C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+                "the certificate is not meant for a TLS server".into()
+            }
+            other => format!("the certificate was rejected ({})", words(&format!("{other:?}"))),
+        },
+        rustls::Error::AlertReceived(alert) => {
+            format!("the server sent a fatal alert: {}", words(&format!("{alert:?}")))
+        }
+        rustls::Error::NoCertificatesPresented => "the server sent no certificate".into(),
+        rustls::Error::PeerIncompatible(why) => {
+            format!("the server is incompatible: {}", words(&format!("{why:?}")))
+        }
+        rustls::Error::PeerMisbehaved(why) => {
+            format!("the server broke the TLS protocol: {}", words(&format!("{why:?}")))
+        }
+        other => words(&other.to_string()),
+    }
+}
+
+/// `UnknownIssuer` → `unknown issuer`: a Rust name spelled as words, any
+/// `{ … }` or `( … )` details dropped.
+fn words(name: &str) -> String {
+    let name = name.split(['{', '(']).next().unwrap_or(name).trim();
+    let mut out = String::with_capacity(name.len() + 8);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 && !out.ends_with(' ') {
+                out.push(' ');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A failed handshake as a typed error. Certificate and hostname failures are
 /// distinct (neither is retried); an I/O error that is not from rustls stays an
 /// I/O error.
 #[must_use]
 pub fn tls_error(e: &io::Error) -> ConnectError {
     use rustls::CertificateError as C;
-    let message = e.to_string();
-    let kind = match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+    let rustls_error = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    let message = rustls_error.map_or_else(|| e.to_string(), describe);
+    let kind = match rustls_error {
         Some(rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. })) => {
             TlsFailure::Hostname
         }
@@ -180,4 +254,21 @@ pub fn tls_error(e: &io::Error) -> ConnectError {
         None => return ConnectError::from_io(e),
     };
     ConnectError::Tls { kind, message }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rustls_errors_are_told_in_words() {
+        use rustls::CertificateError as C;
+        let e = super::describe(&rustls::Error::InvalidCertificate(C::UnknownIssuer));
+        assert_eq!(e, "the certificate was not issued by a trusted authority");
+        let e = super::describe(&rustls::Error::InvalidCertificate(C::NotValidForNameContext {
+            expected: rustls::pki_types::ServerName::try_from("a.test").unwrap().to_owned(),
+            presented: vec!["DnsName(\"b.test\")".into(), "c.test".into()],
+        }));
+        assert_eq!(e, "the certificate does not cover a.test; it covers b.test, c.test");
+        let e = super::describe(&rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure));
+        assert_eq!(e, "the server sent a fatal alert: handshake failure");
+    }
 }

@@ -90,3 +90,17 @@ pub fn redact(url: &str) -> String {
         None => url.to_owned(),
     }
 }
+
+/// The URI without its userinfo (what spans and logs show).
+#[must_use]
+pub(crate) fn without_userinfo(uri: &Uri) -> String {
+    let text = uri.to_string();
+    match (uri.authority(), uri.scheme_str()) {
+        (Some(a), Some(scheme)) if a.as_str().contains('@') => {
+            let host = a.as_str().rsplit_once('@').map_or(a.as_str(), |(_, h)| h);
+            let rest = uri.path_and_query().map_or("/", |pq| pq.as_str());
+            format!("{scheme}://{host}{rest}")
+        }
+        _ => text,
+    }
+}

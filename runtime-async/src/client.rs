@@ -172,9 +172,17 @@ impl<R: Runtime> Client<R> {
     /// Sends a request; the URI must be absolute (`http://` or `https://`).
     /// Retries follow the core's decisions (BEHAVIOUR §6): never a silent replay
     /// of a request that may have been processed.
+    ///
+    /// Each call is a `tracing` span named `call` (target `switchyard`) with
+    /// the method, the URI without userinfo, the call id and, once known, the
+    /// status; the call's end (or failure) is an event in it.
     pub async fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+        use tracing::Instrument as _;
         let uri = request.uri().clone();
-        self.send_inner(request).await.map_err(|e| e.with_url(&uri.to_string()))
+        let span = switchyard_common::call_span(request.method(), &uri);
+        let result = self.send_inner(request).instrument(span.clone()).await;
+        switchyard_common::call_traced(&span, &result);
+        result.map_err(|e| e.with_url(&uri.to_string()))
     }
 
     async fn send_inner(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {

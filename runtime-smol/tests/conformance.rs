@@ -97,3 +97,34 @@ mod from_async_std {
 
     switchyard_tests::conformance_suite!(AsyncStdAdapter);
 }
+
+// The ecosystem surface (issue 18), as on tokio.
+mod ecosystem {
+    use switchyard_smol::Smol;
+    use switchyard_tests::ecosystem;
+
+    #[test]
+    fn request_api() {
+        smol::block_on(ecosystem::request_api::<Smol>());
+    }
+    #[test]
+    fn response_helpers_and_ids() {
+        smol::block_on(ecosystem::response_helpers::<Smol>());
+    }
+    #[test]
+    fn body_traits() {
+        smol::block_on(ecosystem::body_traits::<Smol>());
+    }
+    #[test]
+    fn timeouts_cover_the_body() {
+        smol::block_on(ecosystem::timeouts::<Smol>());
+    }
+    #[test]
+    fn errors_one_can_match() {
+        smol::block_on(ecosystem::errors::<Smol>());
+    }
+    #[test]
+    fn tower_http_over_a_client() {
+        smol::block_on(ecosystem::tower_stack::<Smol>());
+    }
+}

@@ -47,7 +47,7 @@ fn a_failing_reader_fails_the_call_and_retires_the_connection() {
         .body(Body::from_reader(Broken(40_000)))
         .unwrap();
     let err = client.send(request).unwrap_err();
-    assert!(err.to_string().contains("disk on fire"), "{err}");
+    assert!(format!("{err:#}").contains("disk on fire"), "{err:#}");
     let s = client.stats();
     assert_eq!((s.calls, s.totals.in_use, s.totals.open), (0, 0, 0), "{s:?}");
     assert_eq!(s.closed.get(&CloseReason::RequestBodyIncomplete), Some(&1), "{s:?}");

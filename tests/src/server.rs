@@ -4,6 +4,7 @@
 //! from the server's side.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -290,7 +291,7 @@ async fn serve_connection<I>(
                         .map(str::to_owned),
                 });
             }
-            Ok::<_, Infallible>(respond(&path, body).await)
+            Ok::<_, Infallible>(respond(&path, &parts.headers, body).await)
         }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -307,29 +308,109 @@ async fn serve_connection<I>(
     let _ = builder.serve_connection(io, service).await;
 }
 
+/// What the server answers with: a whole buffer, or a body of its own
+/// making (a delayed body, trailers).
+type ServerBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn full(b: impl Into<Bytes>) -> ServerBody {
+    Full::new(b.into()).boxed()
+}
+
+/// A body that waits `delay` after its head, then sends `data`, then the
+/// trailers (if any).
+struct Later {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    data: Option<Bytes>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl http_body::Body for Later {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return std::task::Poll::Pending;
+        }
+        if let Some(d) = self.data.take() {
+            return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(d))));
+        }
+        std::task::Poll::Ready(self.trailers.take().map(|t| Ok(http_body::Frame::trailers(t))))
+    }
+}
+
+/// "hello, gzip" compressed with gzip (flate2), for `/gzip`.
+fn gzipped() -> Bytes {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let _ = e.write_all(b"hello, gzip");
+    Bytes::from(e.finish().unwrap_or_default())
+}
+
 /// Routes: `/hello`, `/echo`, `/close` (Connection: close), `/sleep/MS`,
-/// `/bytes/N`, `/status/N`; anything else answers its path.
-async fn respond(path: &str, body: Bytes) -> hyper::Response<Full<Bytes>> {
+/// `/bytes/N`, `/status/N`, `/headers` (the request's header fields, one
+/// `name: value` per line, sorted), `/redirect/N` (302 to `/redirect/N-1`,
+/// `/redirect/0` to `/hello`), `/gzip` (a gzip-encoded body), `/slow-body/MS`
+/// (the head at once, the body MS later), `/trailers` (a body, then an
+/// `x-checksum` trailer); anything else answers its path.
+async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::Response<ServerBody> {
     let mut segments = path.trim_start_matches('/').split('/');
     let first = segments.next().unwrap_or_default();
+    let first = first.split('?').next().unwrap_or_default();
     let arg = segments.next().and_then(|s| s.split('?').next()).and_then(|s| s.parse::<u64>().ok());
-    let mut response = hyper::Response::new(Full::new(Bytes::from(path.to_owned())));
+    let mut response = hyper::Response::new(full(path.to_owned()));
     match (first, arg) {
-        ("hello", _) => *response.body_mut() = Full::new(Bytes::from_static(b"hello")),
-        ("echo", _) => *response.body_mut() = Full::new(body),
+        ("hello", _) => *response.body_mut() = full(Bytes::from_static(b"hello")),
+        ("echo", _) => *response.body_mut() = full(body),
         ("close", _) => {
             response.headers_mut().insert("connection", http::HeaderValue::from_static("close"));
         }
         ("sleep", Some(ms)) => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
-            *response.body_mut() = Full::new(Bytes::from_static(b"slept"));
+            *response.body_mut() = full(Bytes::from_static(b"slept"));
         }
-        ("bytes", Some(n)) => {
-            *response.body_mut() = Full::new(Bytes::from(vec![b'x'; usize::try_from(n).unwrap_or(0)]))
-        }
+        ("bytes", Some(n)) => *response.body_mut() = full(vec![b'x'; usize::try_from(n).unwrap_or(0)]),
         ("status", Some(code)) => {
             *response.status_mut() =
                 http::StatusCode::from_u16(u16::try_from(code).unwrap_or(500)).unwrap_or_default();
+        }
+        ("headers", _) => {
+            let mut lines: Vec<String> = headers
+                .iter()
+                .map(|(n, v)| format!("{n}: {}", String::from_utf8_lossy(v.as_bytes())))
+                .collect();
+            lines.sort();
+            *response.body_mut() = full(lines.join("\n"));
+        }
+        ("redirect", Some(n)) => {
+            *response.status_mut() = http::StatusCode::FOUND;
+            let to = if n == 0 { "/hello".to_owned() } else { format!("/redirect/{}", n - 1) };
+            response.headers_mut().insert("location", http::HeaderValue::try_from(to).unwrap_or(http::HeaderValue::from_static("/hello")));
+            *response.body_mut() = full(Bytes::new());
+        }
+        ("gzip", _) => {
+            response.headers_mut().insert("content-encoding", http::HeaderValue::from_static("gzip"));
+            *response.body_mut() = full(gzipped());
+        }
+        ("slow-body", Some(ms)) => {
+            *response.body_mut() = Later {
+                sleep: Box::pin(tokio::time::sleep(Duration::from_millis(ms))),
+                data: Some(Bytes::from_static(b"late")),
+                trailers: None,
+            }
+            .boxed();
+        }
+        ("trailers", _) => {
+            let mut t = http::HeaderMap::new();
+            t.insert("x-checksum", http::HeaderValue::from_static("abc"));
+            *response.body_mut() = Later {
+                sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+                data: Some(Bytes::from_static(b"with trailers")),
+                trailers: Some(t),
+            }
+            .boxed();
         }
         _ => {}
     }

@@ -247,7 +247,7 @@ fn outside_any_tokio_runtime_a_call_fails_typed_instead_of_panicking() {
     let client = Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
     let url = format!("http://127.0.0.1:{}/hello", server.port());
     let err = block_on_plain(client.get(&url).send()).unwrap_err();
-    assert!(err.to_string().contains("no async executor"), "{err}");
+    assert!(format!("{err:#}").contains("no async executor"), "{err:#}");
     let s = client.stats();
     assert_eq!((s.calls, s.totals.connecting, s.totals.in_use), (0, 0, 0), "{s:?}");
 }
@@ -266,4 +266,37 @@ fn pinned_to_a_runtime_a_client_works_from_any_thread() {
         assert_eq!(block_on_plain(r.body_mut().text()).unwrap(), "hello");
     }
     assert_eq!(client.stats().reused, 2);
+}
+
+// The ecosystem surface (issue 18): request API, response helpers, body
+// traits, timeouts, errors, tower-http over a client.
+mod ecosystem {
+    use super::runtime;
+    use switchyard_tests::ecosystem;
+    use switchyard_tokio::Tokio;
+
+    #[test]
+    fn request_api() {
+        runtime().block_on(ecosystem::request_api::<Tokio>());
+    }
+    #[test]
+    fn response_helpers_and_ids() {
+        runtime().block_on(ecosystem::response_helpers::<Tokio>());
+    }
+    #[test]
+    fn body_traits() {
+        runtime().block_on(ecosystem::body_traits::<Tokio>());
+    }
+    #[test]
+    fn timeouts_cover_the_body() {
+        runtime().block_on(ecosystem::timeouts::<Tokio>());
+    }
+    #[test]
+    fn errors_one_can_match() {
+        runtime().block_on(ecosystem::errors::<Tokio>());
+    }
+    #[test]
+    fn tower_http_over_a_client() {
+        runtime().block_on(ecosystem::tower_stack::<Tokio>());
+    }
 }

@@ -1,0 +1,317 @@
+//! The ecosystem surface of the async adapters (issue 18), the same checks on
+//! tokio and smol: the request API a reqwest user writes, the response
+//! helpers, the body traits (`http_body::Body`, `Stream`, `AsyncRead`; request
+//! bodies from any `http_body::Body` or `Stream`), the whole-call timeout,
+//! several listeners, the ids in a response's extensions, errors one can
+//! match, and a tower-http stack (redirects, decompression) over a client.
+//! Every check runs against the suite's loopback server (hyper), which
+//! answers `/headers`, `/redirect/N`, `/gzip`, `/slow-body/MS`, `/trailers`.
+//! Each function panics with what went wrong.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use switchyard_async::{Body, Client, ClientBuilder, ErrorKind, EventLog, ResponseExt, Runtime, TimeoutPhase};
+
+use crate::server::{ServerOptions, TestServer};
+
+fn base(server: &TestServer) -> String {
+    format!("http://127.0.0.1:{}", server.port())
+}
+
+/// The request API: URLs as `&str`, `String` or `Uri`; `header` with
+/// `HeaderName` constants; `headers`; bearer and basic auth; PATCH and any
+/// method; query and JSON; default headers and the default `User-Agent`; a
+/// URL without a scheme names the URL.
+pub async fn request_api<R: Runtime + Default>() {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("{}/headers", base(&server));
+    let mut defaults = http::HeaderMap::new();
+    defaults.insert("x-team", http::HeaderValue::from_static("switchyard"));
+    let client: Client<R> = ClientBuilder::new().default_headers(defaults).build().expect("client");
+
+    let text = client.get(&url).send().await.expect("GET").text().await.expect("body");
+    let ua = format!("user-agent: {}", switchyard_async::DEFAULT_USER_AGENT);
+    assert!(text.lines().any(|l| l == ua), "default User-Agent: {text}");
+    assert!(text.lines().any(|l| l == "x-team: switchyard"), "default header: {text}");
+
+    let mut more = http::HeaderMap::new();
+    more.insert("x-one", http::HeaderValue::from_static("1"));
+    let text = client
+        .get(url.clone()) // a String
+        .header(http::header::USER_AGENT, "mine/1.0")
+        .header("x-team", "override")
+        .headers(more)
+        .bearer_auth("t0ken")
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("body");
+    for want in ["user-agent: mine/1.0", "x-team: override", "x-one: 1", "authorization: Bearer t0ken"] {
+        assert!(text.lines().any(|l| l == want), "{want:?} in {text}");
+    }
+    assert_eq!(text.lines().filter(|l| l.starts_with("user-agent:")).count(), 1, "{text}");
+
+    let uri: http::Uri = url.parse().expect("uri");
+    let text = client.get(uri).basic_auth("ann", Some("s3cret")).send().await.expect("GET").text().await;
+    // base64("ann:s3cret")
+    assert!(text.expect("body").contains("authorization: Basic YW5uOnMzY3JldA=="));
+
+    let echo = format!("{}/echo", base(&server));
+    let r = client.patch(&echo).body("patched").send().await.expect("PATCH");
+    assert_eq!(r.text().await.expect("body"), "patched");
+    let r = client.request(http::Method::OPTIONS, &echo).send().await.expect("OPTIONS");
+    assert!(r.status().is_success());
+    let methods: Vec<String> = server.records().iter().map(|r| r.method.clone()).collect();
+    assert!(methods.contains(&"PATCH".to_owned()) && methods.contains(&"OPTIONS".to_owned()), "{methods:?}");
+
+    let r = client.get(format!("{}/q?a=1", base(&server))).query(&[("b", "x y"), ("c", "&")]).send().await;
+    assert_eq!(r.expect("GET").text().await.expect("body"), "/q?a=1&b=x+y&c=%26");
+
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Item {
+        name: String,
+        n: u32,
+    }
+    let item = Item { name: "bolt".into(), n: 3 };
+    let back: Item = client.post(&echo).json(&item).send().await.expect("POST").json().await.expect("json");
+    assert_eq!(back, item);
+    let text = client.post(&url).json(&item).send().await.expect("POST").text().await.expect("body");
+    assert!(text.contains("content-type: application/json"), "{text}");
+    let bad = client.get(format!("{}/hello", base(&server))).send().await.expect("GET").json::<Item>().await;
+    let bad = bad.expect_err("not JSON");
+    assert!(matches!(bad.kind(), ErrorKind::Decode(_)), "{bad:?}");
+    assert!(bad.url().is_some_and(|u| u.ends_with("/hello")), "{bad:?}");
+
+    let e = client.get("example.com/x").send().await.expect_err("no scheme");
+    assert!(matches!(e.kind(), ErrorKind::InvalidUrl(_)), "{e:?}");
+    assert_eq!(e.to_string(), "invalid URL \"example.com/x\"");
+    assert!(format!("{e:#}").contains("has no scheme"), "{e:#}");
+    let e = client.get(&url).header("bad name", "v").send().await.expect_err("bad header");
+    assert!(matches!(e.kind(), ErrorKind::InvalidRequest(_)), "{e:?}");
+    let e = ClientBuilder::<Client<R>>::new().user_agent("a\nb").build().expect_err("bad agent");
+    assert!(matches!(e.kind(), ErrorKind::Config(_)), "{e:?}");
+    let quiet: Client<R> = ClientBuilder::new().user_agent("").build().expect("client");
+    let text = quiet.get(&url).send().await.expect("GET").text().await.expect("body");
+    assert!(!text.contains("user-agent"), "{text}");
+}
+
+/// Response helpers, `error_for_status`, and the call's ids in the
+/// response's extensions matching what a listener heard, under concurrency.
+pub async fn response_helpers<R: Runtime + Default>() {
+    let server = TestServer::start(ServerOptions::default());
+    let (one, two) = (EventLog::default(), EventLog::default());
+    let client: Client<R> =
+        ClientBuilder::new().event_listener(one.clone()).event_listener(two.clone()).build().expect("client");
+    let b = client.get(format!("{}/bytes/5", base(&server))).send().await.expect("GET").bytes().await;
+    assert_eq!(b.expect("body"), Bytes::from_static(b"xxxxx"));
+
+    let missing = format!("{}/status/404", base(&server));
+    let r = client.get(&missing).send().await.expect("a 404 is a response");
+    let e = r.error_for_status().expect_err("404");
+    assert!(e.is_status() && e.status_code() == Some(http::StatusCode::NOT_FOUND), "{e:?}");
+    assert_eq!(e.to_string(), format!("HTTP status 404 Not Found from {missing}"));
+    let ok = client.get(format!("{}/hello", base(&server))).send().await.expect("GET");
+    assert_eq!(ok.error_for_status().expect("200").text().await.expect("body"), "hello");
+
+    // Concurrent calls: each response's CallId is the one whose events name its URL.
+    let calls = (0..8).map(|i| {
+        let client = client.clone();
+        let url = format!("{}/call/{i}", base(&server));
+        async move {
+            let r = client.get(&url).send().await.expect("GET");
+            let (call, conn) = (r.call_id().expect("call id"), r.connection_id().expect("connection id"));
+            let _ = r.bytes().await.expect("body");
+            (url, call, conn)
+        }
+    });
+    let mut done = Vec::new();
+    for c in calls.collect::<Vec<_>>() {
+        done.push(c.await);
+    }
+    for log in [&one, &two] {
+        let events = log.events();
+        for (url, call, conn) in &done {
+            let start = events
+                .iter()
+                .find(|e| e.name == "call_start" && e.call == Some(*call))
+                .unwrap_or_else(|| panic!("{call} has a call_start"));
+            assert!(start.detail.ends_with(url.as_str()), "{call}: {} vs {url}", start.detail);
+            let acquired = events
+                .iter()
+                .find(|e| e.name == "connection_acquired" && e.call == Some(*call))
+                .unwrap_or_else(|| panic!("{call} acquired a connection"));
+            assert!(acquired.detail.starts_with(&conn.to_string()), "{}: {conn}", acquired.detail);
+            assert!(events.iter().any(|e| e.name == "call_end" && e.call == Some(*call)));
+        }
+    }
+    assert_eq!(one.events().len(), two.events().len(), "both listeners heard every event");
+}
+
+/// A test body that yields its chunks, then fails if told to.
+struct Chunks {
+    parts: Vec<&'static str>,
+    fail: bool,
+}
+
+impl futures_core::Stream for Chunks {
+    type Item = Result<&'static str, std::io::Error>;
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::task::Poll::Ready(if self.parts.is_empty() {
+            self.fail.then(|| Err(std::io::Error::other("disk on fire")))
+        } else {
+            Some(Ok(self.parts.remove(0)))
+        })
+    }
+}
+
+/// The response body as `http_body::Body` (collect with trailers), as a
+/// `Stream`, as an `AsyncRead`; request bodies from an `http_body::Body` and
+/// a `Stream`, and a failing request body as a typed error, on HTTP/1.1 and
+/// HTTP/2 (prior knowledge).
+pub async fn body_traits<R: Runtime + Default>() {
+    for h2 in [false, true] {
+        let server = TestServer::start(ServerOptions { http2_only: h2, http1_only: !h2, ..Default::default() });
+        let version =
+            if h2 { switchyard_async::HttpVersion::Http2Only } else { switchyard_async::HttpVersion::Http1Only };
+        let client: Client<R> = ClientBuilder::new().http_version(version).build().expect("client");
+        let b = base(&server);
+
+        let r = client.get(format!("{b}/trailers")).send().await.expect("GET");
+        let collected = r.into_body().collect().await.expect("collect");
+        let trailers = collected.trailers().cloned();
+        assert_eq!(collected.to_bytes(), Bytes::from_static(b"with trailers"), "h2={h2}");
+        if h2 {
+            // hyper sends trailers on HTTP/2; on HTTP/1.1 only when asked (TE: trailers).
+            assert_eq!(trailers.as_ref().and_then(|t| t.get("x-checksum")).map(|v| v.as_bytes()), Some(&b"abc"[..]));
+        }
+
+        let mut r = client.get(format!("{b}/bytes/70000")).send().await.expect("GET");
+        let mut total = 0;
+        while let Some(chunk) = std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(r.body_mut()), cx)).await {
+            total += chunk.expect("chunk").len();
+        }
+        assert_eq!(total, 70000, "Stream, h2={h2}");
+
+        let r = client.get(format!("{b}/bytes/50000")).send().await.expect("GET");
+        let mut reader = r.into_body().into_reader();
+        let mut out = Vec::new();
+        tokio::io::copy(&mut reader, &mut out).await.expect("copy");
+        assert_eq!(out.len(), 50000, "AsyncRead, h2={h2}");
+
+        let body = Body::wrap(http_body_util::Full::new(Bytes::from_static(b"from a Full")));
+        let r = client.post(format!("{b}/echo")).body(body).send().await.expect("POST");
+        assert_eq!(r.text().await.expect("echo"), "from a Full");
+        let body = Body::from_stream(Chunks { parts: vec!["str", "ea", "m"], fail: false });
+        let r = client.post(format!("{b}/echo")).body(body).send().await.expect("POST");
+        assert_eq!(r.text().await.expect("echo"), "stream");
+
+        let body = Body::from_stream(Chunks { parts: vec!["half"], fail: true });
+        let e = client.post(format!("{b}/echo")).body(body).send().await.expect_err("the body fails");
+        assert!(format!("{e:#}").contains("disk on fire"), "h2={h2}: {e:#}");
+        assert!(matches!(e.kind(), ErrorKind::InvalidRequest(_)), "h2={h2}: {e:?}");
+        // The client is still fine, and nothing is left in use.
+        let r = client.get(format!("{b}/hello")).send().await.expect("after a failed body");
+        assert_eq!(r.text().await.expect("body"), "hello");
+        let s = client.stats();
+        assert_eq!((s.calls, s.totals.in_use), (0, 0), "h2={h2}: {s:?}");
+    }
+}
+
+/// The call timeout covers the body; the head timeout only the head; each
+/// timeout says its phase and URL.
+pub async fn timeouts<R: Runtime + Default>() {
+    let server = TestServer::start(ServerOptions::default());
+    let b = base(&server);
+    let client: Client<R> = ClientBuilder::new().timeout(Duration::from_millis(300)).build().expect("client");
+    // The head comes at once, the body after 1.5 s: the call's timeout ends it.
+    let r = client.get(format!("{b}/slow-body/1500")).send().await.expect("the head is in time");
+    let e = r.text().await.expect_err("the body is late");
+    assert!(e.is_timeout() && e.is_body(), "{e:?}");
+    assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseBody), "{e:?}");
+    let e = client.get(format!("{b}/sleep/1500")).send().await.expect_err("the head is late");
+    assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseHead), "{e:?}");
+    assert_eq!(e.to_string(), format!("timed out waiting for the response head from {b}/sleep/1500"));
+
+    // Only the head bounded: a slow body is fine.
+    let client: Client<R> = ClientBuilder::new().head_timeout(Duration::from_millis(300)).build().expect("client");
+    let r = client.get(format!("{b}/slow-body/600")).send().await.expect("head");
+    assert_eq!(r.text().await.expect("late but unbounded"), "late");
+    let e = client.get(format!("{b}/sleep/1500")).send().await.expect_err("head");
+    assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseHead), "{e:?}");
+    // Per request: the whole call.
+    let r = client.get(format!("{b}/slow-body/1500")).timeout(Duration::from_millis(300)).send().await;
+    let e = r.expect("head").text().await.expect_err("per-request timeout covers the body");
+    assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseBody), "{e:?}");
+}
+
+/// Errors one can match: connect (refused), DNS, TLS; `Display` is one layer,
+/// `source()` the cause, not repeated; `{:#}` the whole chain; `Debug` short.
+pub async fn errors<R: Runtime + Default>() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let client: Client<R> = ClientBuilder::new().build().expect("client");
+    let url = format!("http://127.0.0.1:{port}/x");
+    let e = client.get(&url).send().await.expect_err("refused");
+    assert!(e.is_connect() && !e.is_dns() && !e.is_tls() && !e.is_timeout(), "{e:?}");
+    assert_eq!(e.url(), Some(url.as_str()));
+    assert_eq!(e.to_string(), format!("no connection to {url}"));
+    let source = std::error::Error::source(&e).expect("a source").to_string();
+    assert!(!e.to_string().contains(&source), "Display repeats its source: {e} / {source}");
+    assert_eq!(format!("{e:#}"), format!("{e}: {source}"));
+    assert!(format!("{e:?}").len() < 400, "Debug is short: {e:?}");
+
+    let no_dns: Client<R> =
+        ClientBuilder::new().resolver(crate::adapter::Hermetic(std::collections::BTreeMap::new())).build().expect("client");
+    let e = no_dns.get("http://nowhere.test/").send().await.expect_err("no such host");
+    assert!(e.is_dns() && e.is_connect(), "{e:?}");
+
+    let tls = TestServer::start(ServerOptions {
+        tls: vec![(vec!["localhost".into()], crate::certs::untrusted_leaf(&["localhost"]))],
+        ..Default::default()
+    });
+    let client: Client<R> =
+        ClientBuilder::new().resolve(&format!("localhost:{}", tls.port()), ["127.0.0.1".parse().expect("ip")]).build().expect("client");
+    let e = client.get(format!("https://localhost:{}/", tls.port())).send().await.expect_err("untrusted");
+    assert!(e.is_tls() && e.is_connect(), "{e:?}");
+    assert_eq!(e.tls_failure(), Some(switchyard_core::TlsFailure::Certificate), "{e:?}");
+    let chain = format!("{e:#}");
+    for raw in ["UnknownIssuer", "DnsName(", "Fail {", "BadEncoding"] {
+        assert!(!chain.contains(raw), "a raw Rust name in {chain}");
+    }
+}
+
+/// tower and tower-http over a client: `FollowRedirect` and `Decompression`
+/// layers from `ServiceBuilder`, against the loopback server.
+pub async fn tower_stack<R: Runtime + Default>() {
+    use tower::{Service, ServiceBuilder, ServiceExt};
+    let server = TestServer::start(ServerOptions::default());
+    let client: Client<R> = ClientBuilder::new().build().expect("client");
+    let mut service = ServiceBuilder::new()
+        .layer(tower_http::follow_redirect::FollowRedirectLayer::new())
+        .layer(tower_http::decompression::DecompressionLayer::new())
+        .service(client.clone());
+    let get = |path: &str| {
+        http::Request::get(format!("{}{path}", base(&server))).body(Body::empty()).expect("request")
+    };
+    let r = ServiceExt::<http::Request<Body>>::ready(&mut service).await.expect("ready").call(get("/redirect/2")).await;
+    let r = r.expect("redirects");
+    assert_eq!(r.status(), http::StatusCode::OK);
+    assert_eq!(r.into_body().collect().await.expect("body").to_bytes(), Bytes::from_static(b"hello"));
+    let r = ServiceExt::<http::Request<Body>>::ready(&mut service).await.expect("ready").call(get("/gzip")).await;
+    let r = r.expect("gzip");
+    assert!(r.headers().get("content-encoding").is_none(), "decompressed");
+    assert_eq!(r.into_body().collect().await.expect("body").to_bytes(), Bytes::from_static(b"hello, gzip"));
+    let paths: Vec<String> = server.records().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/redirect/2", "/redirect/1", "/redirect/0", "/hello", "/gzip"]);
+    // The pooled connection carried them all.
+    assert_eq!(client.stats().created, 1, "{:?}", client.stats());
+}
