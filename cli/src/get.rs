@@ -158,9 +158,7 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
                 }
                 let url = &args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()];
                 let t = Instant::now();
-                let r = fetch_std(client, url)
-                    .map(|_| t.elapsed())
-                    .map_err(|e| format!("{e:#}"));
+                let r = fetch_std(client, url).map(|_| t.elapsed()).map_err(|e| format!("{e:#}"));
                 progress.bar.inc(1);
                 results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
             });
@@ -218,8 +216,7 @@ fn single(log: &EventLog, args: &GetArgs, result: Fetched) -> Result<(), Failed>
             eprint!("{}", timeline::render(&events, call));
         }
     }
-    let (status, version, body) =
-        result.map_err(|e| Failed(format!("{e:#}")))?;
+    let (status, version, body) = result.map_err(|e| Failed(format!("{e:#}")))?;
     if !args.json {
         eprintln!("{version:?} {status}");
     }

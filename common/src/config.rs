@@ -468,9 +468,15 @@ impl<C: FromConfig> ClientBuilder<C> {
             (Ok(chain), Ok(key)) if !chain.is_empty() => {
                 self.tls.client_auth = Some((chain, Arc::new(key)));
             }
-            (Ok(_), Ok(_)) => self.errors.push("client identity: no CERTIFICATE block in the chain PEM".into()),
-            (Err(e), _) => self.errors.push(format!("client identity: the certificate PEM does not decode ({e})")),
-            (_, Err(e)) => self.errors.push(format!("client identity: the private key PEM does not decode ({e})")),
+            (Ok(_), Ok(_)) => {
+                self.errors.push("client identity: no CERTIFICATE block in the chain PEM".into())
+            }
+            (Err(e), _) => {
+                self.errors.push(format!("client identity: the certificate PEM does not decode ({e})"))
+            }
+            (_, Err(e)) => {
+                self.errors.push(format!("client identity: the private key PEM does not decode ({e})"))
+            }
         }
         self
     }
@@ -664,9 +670,15 @@ mod tests {
             (b().max_response_head_size(0), "max_response_head_size"),
             (b().idle_probe_interval(Some(zero)), "idle_probe_interval"),
             (b().add_root_certificate_pem("not pem"), "root certificate"),
-            (b().add_root_certificate_pem("-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"), "root certificate"),
+            (
+                b().add_root_certificate_pem("-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"),
+                "root certificate",
+            ),
             (b().add_root_certificate(b"not DER".to_vec()), "root certificate"),
-            (b().client_identity_pem("", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), "client identity"),
+            (
+                b().client_identity_pem("", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"),
+                "client identity",
+            ),
         ];
         for (builder, name) in cases {
             let e = error(builder);

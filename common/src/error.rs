@@ -97,7 +97,8 @@ impl fmt::Display for TimeoutPhase {
 /// [`ErrorKind::Decode`] saying where the JSON went wrong.
 #[cfg(feature = "json")]
 pub fn decode_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
-    serde_json::from_slice(bytes).map_err(|e| Error::from(ErrorKind::Decode(format!("not the expected JSON: {e}"))))
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::from(ErrorKind::Decode(format!("not the expected JSON: {e}"))))
 }
 
 /// A response body failed mid-stream.
@@ -347,7 +348,9 @@ impl fmt::Display for Error {
                 on(f, "from")?;
                 write!(f, " could not be decoded: {why}")?;
             }
-            ErrorKind::Internal(why) => write!(f, "internal error in switchyard (a bug; please report it): {why}")?,
+            ErrorKind::Internal(why) => {
+                write!(f, "internal error in switchyard (a bug; please report it): {why}")?
+            }
         }
         if f.alternate() {
             let mut cause = std::error::Error::source(self);

@@ -133,7 +133,9 @@ pub fn body_step(driver: &mut Driver, trailers: &mut Option<http::HeaderMap>) ->
             Event::Done(_) => return BodyStep::End,
             Event::Failed(Failure::Body(f)) => return BodyStep::Failed(body_error(f)),
             Event::Failed(Failure::Exchange { kind, .. }) => {
-                return BodyStep::Failed(BodyError::Io(std::sync::Arc::new(io::Error::other(kind.to_string()))))
+                return BodyStep::Failed(BodyError::Io(std::sync::Arc::new(io::Error::other(
+                    kind.to_string(),
+                ))))
             }
             Event::Failed(Failure::Request { message }) => {
                 return BodyStep::Failed(BodyError::Io(std::sync::Arc::new(io::Error::other(message))))

@@ -25,6 +25,14 @@
 //! It has no async runtime and performs no I/O of its own beyond the system
 //! resolver; users normally reach it through an adapter's re-exports.
 //!
+//! # What switchyard does not do
+//!
+//! It is the connection layer, with a thin request API on top: it does not
+//! follow redirects, decompress bodies or keep cookies (stack tower-http's
+//! `FollowRedirect`, `Decompression` and a cookie layer over an async client,
+//! which is a `tower::Service`: see `switchyard-tokio`'s `tower` example), it
+//! does not speak over Unix sockets, and it has no HTTP/3.
+//!
 //! # What every adapter guarantees against hostile peers and careless callers
 //!
 //! These hold on switchyard-tokio, switchyard-smol and switchyard-std alike, and
@@ -59,9 +67,10 @@
 //!   [`ClientBuilder::max_idle`]); a connect that fails for lack of file
 //!   descriptors, or a full total connection cap, closes the least recently
 //!   used idle connection to make room.
-//! - **Bodies can have a deadline**: [`ClientBuilder::body_timeout`] (and per
-//!   request) bounds a response body from its head to its end. The call timeout
-//!   stops at the head; together they bound a whole call.
+//! - **Bodies have a deadline**: [`ClientBuilder::timeout`] bounds the whole
+//!   call, its response body included (as reqwest's does);
+//!   [`ClientBuilder::head_timeout`] bounds only the time to the head, and
+//!   [`ClientBuilder::body_timeout`] the body from its head (each also per request).
 //! - **Non-HTTP fails fast**: a first line that cannot begin `HTTP/1.x` is a
 //!   protocol error at once, not after a blank line or 64 KiB.
 //! - **HTTP/2 that never becomes usable is retired**: no SETTINGS from the

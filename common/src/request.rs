@@ -225,10 +225,11 @@ impl<C: Sender> RequestBuilder<C> {
             let uri = r.uri().clone();
             let mut parts = uri.into_parts();
             let pq = parts.path_and_query.as_ref().map_or("/", |pq| pq.as_str());
-            let joined =
-                if pq.contains('?') { format!("{pq}&{encoded}") } else { format!("{pq}?{encoded}") };
+            let joined = if pq.contains('?') { format!("{pq}&{encoded}") } else { format!("{pq}?{encoded}") };
             parts.path_and_query = Some(
-                joined.parse().map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?,
+                joined
+                    .parse()
+                    .map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?,
             );
             *r.uri_mut() = http::Uri::from_parts(parts)
                 .map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?;
@@ -257,7 +258,8 @@ impl<C: Sender> RequestBuilder<C> {
                 })
             }
             Err(e) => {
-                self.request = Err(Error::invalid_request(format!("the JSON body cannot be serialized: {e}")));
+                self.request =
+                    Err(Error::invalid_request(format!("the JSON body cannot be serialized: {e}")));
                 self
             }
         }

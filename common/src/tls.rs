@@ -65,7 +65,10 @@ fn base_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
                 rustls::Error::InvalidCertificate(_) => describe(&e),
                 other => other.to_string(),
             };
-            format!("root certificate: not a usable certificate ({})", why.trim_start_matches("the certificate "))
+            format!(
+                "root certificate: not a usable certificate ({})",
+                why.trim_start_matches("the certificate ")
+            )
         })?;
     }
     if roots.is_empty() {

@@ -31,7 +31,7 @@ use crate::Error;
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidRequest`] (naming the URL without its password) when the
+/// [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest) (naming the URL without its password) when the
 /// URI without its userinfo is not valid.
 pub fn take_userinfo(parts: &mut http::request::Parts) -> Result<(), Error> {
     let Some(authority) = parts.uri.authority() else { return Ok(()) };

@@ -291,7 +291,9 @@ impl fmt::Display for AddressError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AddressError::Malformed { reason } => write!(f, "not a URL: {reason}"),
-            AddressError::MissingScheme => f.write_str("the URL has no scheme (expected http:// or https://)"),
+            AddressError::MissingScheme => {
+                f.write_str("the URL has no scheme (expected http:// or https://)")
+            }
             AddressError::UnsupportedScheme { scheme } => {
                 write!(f, "unsupported URL scheme {scheme:?} (expected http or https)")
             }

@@ -296,6 +296,7 @@ pub(crate) struct CallLimits {
     pub(crate) body_timeout: Option<Duration>,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_call(
     shared: &Arc<Shared>,
     call: CallId,

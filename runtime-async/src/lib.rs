@@ -34,4 +34,6 @@ pub use switchyard_common::{
     NoopListener, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
-pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, StreamLimitPolicy};
+pub use switchyard_core::{
+    CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, StreamLimitPolicy,
+};

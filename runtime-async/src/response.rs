@@ -332,15 +332,15 @@ impl ResponseExt for http::Response<ResponseBody> {
         }
         Ok(self)
     }
-    fn text(mut self) -> impl Future<Output = Result<String, Error>> + Send {
-        async move { self.body_mut().text().await }
+    async fn text(mut self) -> Result<String, Error> {
+        self.body_mut().text().await
     }
-    fn bytes(mut self) -> impl Future<Output = Result<Bytes, Error>> + Send {
-        async move { self.body_mut().bytes().await }
+    async fn bytes(mut self) -> Result<Bytes, Error> {
+        self.body_mut().bytes().await
     }
     #[cfg(feature = "json")]
-    fn json<T: serde::de::DeserializeOwned + Send>(mut self) -> impl Future<Output = Result<T, Error>> + Send {
-        async move { self.body_mut().json().await }
+    async fn json<T: serde::de::DeserializeOwned + Send>(mut self) -> Result<T, Error> {
+        self.body_mut().json().await
     }
     fn call_id(&self) -> Option<CallId> {
         self.extensions().get::<CallId>().copied()

@@ -26,9 +26,9 @@
 //! # let base = format!("http://127.0.0.1:{}", server.port());
 //! smol::block_on(async {
 //!     let client = switchyard_smol::Client::builder().build()?;
-//!     let mut response = client.get(&format!("{base}/hello")).send().await?;
+//!     let mut response = client.get(format!("{base}/hello")).send().await?;
 //!     assert_eq!(response.body_mut().text().await?, "hello");
-//!     let mut response = client.post(&format!("{base}/echo")).body("ping").send().await?;
+//!     let mut response = client.post(format!("{base}/echo")).body("ping").send().await?;
 //!     assert_eq!(response.body_mut().text().await?, "ping");
 //!     assert_eq!(client.stats().reused, 1);
 //!     Ok::<(), switchyard_smol::Error>(())

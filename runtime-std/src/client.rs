@@ -202,7 +202,11 @@ fn run_call(
     parts: &http::request::Parts,
     body: &mut Body,
     facts: RequestFacts,
-    (deadline, call_deadline, body_timeout): (Option<std::time::Instant>, Option<std::time::Instant>, Option<Duration>),
+    (deadline, call_deadline, body_timeout): (
+        Option<std::time::Instant>,
+        Option<std::time::Instant>,
+        Option<Duration>,
+    ),
 ) -> Result<http::Response<ResponseBody>, Error> {
     let mut rx = rx;
     loop {
@@ -215,7 +219,8 @@ fn run_call(
             st.pool.connection(connection).is_some_and(|c| c.route().uses_absolute_form())
         };
         let form = if absolute { TargetForm::Absolute } else { TargetForm::Origin };
-        let request = Call { parts, form, body_len: body.len(), facts, deadline, call_deadline, body_timeout };
+        let request =
+            Call { parts, form, body_len: body.len(), facts, deadline, call_deadline, body_timeout };
         let started = H1Exchange::start(shared, call, connection, conn, &request);
         let failure = match started.and_then(|exchange| h1::exchange(exchange, body)) {
             Ok(response) => return Ok(response),
@@ -226,12 +231,16 @@ fn run_call(
         let (tx, next) = mpsc::channel();
         let outcome = shared.exchange_failed(call, failure, tx);
         match outcome {
-            Ok(FailureOutcome::Retrying(_)) if timed_out => return Err(Error::timeout(TimeoutPhase::ResponseHead)),
+            Ok(FailureOutcome::Retrying(_)) if timed_out => {
+                return Err(Error::timeout(TimeoutPhase::ResponseHead))
+            }
             Ok(FailureOutcome::Retrying(reason)) => {
                 tracing::debug!(%call, ?reason, "retrying");
                 rx = next;
             }
-            Ok(FailureOutcome::Failed(_)) if timed_out => return Err(Error::timeout(TimeoutPhase::ResponseHead)),
+            Ok(FailureOutcome::Failed(_)) if timed_out => {
+                return Err(Error::timeout(TimeoutPhase::ResponseHead))
+            }
             Ok(FailureOutcome::Failed(e)) => return Err(Error::exchange(e)),
             Err(misuse) => return Err(Error::internal(misuse)),
         }

@@ -35,10 +35,10 @@
 //!     .resolve(&authority, ["127.0.0.1".parse().unwrap()]) // like curl --resolve
 //!     .build()?;
 //!
-//! let mut response = client.get(&format!("{base}/hello")).send()?;
+//! let mut response = client.get(format!("{base}/hello")).send()?;
 //! assert_eq!(response.body_mut().text()?, "hello");
 //!
-//! let mut response = client.post(&format!("{base}/echo")).body("ping").send()?;
+//! let mut response = client.post(format!("{base}/echo")).body("ping").send()?;
 //! assert_eq!(response.body_mut().text()?, "ping");
 //!
 //! // A body streamed from a reader (chunked).
@@ -71,8 +71,8 @@ pub use body::Body;
 pub use client::{Client, RequestBuilder};
 pub use response::{ResponseBody, ResponseExt};
 pub use switchyard_common::{
-    describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoopListener, Recorded,
-    RequestOptions, Resolve, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
+    describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoopListener,
+    Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
 pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy};

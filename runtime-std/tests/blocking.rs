@@ -59,10 +59,10 @@ fn dropping_a_body_early_drains_a_little_or_closes_never_leaks() {
     let client = Client::new().unwrap();
     let base = format!("http://127.0.0.1:{}", server.port());
     // Small remainder: drained on drop, the connection reused.
-    drop(client.get(&format!("{base}/bytes/2000")).send().unwrap());
+    drop(client.get(format!("{base}/bytes/2000")).send().unwrap());
     assert_eq!(client.stats().totals.idle, 1);
     // Large remainder (2 MiB): past the drain limit, so the connection closes.
-    let mut big = client.get(&format!("{base}/bytes/2097152")).send().unwrap();
+    let mut big = client.get(format!("{base}/bytes/2097152")).send().unwrap();
     let _first = big.body_mut().chunk().unwrap();
     drop(big);
     let s = client.stats();
@@ -74,13 +74,19 @@ fn dropping_a_body_early_drains_a_little_or_closes_never_leaks() {
 #[test]
 fn http2_only_is_a_configuration_error() {
     let err = Client::builder().http_version(HttpVersion::Http2Only).build().unwrap_err();
-    assert!(matches!(err.kind(), switchyard_std::ErrorKind::Config(why) if why.contains("HTTP/1.1 only")), "{err}");
+    assert!(
+        matches!(err.kind(), switchyard_std::ErrorKind::Config(why) if why.contains("HTTP/1.1 only")),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_zero_idle_probe_interval_is_a_configuration_error() {
     let err = Client::builder().idle_probe_interval(Some(Duration::ZERO)).build().unwrap_err();
-    assert!(matches!(err.kind(), switchyard_std::ErrorKind::Config(why) if why.contains("idle_probe_interval")), "{err}");
+    assert!(
+        matches!(err.kind(), switchyard_std::ErrorKind::Config(why) if why.contains("idle_probe_interval")),
+        "{err}"
+    );
     assert!(Client::builder().idle_probe_interval(None).build().is_ok(), "None disables the sweep");
 }
 
@@ -90,10 +96,84 @@ fn a_read_timeout_ends_a_stalled_body_with_a_typed_error() {
     let server = FaultServer::start(FaultOptions::default());
     server.push([Reply::ok("late body").with(Fault::BodyDelay(Duration::from_secs(3)))]);
     let client = Client::builder().read_timeout(Duration::from_millis(200)).build().unwrap();
-    let mut r = client.get(&format!("http://127.0.0.1:{}/", server.port())).send().unwrap();
+    let mut r = client.get(format!("http://127.0.0.1:{}/", server.port())).send().unwrap();
     let err = r.body_mut().collect().unwrap_err();
     assert!(err.is_timeout(), "{err}");
     drop(r);
     let s = client.stats();
     assert_eq!((s.calls, s.totals.in_use, s.totals.open), (0, 0, 0), "{s:?}");
+}
+
+/// The request API and response helpers, blocking (as on the async adapters,
+/// `switchyard_tests::ecosystem`): URLs as `&str`/`String`/`Uri`, header
+/// constants, auth, default headers and User-Agent, query, JSON, `text`/
+/// `bytes`/`json`/`error_for_status`, ids in the extensions, two listeners.
+#[test]
+fn the_request_api_and_response_helpers() {
+    use switchyard_std::{ErrorKind, EventLog, ResponseExt};
+    let server = TestServer::start(ServerOptions::default());
+    let base = format!("http://127.0.0.1:{}", server.port());
+    let (one, two) = (EventLog::default(), EventLog::default());
+    let mut defaults = http::HeaderMap::new();
+    defaults.insert("x-team", http::HeaderValue::from_static("switchyard"));
+    let client = Client::builder()
+        .default_headers(defaults)
+        .event_listener(one.clone())
+        .event_listener(two.clone())
+        .build()
+        .unwrap();
+    let text = client.get(format!("{base}/headers")).send().unwrap().text().unwrap();
+    assert!(text.contains(&format!("user-agent: {}", switchyard_std::DEFAULT_USER_AGENT)), "{text}");
+    assert!(text.contains("x-team: switchyard"), "{text}");
+    let uri: http::Uri = format!("{base}/headers").parse().unwrap();
+    let text = client
+        .get(uri)
+        .header(http::header::ACCEPT, "text/plain")
+        .bearer_auth("t0ken")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(text.contains("accept: text/plain") && text.contains("authorization: Bearer t0ken"), "{text}");
+    let r = client.get(format!("{base}/q")).query(&[("a", "b c")]).send().unwrap();
+    assert_eq!(r.text().unwrap(), "/q?a=b+c");
+
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Item {
+        n: u32,
+    }
+    let back: Item = client.post(format!("{base}/echo")).json(&Item { n: 7 }).send().unwrap().json().unwrap();
+    assert_eq!(back, Item { n: 7 });
+    assert_eq!(client.get(format!("{base}/bytes/3")).send().unwrap().bytes().unwrap(), &b"xxx"[..]);
+
+    let r = client.patch(format!("{base}/status/503")).send().unwrap();
+    let (call, conn) = (r.call_id().unwrap(), r.connection_id().unwrap());
+    let e = r.error_for_status().unwrap_err();
+    assert!(e.is_status() && e.url().is_some_and(|u| u.ends_with("/status/503")), "{e:?}");
+    for log in [&one, &two] {
+        let acquired =
+            log.events().into_iter().find(|e| e.name == "connection_acquired" && e.call == Some(call));
+        assert!(acquired.is_some_and(|e| e.detail.starts_with(&conn.to_string())));
+    }
+    let e = client.get("localhost:8080/x").send().unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::InvalidUrl(_)) && e.to_string().contains("localhost:8080/x"),
+        "{e:?}"
+    );
+}
+
+/// The call timeout covers the body; the head timeout only the head.
+#[test]
+fn the_call_timeout_covers_the_body() {
+    use switchyard_std::{ResponseExt, TimeoutPhase};
+    let server = TestServer::start(ServerOptions::default());
+    let base = format!("http://127.0.0.1:{}", server.port());
+    let client = Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    let r = client.get(format!("{base}/slow-body/1500")).send().unwrap();
+    let e = r.text().unwrap_err();
+    assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseBody), "{e:?}");
+    let e = client.get(format!("{base}/sleep/1500")).send().unwrap_err();
+    assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseHead), "{e:?}");
+    let client = Client::builder().head_timeout(Duration::from_millis(300)).build().unwrap();
+    assert_eq!(client.get(format!("{base}/slow-body/600")).send().unwrap().text().unwrap(), "late");
 }

@@ -27,11 +27,11 @@
 //!     .build()?;
 //!
 //! // GET, body collected.
-//! let mut response = client.get(&format!("{base}/hello")).send().await?;
+//! let mut response = client.get(format!("{base}/hello")).send().await?;
 //! assert_eq!(response.body_mut().text().await?, "hello");
 //!
 //! // POST with a body.
-//! let mut response = client.post(&format!("{base}/echo")).body("ping").send().await?;
+//! let mut response = client.post(format!("{base}/echo")).body("ping").send().await?;
 //! assert_eq!(response.body_mut().text().await?, "ping");
 //!
 //! // A streaming request body (chunked on HTTP/1.1).

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use switchyard_async::{Body, Client, ClientBuilder, ErrorKind, EventLog, ResponseExt, Runtime, TimeoutPhase};
+use switchyard_async::{
+    Body, Client, ClientBuilder, ErrorKind, EventLog, ResponseExt, Runtime, TimeoutPhase,
+};
 
 use crate::server::{ServerOptions, TestServer};
 
@@ -178,9 +180,13 @@ impl futures_core::Stream for Chunks {
 /// HTTP/2 (prior knowledge).
 pub async fn body_traits<R: Runtime + Default>() {
     for h2 in [false, true] {
-        let server = TestServer::start(ServerOptions { http2_only: h2, http1_only: !h2, ..Default::default() });
-        let version =
-            if h2 { switchyard_async::HttpVersion::Http2Only } else { switchyard_async::HttpVersion::Http1Only };
+        let server =
+            TestServer::start(ServerOptions { http2_only: h2, http1_only: !h2, ..Default::default() });
+        let version = if h2 {
+            switchyard_async::HttpVersion::Http2Only
+        } else {
+            switchyard_async::HttpVersion::Http1Only
+        };
         let client: Client<R> = ClientBuilder::new().http_version(version).build().expect("client");
         let b = base(&server);
 
@@ -190,12 +196,17 @@ pub async fn body_traits<R: Runtime + Default>() {
         assert_eq!(collected.to_bytes(), Bytes::from_static(b"with trailers"), "h2={h2}");
         if h2 {
             // hyper sends trailers on HTTP/2; on HTTP/1.1 only when asked (TE: trailers).
-            assert_eq!(trailers.as_ref().and_then(|t| t.get("x-checksum")).map(|v| v.as_bytes()), Some(&b"abc"[..]));
+            assert_eq!(
+                trailers.as_ref().and_then(|t| t.get("x-checksum")).map(|v| v.as_bytes()),
+                Some(&b"abc"[..])
+            );
         }
 
         let mut r = client.get(format!("{b}/bytes/70000")).send().await.expect("GET");
         let mut total = 0;
-        while let Some(chunk) = std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(r.body_mut()), cx)).await {
+        while let Some(chunk) =
+            std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(r.body_mut()), cx)).await
+        {
             total += chunk.expect("chunk").len();
         }
         assert_eq!(total, 70000, "Stream, h2={h2}");
@@ -241,7 +252,8 @@ pub async fn timeouts<R: Runtime + Default>() {
     assert_eq!(e.to_string(), format!("timed out waiting for the response head from {b}/sleep/1500"));
 
     // Only the head bounded: a slow body is fine.
-    let client: Client<R> = ClientBuilder::new().head_timeout(Duration::from_millis(300)).build().expect("client");
+    let client: Client<R> =
+        ClientBuilder::new().head_timeout(Duration::from_millis(300)).build().expect("client");
     let r = client.get(format!("{b}/slow-body/600")).send().await.expect("head");
     assert_eq!(r.text().await.expect("late but unbounded"), "late");
     let e = client.get(format!("{b}/sleep/1500")).send().await.expect_err("head");
@@ -269,8 +281,10 @@ pub async fn errors<R: Runtime + Default>() {
     assert_eq!(format!("{e:#}"), format!("{e}: {source}"));
     assert!(format!("{e:?}").len() < 400, "Debug is short: {e:?}");
 
-    let no_dns: Client<R> =
-        ClientBuilder::new().resolver(crate::adapter::Hermetic(std::collections::BTreeMap::new())).build().expect("client");
+    let no_dns: Client<R> = ClientBuilder::new()
+        .resolver(crate::adapter::Hermetic(std::collections::BTreeMap::new()))
+        .build()
+        .expect("client");
     let e = no_dns.get("http://nowhere.test/").send().await.expect_err("no such host");
     assert!(e.is_dns() && e.is_connect(), "{e:?}");
 
@@ -278,8 +292,10 @@ pub async fn errors<R: Runtime + Default>() {
         tls: vec![(vec!["localhost".into()], crate::certs::untrusted_leaf(&["localhost"]))],
         ..Default::default()
     });
-    let client: Client<R> =
-        ClientBuilder::new().resolve(&format!("localhost:{}", tls.port()), ["127.0.0.1".parse().expect("ip")]).build().expect("client");
+    let client: Client<R> = ClientBuilder::new()
+        .resolve(&format!("localhost:{}", tls.port()), ["127.0.0.1".parse().expect("ip")])
+        .build()
+        .expect("client");
     let e = client.get(format!("https://localhost:{}/", tls.port())).send().await.expect_err("untrusted");
     assert!(e.is_tls() && e.is_connect(), "{e:?}");
     assert_eq!(e.tls_failure(), Some(switchyard_core::TlsFailure::Certificate), "{e:?}");
@@ -302,11 +318,16 @@ pub async fn tower_stack<R: Runtime + Default>() {
     let get = |path: &str| {
         http::Request::get(format!("{}{path}", base(&server))).body(Body::empty()).expect("request")
     };
-    let r = ServiceExt::<http::Request<Body>>::ready(&mut service).await.expect("ready").call(get("/redirect/2")).await;
+    let r = ServiceExt::<http::Request<Body>>::ready(&mut service)
+        .await
+        .expect("ready")
+        .call(get("/redirect/2"))
+        .await;
     let r = r.expect("redirects");
     assert_eq!(r.status(), http::StatusCode::OK);
     assert_eq!(r.into_body().collect().await.expect("body").to_bytes(), Bytes::from_static(b"hello"));
-    let r = ServiceExt::<http::Request<Body>>::ready(&mut service).await.expect("ready").call(get("/gzip")).await;
+    let r =
+        ServiceExt::<http::Request<Body>>::ready(&mut service).await.expect("ready").call(get("/gzip")).await;
     let r = r.expect("gzip");
     assert!(r.headers().get("content-encoding").is_none(), "decompressed");
     assert_eq!(r.into_body().collect().await.expect("body").to_bytes(), Bytes::from_static(b"hello, gzip"));

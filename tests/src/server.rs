@@ -387,7 +387,10 @@ async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::R
         ("redirect", Some(n)) => {
             *response.status_mut() = http::StatusCode::FOUND;
             let to = if n == 0 { "/hello".to_owned() } else { format!("/redirect/{}", n - 1) };
-            response.headers_mut().insert("location", http::HeaderValue::try_from(to).unwrap_or(http::HeaderValue::from_static("/hello")));
+            response.headers_mut().insert(
+                "location",
+                http::HeaderValue::try_from(to).unwrap_or(http::HeaderValue::from_static("/hello")),
+            );
             *response.body_mut() = full(Bytes::new());
         }
         ("gzip", _) => {

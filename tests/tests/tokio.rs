@@ -124,11 +124,11 @@ fn dropping_a_body_early_never_leaks_the_connection() {
     runtime().block_on(async {
         // Small remainder: drained in the background, then reused.
         let small =
-            client.get(&format!("http://127.0.0.1:{}/bytes/2000", server.port())).send().await.unwrap();
+            client.get(format!("http://127.0.0.1:{}/bytes/2000", server.port())).send().await.unwrap();
         drop(small);
         // Large remainder (2 MiB): past the drain limit, so the connection is closed.
         let mut big =
-            client.get(&format!("http://127.0.0.1:{}/bytes/2097152", server.port())).send().await.unwrap();
+            client.get(format!("http://127.0.0.1:{}/bytes/2097152", server.port())).send().await.unwrap();
         let _first = big.body_mut().chunk().await.unwrap();
         drop(big);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -154,8 +154,7 @@ fn a_panicking_listener_does_not_corrupt_the_pool() {
     let client = Client::builder().event_listener(Panics).build().unwrap();
     runtime().block_on(async {
         for _ in 0..3 {
-            let mut r =
-                client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
+            let mut r = client.get(format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
             assert_eq!(r.body_mut().text().await.unwrap(), "hello");
         }
     });
@@ -168,8 +167,7 @@ fn h2c_prior_knowledge() {
     let client = Client::builder().http_version(HttpVersion::Http2Only).build().unwrap();
     runtime().block_on(async {
         for _ in 0..2 {
-            let mut r =
-                client.get(&format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
+            let mut r = client.get(format!("http://127.0.0.1:{}/hello", server.port())).send().await.unwrap();
             assert_eq!(r.version(), http::Version::HTTP_2);
             assert_eq!(r.body_mut().text().await.unwrap(), "hello");
         }
