@@ -62,14 +62,14 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
                 .build()
                 .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
             let client: switchyard_tokio::Client = client(&args, &log)?;
-            rt.block_on(run_async(client, log, args, |f| {
+            rt.block_on(run_async(client.into_generic(), log, args, |f| {
                 let task = tokio::spawn(f);
                 Box::pin(async move { task.await.map_err(|e| e.to_string())? })
             }))
         }
         Runtime::Smol => {
             let client: switchyard_smol::Client = client(&args, &log)?;
-            smol::block_on(run_async(client, log, args, |f| Box::pin(smol::spawn(f))))
+            smol::block_on(run_async(client.into_generic(), log, args, |f| Box::pin(smol::spawn(f))))
         }
         Runtime::Std => {
             let client: switchyard_std::Client = client(&args, &log)?;

@@ -8,10 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use switchyard_core::{
-    Address, Family, PoolConfig, Protocol, Proxy, ResolverIdentity, StreamLimitPolicy, TlsIdentity,
-};
+use switchyard_core::{Address, PoolConfig, Protocol, Proxy, ResolverIdentity, TlsIdentity};
 
 use crate::event::EventListener;
 use crate::resolve::{Overrides, Resolve, SystemResolver};
@@ -194,30 +191,37 @@ pub trait FromConfig: Sized {
 /// ```
 #[must_use]
 pub struct ClientBuilder<C: FromConfig> {
-    pool: PoolConfig,
-    read_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
-    timeout: Option<Duration>,
-    head_timeout: Option<Duration>,
-    body_timeout: Option<Duration>,
-    default_headers: http::HeaderMap,
-    expect_continue_timeout: Duration,
-    version: HttpVersion,
-    allow_cleartext: bool,
-    tls: TlsSettings,
-    listeners: Vec<Arc<dyn EventListener>>,
-    resolver: Arc<dyn Resolve>,
-    overrides: HashMap<(String, u16), Vec<IpAddr>>,
-    proxies: Vec<Proxy>,
-    limits: switchyard_core::http1::Limits,
+    state: BuilderState,
     runtime: C::Runtime,
-    errors: Vec<String>,
     client: PhantomData<fn() -> C>,
 }
 
-impl<C: FromConfig> Default for ClientBuilder<C> {
+/// What a builder has collected: every setting, and the first errors met.
+/// Public only for the adapters' own builders (built with the same methods).
+#[doc(hidden)]
+pub struct BuilderState {
+    pub pool: PoolConfig,
+    pub read_timeout: Option<Duration>,
+    pub write_timeout: Option<Duration>,
+    pub timeout: Option<Duration>,
+    pub head_timeout: Option<Duration>,
+    pub body_timeout: Option<Duration>,
+    pub default_headers: http::HeaderMap,
+    pub expect_continue_timeout: Duration,
+    pub version: HttpVersion,
+    pub allow_cleartext: bool,
+    pub tls: TlsSettings,
+    pub listeners: Vec<Arc<dyn EventListener>>,
+    pub resolver: Arc<dyn Resolve>,
+    pub overrides: HashMap<(String, u16), Vec<IpAddr>>,
+    pub proxies: Vec<Proxy>,
+    pub limits: switchyard_core::http1::Limits,
+    pub errors: Vec<String>,
+}
+
+impl Default for BuilderState {
     fn default() -> Self {
-        ClientBuilder {
+        BuilderState {
             // Idle HTTP/1.1 connections are probed every second, so a server's
             // close is seen (and counted) while they sit in the pool.
             pool: PoolConfig { probe_interval: Some(Duration::from_secs(1)), ..PoolConfig::default() },
@@ -240,16 +244,20 @@ impl<C: FromConfig> Default for ClientBuilder<C> {
             overrides: HashMap::new(),
             proxies: Vec::new(),
             limits: switchyard_core::http1::Limits::default(),
-            runtime: C::Runtime::default(),
             errors: Vec::new(),
-            client: PhantomData,
         }
+    }
+}
+
+impl<C: FromConfig> Default for ClientBuilder<C> {
+    fn default() -> Self {
+        ClientBuilder { state: BuilderState::default(), runtime: C::Runtime::default(), client: PhantomData }
     }
 }
 
 impl<C: FromConfig> std::fmt::Debug for ClientBuilder<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientBuilder").field("pool", &self.pool).finish_non_exhaustive()
+        f.debug_struct("ClientBuilder").field("pool", &self.state.pool).finish_non_exhaustive()
     }
 }
 
@@ -264,277 +272,19 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.runtime = runtime;
         self
     }
-    /// Bound on each TCP connect attempt. Default: 10 s.
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.pool.race.connect_timeout = d;
-        self
-    }
-    /// Bound on the winner's handshakes (TLS, proxy). Default: 10 s.
-    pub fn handshake_timeout(mut self, d: Duration) -> Self {
-        self.pool.race.handshake_timeout = d;
-        self
-    }
-    /// Happy Eyeballs: time between connect attempts while earlier ones are in
-    /// flight. Default: 250 ms.
-    pub fn attempt_delay(mut self, d: Duration) -> Self {
-        self.pool.race.attempt_delay = d;
-        self
-    }
-    /// Which address family goes first when both are present. Default: IPv6.
-    pub fn preferred_family(mut self, family: Family) -> Self {
-        self.pool.race.plan.preferred_family = family;
-        self
-    }
-    /// Idle connections older than this are closed. Default: 90 s. Zero is a
-    /// configuration error (to keep no idle connection: `max_idle_per_host(0)`).
-    pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.pool.keep_alive = d;
-        self
-    }
-    /// Connections older than this take no new exchanges. Default: none.
-    pub fn max_lifetime(mut self, d: Duration) -> Self {
-        self.pool.max_lifetime = Some(d);
-        self
-    }
-    /// Open plus connecting connections per host (Address). Default: unlimited.
-    pub fn max_connections_per_host(mut self, n: usize) -> Self {
-        self.pool.max_connections_per_address = Some(n);
-        self
-    }
-    /// Open plus connecting connections in total. Default: unlimited.
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.pool.max_connections_total = Some(n);
-        self
-    }
-    /// Idle connections kept per host. Default: 32. Zero: none is kept (each
-    /// connection closes when its exchange ends).
-    pub fn max_idle_per_host(mut self, n: usize) -> Self {
-        self.pool.max_idle_per_address = n;
-        self
-    }
-    /// Idle connections kept in total, across hosts; past it the least recently
-    /// used one closes. Default: 100. When a connect fails for lack of file
-    /// descriptors, or the total connection cap is reached, the least recently
-    /// used idle connection is closed to make room, whatever this cap.
-    pub fn max_idle(mut self, n: usize) -> Self {
-        self.pool.max_idle_total = Some(n);
-        self
-    }
-    /// How often idle HTTP/1.1 connections are probed for a server's close
-    /// (`None`: only before reuse, which always happens). Default: 1 s. A zero
-    /// interval is a configuration error.
-    pub fn idle_probe_interval(mut self, every: Option<Duration>) -> Self {
-        if every.is_some_and(|d| d.is_zero()) {
-            self.errors.push("idle_probe_interval must be longer than zero (None disables it)".into());
-        }
-        self.pool.probe_interval = every;
-        self
-    }
-    /// How long a call may wait for pool capacity. Default: 30 s. Zero: fail at
-    /// once when no capacity is free.
-    pub fn pool_timeout(mut self, d: Duration) -> Self {
-        self.pool.acquire_timeout = d;
-        self
-    }
-    /// Bound on each read from a connection. Default: none.
-    pub fn read_timeout(mut self, d: Duration) -> Self {
-        self.read_timeout = Some(d);
-        self
-    }
-    /// Bound on each write to a connection. Default: none.
-    pub fn write_timeout(mut self, d: Duration) -> Self {
-        self.write_timeout = Some(d);
-        self
-    }
-    /// Bound on a whole call, from `send` to the end of its response body
-    /// (as reqwest's `timeout`): waiting for a connection, the exchange, and
-    /// reading the body. Past it the call fails with a timeout whose
-    /// [`phase`](crate::Error::timeout_phase) says where it was; a body past it
-    /// fails and its connection is closed (HTTP/1.1) or its stream reset
-    /// (HTTP/2). Per request: `RequestBuilder::timeout`. Default: none.
-    pub fn timeout(mut self, d: Duration) -> Self {
-        self.timeout = Some(d);
-        self
-    }
-    /// Bound on a call until its response head only (the body is then bound
-    /// by [`timeout`](Self::timeout) and [`body_timeout`](Self::body_timeout),
-    /// if set). Per request: `RequestBuilder::head_timeout`. Default: none.
-    pub fn head_timeout(mut self, d: Duration) -> Self {
-        self.head_timeout = Some(d);
-        self
-    }
-    /// Header fields every request gets unless it sets the same name itself.
-    /// Adds to the defaults (`User-Agent`); a name given here replaces its
-    /// default.
-    pub fn default_headers(mut self, headers: http::HeaderMap) -> Self {
-        let mut last = None;
-        for (name, value) in headers {
-            let name = match name {
-                Some(n) => {
-                    self.default_headers.remove(&n);
-                    last = Some(n.clone());
-                    n
-                }
-                None => match &last {
-                    Some(n) => n.clone(),
-                    None => continue,
-                },
-            };
-            self.default_headers.append(name, value);
-        }
-        self
-    }
-    /// The `User-Agent` sent unless a request has its own. Default:
-    /// `switchyard/<version>`. An empty string sends none.
-    pub fn user_agent(mut self, agent: &str) -> Self {
-        if agent.is_empty() {
-            self.default_headers.remove(http::header::USER_AGENT);
-            return self;
-        }
-        match http::HeaderValue::try_from(agent) {
-            Ok(v) => {
-                self.default_headers.insert(http::header::USER_AGENT, v);
-            }
-            Err(_) => self.errors.push(format!("user_agent {agent:?} is not a valid header value")),
-        }
-        self
-    }
-    /// Bound on reading each response body, from its head to its end (HTTP/1.1
-    /// and HTTP/2): past it, the body fails with a timeout and its connection is
-    /// closed (HTTP/1.1) or its stream reset (HTTP/2). [`timeout`](Self::timeout)
-    /// bounds the whole call as well; whichever ends first applies.
-    /// Per request: `RequestBuilder::body_timeout`. Default: none.
-    pub fn body_timeout(mut self, d: Duration) -> Self {
-        self.body_timeout = Some(d);
-        self
-    }
-    /// How long a request with `Expect: 100-continue` waits before sending its
-    /// body anyway. Default: 1 s. Zero: send the body without waiting.
-    pub fn expect_continue_timeout(mut self, d: Duration) -> Self {
-        self.expect_continue_timeout = d;
-        self
-    }
-    /// HTTP/2 at the peer's stream limit: open another connection (default) or wait.
-    pub fn http2_stream_limit_policy(mut self, policy: StreamLimitPolicy) -> Self {
-        self.pool.stream_limit_policy = policy;
-        self
-    }
-    /// Which protocols to use. Default: [`HttpVersion::Auto`].
-    pub fn http_version(mut self, version: HttpVersion) -> Self {
-        self.version = version;
-        self
-    }
-    /// Whether `http://` URLs are allowed. Default: yes.
-    pub fn allow_cleartext(mut self, allow: bool) -> Self {
-        self.allow_cleartext = allow;
-        self
-    }
-    /// Trusts this root certificate (DER) in addition to the built-in roots.
-    pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
-        self.tls.extra_roots.push(CertificateDer::from(der.into()));
-        self
-    }
-    /// Trusts every certificate in this PEM text (one or more `CERTIFICATE`
-    /// blocks) in addition to the built-in roots. A text with no certificate,
-    /// or a block that does not decode, is a configuration error that says
-    /// "root certificate".
-    pub fn add_root_certificate_pem(mut self, pem: &str) -> Self {
-        use rustls::pki_types::pem::PemObject;
-        let mut found = 0;
-        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            match cert {
-                Ok(c) => {
-                    found += 1;
-                    self.tls.extra_roots.push(c.into_owned());
-                }
-                Err(e) => {
-                    self.errors.push(format!("root certificate: the PEM does not decode ({e})"));
-                    return self;
-                }
-            }
-        }
-        if found == 0 {
-            self.errors.push("root certificate: no CERTIFICATE block in the PEM".into());
-        }
-        self
-    }
-    /// Presents this client identity from PEM: the certificate chain (leaf
-    /// first) and its private key (PKCS#8, PKCS#1 or SEC1). A PEM that does
-    /// not decode is a configuration error that says "client identity".
-    pub fn client_identity_pem(mut self, chain_pem: &str, key_pem: &str) -> Self {
-        use rustls::pki_types::pem::PemObject;
-        let chain: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(chain_pem.as_bytes()).collect();
-        match (chain, PrivateKeyDer::from_pem_slice(key_pem.as_bytes())) {
-            (Ok(chain), Ok(key)) if !chain.is_empty() => {
-                self.tls.client_auth = Some((chain, Arc::new(key)));
-            }
-            (Ok(_), Ok(_)) => {
-                self.errors.push("client identity: no CERTIFICATE block in the chain PEM".into())
-            }
-            (Err(e), _) => {
-                self.errors.push(format!("client identity: the certificate PEM does not decode ({e})"))
-            }
-            (_, Err(e)) => {
-                self.errors.push(format!("client identity: the private key PEM does not decode ({e})"))
-            }
-        }
-        self
-    }
-    /// Whether the built-in (webpki) roots are trusted. Default: yes. Turning them
-    /// off without adding a root is a configuration error, never "trust anything".
-    pub fn built_in_roots(mut self, enabled: bool) -> Self {
-        self.tls.built_in_roots = enabled;
-        self
-    }
-    /// Presents this client certificate chain (DER, leaf first) and key (PKCS#8 DER).
-    pub fn client_certificate(mut self, chain: Vec<Vec<u8>>, pkcs8_key: Vec<u8>) -> Self {
-        let chain = chain.into_iter().map(CertificateDer::from).collect();
-        let key = PrivateKeyDer::Pkcs8(pkcs8_key.into());
-        self.tls.client_auth = Some((chain, Arc::new(key)));
-        self
-    }
-    /// Adds a listener that receives every event. Several may be added; each
-    /// hears every event, in the order they were added. Default: none.
-    pub fn event_listener(mut self, listener: impl EventListener) -> Self {
-        self.listeners.push(Arc::new(listener));
-        self
-    }
-    /// Resolves host names. Default: the system resolver.
-    pub fn resolver(mut self, resolver: impl Resolve) -> Self {
-        self.resolver = Arc::new(resolver);
-        self
-    }
-    /// Answers DNS for `host:port` with these addresses (like curl's `--resolve`).
-    pub fn resolve(mut self, host_port: &str, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
-        match host_port.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?))) {
-            Some((h, p)) => {
-                let host = h.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-                self.overrides.insert((host, p), addrs.into_iter().collect());
-            }
-            None => self.errors.push(format!("resolve override {host_port:?} is not host:port")),
-        }
-        self
-    }
-    /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
-    /// https, absolute-form for http; SOCKS5 without authentication, the origin's
-    /// name resolved by the proxy). A proxy listed twice is used once, at its
-    /// first place (the route planner drops duplicates). Default: direct.
-    pub fn proxies(mut self, proxies: impl IntoIterator<Item = Proxy>) -> Self {
-        self.proxies = proxies.into_iter().collect();
-        self
-    }
-    /// Largest response head accepted. Default: 64 KiB.
-    pub fn max_response_head_size(mut self, bytes: usize) -> Self {
-        self.limits.max_head_size = bytes;
-        self
-    }
-    /// Retries per call (BEHAVIOUR §6). Default: 3. Zero: never retry (retries
-    /// after GOAWAY are not counted: `PoolConfig::max_free_retries` bounds them).
-    pub fn max_retries(mut self, n: u32) -> Self {
-        self.pool.max_retries = n;
-        self
-    }
+    crate::__client_builder_methods!();
 
+    /// Validates the settings and builds the client. Needs no runtime.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve` override, unusable TLS roots or
+    /// client certificate, a setting out of range, or one the adapter cannot honour.
+    pub fn build(self) -> Result<C, Error> {
+        C::from_config(self.state.finish()?, self.runtime)
+    }
+}
+
+impl BuilderState {
     /// The settings that cannot mean anything at zero (or below a floor) are
     /// configuration errors naming the setting. Zero is meaningful, and
     /// documented, for: `max_idle_per_host` / `max_idle` (keep no idle
@@ -585,12 +335,13 @@ impl<C: FromConfig> ClientBuilder<C> {
         Ok(())
     }
 
-    /// Validates the settings and builds the client. Needs no runtime.
+    /// Validates the settings into a [`Config`] (what `build` does before
+    /// the adapter builds its client).
     ///
     /// # Errors
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve` override, unusable TLS roots or
-    /// client certificate, or a setting the adapter cannot honour.
-    pub fn build(self) -> Result<C, Error> {
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve`
+    /// override, unusable TLS roots or client certificate, a setting out of range.
+    pub fn finish(self) -> Result<Config, Error> {
         if let Some(e) = self.errors.first() {
             return Err(Error::config(e.clone()));
         }
@@ -621,8 +372,298 @@ impl<C: FromConfig> ClientBuilder<C> {
             proxies: self.proxies,
             limits: self.limits,
         };
-        C::from_config(config, self.runtime)
+        Ok(config)
     }
+}
+
+/// The builder's knobs, written once for every builder type (the generic
+/// [`ClientBuilder`] here and each adapter's own `ClientBuilder`, so its
+/// methods render on the adapter's page): for an `impl` block of a type
+/// whose field `state` is a [`BuilderState`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __client_builder_methods {
+    () => {
+        /// Bound on each TCP connect attempt. Default: 10 s.
+        pub fn connect_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.pool.race.connect_timeout = d;
+            self
+        }
+        /// Bound on the winner's handshakes (TLS, proxy). Default: 10 s.
+        pub fn handshake_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.pool.race.handshake_timeout = d;
+            self
+        }
+        /// Happy Eyeballs: time between connect attempts while earlier ones are in
+        /// flight. Default: 250 ms.
+        pub fn attempt_delay(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.pool.race.attempt_delay = d;
+            self
+        }
+        /// Which address family goes first when both are present. Default: IPv6.
+        pub fn preferred_family(mut self, family: $crate::__private::Family) -> Self {
+            self.state.pool.race.plan.preferred_family = family;
+            self
+        }
+        /// Idle connections older than this are closed. Default: 90 s. Zero is a
+        /// configuration error (to keep no idle connection: `max_idle_per_host(0)`).
+        pub fn idle_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.pool.keep_alive = d;
+            self
+        }
+        /// Connections older than this take no new exchanges. Default: none.
+        pub fn max_lifetime(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.pool.max_lifetime = Some(d);
+            self
+        }
+        /// Open plus connecting connections per host (Address). Default: unlimited.
+        pub fn max_connections_per_host(mut self, n: usize) -> Self {
+            self.state.pool.max_connections_per_address = Some(n);
+            self
+        }
+        /// Open plus connecting connections in total. Default: unlimited.
+        pub fn max_connections(mut self, n: usize) -> Self {
+            self.state.pool.max_connections_total = Some(n);
+            self
+        }
+        /// Idle connections kept per host. Default: 32. Zero: none is kept (each
+        /// connection closes when its exchange ends).
+        pub fn max_idle_per_host(mut self, n: usize) -> Self {
+            self.state.pool.max_idle_per_address = n;
+            self
+        }
+        /// Idle connections kept in total, across hosts; past it the least recently
+        /// used one closes. Default: 100. When a connect fails for lack of file
+        /// descriptors, or the total connection cap is reached, the least recently
+        /// used idle connection is closed to make room, whatever this cap.
+        pub fn max_idle(mut self, n: usize) -> Self {
+            self.state.pool.max_idle_total = Some(n);
+            self
+        }
+        /// How often idle HTTP/1.1 connections are probed for a server's close
+        /// (`None`: only before reuse, which always happens). Default: 1 s. A zero
+        /// interval is a configuration error.
+        pub fn idle_probe_interval(mut self, every: Option<$crate::__private::Duration>) -> Self {
+            if every.is_some_and(|d| d.is_zero()) {
+                self.state
+                    .errors
+                    .push("idle_probe_interval must be longer than zero (None disables it)".into());
+            }
+            self.state.pool.probe_interval = every;
+            self
+        }
+        /// How long a call may wait for pool capacity. Default: 30 s. Zero: fail at
+        /// once when no capacity is free.
+        pub fn pool_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.pool.acquire_timeout = d;
+            self
+        }
+        /// Bound on each read from a connection. Default: none.
+        pub fn read_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.read_timeout = Some(d);
+            self
+        }
+        /// Bound on each write to a connection. Default: none.
+        pub fn write_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.write_timeout = Some(d);
+            self
+        }
+        /// Bound on a whole call, from `send` to the end of its response body
+        /// (as reqwest's `timeout`): waiting for a connection, the exchange, and
+        /// reading the body. Past it the call fails with a timeout whose
+        /// [`phase`](crate::Error::timeout_phase) says where it was; a body past it
+        /// fails and its connection is closed (HTTP/1.1) or its stream reset
+        /// (HTTP/2). Per request: `RequestBuilder::timeout`. Default: none.
+        pub fn timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.timeout = Some(d);
+            self
+        }
+        /// Bound on a call until its response head only (the body is then bound
+        /// by [`timeout`](Self::timeout) and [`body_timeout`](Self::body_timeout),
+        /// if set). Per request: `RequestBuilder::head_timeout`. Default: none.
+        pub fn head_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.head_timeout = Some(d);
+            self
+        }
+        /// Header fields every request gets unless it sets the same name itself.
+        /// Adds to the defaults (`User-Agent`); a name given here replaces its
+        /// default.
+        pub fn default_headers(mut self, headers: $crate::__http::HeaderMap) -> Self {
+            let mut last = None;
+            for (name, value) in headers {
+                let name = match name {
+                    Some(n) => {
+                        self.state.default_headers.remove(&n);
+                        last = Some(n.clone());
+                        n
+                    }
+                    None => match &last {
+                        Some(n) => n.clone(),
+                        None => continue,
+                    },
+                };
+                self.state.default_headers.append(name, value);
+            }
+            self
+        }
+        /// The `User-Agent` sent unless a request has its own. Default:
+        /// `switchyard/<version>`. An empty string sends none.
+        pub fn user_agent(mut self, agent: &str) -> Self {
+            if agent.is_empty() {
+                self.state.default_headers.remove($crate::__http::header::USER_AGENT);
+                return self;
+            }
+            match $crate::__http::HeaderValue::try_from(agent) {
+                Ok(v) => {
+                    self.state.default_headers.insert($crate::__http::header::USER_AGENT, v);
+                }
+                Err(_) => self.state.errors.push(format!("user_agent {agent:?} is not a valid header value")),
+            }
+            self
+        }
+        /// Bound on reading each response body, from its head to its end (HTTP/1.1
+        /// and HTTP/2): past it, the body fails with a timeout and its connection is
+        /// closed (HTTP/1.1) or its stream reset (HTTP/2). [`timeout`](Self::timeout)
+        /// bounds the whole call as well; whichever ends first applies.
+        /// Per request: `RequestBuilder::body_timeout`. Default: none.
+        pub fn body_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.body_timeout = Some(d);
+            self
+        }
+        /// How long a request with `Expect: 100-continue` waits before sending its
+        /// body anyway. Default: 1 s. Zero: send the body without waiting.
+        pub fn expect_continue_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.state.expect_continue_timeout = d;
+            self
+        }
+        /// HTTP/2 at the peer's stream limit: open another connection (default) or wait.
+        pub fn http2_stream_limit_policy(mut self, policy: $crate::__private::StreamLimitPolicy) -> Self {
+            self.state.pool.stream_limit_policy = policy;
+            self
+        }
+        /// Which protocols to use. Default: [`HttpVersion::Auto`].
+        pub fn http_version(mut self, version: $crate::__private::HttpVersion) -> Self {
+            self.state.version = version;
+            self
+        }
+        /// Whether `http://` URLs are allowed. Default: yes.
+        pub fn allow_cleartext(mut self, allow: bool) -> Self {
+            self.state.allow_cleartext = allow;
+            self
+        }
+        /// Trusts this root certificate (DER) in addition to the built-in roots.
+        pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
+            self.state.tls.extra_roots.push($crate::__private::CertificateDer::from(der.into()));
+            self
+        }
+        /// Trusts every certificate in this PEM text (one or more `CERTIFICATE`
+        /// blocks) in addition to the built-in roots. A text with no certificate,
+        /// or a block that does not decode, is a configuration error that says
+        /// "root certificate".
+        pub fn add_root_certificate_pem(mut self, pem: &str) -> Self {
+            use $crate::__private::rustls::pki_types::pem::PemObject;
+            let mut found = 0;
+            for cert in $crate::__private::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                match cert {
+                    Ok(c) => {
+                        found += 1;
+                        self.state.tls.extra_roots.push(c.into_owned());
+                    }
+                    Err(e) => {
+                        self.state.errors.push(format!("root certificate: the PEM does not decode ({e})"));
+                        return self;
+                    }
+                }
+            }
+            if found == 0 {
+                self.state.errors.push("root certificate: no CERTIFICATE block in the PEM".into());
+            }
+            self
+        }
+        /// Presents this client identity from PEM: the certificate chain (leaf
+        /// first) and its private key (PKCS#8, PKCS#1 or SEC1). A PEM that does
+        /// not decode is a configuration error that says "client identity".
+        pub fn client_identity_pem(mut self, chain_pem: &str, key_pem: &str) -> Self {
+            use $crate::__private::rustls::pki_types::pem::PemObject;
+            let chain: Result<Vec<_>, _> =
+                $crate::__private::CertificateDer::pem_slice_iter(chain_pem.as_bytes()).collect();
+            match (chain, $crate::__private::PrivateKeyDer::from_pem_slice(key_pem.as_bytes())) {
+                (Ok(chain), Ok(key)) if !chain.is_empty() => {
+                    self.state.tls.client_auth = Some((chain, $crate::__private::Arc::new(key)));
+                }
+                (Ok(_), Ok(_)) => {
+                    self.state.errors.push("client identity: no CERTIFICATE block in the chain PEM".into())
+                }
+                (Err(e), _) => self
+                    .state
+                    .errors
+                    .push(format!("client identity: the certificate PEM does not decode ({e})")),
+                (_, Err(e)) => self
+                    .state
+                    .errors
+                    .push(format!("client identity: the private key PEM does not decode ({e})")),
+            }
+            self
+        }
+        /// Whether the built-in (webpki) roots are trusted. Default: yes. Turning them
+        /// off without adding a root is a configuration error, never "trust anything".
+        pub fn built_in_roots(mut self, enabled: bool) -> Self {
+            self.state.tls.built_in_roots = enabled;
+            self
+        }
+        /// Presents this client certificate chain (DER, leaf first) and key (PKCS#8 DER).
+        pub fn client_certificate(mut self, chain: Vec<Vec<u8>>, pkcs8_key: Vec<u8>) -> Self {
+            let chain = chain.into_iter().map($crate::__private::CertificateDer::from).collect();
+            let key = $crate::__private::PrivateKeyDer::Pkcs8(pkcs8_key.into());
+            self.state.tls.client_auth = Some((chain, $crate::__private::Arc::new(key)));
+            self
+        }
+        /// Adds a listener that receives every event. Several may be added; each
+        /// hears every event, in the order they were added. Default: none.
+        pub fn event_listener(mut self, listener: impl $crate::__private::EventListener) -> Self {
+            self.state.listeners.push($crate::__private::Arc::new(listener));
+            self
+        }
+        /// Resolves host names. Default: the system resolver.
+        pub fn resolver(mut self, resolver: impl $crate::__private::Resolve) -> Self {
+            self.state.resolver = $crate::__private::Arc::new(resolver);
+            self
+        }
+        /// Answers DNS for `host:port` with these addresses (like curl's `--resolve`).
+        pub fn resolve(
+            mut self,
+            host_port: &str,
+            addrs: impl IntoIterator<Item = $crate::__private::IpAddr>,
+        ) -> Self {
+            match host_port.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?))) {
+                Some((h, p)) => {
+                    let host = h.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+                    self.state.overrides.insert((host, p), addrs.into_iter().collect());
+                }
+                None => self.state.errors.push(format!("resolve override {host_port:?} is not host:port")),
+            }
+            self
+        }
+        /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
+        /// https, absolute-form for http; SOCKS5 without authentication, the origin's
+        /// name resolved by the proxy). A proxy listed twice is used once, at its
+        /// first place (the route planner drops duplicates). Default: direct.
+        pub fn proxies(mut self, proxies: impl IntoIterator<Item = $crate::__private::Proxy>) -> Self {
+            self.state.proxies = proxies.into_iter().collect();
+            self
+        }
+        /// Largest response head accepted. Default: 64 KiB.
+        pub fn max_response_head_size(mut self, bytes: usize) -> Self {
+            self.state.limits.max_head_size = bytes;
+            self
+        }
+        /// Retries per call (BEHAVIOUR §6). Default: 3. Zero: never retry (retries
+        /// after GOAWAY are not counted: `PoolConfig::max_free_retries` bounds them).
+        pub fn max_retries(mut self, n: u32) -> Self {
+            self.state.pool.max_retries = n;
+            self
+        }
+    };
 }
 
 #[cfg(test)]

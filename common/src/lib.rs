@@ -92,7 +92,9 @@ mod resolve;
 pub mod tls;
 mod userinfo;
 
-pub use config::{ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions, DEFAULT_USER_AGENT};
+pub use config::{
+    BuilderState, ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions, DEFAULT_USER_AGENT,
+};
 #[cfg(feature = "json")]
 pub use error::decode_json;
 pub use error::{BodyError, Error, ErrorKind, TimeoutPhase};
@@ -105,6 +107,28 @@ pub use request::{BodyKind, BodyLedger, Collector, IntoUri, Notes, RequestBuilde
 
 #[doc(hidden)]
 pub use bytes as __bytes;
+/// What the builder and request-builder method macros name, for adapters
+/// that expand them.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::event::EventListener;
+    pub use crate::request::header_error;
+    pub use crate::resolve::Resolve;
+    pub use crate::HttpVersion;
+    pub use base64;
+    pub use rustls;
+    pub use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    #[cfg(any(feature = "json", feature = "query"))]
+    pub use serde;
+    #[cfg(feature = "json")]
+    pub use serde_json;
+    #[cfg(feature = "query")]
+    pub use serde_urlencoded;
+    pub use std::net::IpAddr;
+    pub use std::sync::Arc;
+    pub use std::time::Duration;
+    pub use switchyard_core::{Family, Proxy, StreamLimitPolicy};
+}
 #[doc(hidden)]
 pub use http as __http;
 pub use resolve::{Resolve, SystemResolver};

@@ -5,7 +5,6 @@
 //! [`Collector`]: gathering a whole body without copying a single chunk).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use switchyard_core::{CallId, Instant};
@@ -89,6 +88,20 @@ impl IntoUri for &http::Uri {
 /// Finish with [`RequestBuilder::send`]. The first error (a bad URL, a header
 /// that is not a valid name or value) is kept and returned by `send`, so a
 /// chain of calls needs no `?` until the end.
+///
+/// ```
+/// # use switchyard_common::{RequestBuilder, Sender, Error};
+/// # #[derive(Clone)] struct Echo;
+/// # impl Sender for Echo { type Body = (); type Output = Result<http::Request<()>, Error>;
+/// #   fn send_request(&self, r: http::Request<()>) -> Self::Output { Ok(r) }
+/// #   fn refuse(e: Error) -> Self::Output { Err(e) } }
+/// let request = RequestBuilder::new(Echo, http::Method::POST, "https://example.com/")
+///     .header(http::header::CONTENT_TYPE, "text/plain")
+///     .header("x-trace", "abc")
+///     .send()
+///     .unwrap();
+/// assert_eq!(request.headers()["content-type"], "text/plain");
+/// ```
 #[must_use]
 pub struct RequestBuilder<C: Sender> {
     client: C,
@@ -107,206 +120,15 @@ impl<C: Sender> std::fmt::Debug for RequestBuilder<C> {
     }
 }
 
-fn header_error(e: impl Into<http::Error>) -> Error {
+/// A header that could not be made (for the request builders).
+#[doc(hidden)]
+pub fn header_error(e: impl Into<http::Error>) -> Error {
     Error::invalid_request(format!("invalid header: {}", e.into()))
 }
 
 impl<C: Sender> RequestBuilder<C> {
-    /// A `method` request to `uri` on `client`.
-    pub fn new(client: C, method: http::Method, uri: impl IntoUri) -> Self {
-        let request = uri.into_uri().map(|uri| {
-            let mut r = http::Request::new(());
-            *r.method_mut() = method;
-            *r.uri_mut() = uri;
-            r
-        });
-        RequestBuilder { client, request, body: C::Body::default(), options: RequestOptions::default() }
-    }
+    crate::__request_builder_methods!(C, C::Body);
 
-    fn edit(mut self, f: impl FnOnce(&mut http::Request<()>) -> Result<(), Error>) -> Self {
-        if let Ok(r) = &mut self.request {
-            if let Err(e) = f(r) {
-                self.request = Err(e);
-            }
-        }
-        self
-    }
-
-    /// Adds a header field (appended: a name given twice is sent twice).
-    /// Takes what `http` converts: `&str`, `String`, `HeaderName` constants
-    /// such as `http::header::CONTENT_TYPE`, `HeaderValue`, …
-    ///
-    /// ```
-    /// # use switchyard_common::{RequestBuilder, Sender, Error};
-    /// # #[derive(Clone)] struct Echo;
-    /// # impl Sender for Echo { type Body = (); type Output = Result<http::Request<()>, Error>;
-    /// #   fn send_request(&self, r: http::Request<()>) -> Self::Output { Ok(r) }
-    /// #   fn refuse(e: Error) -> Self::Output { Err(e) } }
-    /// let request = RequestBuilder::new(Echo, http::Method::POST, "https://example.com/")
-    ///     .header(http::header::CONTENT_TYPE, "text/plain")
-    ///     .header("x-trace", "abc")
-    ///     .send()
-    ///     .unwrap();
-    /// assert_eq!(request.headers()["content-type"], "text/plain");
-    /// ```
-    pub fn header<K, V>(self, name: K, value: V) -> Self
-    where
-        http::HeaderName: TryFrom<K>,
-        <http::HeaderName as TryFrom<K>>::Error: Into<http::Error>,
-        http::HeaderValue: TryFrom<V>,
-        <http::HeaderValue as TryFrom<V>>::Error: Into<http::Error>,
-    {
-        self.edit(|r| {
-            let name = http::HeaderName::try_from(name).map_err(header_error)?;
-            let value = http::HeaderValue::try_from(value).map_err(header_error)?;
-            r.headers_mut().append(name, value);
-            Ok(())
-        })
-    }
-
-    /// Adds every field of `headers` (appended, as [`RequestBuilder::header`]).
-    pub fn headers(self, headers: http::HeaderMap) -> Self {
-        self.edit(|r| {
-            let mut last = None;
-            for (name, value) in headers {
-                if let Some(n) = name {
-                    last = Some(n);
-                }
-                if let Some(n) = &last {
-                    r.headers_mut().append(n.clone(), value);
-                }
-            }
-            Ok(())
-        })
-    }
-
-    /// `Authorization: Bearer <token>` (marked sensitive: never logged).
-    pub fn bearer_auth(self, token: impl std::fmt::Display) -> Self {
-        self.edit(|r| {
-            let mut value = http::HeaderValue::try_from(format!("Bearer {token}"))
-                .map_err(|_| Error::invalid_request("the bearer token cannot form a header value"))?;
-            value.set_sensitive(true);
-            r.headers_mut().insert(http::header::AUTHORIZATION, value);
-            Ok(())
-        })
-    }
-
-    /// `Authorization: Basic …` from a user name and an optional password
-    /// (marked sensitive: never logged).
-    pub fn basic_auth(self, user: impl std::fmt::Display, password: Option<impl std::fmt::Display>) -> Self {
-        use base64::Engine as _;
-        self.edit(|r| {
-            let plain = match password {
-                Some(p) => format!("{user}:{p}"),
-                None => format!("{user}:"),
-            };
-            let encoded = base64::engine::general_purpose::STANDARD.encode(plain);
-            let mut value = http::HeaderValue::try_from(format!("Basic {encoded}"))
-                .map_err(|_| Error::invalid_request("the credentials cannot form a header value"))?;
-            value.set_sensitive(true);
-            r.headers_mut().insert(http::header::AUTHORIZATION, value);
-            Ok(())
-        })
-    }
-
-    /// Appends `query` to the URL's query string, form-encoded (feature
-    /// `query`): a struct, a map, or a slice of pairs.
-    ///
-    /// # Errors (at `send`)
-    /// A value serde cannot encode as a query string.
-    #[cfg(feature = "query")]
-    pub fn query<T: serde::Serialize + ?Sized>(self, query: &T) -> Self {
-        self.edit(|r| {
-            let encoded = serde_urlencoded::to_string(query)
-                .map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?;
-            if encoded.is_empty() {
-                return Ok(());
-            }
-            let uri = r.uri().clone();
-            let mut parts = uri.into_parts();
-            let pq = parts.path_and_query.as_ref().map_or("/", |pq| pq.as_str());
-            let joined = if pq.contains('?') { format!("{pq}&{encoded}") } else { format!("{pq}?{encoded}") };
-            parts.path_and_query = Some(
-                joined
-                    .parse()
-                    .map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?,
-            );
-            *r.uri_mut() = http::Uri::from_parts(parts)
-                .map_err(|e| Error::invalid_request(format!("the query cannot be encoded: {e}")))?;
-            Ok(())
-        })
-    }
-
-    /// Sends `value` as JSON (feature `json`): the body, and
-    /// `Content-Type: application/json` unless one is set.
-    ///
-    /// # Errors (at `send`)
-    /// A value serde_json cannot serialize.
-    #[cfg(feature = "json")]
-    pub fn json<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self
-    where
-        C::Body: From<Vec<u8>>,
-    {
-        match serde_json::to_vec(value) {
-            Ok(bytes) => {
-                self.body = C::Body::from(bytes);
-                self.edit(|r| {
-                    r.headers_mut()
-                        .entry(http::header::CONTENT_TYPE)
-                        .or_insert(http::HeaderValue::from_static("application/json"));
-                    Ok(())
-                })
-            }
-            Err(e) => {
-                self.request =
-                    Err(Error::invalid_request(format!("the JSON body cannot be serialized: {e}")));
-                self
-            }
-        }
-    }
-
-    /// Sets the body.
-    pub fn body(mut self, body: impl Into<C::Body>) -> Self {
-        self.body = body.into();
-        self
-    }
-    /// Asks for a connection no one else will use.
-    pub fn exclusive(mut self) -> Self {
-        self.options.exclusive = true;
-        self
-    }
-    /// Marks a non-idempotent request as safe to send twice.
-    pub fn retryable(mut self) -> Self {
-        self.options.retryable = true;
-        self
-    }
-    /// This call's timeout: the whole call, its response body included
-    /// (instead of the client's `timeout`).
-    pub fn timeout(mut self, d: Duration) -> Self {
-        self.options.timeout = Some(d);
-        self
-    }
-    /// This call's bound until its response head (instead of the client's
-    /// `head_timeout`).
-    pub fn head_timeout(mut self, d: Duration) -> Self {
-        self.options.head_timeout = Some(d);
-        self
-    }
-    /// This call's body timeout: the response body must end within `d` of its head.
-    pub fn body_timeout(mut self, d: Duration) -> Self {
-        self.options.body_timeout = Some(d);
-        self
-    }
-    /// The request as built so far, with its body (for `send` on a client or
-    /// a tower service).
-    ///
-    /// # Errors
-    /// The first error met while building (a bad URL or header).
-    pub fn build(self) -> Result<http::Request<C::Body>, Error> {
-        let (mut parts, ()) = self.request?.into_parts();
-        parts.extensions.insert(self.options);
-        Ok(http::Request::from_parts(parts, self.body))
-    }
     /// Sends the request (async adapters: `.send().await`).
     pub fn send(self) -> C::Output {
         let client = self.client.clone();
@@ -315,6 +137,214 @@ impl<C: Sender> RequestBuilder<C> {
             Err(e) => C::refuse(e),
         }
     }
+}
+
+/// The request builder's methods, written once for every request builder
+/// (the generic [`RequestBuilder`] here and each adapter's own, so they
+/// render on the adapter's page): for an `impl` block of a type with the
+/// fields `client: $client`, `request: Result<http::Request<()>, Error>`,
+/// `body: $body` and `options: RequestOptions`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __request_builder_methods {
+    ($client:ty, $body:ty) => {
+        /// A `method` request to `uri` on `client`.
+        pub fn new(client: $client, method: $crate::__http::Method, uri: impl $crate::IntoUri) -> Self {
+            let request = uri.into_uri().map(|uri| {
+                let mut r = $crate::__http::Request::new(());
+                *r.method_mut() = method;
+                *r.uri_mut() = uri;
+                r
+            });
+            Self { client, request, body: <$body>::default(), options: $crate::RequestOptions::default() }
+        }
+
+        fn edit(
+            mut self,
+            f: impl FnOnce(&mut $crate::__http::Request<()>) -> Result<(), $crate::Error>,
+        ) -> Self {
+            if let Ok(r) = &mut self.request {
+                if let Err(e) = f(r) {
+                    self.request = Err(e);
+                }
+            }
+            self
+        }
+
+        /// Adds a header field (appended: a name given twice is sent twice).
+        /// Takes what `http` converts: `&str`, `String`, `HeaderName` constants
+        /// such as `http::header::CONTENT_TYPE`, `HeaderValue`, …
+        pub fn header<K, V>(self, name: K, value: V) -> Self
+        where
+            $crate::__http::HeaderName: TryFrom<K>,
+            <$crate::__http::HeaderName as TryFrom<K>>::Error: Into<$crate::__http::Error>,
+            $crate::__http::HeaderValue: TryFrom<V>,
+            <$crate::__http::HeaderValue as TryFrom<V>>::Error: Into<$crate::__http::Error>,
+        {
+            self.edit(|r| {
+                let name =
+                    $crate::__http::HeaderName::try_from(name).map_err($crate::__private::header_error)?;
+                let value =
+                    $crate::__http::HeaderValue::try_from(value).map_err($crate::__private::header_error)?;
+                r.headers_mut().append(name, value);
+                Ok(())
+            })
+        }
+
+        /// Adds every field of `headers` (appended, as [`RequestBuilder::header`]).
+        pub fn headers(self, headers: $crate::__http::HeaderMap) -> Self {
+            self.edit(|r| {
+                let mut last = None;
+                for (name, value) in headers {
+                    if let Some(n) = name {
+                        last = Some(n);
+                    }
+                    if let Some(n) = &last {
+                        r.headers_mut().append(n.clone(), value);
+                    }
+                }
+                Ok(())
+            })
+        }
+
+        /// `Authorization: Bearer <token>` (marked sensitive: never logged).
+        pub fn bearer_auth(self, token: impl std::fmt::Display) -> Self {
+            self.edit(|r| {
+                let mut value =
+                    $crate::__http::HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+                        $crate::Error::invalid_request("the bearer token cannot form a header value")
+                    })?;
+                value.set_sensitive(true);
+                r.headers_mut().insert($crate::__http::header::AUTHORIZATION, value);
+                Ok(())
+            })
+        }
+
+        /// `Authorization: Basic …` from a user name and an optional password
+        /// (marked sensitive: never logged).
+        pub fn basic_auth(
+            self,
+            user: impl std::fmt::Display,
+            password: Option<impl std::fmt::Display>,
+        ) -> Self {
+            use $crate::__private::base64::Engine as _;
+            self.edit(|r| {
+                let plain = match password {
+                    Some(p) => format!("{user}:{p}"),
+                    None => format!("{user}:"),
+                };
+                let encoded = $crate::__private::base64::engine::general_purpose::STANDARD.encode(plain);
+                let mut value =
+                    $crate::__http::HeaderValue::try_from(format!("Basic {encoded}")).map_err(|_| {
+                        $crate::Error::invalid_request("the credentials cannot form a header value")
+                    })?;
+                value.set_sensitive(true);
+                r.headers_mut().insert($crate::__http::header::AUTHORIZATION, value);
+                Ok(())
+            })
+        }
+
+        /// Appends `query` to the URL's query string, form-encoded (feature
+        /// `query`): a struct, a map, or a slice of pairs.
+        ///
+        /// # Errors (at `send`)
+        /// A value serde cannot encode as a query string.
+        #[cfg(feature = "query")]
+        pub fn query<T: $crate::__private::serde::Serialize + ?Sized>(self, query: &T) -> Self {
+            self.edit(|r| {
+                let encoded = $crate::__private::serde_urlencoded::to_string(query).map_err(|e| {
+                    $crate::Error::invalid_request(format!("the query cannot be encoded: {e}"))
+                })?;
+                if encoded.is_empty() {
+                    return Ok(());
+                }
+                let uri = r.uri().clone();
+                let mut parts = uri.into_parts();
+                let pq = parts.path_and_query.as_ref().map_or("/", |pq| pq.as_str());
+                let joined =
+                    if pq.contains('?') { format!("{pq}&{encoded}") } else { format!("{pq}?{encoded}") };
+                parts.path_and_query = Some(joined.parse().map_err(|e| {
+                    $crate::Error::invalid_request(format!("the query cannot be encoded: {e}"))
+                })?);
+                *r.uri_mut() = $crate::__http::Uri::from_parts(parts).map_err(|e| {
+                    $crate::Error::invalid_request(format!("the query cannot be encoded: {e}"))
+                })?;
+                Ok(())
+            })
+        }
+
+        /// Sends `value` as JSON (feature `json`): the body, and
+        /// `Content-Type: application/json` unless one is set.
+        ///
+        /// # Errors (at `send`)
+        /// A value serde_json cannot serialize.
+        #[cfg(feature = "json")]
+        pub fn json<T: $crate::__private::serde::Serialize + ?Sized>(mut self, value: &T) -> Self
+        where
+            $body: From<Vec<u8>>,
+        {
+            match $crate::__private::serde_json::to_vec(value) {
+                Ok(bytes) => {
+                    self.body = <$body>::from(bytes);
+                    self.edit(|r| {
+                        r.headers_mut()
+                            .entry($crate::__http::header::CONTENT_TYPE)
+                            .or_insert($crate::__http::HeaderValue::from_static("application/json"));
+                        Ok(())
+                    })
+                }
+                Err(e) => {
+                    self.request = Err($crate::Error::invalid_request(format!(
+                        "the JSON body cannot be serialized: {e}"
+                    )));
+                    self
+                }
+            }
+        }
+
+        /// Sets the body.
+        pub fn body(mut self, body: impl Into<$body>) -> Self {
+            self.body = body.into();
+            self
+        }
+        /// Asks for a connection no one else will use.
+        pub fn exclusive(mut self) -> Self {
+            self.options.exclusive = true;
+            self
+        }
+        /// Marks a non-idempotent request as safe to send twice.
+        pub fn retryable(mut self) -> Self {
+            self.options.retryable = true;
+            self
+        }
+        /// This call's timeout: the whole call, its response body included
+        /// (instead of the client's `timeout`).
+        pub fn timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.options.timeout = Some(d);
+            self
+        }
+        /// This call's bound until its response head (instead of the client's
+        /// `head_timeout`).
+        pub fn head_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.options.head_timeout = Some(d);
+            self
+        }
+        /// This call's body timeout: the response body must end within `d` of its head.
+        pub fn body_timeout(mut self, d: $crate::__private::Duration) -> Self {
+            self.options.body_timeout = Some(d);
+            self
+        }
+        /// The request as built so far, with its body (for `send` on a client or
+        /// a tower service).
+        ///
+        /// # Errors
+        /// The first error met while building (a bad URL or header).
+        pub fn build(self) -> Result<$crate::__http::Request<$body>, $crate::Error> {
+            let (mut parts, ()) = self.request?.into_parts();
+            parts.extensions.insert(self.options);
+            Ok($crate::__http::Request::from_parts(parts, self.body))
+        }
+    };
 }
 
 /// The request constructors every client has (`get`, `post`, `put`, `patch`,
@@ -326,31 +356,31 @@ macro_rules! request_methods {
         /// A GET request. The URL may be a `&str`, a `String` or an
         /// `http::Uri` ([`IntoUri`]($crate::IntoUri)).
         pub fn get(&self, uri: impl $crate::IntoUri) -> $builder {
-            $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::GET, uri)
+            <$builder>::new(self.clone(), $crate::__http::Method::GET, uri)
         }
         /// A POST request.
         pub fn post(&self, uri: impl $crate::IntoUri) -> $builder {
-            $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::POST, uri)
+            <$builder>::new(self.clone(), $crate::__http::Method::POST, uri)
         }
         /// A PUT request.
         pub fn put(&self, uri: impl $crate::IntoUri) -> $builder {
-            $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::PUT, uri)
+            <$builder>::new(self.clone(), $crate::__http::Method::PUT, uri)
         }
         /// A PATCH request.
         pub fn patch(&self, uri: impl $crate::IntoUri) -> $builder {
-            $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::PATCH, uri)
+            <$builder>::new(self.clone(), $crate::__http::Method::PATCH, uri)
         }
         /// A DELETE request.
         pub fn delete(&self, uri: impl $crate::IntoUri) -> $builder {
-            $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::DELETE, uri)
+            <$builder>::new(self.clone(), $crate::__http::Method::DELETE, uri)
         }
         /// A HEAD request.
         pub fn head(&self, uri: impl $crate::IntoUri) -> $builder {
-            $crate::RequestBuilder::new(self.clone(), $crate::__http::Method::HEAD, uri)
+            <$builder>::new(self.clone(), $crate::__http::Method::HEAD, uri)
         }
         /// A request with any method.
         pub fn request(&self, method: $crate::__http::Method, uri: impl $crate::IntoUri) -> $builder {
-            $crate::RequestBuilder::new(self.clone(), method, uri)
+            <$builder>::new(self.clone(), method, uri)
         }
     };
 }

@@ -14,6 +14,7 @@
 //! probe timer (`PoolAction::Probe`, every second by default),
 //! HTTP/2 liveness PINGs, the abandoned-body drain, and the core's timers.
 
+mod adapter;
 mod body;
 mod client;
 mod driver;
@@ -24,6 +25,10 @@ mod runtime;
 
 pub use body::{Body, BodyClosed, BodySender, BoxError};
 pub use client::{Client, RequestBuilder};
+#[doc(hidden)]
+pub use http as __http;
+#[doc(hidden)]
+pub use http_body as __http_body;
 pub use response::{BodyReader, ResponseBody, ResponseExt};
 pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
 /// The adapter-neutral half: configuration, errors, events, and the guarantees
@@ -37,3 +42,5 @@ pub use switchyard_core;
 pub use switchyard_core::{
     CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, StreamLimitPolicy,
 };
+#[doc(hidden)]
+pub use tower_service as __tower_service;

@@ -44,18 +44,13 @@ use switchyard_async::{BoxFuture, Io, Runtime, Task};
 use tokio_util::compat::FuturesAsyncReadCompatExt;
 
 pub use switchyard_async::{
-    describe, switchyard_core, Body, BodyClosed, BodyError, BodySender, Error, EventListener, EventLog,
-    HttpVersion, NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody,
-    StreamLimitPolicy, SystemResolver,
+    describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
+    ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
+    NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody, ResponseExt,
+    StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 
-/// An HTTP client on smol. Cheap to clone; clones share the pool.
-/// Build one with [`Client::builder`]; every knob is on [`ClientBuilder`].
-pub type Client = switchyard_async::Client<Smol>;
-/// Builds a [`Client`]; every knob has a documented default.
-pub type ClientBuilder = switchyard_async::ClientBuilder<Client>;
-/// A request being built: [`Client::get`](switchyard_async::Client::get), …
-pub type RequestBuilder = switchyard_async::RequestBuilder<Smol>;
+switchyard_async::adapter_types!(Smol, "smol");
 
 /// smol, as the engine sees it: tasks on smol's global executor by default, or
 /// on the executor given to [`Smol::on`] (which the program must run).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
 use switchyard_common::exchange::Attempted;
-use switchyard_common::{ClientBuilder, Config, Error, FromConfig, HttpVersion, Hub, Sender, TimeoutPhase};
+use switchyard_common::{Config, Error, FromConfig, HttpVersion, Hub, Sender, TimeoutPhase};
 use switchyard_core::http1::TargetForm;
 use switchyard_core::pool::RequestFacts;
 use switchyard_core::{AcquireError, CallId, FailureOutcome, PoolStats};
@@ -75,9 +75,67 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// A request being built: [`Client::get`], [`Client::post`], … Finish with
-/// `.send()`.
-pub type RequestBuilder = switchyard_common::RequestBuilder<Client>;
+/// A request being built: [`Client::get`], [`Client::post`], …,
+/// [`Client::request`]. Finish with `.send()`. The first error (a bad URL, a
+/// header that is not a valid name or value) is kept and returned by `send`.
+#[must_use]
+pub struct RequestBuilder {
+    client: Client,
+    request: Result<http::Request<()>, Error>,
+    body: Body,
+    options: switchyard_common::RequestOptions,
+}
+
+impl std::fmt::Debug for RequestBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBuilder").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+impl RequestBuilder {
+    switchyard_common::__request_builder_methods!(Client, Body);
+
+    /// Sends the request.
+    ///
+    /// # Errors
+    /// The first error met while building, or how the call failed.
+    pub fn send(self) -> Result<http::Response<ResponseBody>, Error> {
+        let client = self.client.clone();
+        client.send(self.build()?)
+    }
+}
+
+/// Builds a [`Client`]; every knob has a documented default.
+#[must_use]
+#[derive(Default)]
+pub struct ClientBuilder {
+    state: switchyard_common::BuilderState,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder").field("pool", &self.state.pool).finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    /// A builder with every default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    switchyard_common::__client_builder_methods!();
+
+    /// Validates the settings and builds the client.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve` override,
+    /// unusable TLS roots or client identity, a setting out of range, or HTTP/2
+    /// only (this adapter speaks HTTP/1.1).
+    pub fn build(self) -> Result<Client, Error> {
+        let config = self.state.finish()?;
+        <Client as FromConfig>::from_config(config, ())
+    }
+}
 
 impl Sender for Client {
     type Body = Body;
@@ -92,7 +150,7 @@ impl Sender for Client {
 
 impl Client {
     /// A builder with every default.
-    pub fn builder() -> ClientBuilder<Client> {
+    pub fn builder() -> ClientBuilder {
         ClientBuilder::new()
     }
 

@@ -68,7 +68,7 @@ mod response;
 mod stream;
 
 pub use body::Body;
-pub use client::{Client, RequestBuilder};
+pub use client::{Client, ClientBuilder, RequestBuilder};
 pub use response::{ResponseBody, ResponseExt};
 pub use switchyard_common::{
     describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoopListener,
@@ -76,6 +76,3 @@ pub use switchyard_common::{
 };
 pub use switchyard_core;
 pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy};
-
-/// Builds a [`Client`]; every knob has a documented default.
-pub type ClientBuilder = switchyard_common::ClientBuilder<Client>;

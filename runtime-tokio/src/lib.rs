@@ -58,18 +58,13 @@ use std::net::{IpAddr, SocketAddr};
 use switchyard_async::{BoxFuture, Io, Runtime, Task};
 
 pub use switchyard_async::{
-    describe, switchyard_core, Body, BodyClosed, BodyError, BodySender, Error, EventListener, EventLog,
-    HttpVersion, NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody,
-    StreamLimitPolicy, SystemResolver,
+    describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
+    ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
+    NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody, ResponseExt,
+    StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 
-/// An HTTP client on tokio. Cheap to clone; clones share the pool.
-/// Build one with [`Client::builder`]; every knob is on [`ClientBuilder`].
-pub type Client = switchyard_async::Client<Tokio>;
-/// Builds a [`Client`]; every knob has a documented default.
-pub type ClientBuilder = switchyard_async::ClientBuilder<Client>;
-/// A request being built: [`Client::get`](switchyard_async::Client::get), …
-pub type RequestBuilder = switchyard_async::RequestBuilder<Tokio>;
+switchyard_async::adapter_types!(Tokio, "tokio");
 
 /// The tokio runtime, as the engine sees it. By default the client runs on the
 /// runtime it is called from (`Handle::try_current`); [`Tokio::on`] pins it to

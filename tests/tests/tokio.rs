@@ -39,7 +39,7 @@ impl Adapter for TokioAdapter {
     fn client(&self, config: Config) -> Box<dyn TestClient> {
         let log = EventLog::default();
         let client = adapter::builder::<Client>(config, &log).build().expect("client");
-        Box::new(AsyncTestClient { client, log, exec: OnTokio })
+        Box::new(AsyncTestClient { client: client.into_generic(), log, exec: OnTokio })
     }
 }
 

@@ -1,0 +1,197 @@
+//! [`adapter_types!`](crate::adapter_types): the user-facing types of an
+//! async adapter — `Client`, `ClientBuilder`, `RequestBuilder` — as real
+//! types of the adapter's crate, so every method renders on its own docs
+//! page (no type alias whose methods live elsewhere). Each wraps this crate's
+//! generic [`Client`](crate::Client) for the adapter's runtime.
+
+/// Defines `Client`, `ClientBuilder` and `RequestBuilder` for the runtime
+/// `$rt` (a [`Runtime`](crate::Runtime) + `Default`), in the calling crate.
+/// `$name` is the runtime's name for the docs.
+#[macro_export]
+macro_rules! adapter_types {
+    ($rt:ty, $name:literal) => {
+        #[doc = concat!("An HTTP client on ", $name, ". Cheap to clone; clones share the pool.")]
+        /// Build one with [`Client::builder`]; every knob is on [`ClientBuilder`].
+        /// It is a `tower::Service<http::Request<B>>` for any `http_body::Body`
+        /// `B`, and derefs to the engine's generic client
+        /// (`switchyard_async::Client`) for code written over every runtime.
+        #[derive(Clone)]
+        pub struct Client {
+            inner: $crate::Client<$rt>,
+        }
+
+        impl ::std::fmt::Debug for Client {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct("Client").finish_non_exhaustive()
+            }
+        }
+
+        impl Client {
+            /// A builder with every default.
+            pub fn builder() -> ClientBuilder {
+                ClientBuilder::new()
+            }
+
+            /// A client with every default.
+            ///
+            /// # Errors
+            /// Never with the defaults, in practice (see [`ClientBuilder::build`]).
+            pub fn new() -> ::std::result::Result<Client, $crate::Error> {
+                ClientBuilder::new().build()
+            }
+
+            $crate::switchyard_common::request_methods!(RequestBuilder);
+
+            /// Sends a request; the URI must be absolute (`http://` or
+            /// `https://`). Retries follow the core's decisions (BEHAVIOUR §6):
+            /// never a silent replay of a request that may have been
+            /// processed. Each call is a `tracing` span `call` (target
+            /// `switchyard`).
+            ///
+            /// # Errors
+            /// [`Error`]($crate::Error) says what failed and for which URL.
+            pub async fn send(
+                &self,
+                request: $crate::__http::Request<$crate::Body>,
+            ) -> ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error> {
+                self.inner.send(request).await
+            }
+
+            /// The pool's counts and counters.
+            #[must_use]
+            pub fn stats(&self) -> $crate::PoolStats {
+                self.inner.stats()
+            }
+
+            /// Closes every idle connection.
+            pub fn evict_idle(&self) {
+                self.inner.evict_idle();
+            }
+
+            /// The engine's generic client underneath (for code written over
+            /// every runtime).
+            #[must_use]
+            pub fn into_generic(self) -> $crate::Client<$rt> {
+                self.inner
+            }
+        }
+
+        impl ::std::ops::Deref for Client {
+            type Target = $crate::Client<$rt>;
+            fn deref(&self) -> &$crate::Client<$rt> {
+                &self.inner
+            }
+        }
+
+        impl From<Client> for $crate::Client<$rt> {
+            fn from(c: Client) -> $crate::Client<$rt> {
+                c.inner
+            }
+        }
+
+        impl $crate::switchyard_common::FromConfig for Client {
+            type Runtime = $rt;
+            fn from_config(
+                config: $crate::switchyard_common::Config,
+                runtime: $rt,
+            ) -> ::std::result::Result<Self, $crate::Error> {
+                <$crate::Client<$rt> as $crate::switchyard_common::FromConfig>::from_config(config, runtime)
+                    .map(|inner| Client { inner })
+            }
+        }
+
+        impl<B> $crate::__tower_service::Service<$crate::__http::Request<B>> for Client
+        where
+            B: $crate::__http_body::Body + Send + 'static,
+            B::Error: Into<$crate::BoxError>,
+        {
+            type Response = $crate::__http::Response<$crate::ResponseBody>;
+            type Error = $crate::Error;
+            type Future = $crate::BoxFuture<::std::result::Result<Self::Response, $crate::Error>>;
+            fn poll_ready(
+                &mut self,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::result::Result<(), $crate::Error>> {
+                $crate::__tower_service::Service::<$crate::__http::Request<B>>::poll_ready(&mut self.inner, cx)
+            }
+            fn call(&mut self, request: $crate::__http::Request<B>) -> Self::Future {
+                $crate::__tower_service::Service::call(&mut self.inner, request)
+            }
+        }
+
+        /// Builds a [`Client`]; every knob has a documented default.
+        #[must_use]
+        pub struct ClientBuilder {
+            state: $crate::switchyard_common::BuilderState,
+            runtime: $rt,
+        }
+
+        impl Default for ClientBuilder {
+            fn default() -> Self {
+                ClientBuilder { state: Default::default(), runtime: Default::default() }
+            }
+        }
+
+        impl ::std::fmt::Debug for ClientBuilder {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct("ClientBuilder").field("pool", &self.state.pool).finish_non_exhaustive()
+            }
+        }
+
+        impl ClientBuilder {
+            /// A builder with every default.
+            pub fn new() -> Self {
+                Self::default()
+            }
+            #[doc = concat!("Where the client runs (see the ", $name, " runtime type). Default: its default.")]
+            pub fn runtime(mut self, runtime: $rt) -> Self {
+                self.runtime = runtime;
+                self
+            }
+            $crate::switchyard_common::__client_builder_methods!();
+
+            /// Validates the settings and builds the client. Needs no runtime.
+            ///
+            /// # Errors
+            /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve` override,
+            /// unusable TLS roots or client identity, a setting out of range.
+            pub fn build(self) -> ::std::result::Result<Client, $crate::Error> {
+                let config = self.state.finish()?;
+                <Client as $crate::switchyard_common::FromConfig>::from_config(config, self.runtime)
+            }
+        }
+
+        /// A request being built: [`Client::get`], [`Client::post`], …,
+        /// [`Client::request`]. Finish with `.send().await`. The first error
+        /// (a bad URL, a header that is not a valid name or value) is kept
+        /// and returned by `send`.
+        #[must_use]
+        pub struct RequestBuilder {
+            client: Client,
+            request: ::std::result::Result<$crate::__http::Request<()>, $crate::Error>,
+            body: $crate::Body,
+            options: $crate::RequestOptions,
+        }
+
+        impl ::std::fmt::Debug for RequestBuilder {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct("RequestBuilder").field("options", &self.options).finish_non_exhaustive()
+            }
+        }
+
+        impl RequestBuilder {
+            $crate::switchyard_common::__request_builder_methods!(Client, $crate::Body);
+
+            /// Sends the request.
+            ///
+            /// # Errors
+            /// The first error met while building, or how the call failed.
+            pub async fn send(
+                self,
+            ) -> ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error> {
+                let client = self.client.clone();
+                client.send(self.build()?).await
+            }
+        }
+    };
+}
