@@ -346,6 +346,20 @@ impl BuilderState {
             return Err(Error::config(e.clone()));
         }
         self.check().map_err(Error::config)?;
+        let tls = &self.tls;
+        if tls.prepared.is_some()
+            && (!tls.extra_roots.is_empty() || tls.client_auth.is_some() || !tls.built_in_roots)
+        {
+            return Err(Error::config(
+                "tls_config replaces the roots and the client identity: set them on the rustls ClientConfig",
+            ));
+        }
+        if tls.accept_invalid_certificates {
+            tracing::warn!(
+                target: "switchyard",
+                "danger_accept_invalid_certificates: TLS certificates are NOT verified; any server can impersonate any host"
+            );
+        }
         // TLS settings are validated, and every config built, now rather than
         // on the first https call (and never under the pool's lock).
         let tls_configs = crate::tls::TlsConfigs::build(&self.tls).map_err(Error::config)?;
@@ -603,6 +617,24 @@ macro_rules! __client_builder_methods {
                     .errors
                     .push(format!("client identity: the private key PEM does not decode ({e})")),
             }
+            self
+        }
+        /// Uses this rustls config for every TLS connection: its roots, verifier,
+        /// client identity and protocol versions (ALPN is still set per
+        /// connection by the client). It replaces the root and client-identity
+        /// settings: combining it with them is a configuration error.
+        pub fn tls_config(mut self, config: $crate::__private::rustls::ClientConfig) -> Self {
+            self.state.tls.prepared = Some($crate::__private::Arc::new(config));
+            self
+        }
+        /// **Development only: accepts any server certificate**, for any name —
+        /// no verification at all (the handshake's signatures are still checked).
+        /// Building such a client logs a warning (`tracing`, target `switchyard`);
+        /// its connections are never coalesced (an unverified certificate proves no
+        /// name), and every event about them says "certificate NOT verified"
+        /// (`Event::unverified_tls`). Default: off.
+        pub fn danger_accept_invalid_certificates(mut self, accept: bool) -> Self {
+            self.state.tls.accept_invalid_certificates = accept;
             self
         }
         /// Whether the built-in (webpki) roots are trusted. Default: yes. Turning them

@@ -205,9 +205,19 @@ impl EventLog {
     }
 }
 
-/// The snake_case name of a core event and its details.
+/// The snake_case name of a core event and its details. An event about a
+/// connection whose certificate was not verified
+/// (`danger_accept_invalid_certificates`) says so at the end of its details.
 #[must_use]
 pub fn describe(event: &Event) -> (&'static str, String) {
+    let (name, mut detail) = describe_kind(event);
+    if event.unverified_tls {
+        detail.push_str(" [certificate NOT verified]");
+    }
+    (name, detail)
+}
+
+fn describe_kind(event: &Event) -> (&'static str, String) {
     use switchyard_core::EventKind as K;
     match &event.kind {
         K::ProxySelectStart { address } => ("proxy_select_start", address.to_string()),

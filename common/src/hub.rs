@@ -143,7 +143,23 @@ impl<S> Hub<S> {
             st.notes.push_back(Box::new(move |l: &dyn EventListener| {
                 if tracing::enabled!(tracing::Level::DEBUG) {
                     let (name, detail) = crate::event::describe(&e);
-                    tracing::debug!(at = ?e.at, call = ?e.call, "{name} {detail}");
+                    match e.call {
+                        Some(call) => tracing::debug!(
+                            target: "switchyard",
+                            event = name,
+                            call = %call,
+                            at = %e.at,
+                            unverified_tls = e.unverified_tls,
+                            "{detail}"
+                        ),
+                        None => tracing::debug!(
+                            target: "switchyard",
+                            event = name,
+                            at = %e.at,
+                            unverified_tls = e.unverified_tls,
+                            "{detail}"
+                        ),
+                    }
                 }
                 l.core_event(&e);
             }));

@@ -32,11 +32,60 @@ pub struct TlsSettings {
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// A client certificate chain and its key.
     pub client_auth: Option<(Vec<CertificateDer<'static>>, Arc<PrivateKeyDer<'static>>)>,
+    /// A rustls config prepared by the caller (its roots, verifier, client
+    /// identity, versions); ALPN is still set per connection.
+    pub prepared: Option<Arc<ClientConfig>>,
+    /// Accept any server certificate (development only): no verification.
+    pub accept_invalid_certificates: bool,
 }
 
 impl Default for TlsSettings {
     fn default() -> Self {
-        TlsSettings { built_in_roots: true, extra_roots: Vec::new(), client_auth: None }
+        TlsSettings {
+            built_in_roots: true,
+            extra_roots: Vec::new(),
+            client_auth: None,
+            prepared: None,
+            accept_invalid_certificates: false,
+        }
+    }
+}
+
+/// The verifier behind `danger_accept_invalid_certificates`: any certificate
+/// chain is accepted, for any name; the handshake's signatures are still
+/// checked (so the peer holds the key of the certificate it sent).
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -55,6 +104,18 @@ fn alpn(protocols: &[Protocol]) -> Vec<Vec<u8>> {
 }
 
 fn base_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
+    let mut config = match &settings.prepared {
+        Some(prepared) => ClientConfig::clone(prepared),
+        None => own_config(settings)?,
+    };
+    if settings.accept_invalid_certificates {
+        let provider = Arc::clone(config.crypto_provider());
+        config.dangerous().set_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)));
+    }
+    Ok(config)
+}
+
+fn own_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
     let mut roots = RootCertStore::empty();
     if settings.built_in_roots {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -101,6 +162,8 @@ fn base_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
 #[derive(Clone)]
 pub struct TlsConfigs {
     settings: TlsSettings,
+    /// Certificates are not verified (`danger_accept_invalid_certificates`).
+    pub unverified: bool,
     configs: Vec<(Vec<Protocol>, Arc<ClientConfig>)>,
 }
 
@@ -127,7 +190,11 @@ impl TlsConfigs {
                 (list, Arc::new(c))
             })
             .collect();
-        Ok(TlsConfigs { settings: settings.clone(), configs })
+        Ok(TlsConfigs {
+            settings: settings.clone(),
+            unverified: settings.accept_invalid_certificates,
+            configs,
+        })
     }
 
     /// The config for an Address's protocols. A list the client never makes
@@ -151,15 +218,18 @@ pub fn server_name(host: &Host) -> Result<ServerName<'static>, ConnectError> {
 }
 
 /// What a finished handshake tells the core: the ALPN protocol and the verified
-/// leaf certificate's names and key digest.
+/// leaf certificate's names and key digest (`unverified`: the client accepts
+/// any certificate, and the facts say so).
 #[must_use]
-pub fn negotiated(session: &rustls::ClientConnection) -> (Option<Protocol>, TlsFacts) {
+pub fn negotiated(session: &rustls::ClientConnection, unverified: bool) -> (Option<Protocol>, TlsFacts) {
     let alpn = match session.alpn_protocol() {
         Some(b"h2") => Some(Protocol::Http2),
         Some(b"http/1.1") => Some(Protocol::Http1),
         _ => None,
     };
-    let facts = session.peer_certificates().and_then(|chain| chain.first()).map(facts).unwrap_or_default();
+    let mut facts =
+        session.peer_certificates().and_then(|chain| chain.first()).map(facts).unwrap_or_default();
+    facts.unverified = unverified;
     (alpn, facts)
 }
 
@@ -170,7 +240,7 @@ fn facts(leaf: &CertificateDer<'_>) -> TlsFacts {
     let digest = ring::digest::digest(&ring::digest::SHA256, spki.as_ref());
     let mut sha = [0u8; 32];
     sha.copy_from_slice(digest.as_ref());
-    TlsFacts { dns_names, ip_addresses: Vec::new(), spki_sha256: vec![sha] }
+    TlsFacts { dns_names, ip_addresses: Vec::new(), spki_sha256: vec![sha], unverified: false }
 }
 
 /// A name as rustls shows a presented certificate name (`DnsName("a.test")`,

@@ -105,4 +105,9 @@ pub struct TlsFacts {
     pub ip_addresses: Vec<IpAddr>,
     /// SHA-256 digests of the chain's SubjectPublicKeyInfo, leaf first, for pins.
     pub spki_sha256: Vec<[u8; 32]>,
+    /// The certificate was *not* verified (the client was told to accept any
+    /// certificate, for development). Such a connection is never a
+    /// coalescing target — its names prove nothing — and every event about it
+    /// says so ([`Event::unverified_tls`](crate::Event::unverified_tls)).
+    pub unverified: bool,
 }

@@ -28,6 +28,39 @@ pub struct Event {
     pub call: Option<CallId>,
     /// What happened.
     pub kind: EventKind,
+    /// The event concerns a connection (or a connect attempt) whose TLS
+    /// certificate was not verified ([`TlsFacts::unverified`](crate::TlsFacts::unverified)).
+    pub unverified_tls: bool,
+}
+
+impl EventKind {
+    /// The connection the event is about, if any.
+    #[must_use]
+    pub fn connection(&self) -> Option<ConnectionId> {
+        match self {
+            EventKind::ConnectionAcquired { connection, .. }
+            | EventKind::ConnectionReleased { connection }
+            | EventKind::ConnectionClosed { connection, .. }
+            | EventKind::NoNewExchanges { connection, .. }
+            | EventKind::RetryDecision { connection, .. }
+            | EventKind::PooledConnectionTaken { connection } => Some(*connection),
+            _ => None,
+        }
+    }
+
+    /// The connect attempt the event is about, if any.
+    #[must_use]
+    pub fn attempt(&self) -> Option<AttemptId> {
+        match self {
+            EventKind::SecureConnectStart { attempt }
+            | EventKind::SecureConnectEnd { attempt, .. }
+            | EventKind::ConnectEnd { attempt, .. }
+            | EventKind::ConnectFailed { attempt, .. }
+            | EventKind::ConnectCancelled { attempt, .. }
+            | EventKind::AttemptKeptForPool { attempt, .. } => Some(*attempt),
+            _ => None,
+        }
+    }
 }
 
 /// Why an attempt was abandoned without failing.

@@ -519,7 +519,7 @@ impl Race {
     // ---- internals ----
 
     fn emit(&mut self, at: Instant, kind: EventKind) {
-        self.events.push_back(Event { at, call: Some(self.call), kind });
+        self.events.push_back(Event { at, call: Some(self.call), kind, unverified_tls: false });
     }
 
     fn check_query(&self, query: QueryId) -> Result<(), Misuse> {

@@ -13,7 +13,7 @@ use switchyard_core::pool::{
 };
 use switchyard_core::{
     AcquireOptions, Address, CloseReason, EventKind, FailureOutcome, Misuse, PoolConfig, Protocol, Proxy,
-    Reuse, Scheme, StreamLimitPolicy, TlsIdentity,
+    Reuse, Scheme, StreamLimitPolicy, TlsFacts, TlsIdentity,
 };
 
 fn config() -> PoolConfig {
@@ -684,6 +684,49 @@ fn a_call_waiting_on_a_race_that_coalesces_goes_on() {
     assert_eq!(out[1..], ["resolve b.example.com"], "the waiter races (and may coalesce) at once");
     assert_eq!(sim.pool.stats().totals.waiters, 0);
     let _ = waiter;
+}
+
+/// A connection whose certificate was not verified (a client told to accept
+/// any certificate) is never a coalescing target, however well its names and
+/// address match; and every event about it says it is unverified.
+#[test]
+fn an_unverified_certificate_never_coalesces_and_its_events_say_so() {
+    let mut sim = PoolSim::new(config());
+    let a = https("a.example.com");
+    let c = sim.acquire(0, &a);
+    let _ = sim.drain();
+    sim.dns(0, c, &["10.0.0.1"]);
+    sim.connected(1, c);
+    let facts = TlsFacts { unverified: true, ..tls(&["a.example.com", "*.example.com"]) };
+    let out = sim.established(2, c, Some(Protocol::Http2), Some(facts));
+    assert!(out.iter().any(|s| s.starts_with("acquired")), "{out:?}");
+    let k = sim.held[&c];
+    let _ = sim.settings(3, k, None);
+    let out = coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.1"]);
+    assert!(out[0].starts_with("connect"), "no coalescing onto an unverified certificate: {out:?}");
+    assert_eq!(sim.pool.stats().coalesced, 0);
+    let about_k: Vec<_> = sim
+        .events
+        .iter()
+        .filter(|e| {
+            e.kind.connection() == Some(k)
+                || matches!(e.kind, EventKind::SecureConnectEnd { .. } | EventKind::ConnectEnd { .. })
+                    && e.call == Some(c)
+        })
+        .collect();
+    assert!(about_k.len() >= 3, "{about_k:?}");
+    assert!(about_k.iter().all(|e| e.unverified_tls), "{about_k:?}");
+    // Its close says so too; a verified connection's events are not marked.
+    sim.pool.evict_all(ms(5_000));
+    let _ = sim.drain();
+    let closed = sim
+        .events
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::ConnectionClosed { connection, .. } if connection == k));
+    assert!(closed.is_none_or(|e| e.unverified_tls), "{closed:?}");
+    let mut sim = PoolSim::new(config());
+    let k2 = h2_conn(&mut sim, &a, "10.0.0.1", &["a.example.com"]);
+    assert!(sim.events.iter().filter(|e| e.kind.connection() == Some(k2)).all(|e| !e.unverified_tls));
 }
 
 #[test]

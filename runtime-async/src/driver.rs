@@ -127,9 +127,10 @@ impl EngineHost for Shared {
             Effect::Handshake { attempt, route, socket } => {
                 // Built with the client: a lookup, nothing built here.
                 let config = self.settings.tls.get(route.address().protocols());
+                let unverified = self.settings.tls.unverified;
                 let me = Arc::clone(self);
                 let task = Box::pin(async move {
-                    let result = establish(socket, &route, config).await;
+                    let result = establish(socket, &route, config, unverified).await;
                     let stale = me
                         .input(|st, now| st.io.engine.handle_established(&mut st.pool, now, attempt, result));
                     drop(stale);
@@ -232,6 +233,7 @@ async fn establish(
     io: Io,
     route: &switchyard_core::Route,
     config: Arc<rustls::ClientConfig>,
+    unverified: bool,
 ) -> Result<(Io, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let mut io = io;
     use switchyard_core::handshake::ProxyHandshake;
@@ -248,7 +250,7 @@ async fn establish(
             .connect(name, io)
             .await
             .map_err(|e| tls::tls_error(&e))?;
-        let (alpn, facts) = tls::negotiated(stream.get_ref().1);
+        let (alpn, facts) = tls::negotiated(stream.get_ref().1, unverified);
         return Ok((Box::new(stream), alpn, Some(facts)));
     }
     Ok((io, None, None))

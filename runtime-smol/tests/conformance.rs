@@ -127,4 +127,8 @@ mod ecosystem {
     fn tower_http_over_a_client() {
         smol::block_on(ecosystem::tower_stack::<Smol>());
     }
+    #[test]
+    fn tls_inputs_and_danger() {
+        smol::block_on(ecosystem::tls_inputs::<Smol>());
+    }
 }

@@ -199,6 +199,7 @@ impl EngineHost for Shared {
                 };
                 // Built with the client: a lookup, nothing built here.
                 let config = self.settings.tls.get(route.address().protocols());
+                let unverified = self.settings.tls.unverified;
                 // A clone of the socket, so cancelling shuts it down and the
                 // thread's I/O ends at once. Registered before the thread
                 // starts: once the handshake is done the attempt is gone, and a
@@ -211,7 +212,7 @@ impl EngineHost for Shared {
                 let limit = self.settings.handshake_timeout;
                 let me = Arc::clone(self);
                 let started = Self::thread("switchyard-handshake", move || {
-                    let result = establish(tcp, &route, config, limit);
+                    let result = establish(tcp, &route, (config, unverified), limit);
                     drop(me.input(|st, now| {
                         st.io.engine.handle_established(&mut st.pool, now, attempt, result)
                     }));
@@ -281,7 +282,7 @@ fn no_thread() -> std::io::Error {
 fn establish(
     tcp: TcpStream,
     route: &switchyard_core::Route,
-    config: Arc<rustls::ClientConfig>,
+    (config, unverified): (Arc<rustls::ClientConfig>, bool),
     limit: Duration,
 ) -> Result<(Stream, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let io = |e: std::io::Error| ConnectError::from_io(&e);
@@ -296,7 +297,8 @@ fn establish(
         crate::h1::proxy_handshake(&mut tcp, ProxyHandshake::connect_tunnel(route.address())?)?;
     }
     let established = if route.requires_tls() {
-        let (stream, alpn, facts) = crate::stream::handshake(tcp, config, route.address().host())?;
+        let (stream, alpn, facts) =
+            crate::stream::handshake(tcp, config, route.address().host(), unverified)?;
         (stream, alpn, Some(facts))
     } else {
         (Stream::Tcp(tcp), None, None)

@@ -63,6 +63,7 @@ pub(crate) fn handshake(
     mut tcp: TcpStream,
     config: Arc<rustls::ClientConfig>,
     host: &Host,
+    unverified: bool,
 ) -> Result<(Stream, Option<Protocol>, TlsFacts), ConnectError> {
     let name = tls::server_name(host)?;
     let mut conn = rustls::ClientConnection::new(config, name)
@@ -70,7 +71,7 @@ pub(crate) fn handshake(
     while conn.is_handshaking() {
         conn.complete_io(&mut tcp).map_err(|e| tls::tls_error(&e))?;
     }
-    let (alpn, facts) = tls::negotiated(&conn);
+    let (alpn, facts) = tls::negotiated(&conn, unverified);
     Ok((Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp))), alpn, facts))
 }
 

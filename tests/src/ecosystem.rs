@@ -336,3 +336,77 @@ pub async fn tower_stack<R: Runtime + Default>() {
     // The pooled connection carried them all.
     assert_eq!(client.stats().created, 1, "{:?}", client.stats());
 }
+
+/// TLS inputs: a root from PEM; a prepared `rustls::ClientConfig` (ALPN still
+/// set by the client: HTTP/2 is negotiated); combining it with roots is a
+/// configuration error; a bad PEM says "root certificate"; and
+/// `danger_accept_invalid_certificates` reaches an untrusted server, with
+/// every event of that connection saying the certificate was not verified.
+pub async fn tls_inputs<R: Runtime + Default>() {
+    let ca = crate::certs::TestCa::new();
+    let server = TestServer::start(ServerOptions {
+        tls: vec![(vec!["localhost".into()], ca.leaf(&["localhost"]))],
+        ..Default::default()
+    });
+    let authority = format!("localhost:{}", server.port());
+    let url = format!("https://{authority}/hello");
+    let lo: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
+
+    let client: Client<R> = ClientBuilder::new()
+        .resolve(&authority, [lo])
+        .add_root_certificate_pem(&ca.cert_pem)
+        .build()
+        .expect("client");
+    let r = client.get(&url).send().await.expect("trusted through a PEM root");
+    assert_eq!(r.text().await.expect("body"), "hello");
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from(ca.cert.clone())).expect("root");
+    let prepared = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let client: Client<R> =
+        ClientBuilder::new().resolve(&authority, [lo]).tls_config(prepared.clone()).build().expect("client");
+    let r = client.get(&url).send().await.expect("a prepared rustls config");
+    assert_eq!(r.version(), http::Version::HTTP_2, "ALPN is still the client's");
+    let e = ClientBuilder::<Client<R>>::new()
+        .tls_config(prepared)
+        .add_root_certificate_pem(&ca.cert_pem)
+        .build()
+        .expect_err("both");
+    assert!(matches!(e.kind(), ErrorKind::Config(w) if w.contains("tls_config")), "{e:?}");
+    for bad in ["no pem here", "-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----\n"] {
+        let e = ClientBuilder::<Client<R>>::new().add_root_certificate_pem(bad).build().expect_err("bad PEM");
+        assert!(e.to_string().contains("root certificate"), "{e}");
+    }
+    let e = ClientBuilder::<Client<R>>::new()
+        .add_root_certificate(b"junk".to_vec())
+        .build()
+        .expect_err("bad DER");
+    assert!(e.to_string().contains("root certificate") && !e.to_string().contains("BadEncoding"), "{e}");
+
+    let untrusted = TestServer::start(ServerOptions {
+        tls: vec![(vec!["localhost".into()], crate::certs::untrusted_leaf(&["localhost"]))],
+        ..Default::default()
+    });
+    let authority = format!("localhost:{}", untrusted.port());
+    let log = EventLog::default();
+    let client: Client<R> = ClientBuilder::new()
+        .resolve(&authority, [lo])
+        .event_listener(log.clone())
+        .danger_accept_invalid_certificates(true)
+        .build()
+        .expect("client");
+    let r = client.get(format!("https://{authority}/hello")).send().await.expect("accepted, unverified");
+    assert_eq!(r.text().await.expect("body"), "hello");
+    let events = log.events();
+    for name in ["secure_connect_end", "connect_end", "connection_acquired", "connection_released"] {
+        let e = events.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("{name} in {events:?}"));
+        assert!(e.detail.ends_with("[certificate NOT verified]"), "{name}: {}", e.detail);
+    }
+    assert!(!events.iter().any(|e| e.name == "dns_start" && e.detail.contains("NOT verified")));
+}

@@ -297,4 +297,8 @@ mod ecosystem {
     fn tower_http_over_a_client() {
         runtime().block_on(ecosystem::tower_stack::<Tokio>());
     }
+    #[test]
+    fn tls_inputs_and_danger() {
+        runtime().block_on(ecosystem::tls_inputs::<Tokio>());
+    }
 }

@@ -24,6 +24,10 @@ use crate::connection::TlsFacts;
 /// ```
 #[must_use]
 pub fn certificate_covers(facts: &TlsFacts, host: &Host) -> bool {
+    // An unverified certificate proves nothing about any name.
+    if facts.unverified {
+        return false;
+    }
     match host {
         Host::Ip(ip) => facts.ip_addresses.contains(ip),
         Host::Domain(name) => {

@@ -240,6 +240,9 @@ pub struct Pool {
     kept_deadlines: BTreeSet<(Instant, AttemptId)>,
     /// Attempts past TCP, for counting the ones thrown away.
     handshaking: BTreeSet<AttemptId>,
+    /// Attempts and connections whose certificate was not verified: their
+    /// events say so (`Event::unverified_tls`), until their last event.
+    unverified: Unverified,
     /// Per Address, the protocol its last connection negotiated, until when,
     /// and (HTTP/2) the stream limit its last SETTINGS advertised.
     known_protocol: FastMap<Address, (Protocol, Instant, Option<u32>)>,
@@ -283,6 +286,7 @@ impl Pool {
             kept: BTreeMap::new(),
             kept_deadlines: BTreeSet::new(),
             handshaking: BTreeSet::new(),
+            unverified: Unverified::default(),
             known_protocol: FastMap::default(),
             settings_due: BTreeSet::new(),
             trim_checks: BTreeSet::new(),
@@ -469,6 +473,9 @@ impl Pool {
         alpn: Option<Protocol>,
         tls: Option<TlsFacts>,
     ) -> Result<(), Misuse> {
+        if tls.as_ref().is_some_and(|t| t.unverified) {
+            self.unverified.attempts.insert(attempt);
+        }
         if self.kept.contains_key(&attempt) {
             self.kept_established(now, attempt, alpn, tls);
             return Ok(());
@@ -894,7 +901,8 @@ impl Pool {
     // --------------------------------------------------------------- internals
 
     fn emit(&mut self, at: Instant, call: Option<CallId>, kind: EventKind) {
-        self.events.push_back(Event { at, call, kind });
+        let unverified_tls = self.unverified.mark(&kind);
+        self.events.push_back(Event { at, call, kind, unverified_tls });
     }
 
     fn stale_call(&self, call: CallId, misuse: Misuse) -> Result<(), Misuse> {
@@ -1123,8 +1131,9 @@ impl Pool {
             else {
                 return;
             };
-            while let Some(e) = race.poll_event() {
+            while let Some(mut e) = race.poll_event() {
                 count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
+                e.unverified_tls = self.unverified.mark(&e.kind);
                 self.events.push_back(e);
             }
             while let Some(action) = race.poll_action() {
@@ -1192,8 +1201,9 @@ impl Pool {
         race.cancel(now);
         let sequence = race.sequence_end();
         let answers = race.answers().to_vec();
-        while let Some(e) = race.poll_event() {
+        while let Some(mut e) = race.poll_event() {
             count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
+            e.unverified_tls = self.unverified.mark(&e.kind);
             self.events.push_back(e);
         }
         while let Some(action) = race.poll_action() {
@@ -1277,6 +1287,9 @@ impl Pool {
         tls: Option<TlsFacts>,
     ) -> ConnectionId {
         let id = self.ids.next_connection();
+        if tls.as_ref().is_some_and(|t| t.unverified) {
+            self.unverified.connections.insert(id);
+        }
         let lifetime_deadline = self.config.max_lifetime.map(|d| now + d);
         let conn = Connection {
             id,
@@ -1360,5 +1373,39 @@ fn count_attempt_end(stats: &mut PoolStats, handshaking: &mut BTreeSet<AttemptId
             handshaking.remove(attempt);
         }
         _ => {}
+    }
+}
+
+/// The attempts and connections whose TLS certificate was not verified.
+#[derive(Debug, Default)]
+struct Unverified {
+    attempts: BTreeSet<AttemptId>,
+    connections: BTreeSet<ConnectionId>,
+}
+
+impl Unverified {
+    /// Whether an event with this kind concerns an unverified attempt or
+    /// connection; forgets them at their last event (so the sets stay small).
+    fn mark(&mut self, kind: &EventKind) -> bool {
+        if self.attempts.is_empty() && self.connections.is_empty() {
+            return false;
+        }
+        if let Some(a) = kind.attempt() {
+            let last = matches!(
+                kind,
+                EventKind::ConnectEnd { .. }
+                    | EventKind::ConnectFailed { .. }
+                    | EventKind::ConnectCancelled { .. }
+            );
+            return if last { self.attempts.remove(&a) } else { self.attempts.contains(&a) };
+        }
+        if let Some(c) = kind.connection() {
+            return if matches!(kind, EventKind::ConnectionClosed { .. }) {
+                self.connections.remove(&c)
+            } else {
+                self.connections.contains(&c)
+            };
+        }
+        false
     }
 }
