@@ -297,19 +297,22 @@ impl EventListener for EventLog {
     }
 }
 
-/// The `tracing` span of one call: `call`, target `switchyard`, with the
-/// method, the URI without userinfo, and empty `call` / `status` fields the
-/// call fills in ([`call_traced`]). The adapters' `send` runs inside it.
-#[must_use]
-pub fn call_span(method: &http::Method, uri: &http::Uri) -> tracing::Span {
-    tracing::info_span!(
-        target: "switchyard",
-        "call",
-        method = %method,
-        uri = %crate::userinfo::without_userinfo(uri),
-        call = tracing::field::Empty,
-        status = tracing::field::Empty,
-    )
+/// The `tracing` span of one call: `call`, under `target` (each adapter's
+/// crate name), with the method, the URI without userinfo, and empty `call` /
+/// `status` fields the call fills in ([`call_traced`]). The adapters' `send`
+/// runs inside it.
+#[macro_export]
+macro_rules! call_span {
+    ($target:expr, $method:expr, $uri:expr) => {
+        $crate::__tracing::info_span!(
+            target: $target,
+            "call",
+            method = %$method,
+            uri = %$crate::without_userinfo($uri),
+            call = $crate::__tracing::field::Empty,
+            status = $crate::__tracing::field::Empty,
+        )
+    };
 }
 
 /// Records how a call's `send` ended in its span: the call id and status, then

@@ -99,8 +99,8 @@ pub use config::{
 pub use error::decode_json;
 pub use error::{BodyError, Error, ErrorKind, TimeoutPhase};
 pub use event::{
-    call_span, call_traced, describe, request_body_written, request_head_written, EventListener, EventLog,
-    NoopListener, Recorded,
+    call_traced, describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener,
+    Recorded,
 };
 pub use hub::{Hub, HubState, Note};
 pub use request::{BodyKind, BodyLedger, Collector, IntoUri, Notes, RequestBuilder, Sender};
@@ -133,4 +133,6 @@ pub mod __private {
 pub use http as __http;
 pub use resolve::{Resolve, SystemResolver};
 pub use switchyard_core;
-pub use userinfo::{redact, redacted, take_userinfo};
+#[doc(hidden)]
+pub use tracing as __tracing;
+pub use userinfo::{redact, redacted, take_userinfo, without_userinfo};

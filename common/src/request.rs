@@ -521,6 +521,8 @@ pub struct BodyLedger {
     owner: Option<(Arc<dyn Notes>, CallId)>,
     /// The request's URL, for the body's errors.
     uri: Option<http::Uri>,
+    /// The call's `tracing` span (the one current when `send` returned).
+    span: tracing::Span,
 }
 
 impl std::fmt::Debug for BodyLedger {
@@ -533,7 +535,7 @@ impl BodyLedger {
     /// A body still to be read (`ended: false`) or one with nothing to read.
     #[must_use]
     pub fn new(ended: bool) -> BodyLedger {
-        BodyLedger { received: 0, ended, owner: None, uri: None }
+        BodyLedger { received: 0, ended, owner: None, uri: None, span: tracing::Span::none() }
     }
 
     /// The body ends `call`: its end is the call's end (for listeners: with
@@ -542,6 +544,7 @@ impl BodyLedger {
     /// call so far has reached the listener when this returns.
     pub fn own(&mut self, notes: Arc<dyn Notes>, call: CallId, uri: &http::Uri) {
         self.uri = Some(uri.clone());
+        self.span = tracing::Span::current();
         if notes.listening() {
             if !self.ended {
                 let at = notes.now();
@@ -590,6 +593,7 @@ impl BodyLedger {
                     notes.note(Box::new(move |l| l.response_body_end(call, n, at)));
                 }
                 release();
+                tracing::debug!(target: "switchyard", parent: &self.span, bytes = self.received, "call end");
                 if let Some((notes, call)) = self.owner.take() {
                     let at = notes.now();
                     notes.note(Box::new(move |l| l.call_end(call, at)));

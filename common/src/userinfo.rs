@@ -92,8 +92,13 @@ pub fn redact(url: &str) -> String {
 }
 
 /// The URI without its userinfo (what spans and logs show).
+///
+/// ```
+/// let uri: http::Uri = "https://ann:pw@example.com/x?q=1".parse().unwrap();
+/// assert_eq!(switchyard_common::without_userinfo(&uri), "https://example.com/x?q=1");
+/// ```
 #[must_use]
-pub(crate) fn without_userinfo(uri: &Uri) -> String {
+pub fn without_userinfo(uri: &Uri) -> String {
     let text = uri.to_string();
     match (uri.authority(), uri.scheme_str()) {
         (Some(a), Some(scheme)) if a.as_str().contains('@') => {

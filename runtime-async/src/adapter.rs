@@ -45,8 +45,9 @@ macro_rules! adapter_types {
             /// Sends a request; the URI must be absolute (`http://` or
             /// `https://`). Retries follow the core's decisions (BEHAVIOUR §6):
             /// never a silent replay of a request that may have been
-            /// processed. Each call is a `tracing` span `call` (target
-            /// `switchyard`).
+            /// processed. Each call is a `tracing` span `call` under this
+            /// crate's name as its target (method, URI without userinfo, call
+            /// id, status).
             ///
             /// # Errors
             /// [`Error`]($crate::Error) says what failed and for which URL.
@@ -54,7 +55,8 @@ macro_rules! adapter_types {
                 &self,
                 request: $crate::__http::Request<$crate::Body>,
             ) -> ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error> {
-                self.inner.send(request).await
+                let span = $crate::switchyard_common::call_span!(module_path!(), request.method(), request.uri());
+                self.inner.send_in(request, span).await
             }
 
             /// The pool's counts and counters.
@@ -115,7 +117,10 @@ macro_rules! adapter_types {
                 $crate::__tower_service::Service::<$crate::__http::Request<B>>::poll_ready(&mut self.inner, cx)
             }
             fn call(&mut self, request: $crate::__http::Request<B>) -> Self::Future {
-                $crate::__tower_service::Service::call(&mut self.inner, request)
+                let client = self.clone();
+                let (parts, body) = request.into_parts();
+                let request = $crate::__http::Request::from_parts(parts, $crate::Body::__from_any(body));
+                Box::pin(async move { client.send(request).await })
             }
         }
 

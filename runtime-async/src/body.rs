@@ -186,7 +186,8 @@ impl Body {
     /// Any request body a tower stack hands over: this crate's [`Body`] as
     /// it is (a buffer stays replayable), anything else through
     /// [`Body::wrap`].
-    pub(crate) fn from_any<B>(body: B) -> Body
+    #[doc(hidden)]
+    pub fn __from_any<B>(body: B) -> Body
     where
         B: http_body::Body + Send + 'static,
         B::Error: Into<BoxError>,

@@ -173,13 +173,23 @@ impl<R: Runtime> Client<R> {
     /// Retries follow the core's decisions (BEHAVIOUR §6): never a silent replay
     /// of a request that may have been processed.
     ///
-    /// Each call is a `tracing` span named `call` (target `switchyard`) with
+    /// Each call is a `tracing` span named `call` (under the adapter's crate name) with
     /// the method, the URI without userinfo, the call id and, once known, the
     /// status; the call's end (or failure) is an event in it.
     pub async fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+        let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
+        self.send_in(request, span).await
+    }
+
+    /// [`Client::send`] inside `span` (an adapter's own, under its crate's target).
+    #[doc(hidden)]
+    pub async fn send_in(
+        &self,
+        request: http::Request<Body>,
+        span: tracing::Span,
+    ) -> Result<http::Response<ResponseBody>, Error> {
         use tracing::Instrument as _;
         let uri = request.uri().clone();
-        let span = switchyard_common::call_span(request.method(), &uri);
         let result = self.send_inner(request).instrument(span.clone()).await;
         switchyard_common::call_traced(&span, &result);
         result.map_err(|e| e.with_url(&uri.to_string()))
@@ -261,7 +271,7 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let client = self.clone();
         let (parts, body) = request.into_parts();
-        let request = http::Request::from_parts(parts, Body::from_any(body));
+        let request = http::Request::from_parts(parts, Body::__from_any(body));
         Box::pin(async move { client.send(request).await })
     }
 }

@@ -128,6 +128,16 @@ mod ecosystem {
         smol::block_on(ecosystem::tower_stack::<Smol>());
     }
     #[test]
+    fn a_tracing_span_per_call() {
+        smol::block_on(ecosystem::tracing_spans("switchyard_smol", async |url| {
+            let client = switchyard_smol::Client::new().unwrap();
+            let r = client.get(url).send().await.unwrap();
+            let status = r.status().as_u16();
+            let _ = switchyard_smol::ResponseExt::text(r).await.unwrap();
+            status
+        }));
+    }
+    #[test]
     fn tls_inputs_and_danger() {
         smol::block_on(ecosystem::tls_inputs::<Smol>());
     }

@@ -185,11 +185,11 @@ impl Client {
     /// TLS, the pool's wait, the exchange (and whether the request may have been
     /// sent), or the call's timeout.
     ///
-    /// Each call is a `tracing` span named `call` (target `switchyard`) with
+    /// Each call is a `tracing` span named `call` (target `switchyard_std`) with
     /// the method, the URI without userinfo, the call id and, once known, the
     /// status; the call's end (or failure) is an event in it.
     pub fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
-        let span = switchyard_common::call_span(request.method(), request.uri());
+        let span = switchyard_common::call_span!("switchyard_std", request.method(), request.uri());
         let result = span.in_scope(|| self.send_inner(request));
         switchyard_common::call_traced(&span, &result);
         result

@@ -177,3 +177,19 @@ fn the_call_timeout_covers_the_body() {
     let client = Client::builder().head_timeout(Duration::from_millis(300)).build().unwrap();
     assert_eq!(client.get(format!("{base}/slow-body/600")).send().unwrap().text().unwrap(), "late");
 }
+
+/// One `tracing` span per call, under `switchyard_std` (as on the async adapters).
+#[test]
+fn a_tracing_span_per_call() {
+    use switchyard_std::ResponseExt;
+    switchyard_tests::ecosystem::ready(switchyard_tests::ecosystem::tracing_spans(
+        "switchyard_std",
+        async |url| {
+            let client = Client::new().unwrap();
+            let r = client.get(url).send().unwrap();
+            let status = r.status().as_u16();
+            let _ = r.text().unwrap();
+            status
+        },
+    ));
+}

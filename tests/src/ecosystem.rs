@@ -410,3 +410,97 @@ pub async fn tls_inputs<R: Runtime + Default>() {
     }
     assert!(!events.iter().any(|e| e.name == "dns_start" && e.detail.contains("NOT verified")));
 }
+
+/// What a `tracing` subscriber saw: spans (name, target, fields as recorded)
+/// and events (target, fields).
+#[derive(Default)]
+struct Seen {
+    spans: std::sync::Mutex<Vec<(String, String, FieldList)>>,
+    events: std::sync::Mutex<Vec<(String, FieldList)>>,
+}
+
+/// Recorded fields: name, value.
+type FieldList = Vec<(String, String)>;
+
+struct Fields(Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.push((field.name().to_owned(), value.to_owned()));
+    }
+}
+
+struct Recorder(std::sync::Arc<Seen>);
+
+impl tracing::Subscriber for Recorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut f = Fields(Vec::new());
+        span.record(&mut f);
+        let mut spans = self.0.spans.lock().expect("lock");
+        spans.push((span.metadata().name().to_owned(), span.metadata().target().to_owned(), f.0));
+        tracing::span::Id::from_u64(spans.len() as u64)
+    }
+    fn record(&self, id: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        let mut f = Fields(Vec::new());
+        values.record(&mut f);
+        if let Some(s) =
+            self.0.spans.lock().expect("lock").get_mut(usize::try_from(id.into_u64()).unwrap_or(0) - 1)
+        {
+            s.2.extend(f.0);
+        }
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut f = Fields(Vec::new());
+        event.record(&mut f);
+        self.0.events.lock().expect("lock").push((event.metadata().target().to_owned(), f.0));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// One `tracing` span per call under the adapter's crate name, with the
+/// method, the URI without its userinfo, the call id and the status; the
+/// call's end is an event.
+pub async fn tracing_spans(target: &str, send: impl AsyncFnOnce(String) -> u16) {
+    let server = TestServer::start(ServerOptions::default());
+    let seen = std::sync::Arc::new(Seen::default());
+    let _guard = tracing::subscriber::set_default(Recorder(std::sync::Arc::clone(&seen)));
+    let url = format!("http://ann:secret@127.0.0.1:{}/hello", server.port());
+    assert_eq!(send(url).await, 200);
+    let spans = seen.spans.lock().expect("lock");
+    let call = spans.iter().find(|(name, t, _)| name == "call" && t == target);
+    let (_, _, fields) = call.unwrap_or_else(|| panic!("a `call` span under {target}: {:?}", *spans));
+    let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("method").as_deref(), Some("GET"));
+    assert_eq!(get("uri"), Some(format!("http://127.0.0.1:{}/hello", server.port())), "no userinfo");
+    assert_eq!(get("status").as_deref(), Some("200"));
+    assert!(get("call").is_some_and(|c| !c.is_empty()), "{fields:?}");
+    assert!(!format!("{:?}", *spans).contains("secret"));
+    let events = seen.events.lock().expect("lock");
+    assert!(
+        events.iter().any(|(t, f)| t == "switchyard" && f.iter().any(|(_, v)| v == "call end")),
+        "{:?}",
+        *events
+    );
+}
+
+/// Runs a future that never waits (a blocking adapter's calls inside an async
+/// check) to its end.
+///
+/// # Panics
+/// When the future waits.
+pub fn ready<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("the future waited"),
+    }
+}
