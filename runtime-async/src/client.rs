@@ -199,6 +199,8 @@ impl<R: Runtime> Client<R> {
         self.ensure_timer();
         let shared = Arc::clone(&self.inner.shared);
         let (mut parts, mut body) = request.into_parts();
+        // As given (credentials and all): errors show it redacted.
+        let original = parts.uri.clone();
         let plan = CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable())?;
         let (tx, rx) = oneshot::channel();
         let call = shared.start_call(&parts, &plan, tx);
@@ -226,12 +228,12 @@ impl<R: Runtime> Client<R> {
             Ok(mut response) => {
                 guard.armed = false;
                 // The call ends with its body (`call_end` then).
-                response.body_mut().set_owner(Arc::clone(&shared), call, &parts.uri);
+                response.body_mut().set_owner(Arc::clone(&shared), call, &original);
                 Ok(response)
             }
             Err(e) => {
                 guard.armed = false;
-                let e = e.with_url(&parts.uri.to_string());
+                let e = e.with_url(&original.to_string());
                 shared.call_failed(call, &e);
                 Err(e)
             }

@@ -207,11 +207,11 @@ impl Client {
         match run_call(&shared, call, rx, &parts, &mut body, plan.facts, limits) {
             Ok(mut response) => {
                 // The call ends with its body (`call_end` then).
-                response.body_mut().set_owner(Arc::clone(&shared), call, &parts.uri);
+                response.body_mut().set_owner(Arc::clone(&shared), call, &uri);
                 Ok(response)
             }
             Err(e) => {
-                let e = e.with_url(&parts.uri.to_string());
+                let e = e.with_url(&uri.to_string());
                 shared.call_failed(call, &e);
                 Err(e)
             }
