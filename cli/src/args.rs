@@ -78,6 +78,14 @@ pub struct GetArgs {
     /// Connections per host.
     #[arg(long)]
     pub max_per_host: Option<usize>,
+    /// A proxy for every URL (`http://[user:pass@]host:port`, `socks5://`,
+    /// `socks5h://`); instead of the environment.
+    #[arg(long, short = 'x')]
+    pub proxy: Option<String>,
+    /// Ignore the proxy environment variables (`http_proxy`, `https_proxy`,
+    /// `all_proxy`, `no_proxy`), which are honoured by default, as curl does.
+    #[arg(long)]
+    pub no_proxy_env: bool,
     /// Which runtime performs the I/O.
     #[arg(long, value_enum, default_value_t = Runtime::Tokio)]
     pub runtime: Runtime,

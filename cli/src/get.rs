@@ -32,6 +32,13 @@ fn client<C: FromConfig>(args: &GetArgs, log: &EventLog) -> Result<C, Failed> {
     if let Some(n) = args.max_per_host {
         b = b.max_connections_per_host(n);
     }
+    if let Some(url) = &args.proxy {
+        let proxy =
+            switchyard_common::parse_proxy_url(url).map_err(|why| Failed(format!("--proxy: {why}")))?;
+        b = b.proxies([proxy]);
+    } else if !args.no_proxy_env {
+        b = b.proxy_from_env();
+    }
     for r in &args.resolve {
         b = b.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
     }

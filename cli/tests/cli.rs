@@ -197,3 +197,34 @@ fn get_never_prints_url_credentials() {
         assert!(!String::from_utf8_lossy(output).contains("hunter2"), "{}", String::from_utf8_lossy(output));
     }
 }
+
+/// The proxy environment is honoured by default (curl's variables, with
+/// credentials in the proxy URL, which never reach the output); a malformed
+/// variable fails with its name; `--no-proxy-env` ignores them; `--proxy` sets one.
+#[test]
+fn get_uses_the_proxy_environment() {
+    use switchyard_tests::proxy::TestProxy;
+    let server = TestServer::start(ServerOptions::default());
+    let hosts = std::collections::BTreeMap::from([("origin.test".to_owned(), "127.0.0.1".parse().unwrap())]);
+    let proxy = TestProxy::http_with_auth(hosts, "ann", "pr0xy-pw");
+    let url = format!("http://origin.test:{}/hello", server.port());
+    let via = format!("http://ann:pr0xy-pw@127.0.0.1:{}", proxy.addr.port());
+    let out =
+        bin().args(["get", "-v", &url]).env("http_proxy", &via).env_remove("no_proxy").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello");
+    assert_eq!(proxy.targets(), [format!("forward origin.test:{}", server.port())]);
+    for stream in [&out.stdout, &out.stderr] {
+        assert!(!String::from_utf8_lossy(stream).contains("pr0xy-pw"), "{}", String::from_utf8_lossy(stream));
+    }
+    let bad = bin().args(["get", &url]).env("http_proxy", "ftp://nope:21").output().unwrap();
+    assert!(!bad.status.success());
+    let text = String::from_utf8_lossy(&bad.stderr);
+    assert!(text.contains("environment variable http_proxy"), "{text}");
+    // Ignored: origin.test cannot be resolved without the proxy.
+    let ignored =
+        bin().args(["get", "--no-proxy-env", &url]).env("http_proxy", "ftp://nope:21").output().unwrap();
+    assert!(!String::from_utf8_lossy(&ignored.stderr).contains("environment variable"));
+    let flag = bin().args(["get", "--proxy", &via, &url]).env_remove("http_proxy").output().unwrap();
+    assert!(flag.status.success(), "{}", String::from_utf8_lossy(&flag.stderr));
+}

@@ -78,10 +78,43 @@ pub struct Config {
     pub listener: Option<Arc<dyn EventListener>>,
     /// The resolver, overrides applied.
     pub resolver: Arc<dyn Resolve>,
-    /// Proxies, in order.
+    /// Proxies, in order (when no selector chooses per URL).
     pub proxies: Vec<Proxy>,
+    /// Chooses the proxies per URL (`proxy_selector`, `proxy_from_env`).
+    pub selector: Option<Arc<dyn ProxySelector>>,
     /// HTTP/1.1 parsing limits.
     pub limits: switchyard_core::http1::Limits,
+}
+
+/// Chooses the proxies for a request URL, in order (like OkHttp's
+/// `ProxySelector`): an empty list goes direct. The route planner falls back
+/// through the list and remembers failed proxy routes, as with a fixed list.
+/// Any `Fn(&http::Uri) -> Vec<Proxy>` is one; so is [`ProxyEnv`](crate::ProxyEnv).
+///
+/// ```
+/// use switchyard_common::ProxySelector;
+/// use switchyard_core::Proxy;
+/// let select = |uri: &http::Uri| -> Vec<Proxy> {
+///     if uri.host() == Some("internal.test") { vec![] } else { vec![Proxy::http("10.0.0.1", 3128).unwrap()] }
+/// };
+/// assert!(select.select(&"http://internal.test/".parse().unwrap()).is_empty());
+/// assert_eq!(select.select(&"http://example.com/".parse().unwrap()).len(), 1);
+/// ```
+pub trait ProxySelector: Send + Sync + 'static {
+    /// The proxies for `uri`, in the order to try them.
+    fn select(&self, uri: &http::Uri) -> Vec<Proxy>;
+}
+
+impl<F: Fn(&http::Uri) -> Vec<Proxy> + Send + Sync + 'static> ProxySelector for F {
+    fn select(&self, uri: &http::Uri) -> Vec<Proxy> {
+        self(uri)
+    }
+}
+
+impl ProxySelector for crate::ProxyEnv {
+    fn select(&self, uri: &http::Uri) -> Vec<Proxy> {
+        self.proxies_for(uri)
+    }
 }
 
 /// The `User-Agent` a client sends unless told otherwise.
@@ -215,6 +248,8 @@ pub struct BuilderState {
     pub resolver: Arc<dyn Resolve>,
     pub overrides: HashMap<(String, u16), Vec<IpAddr>>,
     pub proxies: Vec<Proxy>,
+    pub selector: Option<Arc<dyn ProxySelector>>,
+    pub proxy_env: bool,
     pub limits: switchyard_core::http1::Limits,
     pub errors: Vec<String>,
 }
@@ -243,6 +278,8 @@ impl Default for BuilderState {
             resolver: Arc::new(SystemResolver),
             overrides: HashMap::new(),
             proxies: Vec::new(),
+            selector: None,
+            proxy_env: false,
             limits: switchyard_core::http1::Limits::default(),
             errors: Vec::new(),
         }
@@ -363,6 +400,12 @@ impl BuilderState {
         // TLS settings are validated, and every config built, now rather than
         // on the first https call (and never under the pool's lock).
         let tls_configs = crate::tls::TlsConfigs::build(&self.tls).map_err(Error::config)?;
+        // The environment is read now; a malformed variable fails the build.
+        let selector = if self.proxy_env {
+            Some(Arc::new(crate::ProxyEnv::from_env()?) as Arc<dyn ProxySelector>)
+        } else {
+            self.selector
+        };
         let resolver: Arc<dyn Resolve> = if self.overrides.is_empty() {
             self.resolver
         } else {
@@ -384,6 +427,7 @@ impl BuilderState {
             listener: crate::event::fan_out(self.listeners),
             resolver,
             proxies: self.proxies,
+            selector,
             limits: self.limits,
         };
         Ok(config)
@@ -677,11 +721,36 @@ macro_rules! __client_builder_methods {
             self
         }
         /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
-        /// https, absolute-form for http; SOCKS5 without authentication, the origin's
-        /// name resolved by the proxy). A proxy listed twice is used once, at its
-        /// first place (the route planner drops duplicates). Default: direct.
+        /// https, absolute-form for http, with Basic `Proxy-Authorization` when the
+        /// proxy has credentials; SOCKS5 with username/password when it has
+        /// them, the origin's name resolved by the proxy). A proxy listed twice is
+        /// used once, at its first place (the route planner drops duplicates).
+        /// Replaces `proxy_selector` and `proxy_from_env`. Default: direct.
         pub fn proxies(mut self, proxies: impl IntoIterator<Item = $crate::__private::Proxy>) -> Self {
+            self.state.selector = None;
+            self.state.proxy_env = false;
             self.state.proxies = proxies.into_iter().collect();
+            self
+        }
+        /// Chooses the proxies per request URL (a function or a
+        /// [`ProxySelector`](crate::ProxySelector)); an empty list goes direct.
+        /// Replaces `proxies` and `proxy_from_env` (the last call wins).
+        pub fn proxy_selector(mut self, selector: impl $crate::ProxySelector) -> Self {
+            self.state.selector = Some($crate::__private::Arc::new(selector));
+            self.state.proxy_env = false;
+            self
+        }
+        /// Proxies from the environment, read when the client is built:
+        /// `http_proxy`/`HTTP_PROXY`, `https_proxy`/`HTTPS_PROXY`,
+        /// `all_proxy`/`ALL_PROXY`, `no_proxy`/`NO_PROXY`, in curl's precedence,
+        /// with credentials from the proxy URL (`http://user:pass@proxy:3128`)
+        /// and `socks5://` / `socks5h://` schemes
+        /// ([`ProxyEnv`](crate::ProxyEnv) has the rules). A malformed variable
+        /// makes `build` fail with an error naming it. Replaces `proxies` and
+        /// `proxy_selector` (the last call wins). Default: off.
+        pub fn proxy_from_env(mut self) -> Self {
+            self.state.proxy_env = true;
+            self.state.selector = None;
             self
         }
         /// Largest response head accepted. Default: 64 KiB.

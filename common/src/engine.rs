@@ -855,7 +855,10 @@ impl CallPlan {
             switchyard_core::pool::RequestFacts::new(&parts.method, options.retryable, body_replayable);
         Ok(CallPlan {
             address,
-            proxies: config.proxies.clone(),
+            proxies: match &config.selector {
+                Some(selector) => selector.select(&parts.uri),
+                None => config.proxies.clone(),
+            },
             timeout,
             deadline: timeout.map(|t| start + t),
             call_deadline: whole.map(|t| start + t),
@@ -863,6 +866,50 @@ impl CallPlan {
             facts,
             options,
         })
+    }
+}
+
+/// How a request goes on `connection`: origin form, or absolute form through
+/// an HTTP proxy (an `http` origin) — then the proxy is returned too, and the
+/// head carries the proxy's Basic `Proxy-Authorization` when it has
+/// credentials (the head is copied only then; the value is marked sensitive).
+#[must_use]
+pub fn target_form<'p>(
+    pool: &switchyard_core::Pool,
+    connection: switchyard_core::ConnectionId,
+    parts: &'p http::request::Parts,
+) -> (http1::TargetForm, std::borrow::Cow<'p, http::request::Parts>, Option<switchyard_core::Proxy>) {
+    let route = pool.connection(connection).map(|c| c.route());
+    let Some(route) = route.filter(|r| r.uses_absolute_form()) else {
+        return (http1::TargetForm::Origin, std::borrow::Cow::Borrowed(parts), None);
+    };
+    let proxy = route.proxy().clone();
+    let head = match proxy.credentials().and_then(|c| http::HeaderValue::try_from(c.basic()).ok()) {
+        Some(mut value) if !parts.headers.contains_key(http::header::PROXY_AUTHORIZATION) => {
+            value.set_sensitive(true);
+            let mut owned = parts.clone();
+            owned.headers.insert(http::header::PROXY_AUTHORIZATION, value);
+            std::borrow::Cow::Owned(owned)
+        }
+        _ => std::borrow::Cow::Borrowed(parts),
+    };
+    (http1::TargetForm::Absolute, head, Some(proxy))
+}
+
+/// A `407` from an HTTP proxy on an absolute-form request: a typed error
+/// naming the proxy (never its credentials); else the response goes on.
+///
+/// # Errors
+/// [`ErrorKind::ProxyAuth`](crate::ErrorKind::ProxyAuth) for a 407 from `via`.
+pub fn proxy_answer<B>(
+    response: http::Response<B>,
+    via: Option<&switchyard_core::Proxy>,
+) -> Result<http::Response<B>, crate::Error> {
+    match via {
+        Some(proxy) if response.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED => {
+            Err(crate::Error::proxy_auth(&proxy.to_string(), proxy.credentials().is_some()))
+        }
+        _ => Ok(response),
     }
 }
 

@@ -62,6 +62,16 @@ pub enum ErrorKind {
     Config(String),
     /// The response body is not what it was read as (`json()`: not that JSON).
     Decode(String),
+    /// An HTTP proxy answered `407 Proxy Authentication Required` to an
+    /// absolute-form request (a `CONNECT` refused with 407 is a
+    /// [`ErrorKind::Connect`] whose route failure says so). Either way
+    /// [`Error::is_proxy_auth`] is true.
+    ProxyAuth {
+        /// The proxy's URL (never its credentials).
+        proxy: String,
+        /// Credentials were sent and refused (else none were configured).
+        credentials_refused: bool,
+    },
     /// A bug in switchyard (the engine fed the core an input it cannot have
     /// asked for). Logged at `error` level when it happens; please report it.
     Internal(String),
@@ -165,6 +175,11 @@ impl Error {
         tracing::error!(target: "switchyard", error = %why, "internal error (a bug in switchyard; please report it)");
         Error::from(ErrorKind::Internal(why))
     }
+    /// An HTTP proxy asked for authentication (407).
+    #[must_use]
+    pub fn proxy_auth(proxy: &str, credentials_refused: bool) -> Error {
+        Error::from(ErrorKind::ProxyAuth { proxy: proxy.to_owned(), credentials_refused })
+    }
     /// A client or server error status (see `error_for_status` on responses).
     #[must_use]
     pub fn status(status: http::StatusCode) -> Error {
@@ -248,6 +263,18 @@ impl Error {
     #[must_use]
     pub fn is_body(&self) -> bool {
         matches!(self.kind, ErrorKind::Body(_) | ErrorKind::Timeout(TimeoutPhase::ResponseBody))
+    }
+
+    /// Whether a proxy asked for authentication (a 407 to `CONNECT` or to an
+    /// absolute-form request, or a SOCKS5 proxy refusing the credentials or
+    /// every method offered).
+    #[must_use]
+    pub fn is_proxy_auth(&self) -> bool {
+        matches!(self.kind, ErrorKind::ProxyAuth { .. })
+            || self
+                .race_failures()
+                .iter()
+                .any(|f| matches!(f, RaceFailure::Connect { error: ConnectError::ProxyAuth { .. }, .. }))
     }
 
     /// Whether this is an `error_for_status` error.
@@ -343,6 +370,14 @@ impl fmt::Display for Error {
                 on(f, "from")?;
             }
             ErrorKind::Config(why) => write!(f, "invalid client configuration: {why}")?,
+            ErrorKind::ProxyAuth { proxy, credentials_refused } => {
+                if *credentials_refused {
+                    write!(f, "the proxy {proxy} refused the credentials given")?;
+                } else {
+                    write!(f, "the proxy {proxy} requires authentication, and none is configured for it")?;
+                }
+                on(f, "for")?;
+            }
             ErrorKind::Decode(why) => {
                 f.write_str("the response body")?;
                 on(f, "from")?;
@@ -376,6 +411,7 @@ impl fmt::Debug for Error {
             ErrorKind::Status(_) => "Status",
             ErrorKind::Config(_) => "Config",
             ErrorKind::Decode(_) => "Decode",
+            ErrorKind::ProxyAuth { .. } => "ProxyAuth",
             ErrorKind::Internal(_) => "Internal",
         };
         write!(f, "Error::{name}({self:#})")

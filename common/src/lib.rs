@@ -87,13 +87,15 @@ mod error;
 mod event;
 pub mod exchange;
 mod hub;
+mod proxy_env;
 mod request;
 mod resolve;
 pub mod tls;
 mod userinfo;
 
 pub use config::{
-    BuilderState, ClientBuilder, Config, FromConfig, HttpVersion, RequestOptions, DEFAULT_USER_AGENT,
+    BuilderState, ClientBuilder, Config, FromConfig, HttpVersion, ProxySelector, RequestOptions,
+    DEFAULT_USER_AGENT,
 };
 #[cfg(feature = "json")]
 pub use error::decode_json;
@@ -131,6 +133,7 @@ pub mod __private {
 }
 #[doc(hidden)]
 pub use http as __http;
+pub use proxy_env::{parse_proxy_url, NoProxy, ProxyEnv};
 pub use resolve::{Resolve, SystemResolver};
 pub use switchyard_core;
 #[doc(hidden)]

@@ -124,6 +124,70 @@ impl fmt::Display for Host {
     }
 }
 
+/// A user name and password for a proxy: HTTP Basic `Proxy-Authorization`
+/// (RFC 9110 §11.7.1, RFC 7617) for HTTP proxies, username/password
+/// authentication (RFC 1929) for SOCKS5. They are part of the proxy's
+/// identity (connections made with other credentials are never shared), and
+/// they never show: `Debug` and `Display` print `***`.
+///
+/// ```
+/// use switchyard_core::{Proxy, ProxyCredentials};
+/// let p = Proxy::http("10.0.0.1", 3128).unwrap().with_credentials(ProxyCredentials::new("ann", "s3cret"));
+/// assert_eq!(p.to_string(), "http://10.0.0.1:3128");
+/// assert!(!format!("{p:?}").contains("s3cret") && !format!("{p:?}").contains("ann"));
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProxyCredentials {
+    user: String,
+    password: String,
+}
+
+impl ProxyCredentials {
+    /// Credentials from a user name and a password.
+    #[must_use]
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> ProxyCredentials {
+        ProxyCredentials { user: user.into(), password: password.into() }
+    }
+    /// The user name.
+    #[must_use]
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+    /// The password.
+    #[must_use]
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+    /// The `Proxy-Authorization` value: `Basic base64(user:password)`.
+    #[must_use]
+    pub fn basic(&self) -> String {
+        format!("Basic {}", base64(format!("{}:{}", self.user, self.password).as_bytes()))
+    }
+}
+
+impl fmt::Debug for ProxyCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProxyCredentials(***)")
+    }
+}
+
+/// Standard base64 with padding (RFC 4648 §4), for Basic credentials.
+fn base64(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// How a connection reaches the origin.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub enum Proxy {
@@ -136,6 +200,8 @@ pub enum Proxy {
         host: Host,
         /// The proxy's port.
         port: u16,
+        /// Basic credentials, sent on `CONNECT` and on absolute-form requests.
+        credentials: Option<ProxyCredentials>,
     },
     /// A SOCKS5 proxy. The origin's name is passed to the proxy unresolved.
     Socks5 {
@@ -143,6 +209,8 @@ pub enum Proxy {
         host: Host,
         /// The proxy's port.
         port: u16,
+        /// Username/password (RFC 1929), offered alongside "no authentication".
+        credentials: Option<ProxyCredentials>,
     },
 }
 
@@ -156,13 +224,13 @@ impl Proxy {
     /// ```
     pub fn http(host: &str, port: u32) -> Result<Proxy, AddressError> {
         let (host, port) = host_and_port(host, port)?;
-        Ok(Proxy::Http { host, port })
+        Ok(Proxy::Http { host, port, credentials: None })
     }
 
     /// A SOCKS5 proxy at `host:port`.
     pub fn socks5(host: &str, port: u32) -> Result<Proxy, AddressError> {
         let (host, port) = host_and_port(host, port)?;
-        Ok(Proxy::Socks5 { host, port })
+        Ok(Proxy::Socks5 { host, port, credentials: None })
     }
 
     /// The proxy's own host and port, `None` for [`Proxy::Direct`].
@@ -170,18 +238,39 @@ impl Proxy {
     pub fn endpoint(&self) -> Option<(&Host, u16)> {
         match self {
             Proxy::Direct => None,
-            Proxy::Http { host, port } | Proxy::Socks5 { host, port } => Some((host, *port)),
+            Proxy::Http { host, port, .. } | Proxy::Socks5 { host, port, .. } => Some((host, *port)),
+        }
+    }
+
+    /// The same proxy with these credentials ([`Proxy::Direct`] has none).
+    #[must_use]
+    pub fn with_credentials(self, credentials: ProxyCredentials) -> Proxy {
+        match self {
+            Proxy::Direct => Proxy::Direct,
+            Proxy::Http { host, port, .. } => Proxy::Http { host, port, credentials: Some(credentials) },
+            Proxy::Socks5 { host, port, .. } => Proxy::Socks5 { host, port, credentials: Some(credentials) },
+        }
+    }
+
+    /// The proxy's credentials, if any.
+    #[must_use]
+    pub fn credentials(&self) -> Option<&ProxyCredentials> {
+        match self {
+            Proxy::Direct => None,
+            Proxy::Http { credentials, .. } | Proxy::Socks5 { credentials, .. } => credentials.as_ref(),
         }
     }
 }
 
+/// The proxy's URL, never its credentials.
 impl fmt::Display for Proxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Proxy::Direct => f.write_str("DIRECT"),
-            Proxy::Http { host, port } => write!(f, "http://{host}:{port}"),
-            Proxy::Socks5 { host, port } => write!(f, "socks5://{host}:{port}"),
-        }
+        let (scheme, host, port) = match self {
+            Proxy::Direct => return f.write_str("DIRECT"),
+            Proxy::Http { host, port, .. } => ("http", host, port),
+            Proxy::Socks5 { host, port, .. } => ("socks5", host, port),
+        };
+        write!(f, "{scheme}://{host}:{port}")
     }
 }
 

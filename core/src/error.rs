@@ -93,6 +93,15 @@ pub enum ConnectError {
         /// What the proxy said or did.
         message: String,
     },
+    /// The proxy asked for authentication (HTTP 407; SOCKS5 refusing every
+    /// method offered, or the username/password). Never retried with the same
+    /// credentials.
+    ProxyAuth {
+        /// The proxy's URL (never its credentials).
+        proxy: String,
+        /// Credentials were offered and refused (else none were configured).
+        credentials_refused: bool,
+    },
     /// The peer negotiated a protocol the Address does not allow.
     ProtocolNotAllowed {
         /// What was negotiated.
@@ -150,6 +159,15 @@ impl fmt::Display for ConnectError {
                 write!(f, "{what}: {message}")
             }
             ConnectError::Proxy { message } => write!(f, "proxy handshake failed: {message}"),
+            ConnectError::ProxyAuth { proxy, credentials_refused } => {
+                // A proxy's URL, or (a handshake made without its route) its kind.
+                let the = if proxy.contains("://") { "the proxy" } else { "the" };
+                if *credentials_refused {
+                    write!(f, "{the} {proxy} refused the credentials given (proxy authentication required)")
+                } else {
+                    write!(f, "{the} {proxy} requires authentication, and none is configured for it")
+                }
+            }
             ConnectError::ProtocolNotAllowed { protocol } => {
                 write!(f, "peer negotiated {protocol}, which is not allowed")
             }
@@ -214,7 +232,8 @@ pub struct RaceError {
 
 impl RaceError {
     /// Whether the request may be retried: never after a call timeout, nor when a
-    /// failure was a certificate or hostname problem.
+    /// failure was a certificate or hostname problem, or a proxy asking for
+    /// authentication (the same credentials would be refused again).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         self.kind != RaceErrorKind::CallTimeout
@@ -225,7 +244,7 @@ impl RaceError {
                         error: ConnectError::Tls {
                             kind: TlsFailure::Certificate | TlsFailure::Hostname | TlsFailure::Pin,
                             ..
-                        },
+                        } | ConnectError::ProxyAuth { .. },
                         ..
                     }
                 )

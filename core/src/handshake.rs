@@ -1,7 +1,12 @@
 //! The proxy handshakes a route may need before TLS, as sans-IO state machines
-//! with one shape: an HTTP `CONNECT` tunnel (RFC 9110 §9.3.6) and a SOCKS5
-//! `CONNECT` without authentication (RFC 1928; the origin's name goes to the
-//! proxy unresolved, BEHAVIOUR §1).
+//! with one shape: an HTTP `CONNECT` tunnel (RFC 9110 §9.3.6; with Basic
+//! `Proxy-Authorization` when the proxy has credentials) and a SOCKS5
+//! `CONNECT` (RFC 1928; the origin's name goes to the proxy unresolved,
+//! BEHAVIOUR §1), offering username/password authentication (RFC 1929) when
+//! the proxy has credentials. [`ProxyHandshake::for_route`] picks the one a
+//! route needs. A proxy that asks for authentication (407, or SOCKS5 refusing
+//! every method offered) is [`ConnectError::ProxyAuth`], naming the proxy;
+//! credentials are never retried blindly, and never appear in an error.
 //!
 //! A driver writes what [`ProxyHandshake::poll_transmit`] returns, reads what the
 //! proxy sends into a buffer and feeds it to [`ProxyHandshake::handle_read`],
@@ -28,9 +33,10 @@
 
 use bytes::{Buf, BytesMut};
 
-use crate::address::{Address, Host};
+use crate::address::{Address, Host, ProxyCredentials};
 use crate::error::ConnectError;
 use crate::http1::{Exchange, Frame, RequestBody, TargetForm};
+use crate::route::Route;
 
 /// Where a handshake stands after the bytes fed so far.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -51,6 +57,11 @@ enum State {
     /// SOCKS5 greeting sent; the method choice (2 bytes) is awaited.
     SocksChoice {
         request: Vec<u8>,
+        credentials: Option<ProxyCredentials>,
+    },
+    /// RFC 1929 username/password sent; its status (2 bytes) is awaited.
+    SocksAuth {
+        request: Vec<u8>,
     },
     /// SOCKS5 request sent; the reply is awaited.
     SocksReply,
@@ -63,6 +74,10 @@ pub struct ProxyHandshake {
     state: State,
     out: Option<Vec<u8>>,
     authority: String,
+    /// The proxy (its URL, never its credentials), for errors.
+    proxy: String,
+    /// Credentials were offered.
+    authenticated: bool,
 }
 
 fn proxy_error(message: String) -> ConnectError {
@@ -70,19 +85,58 @@ fn proxy_error(message: String) -> ConnectError {
 }
 
 impl ProxyHandshake {
-    /// An HTTP `CONNECT` tunnel to the Address through an HTTP proxy.
+    /// The handshake `route` needs through its proxy before TLS: a SOCKS5
+    /// `CONNECT`, an HTTP `CONNECT` tunnel (https origins through an HTTP
+    /// proxy), or none (direct, or an http origin sent in absolute form).
+    /// The proxy's credentials, if any, are used.
+    ///
+    /// # Errors
+    /// As [`ProxyHandshake::connect_tunnel`] and [`ProxyHandshake::socks5`].
+    pub fn for_route(route: &Route) -> Result<Option<ProxyHandshake>, ConnectError> {
+        let credentials = route.proxy().credentials();
+        let mut hs = if route.requires_socks5() {
+            ProxyHandshake::socks5_with(route.address(), credentials)?
+        } else if route.requires_tunnel() {
+            ProxyHandshake::tunnel_with(route.address(), credentials)?
+        } else {
+            return Ok(None);
+        };
+        hs.proxy = route.proxy().to_string();
+        Ok(Some(hs))
+    }
+
+    /// An HTTP `CONNECT` tunnel to the Address through an HTTP proxy, without
+    /// credentials.
     ///
     /// # Errors
     /// [`ConnectError::Proxy`] if the authority cannot form a request.
     pub fn connect_tunnel(address: &Address) -> Result<ProxyHandshake, ConnectError> {
+        ProxyHandshake::tunnel_with(address, None)
+    }
+
+    fn tunnel_with(
+        address: &Address,
+        credentials: Option<&ProxyCredentials>,
+    ) -> Result<ProxyHandshake, ConnectError> {
         let authority = format!("{}:{}", address.host(), address.port());
-        let req = http::Request::connect(authority.as_str())
-            .body(())
-            .map_err(|e| proxy_error(format!("cannot build CONNECT request: {e}")))?;
+        let mut req = http::Request::connect(authority.as_str());
+        if let Some(c) = credentials {
+            let mut value = http::HeaderValue::try_from(c.basic())
+                .map_err(|_| proxy_error("the proxy credentials cannot form a header".into()))?;
+            value.set_sensitive(true);
+            req = req.header(http::header::PROXY_AUTHORIZATION, value);
+        }
+        let req = req.body(()).map_err(|e| proxy_error(format!("cannot build CONNECT request: {e}")))?;
         let (parts, ()) = req.into_parts();
         let (ex, head) = Exchange::new(&parts, TargetForm::Authority, RequestBody::None, Default::default())
             .map_err(|e| proxy_error(e.to_string()))?;
-        Ok(ProxyHandshake { state: State::Tunnel { ex: Box::new(ex) }, out: Some(head), authority })
+        Ok(ProxyHandshake {
+            state: State::Tunnel { ex: Box::new(ex) },
+            out: Some(head),
+            authority,
+            proxy: "HTTP proxy".into(),
+            authenticated: credentials.is_some(),
+        })
     }
 
     /// A SOCKS5 `CONNECT` to the Address (a name goes unresolved; IP literals as
@@ -91,6 +145,13 @@ impl ProxyHandshake {
     /// # Errors
     /// [`ConnectError::Proxy`] if the host name is longer than SOCKS5 allows (255 bytes).
     pub fn socks5(address: &Address) -> Result<ProxyHandshake, ConnectError> {
+        ProxyHandshake::socks5_with(address, None)
+    }
+
+    fn socks5_with(
+        address: &Address,
+        credentials: Option<&ProxyCredentials>,
+    ) -> Result<ProxyHandshake, ConnectError> {
         let mut request = vec![5, 1, 0];
         match address.host() {
             Host::Domain(name) => {
@@ -110,11 +171,19 @@ impl ProxyHandshake {
             }
         }
         request.extend_from_slice(&address.port().to_be_bytes());
+        // With credentials: offer "no authentication" and username/password.
+        let greeting = if credentials.is_some() { vec![5, 2, 0, 2] } else { vec![5, 1, 0] };
         Ok(ProxyHandshake {
-            state: State::SocksChoice { request },
-            out: Some(vec![5, 1, 0]),
+            state: State::SocksChoice { request, credentials: credentials.cloned() },
+            out: Some(greeting),
             authority: format!("{}:{}", address.host(), address.port()),
+            proxy: "SOCKS5 proxy".into(),
+            authenticated: credentials.is_some(),
         })
+    }
+
+    fn auth_error(&self) -> ConnectError {
+        ConnectError::ProxyAuth { proxy: self.proxy.clone(), credentials_refused: self.authenticated }
     }
 
     /// Bytes to write to the proxy now, if any. Write them whole before reading.
@@ -152,6 +221,11 @@ impl ProxyHandshake {
                 }
                 State::Tunnel { ex } => match ex.decode(buf, eof) {
                     Ok(Some(Frame::Head(r))) if r.status().is_success() => self.state = State::Done,
+                    Ok(Some(Frame::Head(r)))
+                        if r.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED =>
+                    {
+                        return Err(self.auth_error())
+                    }
                     Ok(Some(Frame::Head(r))) => {
                         return Err(proxy_error(format!(
                             "the proxy refused the tunnel to {}: {}",
@@ -163,17 +237,54 @@ impl ProxyHandshake {
                     Ok(None) => return Ok(Handshake::NeedMore),
                     Err(e) => return Err(proxy_error(format!("bad CONNECT response: {e}"))),
                 },
-                State::SocksChoice { request } => {
+                State::SocksChoice { request, credentials } => {
                     if buf.len() < 2 {
                         return self.need_more(eof);
                     }
                     let choice = [buf[0], buf[1]];
-                    if choice != [5, 0] {
-                        return Err(proxy_error(format!(
-                            "the SOCKS5 proxy refused 'no authentication' (answered {choice:?})"
-                        )));
+                    match (choice, credentials.take()) {
+                        ([5, 0], _) => {
+                            buf.advance(2);
+                            self.out = Some(std::mem::take(request));
+                            self.state = State::SocksReply;
+                        }
+                        ([5, 2], Some(c)) => {
+                            buf.advance(2);
+                            let (user, password) = (c.user().as_bytes(), c.password().as_bytes());
+                            let (Ok(ulen), Ok(plen)) =
+                                (u8::try_from(user.len()), u8::try_from(password.len()))
+                            else {
+                                return Err(proxy_error(
+                                    "the SOCKS5 user name or password is longer than 255 bytes".into(),
+                                ));
+                            };
+                            // RFC 1929 §2: version 1, then each field with its length.
+                            let mut auth = vec![1, ulen];
+                            auth.extend_from_slice(user);
+                            auth.push(plen);
+                            auth.extend_from_slice(password);
+                            self.out = Some(auth);
+                            self.state = State::SocksAuth { request: std::mem::take(request) };
+                        }
+                        ([5, 0xff], _) => return Err(self.auth_error()),
+                        (other, _) => {
+                            return Err(proxy_error(format!(
+                                "the SOCKS5 proxy chose no method offered (answered {:#04x} {:#04x})",
+                                other[0], other[1]
+                            )))
+                        }
                     }
+                    return Ok(Handshake::NeedMore);
+                }
+                State::SocksAuth { request } => {
+                    if buf.len() < 2 {
+                        return self.need_more(eof);
+                    }
+                    let status = [buf[0], buf[1]];
                     buf.advance(2);
+                    if status[1] != 0 {
+                        return Err(self.auth_error());
+                    }
                     self.out = Some(std::mem::take(request));
                     self.state = State::SocksReply;
                     return Ok(Handshake::NeedMore);
@@ -294,7 +405,8 @@ mod tests {
             let mut hs = ProxyHandshake::socks5(&a).unwrap();
             feed(&mut hs, answer).unwrap_err().to_string()
         };
-        assert!(err(&[5, 0xff]).contains("refused 'no authentication'"));
+        assert!(err(&[5, 0xff]).contains("the SOCKS5 proxy requires authentication"), "{}", err(&[5, 0xff]));
+        assert!(err(&[5, 2]).contains("chose no method offered"), "{}", err(&[5, 2]));
         assert!(err(&[5, 0, 5, 5, 0, 1]).contains("connection refused"));
         assert!(err(&[5, 0, 4, 0, 0, 1]).contains("not a SOCKS5 reply"));
         assert!(err(&[5, 0, 5, 0, 0, 9]).contains("bad address type"));
@@ -317,9 +429,79 @@ mod tests {
         assert_eq!(feed(&mut hs, b"HTTP/1.1 200 Connection established\r\n\r\n").unwrap(), Handshake::Done);
         let mut hs = ProxyHandshake::connect_tunnel(&a).unwrap();
         let e = feed(&mut hs, b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n").unwrap_err();
-        assert!(e.to_string().contains("refused the tunnel to example.test:443: 407"), "{e}");
+        assert!(matches!(e, ConnectError::ProxyAuth { credentials_refused: false, .. }), "{e}");
+        let mut hs = ProxyHandshake::connect_tunnel(&a).unwrap();
+        let e = feed(&mut hs, b"HTTP/1.1 403 Forbidden\r\n\r\n").unwrap_err();
+        assert!(e.to_string().contains("refused the tunnel to example.test:443: 403"), "{e}");
         let mut hs = ProxyHandshake::connect_tunnel(&a).unwrap();
         let e = feed(&mut hs, b"HTTP/1.1 200 OK\r\n\r\nsurprise").unwrap_err();
         assert!(e.to_string().contains("bytes before the tunnel"), "{e}");
+    }
+
+    fn route(url: &str, proxy: crate::Proxy) -> Route {
+        let addr = proxy.endpoint().map(|(h, p)| format!("{h}:{p}")).unwrap_or_default();
+        Route::new(address(url), proxy, addr.parse().unwrap())
+    }
+
+    #[test]
+    fn a_tunnel_with_credentials_sends_basic_and_a_407_names_the_proxy() {
+        let creds = crate::ProxyCredentials::new("ann", "s3cret");
+        let p = crate::Proxy::http("10.0.0.1", 3128).unwrap().with_credentials(creds.clone());
+        let mut hs = ProxyHandshake::for_route(&route("https://example.test/", p.clone())).unwrap().unwrap();
+        let head = String::from_utf8(hs.poll_transmit().unwrap()).unwrap();
+        assert!(head.contains(&format!("proxy-authorization: {}\r\n", creds.basic())), "{head}");
+        assert_eq!(creds.basic(), "Basic YW5uOnMzY3JldA==");
+        let e = feed(&mut hs, b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n").unwrap_err();
+        assert_eq!(
+            e,
+            ConnectError::ProxyAuth { proxy: "http://10.0.0.1:3128".into(), credentials_refused: true }
+        );
+        assert!(
+            !e.to_string().contains("s3cret") && e.to_string().contains("refused the credentials"),
+            "{e}"
+        );
+        // Without credentials: no header, and the 407 says none are configured.
+        let bare = crate::Proxy::http("10.0.0.1", 3128).unwrap();
+        let mut hs = ProxyHandshake::for_route(&route("https://example.test/", bare)).unwrap().unwrap();
+        let head = String::from_utf8(hs.poll_transmit().unwrap()).unwrap();
+        assert!(!head.to_ascii_lowercase().contains("proxy-authorization"), "{head}");
+        let e = feed(&mut hs, b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n").unwrap_err();
+        assert!(e.to_string().contains("requires authentication"), "{e}");
+        // An http origin through an HTTP proxy needs no handshake (absolute form).
+        assert!(ProxyHandshake::for_route(&route("http://example.test/", p)).unwrap().is_none());
+    }
+
+    #[test]
+    fn socks5_username_password_follows_rfc_1929() {
+        let creds = crate::ProxyCredentials::new("bob", "pw");
+        let p = crate::Proxy::socks5("10.0.0.2", 1080).unwrap().with_credentials(creds);
+        let start =
+            || ProxyHandshake::for_route(&route("https://example.test/", p.clone())).unwrap().unwrap();
+        let mut hs = start();
+        assert_eq!(hs.poll_transmit(), Some(vec![5, 2, 0, 2]), "offers none and username/password");
+        assert_eq!(feed(&mut hs, &[5, 2]).unwrap(), Handshake::NeedMore);
+        assert_eq!(hs.poll_transmit(), Some(vec![1, 3, b'b', b'o', b'b', 2, b'p', b'w']));
+        assert_eq!(feed(&mut hs, &[1, 0]).unwrap(), Handshake::NeedMore);
+        let request = hs.poll_transmit().unwrap();
+        assert_eq!(&request[..4], &[5, 1, 0, 3], "then CONNECT by name");
+        assert_eq!(feed(&mut hs, &[5, 0, 0, 1, 10, 0, 0, 1, 0, 80]).unwrap(), Handshake::Done);
+        // Refused credentials, and a proxy refusing every method.
+        let mut hs = start();
+        let _ = hs.poll_transmit();
+        feed(&mut hs, &[5, 2]).unwrap();
+        let _ = hs.poll_transmit();
+        let e = feed(&mut hs, &[1, 1]).unwrap_err();
+        assert_eq!(
+            e,
+            ConnectError::ProxyAuth { proxy: "socks5://10.0.0.2:1080".into(), credentials_refused: true }
+        );
+        let mut hs = start();
+        let _ = hs.poll_transmit();
+        assert!(matches!(feed(&mut hs, &[5, 0xff]), Err(ConnectError::ProxyAuth { .. })));
+        // The proxy may still choose "no authentication".
+        let mut hs = start();
+        let _ = hs.poll_transmit();
+        assert_eq!(feed(&mut hs, &[5, 0]).unwrap(), Handshake::NeedMore);
+        assert_eq!(&hs.poll_transmit().unwrap()[..2], &[5, 1]);
     }
 }

@@ -181,7 +181,8 @@ pub mod route;
 pub mod time;
 
 pub use address::{
-    Address, AddressBuilder, AddressError, Host, Protocol, Proxy, ResolverIdentity, Scheme, TlsIdentity,
+    Address, AddressBuilder, AddressError, Host, Protocol, Proxy, ProxyCredentials, ResolverIdentity, Scheme,
+    TlsIdentity,
 };
 pub use connection::{CloseReason, Reuse, TlsFacts};
 pub use error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind, TlsFailure};

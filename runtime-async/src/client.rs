@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
 use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender, TimeoutPhase};
-use switchyard_core::http1::TargetForm;
 use switchyard_core::pool::RequestFacts;
 use switchyard_core::{CallId, FailureOutcome, PoolStats};
 use tokio::sync::oneshot;
@@ -329,18 +328,12 @@ async fn run_call(
         leased.store(true, Ordering::Release);
         let attempt = match lease {
             Lease::H1 { connection, conn } => {
-                let form = {
+                let (form, head, via) = {
                     let st = shared.lock_state();
-                    let absolute =
-                        st.pool.connection(connection).is_some_and(|c| c.route().uses_absolute_form());
-                    if absolute {
-                        TargetForm::Absolute
-                    } else {
-                        TargetForm::Origin
-                    }
+                    switchyard_common::engine::target_form(&st.pool, connection, parts)
                 };
                 let request = Call {
-                    parts,
+                    parts: &head,
                     form,
                     body_len: body.len(),
                     facts,
@@ -349,7 +342,10 @@ async fn run_call(
                     body_timeout: limits.body_timeout,
                 };
                 match H1Exchange::start(shared, call, connection, conn, &request) {
-                    Ok(exchange) => h1::exchange(exchange, body).await,
+                    // A 407 from the proxy itself is a typed error naming it.
+                    Ok(exchange) => h1::exchange(exchange, body).await.and_then(|r| {
+                        switchyard_common::engine::proxy_answer(r, via.as_ref()).map_err(Attempted::Fatal)
+                    }),
                     Err(e) => Err(e),
                 }
             }

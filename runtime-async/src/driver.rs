@@ -237,11 +237,9 @@ async fn establish(
 ) -> Result<(Io, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let mut io = io;
     use switchyard_core::handshake::ProxyHandshake;
-    if route.requires_socks5() {
-        crate::h1::proxy_handshake(&mut io, ProxyHandshake::socks5(route.address())?).await?;
-    }
-    if route.requires_tunnel() {
-        crate::h1::proxy_handshake(&mut io, ProxyHandshake::connect_tunnel(route.address())?).await?;
+    // SOCKS5, or a CONNECT tunnel for an https origin, with the proxy's credentials.
+    if let Some(hs) = ProxyHandshake::for_route(route)? {
+        crate::h1::proxy_handshake(&mut io, hs).await?;
     }
     if route.requires_tls() {
         use switchyard_common::tls;

@@ -36,11 +36,12 @@ pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
 pub use switchyard_common;
 pub use switchyard_common::{
     describe, BodyError, ClientBuilder, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri,
-    NoopListener, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
+    NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase,
+    DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
 pub use switchyard_core::{
-    CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, StreamLimitPolicy,
+    CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, ProxyCredentials, StreamLimitPolicy,
 };
 #[doc(hidden)]
 pub use tower_service as __tower_service;

@@ -46,8 +46,8 @@ use tokio_util::compat::FuturesAsyncReadCompatExt;
 pub use switchyard_async::{
     describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
     ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
-    NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody, ResponseExt,
-    StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
+    NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, Recorded, RequestOptions,
+    Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 
 switchyard_async::adapter_types!(Smol, "smol");

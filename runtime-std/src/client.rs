@@ -8,7 +8,6 @@ use std::time::Duration;
 use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
 use switchyard_common::exchange::Attempted;
 use switchyard_common::{Config, Error, FromConfig, HttpVersion, Hub, Sender, TimeoutPhase};
-use switchyard_core::http1::TargetForm;
 use switchyard_core::pool::RequestFacts;
 use switchyard_core::{AcquireError, CallId, FailureOutcome, PoolStats};
 
@@ -272,15 +271,18 @@ fn run_call(
             Lease::H1 { connection, conn } => (connection, conn),
             Lease::H2 { handle, .. } => match handle {},
         };
-        let absolute = {
+        let (form, head, via) = {
             let st = shared.hub.lock();
-            st.pool.connection(connection).is_some_and(|c| c.route().uses_absolute_form())
+            switchyard_common::engine::target_form(&st.pool, connection, parts)
         };
-        let form = if absolute { TargetForm::Absolute } else { TargetForm::Origin };
         let request =
-            Call { parts, form, body_len: body.len(), facts, deadline, call_deadline, body_timeout };
+            Call { parts: &head, form, body_len: body.len(), facts, deadline, call_deadline, body_timeout };
         let started = H1Exchange::start(shared, call, connection, conn, &request);
-        let failure = match started.and_then(|exchange| h1::exchange(exchange, body)) {
+        // A 407 from the proxy itself is a typed error naming it.
+        let answered = started
+            .and_then(|exchange| h1::exchange(exchange, body))
+            .and_then(|r| switchyard_common::engine::proxy_answer(r, via.as_ref()).map_err(Attempted::Fatal));
+        let failure = match answered {
             Ok(response) => return Ok(response),
             Err(Attempted::Fatal(e)) => return Err(e),
             Err(Attempted::Failed(f)) => f,

@@ -290,11 +290,9 @@ fn establish(
     tcp.set_write_timeout(Some(limit)).map_err(io)?;
     let mut tcp = tcp;
     use switchyard_core::handshake::ProxyHandshake;
-    if route.requires_socks5() {
-        crate::h1::proxy_handshake(&mut tcp, ProxyHandshake::socks5(route.address())?)?;
-    }
-    if route.requires_tunnel() {
-        crate::h1::proxy_handshake(&mut tcp, ProxyHandshake::connect_tunnel(route.address())?)?;
+    // SOCKS5, or a CONNECT tunnel for an https origin, with the proxy's credentials.
+    if let Some(hs) = ProxyHandshake::for_route(route)? {
+        crate::h1::proxy_handshake(&mut tcp, hs)?;
     }
     let established = if route.requires_tls() {
         let (stream, alpn, facts) =

@@ -72,7 +72,10 @@ pub use client::{Client, ClientBuilder, RequestBuilder};
 pub use response::{ResponseBody, ResponseExt};
 pub use switchyard_common::{
     describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoopListener,
-    Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
+    ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase,
+    DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
-pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy};
+pub use switchyard_core::{
+    CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, ProxyCredentials,
+};

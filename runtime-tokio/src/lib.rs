@@ -60,8 +60,8 @@ use switchyard_async::{BoxFuture, Io, Runtime, Task};
 pub use switchyard_async::{
     describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
     ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
-    NoopListener, PoolStats, Proxy, Recorded, RequestOptions, Resolve, ResponseBody, ResponseExt,
-    StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
+    NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, Recorded, RequestOptions,
+    Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 
 switchyard_async::adapter_types!(Tokio, "tokio");

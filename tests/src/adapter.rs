@@ -61,6 +61,13 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if !config.proxies.is_empty() {
         b = b.proxies(config.proxies);
     }
+    if let Some(vars) = config.proxy_env {
+        let env = switchyard_common::ProxyEnv::from_vars(|name| {
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+        .expect("the suite's proxy variables parse");
+        b = b.proxy_selector(env);
+    }
     b
 }
 

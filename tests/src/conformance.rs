@@ -56,6 +56,9 @@ pub struct Config {
     pub expect_continue_timeout: Duration,
     /// Proxies, in order (empty: direct).
     pub proxies: Vec<switchyard_core::Proxy>,
+    /// Proxies from these environment variables instead (`ProxyEnv::from_vars`,
+    /// as `proxy_from_env` reads them), as a per-URL selector.
+    pub proxy_env: Option<Vec<(String, String)>>,
 }
 
 impl Default for Config {
@@ -75,6 +78,7 @@ impl Default for Config {
             body_timeout: None,
             expect_continue_timeout: Duration::from_secs(1),
             proxies: Vec::new(),
+            proxy_env: None,
         }
     }
 }
@@ -825,6 +829,160 @@ pub fn socks5_proxy(a: &dyn Adapter) {
     );
 }
 
+/// Nothing secret in a client's events or in an error text.
+fn no_secret(client: &dyn TestClient, secret: &str, texts: &[&str]) {
+    for e in client.events() {
+        assert!(!e.2.contains(secret), "an event shows a proxy credential: {e:?}");
+    }
+    for t in texts {
+        assert!(!t.contains(secret), "an error shows a proxy credential: {t}");
+    }
+}
+
+/// Proxy credentials (issue 19): Basic `Proxy-Authorization` on `CONNECT`
+/// (https) and on absolute-form requests (http), from a proxy URL read from
+/// the environment; a proxy asking for credentials the client does not have,
+/// or refusing the ones it has, is a typed error naming the proxy — on
+/// `CONNECT` and on absolute form alike; credentials never show in events or
+/// errors.
+pub fn proxy_credentials(a: &dyn Adapter) {
+    use crate::proxy::TestProxy;
+    let ca = TestCa::new();
+    let (tls_origin, plain_origin) = proxy_origins(&ca);
+    let proxy = TestProxy::http_with_auth(proxy_hosts(), "ann", "s3cr3t-pw");
+    let port = proxy.addr.port();
+    let env = |userinfo: &str| {
+        let url = format!("http://{userinfo}127.0.0.1:{port}");
+        Some(vec![("http_proxy".to_owned(), url.clone()), ("https_proxy".to_owned(), url)])
+    };
+    let urls = [
+        format!("https://origin.test:{}/hello", tls_origin.port()),
+        format!("http://origin.test:{}/hello", plain_origin.port()),
+    ];
+    let client = a.client(Config {
+        root: Some(ca.cert.clone()),
+        proxy_env: env("ann:s3cr3t-pw@"),
+        ..Config::default()
+    });
+    for url in &urls {
+        assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"hello", "{url}");
+    }
+    let basic = switchyard_core::ProxyCredentials::new("ann", "s3cr3t-pw").basic();
+    assert_eq!(
+        proxy.offered(),
+        [basic.clone(), basic.clone()],
+        "CONNECT, then absolute form, with Basic credentials"
+    );
+    no_secret(&*client, "s3cr3t-pw", &[]);
+    no_secret(&*client, &basic, &[]);
+
+    for (userinfo, refused) in [("", false), ("ann:wrong-pw@", true)] {
+        let client =
+            a.client(Config { root: Some(ca.cert.clone()), proxy_env: env(userinfo), ..Config::default() });
+        for url in &urls {
+            let (kind, text) = client.send(Req::get(url.clone())).expect_err("the proxy wants credentials");
+            let want = if refused { "refused the credentials" } else { "requires authentication" };
+            assert!(
+                text.contains(want) && text.contains(&format!("http://127.0.0.1:{port}")),
+                "{url}: {text}"
+            );
+            assert_ne!(kind, Failure::Exchange(true), "{text}");
+            no_secret(&*client, "wrong-pw", &[&text]);
+        }
+    }
+}
+
+/// SOCKS5 with username/password (RFC 1929): accepted with the right ones; a
+/// typed error naming the proxy without them or with wrong ones.
+pub fn socks5_credentials(a: &dyn Adapter) {
+    use crate::proxy::TestProxy;
+    let ca = TestCa::new();
+    let (tls_origin, plain_origin) = proxy_origins(&ca);
+    let proxy = TestProxy::socks5_with_auth(proxy_hosts(), "bob", "hunter2-pw");
+    let at = |creds: Option<(&str, &str)>| {
+        let p = switchyard_core::Proxy::socks5("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy");
+        match creds {
+            Some((u, pw)) => p.with_credentials(switchyard_core::ProxyCredentials::new(u, pw)),
+            None => p,
+        }
+    };
+    let client = a.client(Config {
+        root: Some(ca.cert.clone()),
+        proxies: vec![at(Some(("bob", "hunter2-pw")))],
+        ..Config::default()
+    });
+    for url in [
+        format!("http://origin.test:{}/hello", plain_origin.port()),
+        format!("https://origin.test:{}/hello", tls_origin.port()),
+    ] {
+        assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"hello", "{url}");
+    }
+    assert_eq!(proxy.offered(), ["bob:hunter2-pw", "bob:hunter2-pw"]);
+    no_secret(&*client, "hunter2-pw", &[]);
+    for (creds, want) in
+        [(None, "requires authentication"), (Some(("bob", "nope-pw")), "refused the credentials")]
+    {
+        let client = a.client(Config { proxies: vec![at(creds)], ..Config::default() });
+        let url = format!("http://origin.test:{}/hello", plain_origin.port());
+        let (kind, text) = client.send(Req::get(url)).expect_err("refused");
+        assert_eq!(kind, Failure::Connect, "{text}");
+        assert!(text.contains(want) && text.contains("socks5://127.0.0.1"), "{text}");
+        no_secret(&*client, "nope-pw", &[&text]);
+    }
+}
+
+/// Proxies from the environment, per URL (issue 19): `no_proxy` sends its
+/// hosts direct while others go through the proxy; a selector's list falls
+/// back to the next proxy when the first cannot be reached.
+pub fn proxies_from_the_environment(a: &dyn Adapter) {
+    use crate::proxy::TestProxy;
+    let ca = TestCa::new();
+    let (_tls_origin, plain_origin) = proxy_origins(&ca);
+    let proxy = TestProxy::http(proxy_hosts());
+    let mut hosts = Config::default().hosts;
+    hosts.insert("direct.test".into(), vec!["127.0.0.1".parse().expect("ip")]);
+    let vars = vec![
+        ("http_proxy".to_owned(), format!("127.0.0.1:{}", proxy.addr.port())),
+        ("no_proxy".to_owned(), "direct.test, 10.0.0.0/8".to_owned()),
+    ];
+    let client = a.client(Config { hosts, proxy_env: Some(vars), ..Config::default() });
+    assert_eq!(
+        ok(client.send(Req::get(format!("http://direct.test:{}/hello", plain_origin.port())))).body,
+        b"hello"
+    );
+    assert!(proxy.targets().is_empty(), "no_proxy: direct");
+    assert_eq!(
+        ok(client.send(Req::get(format!("http://origin.test:{}/hello", plain_origin.port())))).body,
+        b"hello"
+    );
+    assert_eq!(
+        proxy.targets(),
+        [format!("forward origin.test:{}", plain_origin.port())],
+        "others: the proxy"
+    );
+
+    // Fallback: the first proxy's port is closed; the second carries the call.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let p2 = TestProxy::http(proxy_hosts());
+    let vars = vec![("http_proxy".to_owned(), format!("http://127.0.0.1:{dead}"))];
+    let mut config = Config { proxy_env: Some(vars), ..Config::default() };
+    // The environment names one proxy; a list with a fallback is a selector's
+    // (or `proxies`) job: both go through the same route planner.
+    config.proxy_env = None;
+    config.proxies = vec![
+        switchyard_core::Proxy::http("127.0.0.1", u32::from(dead)).expect("proxy"),
+        switchyard_core::Proxy::http("127.0.0.1", u32::from(p2.addr.port())).expect("proxy"),
+    ];
+    let client = a.client(config);
+    assert_eq!(
+        ok(client.send(Req::get(format!("http://origin.test:{}/hello", plain_origin.port())))).body,
+        b"hello"
+    );
+    assert_eq!(p2.targets().len(), 1, "the second proxy carried it");
+}
+
 /// Instantiates every scenario as a `#[test]` for an adapter expression.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -837,7 +995,8 @@ macro_rules! conformance_suite {
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
-            events_are_heard_before_send_returns, a_timeout_marks_the_route, event_order_http2);
+            events_are_heard_before_send_returns, a_timeout_marks_the_route, event_order_http2,
+            proxy_credentials, socks5_credentials, proxies_from_the_environment);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -848,7 +1007,8 @@ macro_rules! conformance_suite {
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
-            events_are_heard_before_send_returns, a_timeout_marks_the_route);
+            events_are_heard_before_send_returns, a_timeout_marks_the_route,
+            proxy_credentials, socks5_credentials, proxies_from_the_environment);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             event_order_http2);
