@@ -34,7 +34,7 @@ pub fn required() -> bool {
 pub fn find(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/lib/squid"].map(PathBuf::from))
         .map(|dir| dir.join(program))
         .find(|p| p.is_file())
 }
@@ -683,6 +683,18 @@ impl Squid {
     /// installed.
     #[must_use]
     pub fn start() -> Option<Squid> {
+        Squid::launch(None)
+    }
+
+    /// Starts squid requiring Basic proxy credentials `user:password`
+    /// (`basic_ncsa_auth` over an `htpasswd` file); `None` if squid or
+    /// `htpasswd` (apache2-utils) is not installed.
+    #[must_use]
+    pub fn start_with_auth(user: &str, password: &str) -> Option<Squid> {
+        Squid::launch(Some((user, password)))
+    }
+
+    fn launch(auth: Option<(&str, &str)>) -> Option<Squid> {
         let bin = need("squid", "squid")?;
         let scratch = Scratch::new("squid");
         let port = free_port();
@@ -702,10 +714,33 @@ netdb_filename none
 pinger_enable off
 shutdown_lifetime 0 seconds
 acl local src 127.0.0.1/32 ::1
-http_access allow local
-http_access deny all
 "
         );
+        let mut conf = conf;
+        match auth {
+            None => conf.push_str("http_access allow local\nhttp_access deny all\n"),
+            Some((user, password)) => {
+                let helper = need("basic_ncsa_auth", "squid")?;
+                let htpasswd = need("htpasswd", "apache2-utils")?;
+                let file = scratch.path("passwd");
+                let made = Command::new(htpasswd)
+                    .args(["-c", "-b", "-m"])
+                    .arg(&file)
+                    .args([user, password])
+                    .output();
+                assert!(
+                    made.is_ok_and(|o| o.status.success()),
+                    "htpasswd could not write {}",
+                    file.display()
+                );
+                conf.push_str(&format!(
+                    "auth_param basic program {} {}\nauth_param basic realm switchyard\n\
+                     acl authed proxy_auth REQUIRED\nhttp_access allow local authed\nhttp_access deny all\n",
+                    helper.display(),
+                    file.display()
+                ));
+            }
+        }
         let conf_path = scratch.write("squid.conf", conf.as_bytes());
         let mut cmd = Command::new(bin);
         cmd.arg("-N").arg("-f").arg(conf_path);
@@ -775,11 +810,24 @@ impl Microsocks {
     /// Starts microsocks; `None` if it is not installed.
     #[must_use]
     pub fn start() -> Option<Microsocks> {
+        Microsocks::launch(None)
+    }
+
+    /// Starts microsocks requiring username/password (`-u`, `-P`).
+    #[must_use]
+    pub fn start_with_auth(user: &str, password: &str) -> Option<Microsocks> {
+        Microsocks::launch(Some((user, password)))
+    }
+
+    fn launch(auth: Option<(&str, &str)>) -> Option<Microsocks> {
         let bin = need("microsocks", "microsocks")?;
         let scratch = Scratch::new("microsocks");
         let port = free_port();
         let mut cmd = Command::new(bin);
         cmd.arg("-i").arg("127.0.0.1").arg("-p").arg(port.to_string());
+        if let Some((user, password)) = auth {
+            cmd.arg("-u").arg(user).arg("-P").arg(password);
+        }
         let mut process = Process::spawn("microsocks", cmd, &scratch);
         process.wait_listening(port);
         Some(Microsocks { port, process, _scratch: scratch })
@@ -816,6 +864,61 @@ pub fn microsocks_socks5(a: &dyn Adapter) {
     assert_eq!(hits.len(), urls.len(), "nginx saw every request: {hits:?}");
 }
 
+/// The credentials cases against real proxies (issue 19): squid requiring
+/// Basic credentials (via `basic_ncsa_auth`) — `CONNECT` and absolute form
+/// with them; a typed error naming the proxy without them or with wrong
+/// ones (squid answers 407) — and microsocks with `-u`/`-P` the same way.
+/// No credential shows in an error or an event.
+pub fn proxy_credentials_against_squid_and_microsocks(a: &dyn Adapter) {
+    let Some(nginx) = Nginx::start(NginxOptions::default()) else { return };
+    let Some(squid) = Squid::start_with_auth("ann", "squid-pw-1") else { return };
+    let Some(socks) = Microsocks::start_with_auth("bob", "socks-pw-2") else { return };
+    let creds = |u: &str, p: &str| switchyard_core::ProxyCredentials::new(u, p);
+    let http = |c: Option<switchyard_core::ProxyCredentials>| {
+        let p = switchyard_core::Proxy::http("127.0.0.1", u32::from(squid.port)).expect("proxy");
+        c.map_or(p.clone(), |c| p.with_credentials(c))
+    };
+    let socks5 = |c: Option<switchyard_core::ProxyCredentials>| {
+        let p = switchyard_core::Proxy::socks5("127.0.0.1", u32::from(socks.port)).expect("proxy");
+        c.map_or(p.clone(), |c| p.with_credentials(c))
+    };
+    let urls = [nginx.http("/hello"), nginx.https("/hello")];
+    for proxy in [http(Some(creds("ann", "squid-pw-1"))), socks5(Some(creds("bob", "socks-pw-2")))] {
+        let client = a.client(Config {
+            root: Some(nginx.ca.cert.clone()),
+            proxies: vec![proxy.clone()],
+            ..Config::default()
+        });
+        for url in &urls {
+            let r = client.send(Req::get(url.clone()));
+            let r =
+                r.unwrap_or_else(|e| panic!("{url} via {proxy}: {e:?}\n{}\n{}", squid.log(), socks.log()));
+            assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "{url} via {proxy}");
+        }
+    }
+    let refused = [
+        (http(None), "requires authentication"),
+        (http(Some(creds("ann", "wrong-pw-3"))), "refused the credentials"),
+        (socks5(None), "requires authentication"),
+        (socks5(Some(creds("bob", "wrong-pw-3"))), "refused the credentials"),
+    ];
+    for (proxy, want) in refused {
+        let client = a.client(Config {
+            root: Some(nginx.ca.cert.clone()),
+            proxies: vec![proxy.clone()],
+            ..Config::default()
+        });
+        for url in &urls {
+            let (_, text) = client.send(Req::get(url.clone())).expect_err("the proxy wants credentials");
+            assert!(text.contains(want) && text.contains(&proxy.to_string()), "{url} via {proxy}: {text}");
+            for secret in ["wrong-pw-3", "squid-pw-1", "socks-pw-2"] {
+                assert!(!text.contains(secret), "{text}");
+                assert!(client.events().iter().all(|e| !e.2.contains(secret)));
+            }
+        }
+    }
+}
+
 /// The interop suite for an adapter: `interop_suite!(MyAdapter)`, or
 /// `interop_suite!(MyAdapter, without_http2)`.
 #[macro_export]
@@ -828,7 +931,7 @@ macro_rules! interop_suite {
                 nginx_keepalive_requests, nginx_keepalive_timeout);
             $crate::interop_suite!(@plain $adapter;
                 nginx_low_stream_limit, nginx_prior_knowledge_to_http1, nghttpd_tls_and_h2c, nghttpd_low_stream_limit,
-                squid_forward_proxy, microsocks_socks5);
+                squid_forward_proxy, microsocks_socks5, proxy_credentials_against_squid_and_microsocks);
         }
     };
     ($adapter:expr, without_http2) => {
@@ -837,7 +940,8 @@ macro_rules! interop_suite {
             $crate::interop_suite!(@h2 $adapter, false;
                 nginx_basics, nginx_connection_counts, nginx_reload_under_load,
                 nginx_keepalive_requests, nginx_keepalive_timeout);
-            $crate::interop_suite!(@plain $adapter; squid_forward_proxy, microsocks_socks5);
+            $crate::interop_suite!(@plain $adapter; squid_forward_proxy, microsocks_socks5,
+                proxy_credentials_against_squid_and_microsocks);
         }
     };
     (@h2 $adapter:expr, $http2:expr; $($name:ident),*) => {
