@@ -219,17 +219,33 @@ pub fn server_name(host: &Host) -> Result<ServerName<'static>, ConnectError> {
 
 /// What a finished handshake tells the core: the ALPN protocol and the verified
 /// leaf certificate's names and key digest (`unverified`: the client accepts
-/// any certificate, and the facts say so).
+/// any certificate, and the facts say so). `peer` is the address dialled on
+/// a direct route: when the certificate covers that IP (an IP-address SAN),
+/// the facts say so, so an `https://<that IP>/` call may coalesce onto the
+/// connection (the only IP a coalescing candidate could match it on).
 #[must_use]
-pub fn negotiated(session: &rustls::ClientConnection, unverified: bool) -> (Option<Protocol>, TlsFacts) {
+pub fn negotiated(
+    session: &rustls::ClientConnection,
+    unverified: bool,
+    peer: Option<std::net::IpAddr>,
+) -> (Option<Protocol>, TlsFacts) {
     let alpn = match session.alpn_protocol() {
         Some(b"h2") => Some(Protocol::Http2),
         Some(b"http/1.1") => Some(Protocol::Http1),
         _ => None,
     };
-    let mut facts =
-        session.peer_certificates().and_then(|chain| chain.first()).map(facts).unwrap_or_default();
+    let leaf = session.peer_certificates().and_then(|chain| chain.first());
+    let mut facts = leaf.map(facts).unwrap_or_default();
     facts.unverified = unverified;
+    if let (Some(leaf), Some(ip)) = (leaf, peer) {
+        let covered = webpki::EndEntityCert::try_from(leaf).is_ok_and(|cert| {
+            let name = ServerName::IpAddress(ip.into());
+            cert.verify_is_valid_for_subject_name(&name).is_ok()
+        });
+        if covered {
+            facts.ip_addresses.push(ip);
+        }
+    }
     (alpn, facts)
 }
 

@@ -1272,3 +1272,32 @@ fn acquired_counts_exchanges_and_retirement_is_told_before_release() {
         .collect();
     assert_eq!(tail, ["no_new_exchanges", "released", "closed"]);
 }
+
+/// An IP-literal origin coalesces onto an HTTP/2 connection to that IP whose
+/// certificate has the IP as a SAN (no DNS to wait for), and never onto one
+/// whose certificate lacks it.
+#[test]
+fn an_ip_literal_coalesces_when_the_certificate_has_the_ip() {
+    let mut sim = PoolSim::new(config());
+    let a = https("a.example.com");
+    let c = sim.acquire(0, &a);
+    let _ = sim.drain();
+    sim.dns(0, c, &["10.0.0.1"]);
+    sim.connected(1, c);
+    let facts = TlsFacts { ip_addresses: vec!["10.0.0.1".parse().unwrap()], ..tls(&["a.example.com"]) };
+    let _ = sim.established(2, c, Some(Protocol::Http2), Some(facts));
+    let k = sim.held[&c];
+    let _ = sim.settings(3, k, None);
+    let ip = https("10.0.0.1");
+    let call = sim.acquire(10, &ip);
+    let out = sim.drain();
+    assert_eq!(out, [format!("acquired {call} {k} Coalesced")], "{out:?}");
+    assert_eq!(sim.pool.stats().coalesced, 1);
+    // Another IP, or a certificate without it: a connect of its own.
+    let other = sim.acquire(11, &https("10.0.0.2"));
+    assert!(sim.drain()[0].starts_with("connect"), "{other}");
+    let mut sim = PoolSim::new(config());
+    let _ = h2_conn(&mut sim, &a, "10.0.0.1", &["a.example.com"]);
+    let _ = sim.acquire(10, &ip);
+    assert!(sim.drain()[0].starts_with("connect"));
+}

@@ -248,7 +248,8 @@ async fn establish(
             .connect(name, io)
             .await
             .map_err(|e| tls::tls_error(&e))?;
-        let (alpn, facts) = tls::negotiated(stream.get_ref().1, unverified);
+        let direct = (*route.proxy() == switchyard_core::Proxy::Direct).then(|| route.socket_addr().ip());
+        let (alpn, facts) = tls::negotiated(stream.get_ref().1, unverified, direct);
         return Ok((Box::new(stream), alpn, Some(facts)));
     }
     Ok((io, None, None))

@@ -294,9 +294,10 @@ fn establish(
     if let Some(hs) = ProxyHandshake::for_route(route)? {
         crate::h1::proxy_handshake(&mut tcp, hs)?;
     }
+    let direct = (*route.proxy() == switchyard_core::Proxy::Direct).then(|| route.socket_addr().ip());
     let established = if route.requires_tls() {
         let (stream, alpn, facts) =
-            crate::stream::handshake(tcp, config, route.address().host(), unverified)?;
+            crate::stream::handshake(tcp, config, route.address().host(), (unverified, direct))?;
         (stream, alpn, Some(facts))
     } else {
         (Stream::Tcp(tcp), None, None)

@@ -331,6 +331,37 @@ pub fn coalescing(a: &dyn Adapter) {
     assert_eq!(sni.last().cloned().flatten().as_deref(), Some("c.test"), "{sni:?}");
 }
 
+/// IP-address SANs count for coalescing (issue 19): a certificate covering
+/// `127.0.0.1` lets `https://127.0.0.1/` coalesce onto a.test's connection
+/// to that address; a certificate that does not cover the IP makes the call
+/// open its own connection (which the server answers with a certificate for
+/// the IP).
+pub fn coalescing_onto_an_ip_san(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["a.test".into()], ca.leaf(&["a.test", "127.0.0.1"])));
+    let server = TestServer::start(options);
+    let client = a.client(tls_config(&ca, &["a.test"]));
+    let port = server.port();
+    ok(client.send(Req::get(format!("https://a.test:{port}/hello"))));
+    assert_eq!(ok(client.send(Req::get(format!("https://127.0.0.1:{port}/hello")))).body, b"hello");
+    assert_eq!(server.connections(), 1, "127.0.0.1 coalesced onto a.test's connection");
+    assert_eq!(client.stats().coalesced, 1);
+
+    // Without the IP in a.test's certificate: a connection of its own (no SNI:
+    // the server's first certificate, which covers the IP).
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["127.0.0.1".into()], ca.leaf(&["127.0.0.1"])));
+    options.tls.push((vec!["a.test".into()], ca.leaf(&["a.test"])));
+    let server = TestServer::start(options);
+    let client = a.client(tls_config(&ca, &["a.test"]));
+    let port = server.port();
+    ok(client.send(Req::get(format!("https://a.test:{port}/hello"))));
+    assert_eq!(ok(client.send(Req::get(format!("https://127.0.0.1:{port}/hello")))).body, b"hello");
+    assert_eq!(server.connections(), 2, "a.test's certificate does not cover the IP");
+    assert_eq!(client.stats().coalesced, 0);
+}
+
 /// A `421 Misdirected Request` on a coalesced HTTP/2 connection: the call is
 /// retried once on a fresh connection of its own host (the server sees a second
 /// connection, with that host's SNI); a 421 there is the caller's answer.
@@ -996,7 +1027,7 @@ macro_rules! conformance_suite {
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             events_are_heard_before_send_returns, a_timeout_marks_the_route, event_order_http2,
-            proxy_credentials, socks5_credentials, proxies_from_the_environment);
+            proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1010,6 +1041,7 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
+            coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             event_order_http2);
     };

@@ -132,7 +132,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::hash::FastMap;
 use std::net::IpAddr;
 
-use crate::address::{Address, Protocol, Proxy};
+use crate::address::{Address, Host, Protocol, Proxy};
 use crate::connection::{CloseReason, Reuse, TlsFacts};
 use crate::error::{ConnectError, DnsError, Misuse};
 use crate::event::{Event, EventKind};
@@ -1028,6 +1028,18 @@ impl Pool {
             return None;
         }
         a.shareable.iter().find(|id| !call.avoid.contains(id)).map(|id| (*id, Source::Shared))
+    }
+
+    /// An IP-literal origin needs no DNS, so its "answer" is the literal: an
+    /// HTTP/2 connection to that IP whose certificate covers it (an
+    /// IP-address SAN) serves the call, coalesced (BEHAVIOUR §5).
+    fn find_coalescable_literal(&self, call_id: CallId) -> Option<(ConnectionId, Source)> {
+        let call = &self.calls[&call_id];
+        let Host::Ip(ip) = call.address.host() else { return None };
+        if call.options.exclusive || call.fresh_only {
+            return None;
+        }
+        self.find_coalescable(&call.address, &[*ip], &call.avoid).map(|c| (c, Source::Coalesced))
     }
 
     fn find_coalescable(

@@ -44,7 +44,9 @@ impl Pool {
     /// served (acquired, or a race started). `ahead`: calls for the same
     /// Address queued before this one and still waiting.
     pub(super) fn try_serve(&mut self, now: Instant, call_id: CallId, ahead: usize) -> bool {
-        if let Some((conn, source)) = self.find_pooled(call_id) {
+        if let Some((conn, source)) =
+            self.find_pooled(call_id).or_else(|| self.find_coalescable_literal(call_id))
+        {
             self.assign(now, call_id, conn, source);
             return true;
         }
