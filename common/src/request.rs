@@ -564,6 +564,18 @@ impl BodyLedger {
         }
     }
 
+    /// `error_for_status`: an [`ErrorKind::Status`](crate::ErrorKind::Status)
+    /// error naming this body's URL for a client (4xx) or server (5xx) error.
+    ///
+    /// # Errors
+    /// A 4xx or 5xx `status`.
+    pub fn check_status(&self, status: http::StatusCode) -> Result<(), Error> {
+        if status.is_client_error() || status.is_server_error() {
+            return Err(self.about(Error::status(status)));
+        }
+        Ok(())
+    }
+
     /// Whether the body has ended (read to its end, or failed).
     #[must_use]
     pub fn is_ended(&self) -> bool {

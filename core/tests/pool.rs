@@ -641,15 +641,26 @@ fn goaway_retires_once_and_closes_when_streams_end() {
 
 /// Opens an h2 TLS connection to `host` at `ip` whose certificate covers `names`.
 fn h2_conn(sim: &mut PoolSim, address: &Address, ip: &str, names: &[&str]) -> switchyard_core::ConnectionId {
+    h2_conn_with(sim, address, ip, tls(names)).1
+}
+
+/// Opens an h2 TLS connection to `host` at `ip` with these certificate facts:
+/// the call that made it, and the connection.
+fn h2_conn_with(
+    sim: &mut PoolSim,
+    address: &Address,
+    ip: &str,
+    facts: TlsFacts,
+) -> (switchyard_core::CallId, switchyard_core::ConnectionId) {
     let c = sim.acquire(0, address);
     assert_eq!(sim.drain(), [format!("resolve {}", address.host())]);
     sim.dns(0, c, &[ip]);
     sim.connected(1, c);
-    let out = sim.established(2, c, Some(Protocol::Http2), Some(tls(names)));
+    let out = sim.established(2, c, Some(Protocol::Http2), Some(facts));
     assert!(out.iter().any(|s| s.starts_with("acquired")), "{out:?}");
     let k = sim.held[&c];
     assert_eq!(sim.settings(3, k, None), Vec::<String>::new());
-    k
+    (c, k)
 }
 
 fn coalesce_attempt(sim: &mut PoolSim, address: &Address, ips: &[&str]) -> Vec<String> {
@@ -693,15 +704,8 @@ fn a_call_waiting_on_a_race_that_coalesces_goes_on() {
 fn an_unverified_certificate_never_coalesces_and_its_events_say_so() {
     let mut sim = PoolSim::new(config());
     let a = https("a.example.com");
-    let c = sim.acquire(0, &a);
-    let _ = sim.drain();
-    sim.dns(0, c, &["10.0.0.1"]);
-    sim.connected(1, c);
     let facts = TlsFacts { unverified: true, ..tls(&["a.example.com", "*.example.com"]) };
-    let out = sim.established(2, c, Some(Protocol::Http2), Some(facts));
-    assert!(out.iter().any(|s| s.starts_with("acquired")), "{out:?}");
-    let k = sim.held[&c];
-    let _ = sim.settings(3, k, None);
+    let (c, k) = h2_conn_with(&mut sim, &a, "10.0.0.1", facts);
     let out = coalesce_attempt(&mut sim, &https("b.example.com"), &["10.0.0.1"]);
     assert!(out[0].starts_with("connect"), "no coalescing onto an unverified certificate: {out:?}");
     assert_eq!(sim.pool.stats().coalesced, 0);
@@ -1280,14 +1284,8 @@ fn acquired_counts_exchanges_and_retirement_is_told_before_release() {
 fn an_ip_literal_coalesces_when_the_certificate_has_the_ip() {
     let mut sim = PoolSim::new(config());
     let a = https("a.example.com");
-    let c = sim.acquire(0, &a);
-    let _ = sim.drain();
-    sim.dns(0, c, &["10.0.0.1"]);
-    sim.connected(1, c);
     let facts = TlsFacts { ip_addresses: vec!["10.0.0.1".parse().unwrap()], ..tls(&["a.example.com"]) };
-    let _ = sim.established(2, c, Some(Protocol::Http2), Some(facts));
-    let k = sim.held[&c];
-    let _ = sim.settings(3, k, None);
+    let (_, k) = h2_conn_with(&mut sim, &a, "10.0.0.1", facts);
     let ip = https("10.0.0.1");
     let call = sim.acquire(10, &ip);
     let out = sim.drain();

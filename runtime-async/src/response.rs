@@ -326,10 +326,7 @@ pub trait ResponseExt: Sized {
 
 impl ResponseExt for http::Response<ResponseBody> {
     fn error_for_status(self) -> Result<Self, Error> {
-        let status = self.status();
-        if status.is_client_error() || status.is_server_error() {
-            return Err(self.body().ledger.about(Error::status(status)));
-        }
+        self.body().ledger.check_status(self.status())?;
         Ok(self)
     }
     async fn text(mut self) -> Result<String, Error> {
