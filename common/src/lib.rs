@@ -87,7 +87,7 @@ mod error;
 mod event;
 pub mod exchange;
 mod hub;
-mod proxy_env;
+pub mod proxy_env;
 mod request;
 mod resolve;
 pub mod tls;
