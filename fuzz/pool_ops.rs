@@ -10,26 +10,67 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{
-    AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError,
-    IdAllocator, Instant, Pool, PoolAction, PoolConfig, Protocol, QueryId, Race, RaceConfig, RaceRequest,
-    Reuse, RouteDatabase, Scheme, TlsFacts,
+    AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError,
+    Family, IdAllocator, Instant, Pool, PoolAction, PoolConfig, Protocol, QueryId, Race, RaceConfig,
+    RaceRequest, Reuse, RouteDatabase, Scheme, TlsFacts,
 };
 
 #[derive(Arbitrary, Debug, Clone)]
 pub enum Op {
-    Acquire { host: u8, exclusive: bool, multiplexed: bool, deadline_ms: Option<u16> },
-    Dns { query: u8, ips: Vec<u8>, fail: bool },
-    Connected { attempt: u8 },
-    Established { attempt: u8, h2: bool, facts: bool },
-    Failed { attempt: u8 },
-    Finished { call: u8, reusable: bool },
-    ExchangeFailed { call: u8, kind: u8, progress: u8, idempotent: bool },
-    PeerClosed { connection: u8 },
-    Settings { connection: u8, limit: u8 },
-    GoAway { connection: u8 },
-    Cancel { call: u8 },
-    Advance { ms: u16 },
-    Backwards { ms: u16 },
+    Acquire {
+        host: u8,
+        exclusive: bool,
+        multiplexed: bool,
+        deadline_ms: Option<u16>,
+    },
+    /// `family`: 0 every family at once; 1 AAAA only; 2 A only; else every
+    /// family with a time to live of `family` seconds.
+    Dns {
+        query: u8,
+        ips: Vec<u8>,
+        fail: bool,
+        family: u8,
+    },
+    Connected {
+        attempt: u8,
+    },
+    Established {
+        attempt: u8,
+        h2: bool,
+        facts: bool,
+    },
+    Failed {
+        attempt: u8,
+    },
+    Finished {
+        call: u8,
+        reusable: bool,
+    },
+    ExchangeFailed {
+        call: u8,
+        kind: u8,
+        progress: u8,
+        idempotent: bool,
+    },
+    PeerClosed {
+        connection: u8,
+    },
+    Settings {
+        connection: u8,
+        limit: u8,
+    },
+    GoAway {
+        connection: u8,
+    },
+    Cancel {
+        call: u8,
+    },
+    Advance {
+        ms: u16,
+    },
+    Backwards {
+        ms: u16,
+    },
     Timeout,
     EvictAll,
     Shutdown,
@@ -121,7 +162,7 @@ pub fn run(data: &[u8]) {
                 let id = pool.acquire(now, addresses[usize::from(host) % addresses.len()].clone(), options);
                 ids.calls.push(id);
             }
-            Op::Dns { query, ips, fail } => {
+            Op::Dns { query, ips, fail, family } => {
                 if let Some(q) = pick(&ids.queries, &[], query) {
                     let answer = if fail {
                         Err(DnsError::Timeout)
@@ -140,7 +181,15 @@ pub fn run(data: &[u8]) {
                             })
                             .collect())
                     };
-                    let _ = pool.handle_dns(now, q, answer);
+                    let answer = match family {
+                        0 => DnsAnswer::all(answer),
+                        1 => DnsAnswer::family(Family::V6, answer),
+                        2 => DnsAnswer::family(Family::V4, answer),
+                        ttl => {
+                            DnsAnswer::all(answer).with_ttl(std::time::Duration::from_secs(u64::from(ttl)))
+                        }
+                    };
+                    let _ = pool.handle_dns_answer(now, q, answer);
                 }
             }
             Op::Connected { attempt } => {

@@ -217,6 +217,15 @@ pub fn describe(event: &Event) -> (&'static str, String) {
     (name, detail)
 }
 
+/// How an event says where a DNS answer came from (nothing for a lookup).
+fn dns_source(source: switchyard_core::DnsSource) -> &'static str {
+    match source {
+        switchyard_core::DnsSource::Cache => " (from cache)",
+        switchyard_core::DnsSource::Shared => " (shared lookup)",
+        _ => "",
+    }
+}
+
 fn describe_kind(event: &Event) -> (&'static str, String) {
     use switchyard_core::EventKind as K;
     match &event.kind {
@@ -224,12 +233,19 @@ fn describe_kind(event: &Event) -> (&'static str, String) {
         K::ProxySelectEnd { proxies } => {
             ("proxy_select_end", proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
         }
-        K::DnsStart { host, .. } => ("dns_start", host.to_string()),
-        K::DnsEnd { host, addresses, .. } => (
-            "dns_end",
-            format!("{host} -> {}", addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
-        ),
-        K::DnsFailed { host, error, .. } => ("dns_failed", format!("{host}: {error}")),
+        K::DnsStart { host, source, .. } => ("dns_start", format!("{host}{}", dns_source(*source))),
+        K::DnsEnd { host, addresses, family, source, .. } => {
+            let family = match family {
+                Some(switchyard_core::Family::V6) => " (AAAA)",
+                Some(switchyard_core::Family::V4) => " (A)",
+                None => "",
+            };
+            let addresses = addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+            ("dns_end", format!("{host}{family} -> {addresses}{}", dns_source(*source)))
+        }
+        K::DnsFailed { host, error, source, .. } => {
+            ("dns_failed", format!("{host}: {error}{}", dns_source(*source)))
+        }
         K::ConnectStart { attempt, route } => ("connect_start", format!("{attempt} {route}")),
         K::SecureConnectStart { attempt } => ("secure_connect_start", attempt.to_string()),
         K::SecureConnectEnd { attempt, protocol } => {

@@ -13,8 +13,10 @@
 use std::net::IpAddr;
 
 use crate::address::{Address, Host, Protocol, Proxy};
+use crate::dns::DnsSource;
 use crate::error::{ConnectError, DnsError};
 use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
+use crate::plan::Family;
 use crate::route::Route;
 use crate::time::Instant;
 
@@ -97,8 +99,11 @@ pub enum EventKind {
         query: QueryId,
         /// The name being resolved.
         host: Host,
+        /// A query to the resolver, the cache, or another call's query in flight.
+        source: DnsSource,
     },
-    /// A lookup answered.
+    /// A lookup answered (once, or once per address family when the resolver
+    /// answers A and AAAA separately).
     DnsEnd {
         /// The query.
         query: QueryId,
@@ -106,6 +111,10 @@ pub enum EventKind {
         host: Host,
         /// The addresses, in the order routes will use them.
         addresses: Vec<IpAddr>,
+        /// The family these addresses are for (`None`: every family).
+        family: Option<Family>,
+        /// Where the answer came from.
+        source: DnsSource,
     },
     /// A lookup failed (planning moves on to the next proxy).
     DnsFailed {
@@ -115,6 +124,8 @@ pub enum EventKind {
         host: Host,
         /// Why.
         error: DnsError,
+        /// Where the answer came from.
+        source: DnsSource,
     },
     /// A TCP connect starts.
     ConnectStart {

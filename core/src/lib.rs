@@ -106,7 +106,10 @@
 //!    knowing when a socket is ready.
 //! 2. **The clock**: `now` on every input, and sleeping until the earliest
 //!    `poll_timeout()` of the [`Pool`] and of each busy [`http1::Driver`].
-//! 3. **DNS**: answering [`PoolAction::Resolve`].
+//! 3. **DNS**: answering [`PoolAction::Resolve`] — all addresses at once
+//!    ([`Pool::handle_dns`]), or A and AAAA separately with their time to live
+//!    ([`Pool::handle_dns_answer`]; the race then follows RFC 8305 §3, see
+//!    [`dns`]). The pool caches answers and shares lookups in flight.
 //! 4. **TLS bytes**: moving records between the socket and a TLS library (the
 //!    example uses rustls's own sans-IO `ClientConnection`), and reporting the
 //!    certificate's names ([`TlsFacts`]).
@@ -152,6 +155,7 @@
 //! | --- | --- |
 //! | [`address`] | [`Address`] (the pool key), [`Proxy`], [`Protocol`], validation |
 //! | [`route`] | [`Route`] and the [`RouteDatabase`] of recent failures |
+//! | [`dns`] | [`DnsAnswer`] (whole or per family), [`DnsSource`], the pool's DNS cache ([`DnsCacheConfig`]) |
 //! | [`plan`] | [`RoutePlanner`]: proxies × DNS → RFC 8305 order, failed routes last |
 //! | [`race`] | [`Race`]: Happy Eyeballs for one call |
 //! | [`pool`] | [`Pool`]: acquire, share, coalesce, limits and waiters, eviction, retry decisions |
@@ -167,6 +171,7 @@
 
 pub mod address;
 pub mod connection;
+pub mod dns;
 pub mod error;
 pub mod event;
 pub mod handshake;
@@ -185,6 +190,7 @@ pub use address::{
     TlsIdentity,
 };
 pub use connection::{CloseReason, Reuse, TlsFacts};
+pub use dns::{DnsAnswer, DnsCacheConfig, DnsSource};
 pub use error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind, TlsFailure};
 pub use event::{CancelReason, Event, EventKind};
 pub use id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};

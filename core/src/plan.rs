@@ -16,7 +16,10 @@ use std::collections::VecDeque;
 use crate::hash::FastSet;
 use std::net::IpAddr;
 
+use std::time::Duration;
+
 use crate::address::{Address, Host, Proxy};
+use crate::dns::DnsAnswer;
 use crate::error::{DnsError, Misuse};
 use crate::id::{CallId, QueryId};
 use crate::route::{dial_target, routes_for, Route, RouteDatabase};
@@ -80,11 +83,19 @@ pub struct PlanConfig {
     pub fast_fallback: bool,
     /// The family tried first when interleaving. Default: IPv6.
     pub preferred_family: Family,
+    /// With answers per family ([`DnsAnswer::family`]): how long the other
+    /// family's answer, when it comes first, waits for the preferred family's
+    /// before attempts start with it alone (RFC 8305 §3). Default: 50 ms.
+    pub resolution_delay: Duration,
 }
 
 impl Default for PlanConfig {
     fn default() -> Self {
-        PlanConfig { fast_fallback: true, preferred_family: Family::V6 }
+        PlanConfig {
+            fast_fallback: true,
+            preferred_family: Family::V6,
+            resolution_delay: Duration::from_millis(50),
+        }
     }
 }
 
@@ -117,7 +128,10 @@ pub struct DnsOutcome {
     pub host: Host,
     /// The proxy it was for.
     pub proxy: Proxy,
-    /// The addresses in planning order, or why there are none.
+    /// The family this answer was for (`None`: every family).
+    pub family: Option<Family>,
+    /// The addresses in planning order, or — once the lookup has failed for
+    /// every family — why there are none.
     pub result: Result<Vec<IpAddr>, DnsError>,
 }
 
@@ -127,6 +141,13 @@ struct Pending {
     proxy: Proxy,
     host: Host,
     port: u16,
+    /// Family answers received so far (per-family lookups only).
+    parts: Vec<(Family, Result<Vec<IpAddr>, DnsError>)>,
+    /// The other family's addresses, waiting until this instant for the
+    /// preferred family's (RFC 8305 §3's resolution delay).
+    held: Option<(Vec<IpAddr>, Instant)>,
+    /// Whether some of this lookup's routes were planned already.
+    released: bool,
 }
 
 /// A DNS answer a call already has: a retry plans with it instead of resolving
@@ -311,7 +332,15 @@ impl RoutePlanner {
                         }
                         let query = QueryId::new(self.call, self.next_query);
                         self.next_query += 1;
-                        self.pending = Some(Pending { query, host: host.clone(), port, proxy });
+                        self.pending = Some(Pending {
+                            query,
+                            host: host.clone(),
+                            port,
+                            proxy,
+                            parts: Vec::new(),
+                            held: None,
+                            released: false,
+                        });
                         self.announced = false;
                     }
                 }
@@ -326,9 +355,10 @@ impl RoutePlanner {
         }
     }
 
-    /// Feeds the answer to a [`PlanStep::Resolve`]. Returns how the answer was used,
-    /// or `None` for a duplicate answer (ignored). An empty answer becomes
-    /// [`DnsError::NoAddresses`]; a failed lookup moves planning to the next proxy.
+    /// Feeds the answer to a [`PlanStep::Resolve`]: every address at once. Returns
+    /// how the answer was used, or `None` for a duplicate answer (ignored). An empty
+    /// answer becomes [`DnsError::NoAddresses`]; a failed lookup moves planning to
+    /// the next proxy.
     pub fn handle_dns(
         &mut self,
         query: QueryId,
@@ -336,30 +366,145 @@ impl RoutePlanner {
         now: Instant,
         db: &RouteDatabase,
     ) -> Result<Option<DnsOutcome>, Misuse> {
+        self.handle_dns_answer(query, DnsAnswer::all(answer), now, db)
+    }
+
+    /// Feeds an answer to a [`PlanStep::Resolve`], whole or for one family (see
+    /// [`crate::dns`]). Returns how it was used: the family's addresses in
+    /// planning order, or the lookup's error once every family has failed.
+    /// `None`: nothing to report — a duplicate, or one family failing while the
+    /// other may still answer.
+    pub fn handle_dns_answer(
+        &mut self,
+        query: QueryId,
+        answer: DnsAnswer,
+        now: Instant,
+        db: &RouteDatabase,
+    ) -> Result<Option<DnsOutcome>, Misuse> {
         if query.call() != self.call || query >= QueryId::new(self.call, self.next_query) {
             return Err(Misuse::UnknownQuery(query));
         }
-        let pending = match self.pending.take() {
-            Some(p) if p.query == query => p,
-            other => {
-                self.pending = other;
-                return Ok(None);
-            }
+        let Some(pending) = self.pending.as_mut().filter(|p| p.query == query) else {
+            return Ok(None);
         };
-        let result = match answer {
-            Ok(ips) if ips.is_empty() => Err(DnsError::NoAddresses),
+        let answer = answer.normalized();
+        let family = answer.family;
+        let Some(f) = family else {
+            // The whole answer: the lookup is complete.
+            let pending = self.pending.take().expect("checked");
+            let result = match answer.result {
+                Ok(ips) => {
+                    self.remember(&pending, ips.clone());
+                    let ordered = self.order(ips);
+                    self.select(&pending.proxy, &ordered, pending.port, now, db);
+                    Ok(ordered)
+                }
+                Err(e) => Err(e),
+            };
+            return Ok(Some(DnsOutcome { host: pending.host, proxy: pending.proxy, family, result }));
+        };
+        if pending.parts.iter().any(|(g, _)| *g == f) {
+            return Ok(None); // a repeated family answer
+        }
+        pending.parts.push((f, answer.result.clone()));
+        let complete = pending.parts.len() == 2;
+        let (host, proxy, port) = (pending.host.clone(), pending.proxy.clone(), pending.port);
+        let preferred = f == self.config.preferred_family;
+        let outcome = match answer.result {
             Ok(ips) => {
-                let known =
-                    KnownAnswer { host: pending.host.clone(), port: pending.port, addresses: ips.clone() };
-                self.answers.retain(|k| !(k.host == known.host && k.port == known.port));
-                self.answers.push(known);
-                let ordered = self.order(ips);
-                self.select(&pending.proxy, &ordered, pending.port, now, db);
-                Ok(ordered)
+                let ordered = self.order(ips.clone());
+                let pending = self.pending.as_mut().expect("checked");
+                if complete || preferred || self.config.resolution_delay.is_zero() {
+                    // Any held addresses join these now.
+                    let held = pending.held.take().map(|(h, _)| h).unwrap_or_default();
+                    let late = pending.released;
+                    pending.released = true;
+                    let mut all = held;
+                    all.extend(ordered.iter().copied());
+                    let all = self.order(all);
+                    if late {
+                        self.merge_late(&proxy, &all, port, now, db);
+                    } else {
+                        self.select(&proxy, &all, port, now, db);
+                    }
+                } else {
+                    // The other family came first: wait for the preferred one.
+                    pending.held = Some((ordered.clone(), now + self.config.resolution_delay));
+                }
+                Some(DnsOutcome { host: host.clone(), proxy: proxy.clone(), family, result: Ok(ordered) })
             }
-            Err(e) => Err(e),
+            Err(_) => {
+                // This family has nothing; held addresses need not wait for it.
+                let pending = self.pending.as_mut().expect("checked");
+                if let Some((held, _)) = pending.held.take() {
+                    pending.released = true;
+                    self.select(&proxy, &held, port, now, db);
+                }
+                None
+            }
         };
-        Ok(Some(DnsOutcome { host: pending.host, proxy: pending.proxy, result }))
+        if complete {
+            let pending = self.pending.take().expect("checked");
+            let mut ips = Vec::new();
+            let mut error = None;
+            for (_, r) in &pending.parts {
+                match r {
+                    Ok(v) => ips.extend(v.iter().copied()),
+                    Err(e) => {
+                        error = Some(match error {
+                            None | Some(DnsError::NoAddresses) => e.clone(),
+                            Some(kept) => kept,
+                        })
+                    }
+                }
+            }
+            if ips.is_empty() {
+                let error = error.unwrap_or(DnsError::NoAddresses);
+                return Ok(Some(DnsOutcome { host, proxy, family, result: Err(error) }));
+            }
+            self.remember(&pending, ips);
+        }
+        Ok(outcome)
+    }
+
+    /// When held addresses stop waiting for the preferred family.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.pending.as_ref().and_then(|p| p.held.as_ref()).map(|(_, until)| *until)
+    }
+
+    /// Releases held addresses whose resolution delay is over at `now`.
+    pub fn handle_timeout(&mut self, now: Instant, db: &RouteDatabase) {
+        let Some(pending) = self.pending.as_mut() else { return };
+        if pending.held.as_ref().is_none_or(|(_, until)| *until > now) {
+            return;
+        }
+        let (held, _) = pending.held.take().expect("checked");
+        pending.released = true;
+        let (proxy, port) = (pending.proxy.clone(), pending.port);
+        self.select(&proxy, &held, port, now, db);
+    }
+
+    fn remember(&mut self, pending: &Pending, ips: Vec<IpAddr>) {
+        let known = KnownAnswer { host: pending.host.clone(), port: pending.port, addresses: ips };
+        self.answers.retain(|k| !(k.host == known.host && k.port == known.port));
+        self.answers.push(known);
+    }
+
+    /// A family that answered after attempts began: its routes are interleaved
+    /// with the routes not tried yet, its own first (the race has been trying
+    /// the other family).
+    fn merge_late(&mut self, proxy: &Proxy, ips: &[IpAddr], port: u16, now: Instant, db: &RouteDatabase) {
+        let waiting: Vec<Route> = self.current.drain(..).collect();
+        self.select(proxy, ips, port, now, db);
+        let late: Vec<Route> = self.current.drain(..).collect();
+        let (mut a, mut b) = (late.into_iter(), waiting.into_iter());
+        loop {
+            match (a.next(), b.next()) {
+                (None, None) => break,
+                (x, y) => self.current.extend(x.into_iter().chain(y)),
+            }
+        }
     }
 
     /// Puts a route back at the front (a cancelled loser to retry first).

@@ -41,6 +41,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::address::{Address, Host, Protocol, Proxy};
+use crate::dns::{DnsAnswer, DnsSource};
 use crate::error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind};
 use crate::event::{CancelReason, Event, EventKind};
 use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
@@ -330,7 +331,7 @@ impl Race {
         if self.finished {
             return None;
         }
-        let mut next = self.deadline;
+        let mut next = earliest(self.deadline, self.planner.poll_timeout());
         for a in &self.attempts {
             next = earliest(next, Some(a.deadline));
         }
@@ -348,8 +349,9 @@ impl Race {
         self.advance(now, db);
     }
 
-    /// Feeds the answer to [`Action::Resolve`]. An empty answer is a
-    /// [`DnsError::NoAddresses`] failure; any failure moves on to the next proxy.
+    /// Feeds the answer to [`Action::Resolve`]: every address at once. An empty
+    /// answer is a [`DnsError::NoAddresses`] failure; any failure moves on to the
+    /// next proxy.
     pub fn handle_dns(
         &mut self,
         now: Instant,
@@ -357,19 +359,36 @@ impl Race {
         answer: Result<Vec<IpAddr>, DnsError>,
         db: &mut RouteDatabase,
     ) -> Result<(), Misuse> {
+        self.handle_dns_answer(now, query, DnsAnswer::all(answer), DnsSource::Lookup, db)
+    }
+
+    /// Feeds an answer to [`Action::Resolve`], whole or for one family (see
+    /// [`crate::dns`]: the preferred family starts attempts at once, the other
+    /// waits up to the resolution delay for it, a late family joins the running
+    /// race). `source` is reported in the `DnsEnd` / `DnsFailed` event.
+    pub fn handle_dns_answer(
+        &mut self,
+        now: Instant,
+        query: QueryId,
+        answer: DnsAnswer,
+        source: DnsSource,
+        db: &mut RouteDatabase,
+    ) -> Result<(), Misuse> {
         if self.finished {
             // Validate the id, then ignore: the race no longer needs routes.
             return self.check_query(query);
         }
-        let Some(outcome) = self.planner.handle_dns(query, answer, now, db)? else {
-            return Ok(());
-        };
-        let host = outcome.host;
-        match outcome.result {
-            Ok(addresses) => self.emit(now, EventKind::DnsEnd { query, host, addresses }),
-            Err(error) => {
-                self.failures.push(Failure::Dns { query, host: host.clone(), error: error.clone() });
-                self.emit(now, EventKind::DnsFailed { query, host, error });
+        // Even with nothing to report, a failed family may have released the
+        // other family's held addresses.
+        if let Some(outcome) = self.planner.handle_dns_answer(query, answer, now, db)? {
+            let host = outcome.host;
+            let family = outcome.family;
+            match outcome.result {
+                Ok(addresses) => self.emit(now, EventKind::DnsEnd { query, host, addresses, family, source }),
+                Err(error) => {
+                    self.failures.push(Failure::Dns { query, host: host.clone(), error: error.clone() });
+                    self.emit(now, EventKind::DnsFailed { query, host, error, source });
+                }
             }
         }
         self.advance(now, db);
@@ -557,6 +576,8 @@ impl Race {
             self.finish_failed(RaceErrorKind::CallTimeout);
             return;
         }
+        // Held DNS answers whose resolution delay is over.
+        self.planner.handle_timeout(now, db);
         // Attempt timeouts, in start order.
         while let Some(index) = self.attempts.iter().position(|a| a.deadline <= now) {
             let a = &self.attempts[index];
@@ -584,7 +605,8 @@ impl Race {
             match self.planner.next(now, db) {
                 PlanStep::Route(route) => self.start_attempt(now, route),
                 PlanStep::Resolve { query, host, port, proxy } => {
-                    self.emit(now, EventKind::DnsStart { query, host: host.clone() });
+                    let source = DnsSource::Lookup;
+                    self.emit(now, EventKind::DnsStart { query, host: host.clone(), source });
                     self.actions.push_back(Action::Resolve { query, host, port, proxy });
                     return;
                 }

@@ -389,7 +389,8 @@ fn a_pooled_connection_arriving_mid_race_wins() {
 
 #[test]
 fn with_several_attempts_connecting_none_is_kept() {
-    let mut sim = PoolSim::new(config());
+    // The second call resolves on its own.
+    let mut sim = PoolSim::new(without_dns_cache(config()));
     let a = https_h1("a.test");
     let (c1, k1) = open_tls(&mut sim, 0, &a, Protocol::Http1);
     let c2 = sim.acquire(1, &a);
@@ -431,6 +432,12 @@ fn a_call_waits_for_an_attempt_kept_for_the_pool_rather_than_connecting() {
     assert_eq!(sim.pool.stats().tcp_connects, 2);
 }
 
+/// `config` with the DNS cache off: every call resolves (in-flight lookups are
+/// still shared).
+fn without_dns_cache(config: PoolConfig) -> PoolConfig {
+    PoolConfig { dns_cache: switchyard_core::DnsCacheConfig { capacity: 0, ..Default::default() }, ..config }
+}
+
 /// An https Address that speaks HTTP/1.1 only, with one route.
 fn https_h1(host: &str) -> Address {
     Address::builder(Scheme::Https, host, 443).protocols([Protocol::Http1]).build().unwrap()
@@ -454,7 +461,8 @@ fn open_tls(
 
 #[test]
 fn a_pooled_connection_arriving_mid_handshake_keeps_the_attempt_for_the_pool() {
-    let mut sim = PoolSim::new(PoolConfig::default());
+    // The second call resolves on its own.
+    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
     let a = https_h1("a.test");
     let (c1, k1) = open_tls(&mut sim, 0, &a, Protocol::Http1);
     let c2 = sim.acquire(1, &a);
@@ -486,7 +494,8 @@ fn a_pooled_connection_arriving_mid_handshake_keeps_the_attempt_for_the_pool() {
 
 #[test]
 fn a_kept_attempt_that_fails_or_times_out_is_only_a_route_failure() {
-    let mut sim = PoolSim::new(PoolConfig::default());
+    // The second call resolves on its own.
+    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
     let a = https_h1("a.test");
     let (c1, k1) = open_tls(&mut sim, 0, &a, Protocol::Http1);
     let c2 = sim.acquire(1, &a);
@@ -555,14 +564,17 @@ fn a_burst_whose_connect_yields_http1_races_at_once() {
     sim.connected(65, first);
     let out = sim.established(66, first, Some(Protocol::Http1), Some(tls(&["a.test"])));
     assert_eq!(out.iter().filter(|s| s.starts_with("acquired")).count(), 1, "{out:?}");
+    // They race at once, with the first call's DNS answer from the cache.
     assert_eq!(
-        out.iter().filter(|s| s.starts_with("resolve")).count(),
+        out.iter().filter(|s| s.starts_with("connect")).count(),
         63,
         "the others race at once: {out:?}"
     );
+    assert!(!out.iter().any(|s| s.starts_with("resolve")), "{out:?}");
+    assert_eq!(sim.pool.stats().dns_cache_hits, 63);
     // The Address is now known to speak HTTP/1.1: a later call races at once too.
     let late = sim.acquire(67, &a);
-    assert_eq!(sim.drain(), ["resolve a.test"]);
+    assert_eq!(sim.drain(), [format!("connect {late} 127.0.0.1:443")]);
     assert!(!rest.contains(&late));
 }
 
@@ -570,9 +582,13 @@ fn a_burst_whose_connect_yields_http1_races_at_once() {
 fn waiting_for_a_pending_http2_connect_can_be_turned_off() {
     let mut sim = PoolSim::new(PoolConfig { await_pending_http2: false, ..PoolConfig::default() });
     let a = https("a.test");
-    sim.acquire(0, &a);
-    sim.acquire(1, &a);
-    assert_eq!(sim.drain(), ["resolve a.test", "resolve a.test"]);
+    let first = sim.acquire(0, &a);
+    let second = sim.acquire(1, &a);
+    // Both race; the second shares the first's lookup.
+    assert_eq!(sim.drain(), ["resolve a.test"]);
+    assert_eq!(sim.pool.stats().dns_shared, 1);
+    let out = sim.dns(2, first, &["127.0.0.1"]);
+    assert_eq!(out, [format!("connect {first} 127.0.0.1:443"), format!("connect {second} 127.0.0.1:443")]);
 }
 
 #[test]
@@ -692,9 +708,9 @@ fn a_call_waiting_on_a_race_that_coalesces_goes_on() {
     assert!(sim.drain().is_empty(), "waits for the connect in flight");
     let out = sim.dns(12, racer, &["10.0.0.1"]);
     assert_eq!(out[0], format!("acquired {racer} {k1} Coalesced"));
-    assert_eq!(out[1..], ["resolve b.example.com"], "the waiter races (and may coalesce) at once");
+    // The waiter races at once, with the cached answer, and coalesces too.
+    assert_eq!(out[1..], [format!("acquired {waiter} {k1} Coalesced")], "the waiter races at once");
     assert_eq!(sim.pool.stats().totals.waiters, 0);
-    let _ = waiter;
 }
 
 /// A connection whose certificate was not verified (a client told to accept
@@ -819,7 +835,7 @@ fn a_421_marks_no_coalescing_and_retries_on_a_fresh_connection() {
         .unwrap();
     assert_eq!(outcome, FailureOutcome::Retrying(RetryReason::Misdirected));
     let out = sim.drain();
-    assert_eq!(out, ["resolve b.example.com"], "a fresh connection: a new race");
+    assert_eq!(out, [format!("connect {c} 10.0.0.1:443")], "a fresh connection: a new race (DNS known)");
     assert!(sim.pool.connection(k1).unwrap().is_no_coalescing());
     // Nor will anyone else coalesce onto it.
     let out = coalesce_attempt(&mut sim, &https("c.example.com"), &["10.0.0.1"]);

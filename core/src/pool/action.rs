@@ -107,7 +107,11 @@ pub enum FailureOutcome {
 #[must_use]
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum PoolAction {
-    /// Resolve `host`; answer with [`Pool::handle_dns`](super::Pool::handle_dns).
+    /// Resolve `host`; answer with [`Pool::handle_dns`](super::Pool::handle_dns)
+    /// (every address at once) or [`Pool::handle_dns_answer`](super::Pool::handle_dns_answer)
+    /// (per family, with a time to live). Answer every one, even after its call has
+    /// ended: other calls may be sharing the lookup. A name the pool's cache holds
+    /// is not asked for.
     Resolve {
         /// Quote this in the answer.
         query: QueryId,

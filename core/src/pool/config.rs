@@ -83,6 +83,11 @@ pub struct PoolConfig {
     /// [`Pool::stream_stalled`]: super::Pool::stream_stalled
     /// [`PoolAction::Ping`]: super::PoolAction::Ping
     pub pong_timeout: Duration,
+    /// The DNS cache (see [`crate::dns`]). Default: [`DnsCacheConfig::default`]
+    /// (60 s for answers without a time to live, 5 s for failures, 256 names).
+    ///
+    /// [`DnsCacheConfig::default`]: crate::DnsCacheConfig
+    pub dns_cache: crate::dns::DnsCacheConfig,
 }
 
 impl Default for PoolConfig {
@@ -105,6 +110,7 @@ impl Default for PoolConfig {
             idle_cap_grace: Duration::from_secs(5),
             probe_interval: None,
             pong_timeout: Duration::from_secs(1),
+            dns_cache: crate::dns::DnsCacheConfig::default(),
         }
     }
 }

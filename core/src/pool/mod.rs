@@ -134,6 +134,7 @@ use std::net::IpAddr;
 
 use crate::address::{Address, Host, Protocol, Proxy};
 use crate::connection::{CloseReason, Reuse, TlsFacts};
+use crate::dns::{DnsAnswer, DnsCache, DnsSource, Lookup};
 use crate::error::{ConnectError, DnsError, Misuse};
 use crate::event::{Event, EventKind};
 use crate::id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
@@ -261,6 +262,8 @@ pub struct Pool {
     in_use_total: usize,
     shutdown: bool,
     stats: PoolStats,
+    /// DNS answers and lookups in flight, shared by every call.
+    dns: DnsCache,
     actions: VecDeque<PoolAction>,
     events: VecDeque<Event>,
 }
@@ -270,6 +273,7 @@ impl Pool {
     #[must_use]
     pub fn new(config: PoolConfig) -> Pool {
         let db = RouteDatabase::new(config.route_ttl);
+        let dns = DnsCache::new(config.dns_cache);
         Pool {
             config,
             ids: IdAllocator::default(),
@@ -298,6 +302,7 @@ impl Pool {
             in_use_total: 0,
             shutdown: false,
             stats: PoolStats::default(),
+            dns,
             actions: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -414,13 +419,60 @@ impl Pool {
         }
     }
 
-    /// Feeds a DNS answer. For an origin lookup, a coalescable HTTP/2 connection
-    /// among the answers ends the race at once (BEHAVIOUR §5).
+    /// Feeds a DNS answer: every address at once, as `getaddrinfo` gives them
+    /// (cached for [`DnsCacheConfig::default_ttl`]). For an origin lookup, a
+    /// coalescable HTTP/2 connection among the answers ends the race at once
+    /// (BEHAVIOUR §5).
+    ///
+    /// [`DnsCacheConfig::default_ttl`]: crate::DnsCacheConfig::default_ttl
     pub fn handle_dns(
         &mut self,
         now: Instant,
         query: QueryId,
         answer: Result<Vec<IpAddr>, DnsError>,
+    ) -> Result<(), Misuse> {
+        self.handle_dns_answer(now, query, DnsAnswer::all(answer))
+    }
+
+    /// Feeds a DNS answer, whole or for one address family, with its time to
+    /// live (see [`crate::dns`]). Every call sharing the lookup gets it; the
+    /// complete answer is cached.
+    pub fn handle_dns_answer(
+        &mut self,
+        now: Instant,
+        query: QueryId,
+        answer: DnsAnswer,
+    ) -> Result<(), Misuse> {
+        let answer = answer.normalized();
+        if let Some(followers) = self.dns.answered(query, &answer, now) {
+            // The leader's call may have ended: the followers still get it.
+            let _ = self.deliver_dns(now, query, answer.clone(), DnsSource::Lookup);
+            for follower in followers {
+                let _ = self.deliver_dns(now, follower, answer.clone(), DnsSource::Shared);
+            }
+            return Ok(());
+        }
+        self.deliver_dns(now, query, answer, DnsSource::Lookup)
+    }
+
+    /// Clears the DNS cache (lookups in flight are unaffected).
+    pub fn clear_dns_cache(&mut self) {
+        self.dns.clear();
+    }
+
+    /// Names in the DNS cache.
+    #[must_use]
+    pub fn dns_cache_len(&self) -> usize {
+        self.dns.len()
+    }
+
+    /// Passes one answer to the race of `query`'s call.
+    fn deliver_dns(
+        &mut self,
+        now: Instant,
+        query: QueryId,
+        answer: DnsAnswer,
+        source: DnsSource,
     ) -> Result<(), Misuse> {
         let call_id = query.call();
         let Some(call) = self.calls.get(&call_id) else {
@@ -429,15 +481,17 @@ impl Pool {
         let CallState::Racing { direct_queries, .. } = &call.state else {
             return Ok(()); // the race ended: a late answer
         };
-        if let Ok(ips) = &answer {
+        if let Ok(ips) = &answer.result {
             if direct_queries.contains(&query) && !call.options.exclusive && !call.fresh_only {
                 let address = call.address.clone();
                 if let Some(conn) = self.find_coalescable(&address, ips, &call.avoid) {
                     let addresses = ips.clone();
+                    let host = address.host().clone();
+                    let family = answer.family;
                     self.emit(
                         now,
                         Some(call_id),
-                        EventKind::DnsEnd { query, host: address.host().clone(), addresses },
+                        EventKind::DnsEnd { query, host, addresses, family, source },
                     );
                     self.stop_race(now, call_id);
                     self.assign(now, call_id, conn, Source::Coalesced);
@@ -450,7 +504,7 @@ impl Pool {
         let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) else {
             return Ok(());
         };
-        race.handle_dns(now, query, answer, &mut self.db)?;
+        race.handle_dns_answer(now, query, answer, source, &mut self.db)?;
         self.pump_race(now, call_id);
         Ok(())
     }
@@ -1137,24 +1191,41 @@ impl Pool {
     /// and re-arms its timer.
     fn pump_race(&mut self, now: Instant, call_id: CallId) {
         let mut finished = None;
+        // Answers known at once (cached, or parts of a shared lookup), fed after.
+        let mut answers: Vec<(QueryId, DnsAnswer, DnsSource)> = Vec::new();
         {
-            let Some(Call { state: CallState::Racing { race, timer, direct_queries, .. }, .. }) =
+            let Some(Call { state: CallState::Racing { race, timer, direct_queries, .. }, address, .. }) =
                 self.calls.get_mut(&call_id)
             else {
                 return;
             };
-            while let Some(mut e) = race.poll_event() {
-                count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
-                e.unverified_tls = self.unverified.mark(&e.kind);
-                self.events.push_back(e);
-            }
+            let resolver = address.resolver_identity();
+            // Actions first: a lookup the cache answers, or another call's query
+            // in flight, changes what its DnsStart event says.
+            let mut sources: Vec<(QueryId, DnsSource)> = Vec::new();
             while let Some(action) = race.poll_action() {
                 match action {
                     Action::Resolve { query, host, port, proxy } => {
                         if proxy == Proxy::Direct {
                             direct_queries.push(query);
                         }
-                        self.actions.push_back(PoolAction::Resolve { query, host, port, proxy });
+                        let key = (resolver, host.clone(), port);
+                        match self.dns.lookup(key, query, now) {
+                            Lookup::Miss => {
+                                self.stats.dns_lookups += 1;
+                                self.actions.push_back(PoolAction::Resolve { query, host, port, proxy });
+                            }
+                            Lookup::Cached(result) => {
+                                self.stats.dns_cache_hits += 1;
+                                sources.push((query, DnsSource::Cache));
+                                answers.push((query, DnsAnswer::all(result), DnsSource::Cache));
+                            }
+                            Lookup::InFlight(parts) => {
+                                self.stats.dns_shared += 1;
+                                sources.push((query, DnsSource::Shared));
+                                answers.extend(parts.into_iter().map(|p| (query, p, DnsSource::Shared)));
+                            }
+                        }
                     }
                     Action::Connect { attempt, route } => {
                         self.stats.tcp_connects += 1;
@@ -1172,6 +1243,16 @@ impl Pool {
                     }
                     other => finished = Some(other),
                 }
+            }
+            while let Some(mut e) = race.poll_event() {
+                count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
+                e.unverified_tls = self.unverified.mark(&e.kind);
+                if let EventKind::DnsStart { query, source, .. } = &mut e.kind {
+                    if let Some((_, s)) = sources.iter().find(|(q, _)| q == query) {
+                        *source = *s;
+                    }
+                }
+                self.events.push_back(e);
             }
             if let Some(t) = timer.take() {
                 self.race_timers.remove(&(t, call_id));
@@ -1197,7 +1278,11 @@ impl Pool {
                 });
                 self.rebalance(now, &address);
             }
-            _ => {}
+            _ => {
+                for (query, answer, source) in answers {
+                    let _ = self.deliver_dns(now, query, answer, source);
+                }
+            }
         }
     }
 

@@ -51,6 +51,14 @@ pub struct PoolStats {
     /// Connections that joined the pool without a call: their call took a
     /// pooled connection while they were handshaking (counted in `created`).
     pub joined_idle: u64,
+    /// DNS queries asked of the resolver ([`PoolAction::Resolve`]).
+    ///
+    /// [`PoolAction::Resolve`]: crate::PoolAction::Resolve
+    pub dns_lookups: u64,
+    /// Lookups answered from the DNS cache.
+    pub dns_cache_hits: u64,
+    /// Lookups that shared another call's query in flight.
+    pub dns_shared: u64,
 }
 
 impl Pool {
