@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Fetch URLs, printing the body; -v shows the connection timeline.
-    Get(GetArgs),
+    Get(Box<GetArgs>),
     /// A narrated tour on embedded loopback servers: Happy Eyeballs, reuse,
     /// coalescing, a per-host cap, a stale-connection retry, pool stats.
     Demo(DemoArgs),
@@ -34,6 +34,17 @@ pub enum Runtime {
     Smol,
     /// switchyard-std (blocking; HTTP/1.1 only).
     Std,
+}
+
+/// Which resolver answers DNS.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Dns {
+    /// The operating system's (`getaddrinfo`, on a blocking thread).
+    #[default]
+    System,
+    /// hickory-resolver: A and AAAA asked separately, so IPv6 attempts start as
+    /// soon as AAAA answers (RFC 8305 §3); TTLs kept. Async runtimes only.
+    Hickory,
 }
 
 /// `switchyard get`.
@@ -89,6 +100,16 @@ pub struct GetArgs {
     /// Which runtime performs the I/O.
     #[arg(long, value_enum, default_value_t = Runtime::Tokio)]
     pub runtime: Runtime,
+    /// Which resolver answers DNS (`hickory` needs `--runtime tokio` or `smol`).
+    #[arg(long, value_enum, default_value_t = Dns::System)]
+    pub dns: Dns,
+    /// `ADDR:PORT` of a name server for `--dns hickory` (repeatable); default:
+    /// the servers in /etc/resolv.conf.
+    #[arg(long = "dns-server")]
+    pub dns_servers: Vec<std::net::SocketAddr>,
+    /// How long DNS answers without a TTL (the system resolver's) are cached.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub dns_cache_ttl: Duration,
     /// Machine-readable output: one JSON object per event (and a summary) on
     /// stdout; the body goes only to --output.
     #[arg(long)]

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use switchyard_common::{ClientBuilder, Error, EventLog, FromConfig, HttpVersion};
+use switchyard_common::{AsyncResolve, ClientBuilder, Error, EventLog, FromConfig, HttpVersion};
 use switchyard_core::PoolStats;
 
-use crate::args::{GetArgs, Runtime};
+use crate::args::{Dns, GetArgs, Runtime};
 use crate::timeline;
 
 /// A failure that ends the command, with the one line to print.
@@ -18,12 +18,36 @@ pub struct Failed(pub String);
 /// What one fetch returns.
 type Fetched = Result<(http::StatusCode, http::Version, Bytes), Error>;
 
+/// The async resolver `--dns` asks for (`None`: the system resolver), built by
+/// `make` for the adapter's runtime from the `--dns-server`s (empty: the
+/// system's configuration).
+fn async_dns<R: AsyncResolve>(
+    args: &GetArgs,
+    make: impl FnOnce(&[std::net::SocketAddr]) -> Result<R, Error>,
+) -> Result<Option<R>, Failed> {
+    match args.dns {
+        Dns::System if args.dns_servers.is_empty() => Ok(None),
+        Dns::System => Err(Failed("--dns-server needs --dns hickory".into())),
+        Dns::Hickory => {
+            make(&args.dns_servers).map(Some).map_err(|e| Failed(format!("--dns hickory: {e:#}")))
+        }
+    }
+}
+
 /// The client for any adapter, from the command line's settings.
-fn client<C: FromConfig>(args: &GetArgs, log: &EventLog) -> Result<C, Failed> {
+fn client<C: FromConfig>(
+    args: &GetArgs,
+    log: &EventLog,
+    dns: Option<impl AsyncResolve>,
+) -> Result<C, Failed> {
     let mut b = ClientBuilder::<C>::new()
         .event_listener(log.clone())
         .connect_timeout(args.connect_timeout)
-        .attempt_delay(args.attempt_delay);
+        .attempt_delay(args.attempt_delay)
+        .dns_cache_ttl(args.dns_cache_ttl);
+    if let Some(resolver) = dns {
+        b = b.async_resolver(resolver);
+    }
     if args.http1 {
         b = b.http_version(HttpVersion::Http1Only);
     } else if args.http2 || args.h2_prior_knowledge {
@@ -68,18 +92,38 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
                 .enable_all()
                 .build()
                 .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
-            let client: switchyard_tokio::Client = client(&args, &log)?;
+            let dns = async_dns(&args, |servers| {
+                if servers.is_empty() {
+                    switchyard_tokio::HickoryResolver::system()
+                } else {
+                    switchyard_tokio::HickoryResolver::with_servers(servers)
+                }
+            })?;
+            let client: switchyard_tokio::Client = client(&args, &log, dns)?;
             rt.block_on(run_async(client.into_generic(), log, args, |f| {
                 let task = tokio::spawn(f);
                 Box::pin(async move { task.await.map_err(|e| e.to_string())? })
             }))
         }
         Runtime::Smol => {
-            let client: switchyard_smol::Client = client(&args, &log)?;
+            let dns = async_dns(&args, |servers| {
+                if servers.is_empty() {
+                    switchyard_smol::HickoryResolver::system()
+                } else {
+                    switchyard_smol::HickoryResolver::with_servers(servers)
+                }
+            })?;
+            let client: switchyard_smol::Client = client(&args, &log, dns)?;
             smol::block_on(run_async(client.into_generic(), log, args, |f| Box::pin(smol::spawn(f))))
         }
         Runtime::Std => {
-            let client: switchyard_std::Client = client(&args, &log)?;
+            if args.dns == Dns::Hickory {
+                return Err(Failed(
+                    "--dns hickory needs --runtime tokio or smol (switchyard-std resolves with the system)"
+                        .into(),
+                ));
+            }
+            let client: switchyard_std::Client = client(&args, &log, None::<Arc<dyn AsyncResolve>>)?;
             run_std(&client, &log, &args)
         }
     }

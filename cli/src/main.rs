@@ -10,7 +10,7 @@ use switchyard_cli::args::{Cli, Command};
 fn main() -> ExitCode {
     match Cli::parse().command {
         // `get` starts the runtime its --runtime names.
-        Command::Get(args) => exit(switchyard_cli::get::run(args)),
+        Command::Get(args) => exit(switchyard_cli::get::run(*args)),
         // The demo's servers and client run on tokio.
         Command::Demo(args) => {
             match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {

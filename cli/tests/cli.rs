@@ -228,3 +228,39 @@ fn get_uses_the_proxy_environment() {
     let flag = bin().args(["get", "--proxy", &via, &url]).env_remove("http_proxy").output().unwrap();
     assert!(flag.status.success(), "{}", String::from_utf8_lossy(&flag.stderr));
 }
+
+#[test]
+fn get_with_hickory_shows_dns_and_cache_steps() {
+    use switchyard_tests::dns::{DnsServer, Zone};
+    let server = TestServer::start(ServerOptions::default());
+    let zone = Zone { v4: vec!["127.0.0.1".parse().unwrap()], ttl: 300, ..Zone::default() };
+    let dns = DnsServer::start([("web.test".to_owned(), zone)]);
+    let dns_server = dns.addr().to_string();
+    // `/close` ends its connection, so the second URL needs DNS again: the cache answers.
+    let first = format!("http://web.test:{}/close", server.port());
+    let second = format!("http://web.test:{}/hello", server.port());
+    for runtime in ["tokio", "smol"] {
+        let before = dns.queries("web.test", "A");
+        let out = bin()
+            .args(["get", "-v", "--runtime", runtime, "--dns", "hickory", "--dns-server", &dns_server])
+            .args([&first, &second])
+            .env_remove("http_proxy")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{runtime}: {stderr}");
+        assert!(
+            stderr.contains("dns_start") && stderr.contains("web.test (A) -> 127.0.0.1"),
+            "{runtime}: {stderr}"
+        );
+        assert!(stderr.contains("web.test (from cache)"), "{runtime}: the second URL's lookup: {stderr}");
+        assert_eq!(dns.queries("web.test", "A"), before + 1, "{runtime}: one A query for two URLs");
+    }
+    // hickory needs an async runtime; a server needs hickory.
+    let std = bin().args(["get", "--runtime", "std", "--dns", "hickory", &second]).output().unwrap();
+    assert!(!std.status.success());
+    assert!(String::from_utf8_lossy(&std.stderr).contains("--dns hickory needs --runtime tokio or smol"));
+    let stray = bin().args(["get", "--dns-server", &dns_server, &second]).output().unwrap();
+    assert!(!stray.status.success());
+    assert!(String::from_utf8_lossy(&stray.stderr).contains("--dns-server needs --dns hickory"));
+}

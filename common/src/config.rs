@@ -78,6 +78,9 @@ pub struct Config {
     pub listener: Option<Arc<dyn EventListener>>,
     /// The resolver, overrides applied.
     pub resolver: Arc<dyn Resolve>,
+    /// The async resolver, overrides applied, when one was given (the async
+    /// adapters use it instead of [`Config::resolver`]).
+    pub async_resolver: Option<Arc<dyn crate::resolve::AsyncResolve>>,
     /// Proxies, in order (when no selector chooses per URL).
     pub proxies: Vec<Proxy>,
     /// Chooses the proxies per URL (`proxy_selector`, `proxy_from_env`).
@@ -246,6 +249,7 @@ pub struct BuilderState {
     pub tls: TlsSettings,
     pub listeners: Vec<Arc<dyn EventListener>>,
     pub resolver: Arc<dyn Resolve>,
+    pub async_resolver: Option<Arc<dyn crate::resolve::AsyncResolve>>,
     pub overrides: HashMap<(String, u16), Vec<IpAddr>>,
     pub proxies: Vec<Proxy>,
     pub selector: Option<Arc<dyn ProxySelector>>,
@@ -276,6 +280,7 @@ impl Default for BuilderState {
             tls: TlsSettings::default(),
             listeners: Vec::new(),
             resolver: Arc::new(SystemResolver),
+            async_resolver: None,
             overrides: HashMap::new(),
             proxies: Vec::new(),
             selector: None,
@@ -310,6 +315,13 @@ impl<C: FromConfig> ClientBuilder<C> {
         self
     }
     crate::__client_builder_methods!();
+
+    /// Resolves host names with an async resolver (async adapters only; the
+    /// blocking adapter refuses it at build). Replaces a resolver set before.
+    pub fn async_resolver(mut self, resolver: impl crate::resolve::AsyncResolve) -> Self {
+        self.state.async_resolver = Some(Arc::new(resolver));
+        self
+    }
 
     /// Validates the settings and builds the client. Needs no runtime.
     ///
@@ -406,6 +418,13 @@ impl BuilderState {
         } else {
             self.selector
         };
+        let async_resolver = match self.async_resolver {
+            Some(r) if !self.overrides.is_empty() => {
+                Some(Arc::new(crate::resolve::AsyncOverrides { map: self.overrides.clone(), fallback: r })
+                    as Arc<dyn crate::resolve::AsyncResolve>)
+            }
+            other => other,
+        };
         let resolver: Arc<dyn Resolve> = if self.overrides.is_empty() {
             self.resolver
         } else {
@@ -426,6 +445,7 @@ impl BuilderState {
             tls_configs,
             listener: crate::event::fan_out(self.listeners),
             resolver,
+            async_resolver,
             proxies: self.proxies,
             selector,
             limits: self.limits,
@@ -700,9 +720,36 @@ macro_rules! __client_builder_methods {
             self.state.listeners.push($crate::__private::Arc::new(listener));
             self
         }
-        /// Resolves host names. Default: the system resolver.
+        /// Resolves host names with a blocking resolver (run off the executor).
+        /// Default: the system resolver. Replaces an async resolver set before.
         pub fn resolver(mut self, resolver: impl $crate::__private::Resolve) -> Self {
             self.state.resolver = $crate::__private::Arc::new(resolver);
+            self.state.async_resolver = None;
+            self
+        }
+        /// How long a DNS answer without a time to live (the system resolver's)
+        /// is cached. Default: 60 s. Answers with one are kept for it, at most 1 h.
+        pub fn dns_cache_ttl(mut self, ttl: ::std::time::Duration) -> Self {
+            self.state.pool.dns_cache.default_ttl = ttl;
+            self
+        }
+        /// How long a failed lookup (no such name, no addresses, a resolver error;
+        /// not a timeout) is cached. Default: 5 s.
+        pub fn dns_negative_ttl(mut self, ttl: ::std::time::Duration) -> Self {
+            self.state.pool.dns_cache.negative_ttl = ttl;
+            self
+        }
+        /// Names the DNS cache keeps, least recently used evicted first; `0` turns
+        /// the cache off (a lookup in flight is still shared). Default: 256.
+        pub fn dns_cache_capacity(mut self, names: usize) -> Self {
+            self.state.pool.dns_cache.capacity = names;
+            self
+        }
+        /// With a resolver that answers A and AAAA separately: how long an A
+        /// answer that comes first waits for AAAA before attempts start with IPv4
+        /// alone (RFC 8305 §3). Default: 50 ms.
+        pub fn resolution_delay(mut self, delay: ::std::time::Duration) -> Self {
+            self.state.pool.race.plan.resolution_delay = delay;
             self
         }
         /// Answers DNS for `host:port` with these addresses (like curl's `--resolve`).

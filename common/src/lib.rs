@@ -11,7 +11,9 @@
 //!   delivery outside it.
 //! - [`tls`]: rustls configs (explicit provider, roots, client certificates, ALPN)
 //!   and what a handshake tells the core.
-//! - [`Resolve`]: DNS, with `--resolve`-style overrides.
+//! - [`Resolve`] and [`AsyncResolve`]: DNS (blocking or async, whole or per address
+//!   family), with `--resolve`-style overrides; the `hickory` feature adds
+//!   `hickory::HickoryResolver`. The pool caches answers ([`switchyard_core::dns`]).
 //! - [`RequestBuilder`], [`BodyKind`], [`BodyLedger`], [`Collector`]: the
 //!   request and response surface, the same on every adapter.
 //! - [`engine`]: the engine's bookkeeping (attempts, connections, leases,
@@ -134,7 +136,9 @@ pub mod __private {
 #[doc(hidden)]
 pub use http as __http;
 pub use proxy_env::{parse_proxy_url, NoProxy, ProxyEnv};
-pub use resolve::{Resolve, SystemResolver};
+#[cfg(feature = "hickory")]
+pub mod hickory;
+pub use resolve::{AsyncResolve, BoxFuture, Resolve, Resolved, SystemResolver};
 pub use switchyard_core;
 #[doc(hidden)]
 pub use tracing as __tracing;

@@ -1,15 +1,28 @@
-//! DNS through the [`Resolve`] trait: the system resolver (`getaddrinfo`) by
-//! default, with static overrides like curl's `--resolve`.
+//! DNS: the system resolver (`getaddrinfo`) by default, any blocking resolver
+//! through [`Resolve`], any async one through [`AsyncResolve`] (the async
+//! adapters only), with static overrides like curl's `--resolve`.
 //!
-//! Resolvers are blocking calls. The async adapters run them on their runtime's
-//! blocking pool (tokio's `spawn_blocking`, smol's `unblock`), never on an executor
-//! thread; the blocking adapter runs them on a short-lived thread so a slow lookup
-//! never holds up other calls.
+//! Blocking resolvers run on the async runtime's blocking pool (tokio's
+//! `spawn_blocking`, smol's `unblock`), never on an executor thread; the blocking
+//! adapter runs them on a short-lived thread so a slow lookup never holds up other
+//! calls. An [`AsyncResolve`] runs as a task on the runtime; one that answers A and
+//! AAAA separately ([`AsyncResolve::per_family`], as the `hickory` feature's
+//! resolver does) lets the connect race start on the first useful answer (RFC 8305
+//! §3, see [`switchyard_core::dns`]).
+//!
+//! Whatever the resolver, the client's pool caches the answers (for their time to
+//! live, or the configured default when the resolver gives none) and shares a
+//! lookup in flight between calls.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, ToSocketAddrs};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_core::Family;
 
 /// Resolves host names. Implement it to plug in another resolver.
 ///
@@ -34,6 +47,12 @@ pub trait Resolve: Send + Sync + 'static {
     fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>>;
 }
 
+impl<R: Resolve + ?Sized> Resolve for Arc<R> {
+    fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>> {
+        (**self).resolve(host, port)
+    }
+}
+
 /// The operating system's resolver (`getaddrinfo` through the standard library).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemResolver;
@@ -41,6 +60,133 @@ pub struct SystemResolver;
 impl Resolve for SystemResolver {
     fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>> {
         Ok((host, port).to_socket_addrs()?.map(|a| a.ip()).collect())
+    }
+}
+
+/// A boxed, sendable future, as [`AsyncResolve`] returns.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What an [`AsyncResolve`] answers: the addresses and, when the resolver knows
+/// it, how long they may be cached.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// The addresses, in the resolver's order. Empty: the name has none (of the
+    /// family asked for).
+    pub addresses: Vec<IpAddr>,
+    /// The answer's time to live; `None`: the client's default
+    /// (`dns_cache_ttl`, 60 s).
+    pub ttl: Option<Duration>,
+}
+
+impl Resolved {
+    /// Addresses without a time to live.
+    #[must_use]
+    pub fn new(addresses: Vec<IpAddr>) -> Resolved {
+        Resolved { addresses, ttl: None }
+    }
+
+    /// With a time to live.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Resolved {
+        self.ttl = Some(ttl);
+        self
+    }
+}
+
+/// Resolves host names without blocking a thread: for the async adapters
+/// (`switchyard-tokio`, `switchyard-smol`). Implement [`AsyncResolve::resolve`];
+/// a resolver that can ask for A and AAAA separately also implements
+/// [`AsyncResolve::resolve_family`] and says so with [`AsyncResolve::per_family`],
+/// so that IPv6 attempts start as soon as AAAA answers.
+///
+/// A lookup that never completes holds only its own task: the call is bounded by
+/// its timeouts. Name a failure in the error: its text reaches the call's error
+/// ("lookup failed: …").
+///
+/// ```
+/// use std::net::IpAddr;
+/// use std::time::Duration;
+/// use switchyard_common::{AsyncResolve, BoxFuture, Resolved};
+/// struct Fixed(Vec<IpAddr>);
+/// impl AsyncResolve for Fixed {
+///     fn resolve(&self, _host: &str, _port: u16) -> BoxFuture<std::io::Result<Resolved>> {
+///         let ips = self.0.clone();
+///         Box::pin(async move { Ok(Resolved::new(ips).with_ttl(Duration::from_secs(30))) })
+///     }
+/// }
+/// let fixed = Fixed(vec!["127.0.0.1".parse().unwrap()]);
+/// assert!(!fixed.per_family());
+/// ```
+pub trait AsyncResolve: Send + Sync + 'static {
+    /// Every address of `host` (a name, never an IP literal); `port` is the port
+    /// the routes will dial, for resolvers that care.
+    ///
+    /// # Errors
+    /// The name does not resolve, or the lookup failed.
+    fn resolve(&self, host: &str, port: u16) -> BoxFuture<io::Result<Resolved>>;
+
+    /// Whether [`AsyncResolve::resolve_family`] asks A and AAAA separately; the
+    /// client then starts both at once and feeds each answer to the race as it
+    /// arrives. Default: `false` ([`AsyncResolve::resolve`] is used alone).
+    fn per_family(&self) -> bool {
+        false
+    }
+
+    /// The addresses of one family (`Family::V6`: AAAA, `Family::V4`: A). An
+    /// empty answer means the name has none of that family; an error fails only
+    /// that family. Default: [`AsyncResolve::resolve`], filtered.
+    ///
+    /// # Errors
+    /// The lookup failed.
+    fn resolve_family(&self, host: &str, port: u16, family: Family) -> BoxFuture<io::Result<Resolved>> {
+        let all = self.resolve(host, port);
+        Box::pin(async move {
+            let mut answer = all.await?;
+            answer.addresses.retain(|ip| Family::of(ip) == family);
+            Ok(answer)
+        })
+    }
+}
+
+impl<R: AsyncResolve + ?Sized> AsyncResolve for Arc<R> {
+    fn resolve(&self, host: &str, port: u16) -> BoxFuture<io::Result<Resolved>> {
+        (**self).resolve(host, port)
+    }
+    fn per_family(&self) -> bool {
+        (**self).per_family()
+    }
+    fn resolve_family(&self, host: &str, port: u16, family: Family) -> BoxFuture<io::Result<Resolved>> {
+        (**self).resolve_family(host, port, family)
+    }
+}
+
+/// Static answers for `host:port` pairs before an async resolver.
+pub(crate) struct AsyncOverrides {
+    pub(crate) map: HashMap<(String, u16), Vec<IpAddr>>,
+    pub(crate) fallback: Arc<dyn AsyncResolve>,
+}
+
+impl AsyncResolve for AsyncOverrides {
+    fn resolve(&self, host: &str, port: u16) -> BoxFuture<io::Result<Resolved>> {
+        match self.map.get(&(host.to_ascii_lowercase(), port)) {
+            Some(ips) => {
+                let ips = ips.clone();
+                Box::pin(async move { Ok(Resolved::new(ips)) })
+            }
+            None => self.fallback.resolve(host, port),
+        }
+    }
+    fn per_family(&self) -> bool {
+        self.fallback.per_family()
+    }
+    fn resolve_family(&self, host: &str, port: u16, family: Family) -> BoxFuture<io::Result<Resolved>> {
+        match self.map.get(&(host.to_ascii_lowercase(), port)) {
+            Some(ips) => {
+                let ips: Vec<IpAddr> = ips.iter().copied().filter(|ip| Family::of(ip) == family).collect();
+                Box::pin(async move { Ok(Resolved::new(ips)) })
+            }
+            None => self.fallback.resolve_family(host, port, family),
+        }
     }
 }
 

@@ -155,6 +155,17 @@ macro_rules! adapter_types {
             }
             $crate::switchyard_common::__client_builder_methods!();
 
+            /// Resolves host names with an async resolver, run as a task on the
+            /// runtime (no blocking thread). One that answers A and AAAA
+            /// separately ([`AsyncResolve::per_family`]($crate::AsyncResolve::per_family))
+            /// lets IPv6 attempts start as soon as AAAA answers (RFC 8305 §3).
+            /// Replaces a resolver set before; `resolve` overrides still come
+            /// first. Default: the system resolver, on the blocking pool.
+            pub fn async_resolver(mut self, resolver: impl $crate::AsyncResolve) -> Self {
+                self.state.async_resolver = Some(::std::sync::Arc::new(resolver));
+                self
+            }
+
             /// Validates the settings and builds the client. Needs no runtime.
             ///
             /// # Errors

@@ -35,7 +35,13 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             Default::default(),
             config.listener.clone(),
         );
-        let shared = Shared::new(hub, Arc::new(runtime), Arc::clone(&config.resolver), settings);
+        let shared = Shared::new(
+            hub,
+            Arc::new(runtime),
+            Arc::clone(&config.resolver),
+            config.async_resolver.clone(),
+            settings,
+        );
         Ok(Client {
             inner: Arc::new(ClientInner {
                 shared,

@@ -7,9 +7,10 @@
 use std::sync::{Arc, Weak};
 
 use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, EngineState, Installed};
-use switchyard_common::{Hub, HubState, Resolve};
+use switchyard_common::{AsyncResolve, Hub, HubState, Resolve, Resolved};
 use switchyard_core::{
-    AcquireError, CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol, TlsFacts,
+    AcquireError, CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError, Family, Instant, Protocol,
+    QueryId, TlsFacts,
 };
 use tokio::sync::{oneshot, Notify};
 
@@ -52,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) rt: Arc<dyn Runtime>,
     pub(crate) timer: Arc<Notify>,
     resolver: Arc<dyn Resolve>,
+    /// Used instead of `resolver` when set.
+    async_resolver: Option<Arc<dyn AsyncResolve>>,
     pub(crate) settings: Settings,
     /// This `Shared`, for tasks that must not keep the client alive.
     pub(crate) me: Weak<Shared>,
@@ -95,24 +98,29 @@ impl EngineHost for Shared {
 
     fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>) {
         match effect {
-            Effect::Resolve { query, name, port } => {
-                let resolver = Arc::clone(&self.resolver);
-                let lookup = self.rt.unblock(Box::new(move || resolver.resolve(&name, port)));
-                let me = Arc::clone(self);
-                let spawned = self.rt.spawn(Box::pin(async move {
-                    let answer = lookup.await.map_err(|e| DnsError::from_io(&e));
-                    me.input(|st, now| {
-                        if let Err(misuse) = st.pool.handle_dns(now, query, answer) {
-                            tracing::warn!("{misuse}");
-                        }
-                    });
-                }));
-                if spawned.is_none() {
-                    self.input(|st, now| {
-                        let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_executor())));
-                    });
+            Effect::Resolve { query, name, port } => match &self.async_resolver {
+                Some(resolver) if resolver.per_family() => {
+                    // A and AAAA at once; each answer feeds the race as it comes.
+                    for family in [Family::V6, Family::V4] {
+                        let lookup = resolver.resolve_family(&name, port, family);
+                        self.spawn_lookup(query, Box::pin(async move { answer(Some(family), lookup.await) }));
+                    }
                 }
-            }
+                Some(resolver) => {
+                    let lookup = resolver.resolve(&name, port);
+                    self.spawn_lookup(query, Box::pin(async move { answer(None, lookup.await) }));
+                }
+                None => {
+                    let resolver = Arc::clone(&self.resolver);
+                    let lookup = self.rt.unblock(Box::new(move || resolver.resolve(&name, port)));
+                    self.spawn_lookup(
+                        query,
+                        Box::pin(
+                            async move { DnsAnswer::all(lookup.await.map_err(|e| DnsError::from_io(&e))) },
+                        ),
+                    );
+                }
+            },
             Effect::Connect { attempt, route } => {
                 let connecting = self.rt.connect(route.socket_addr());
                 let me = Arc::clone(self);
@@ -167,11 +175,21 @@ impl EngineHost for Shared {
     }
 }
 
+/// A resolver's answer as the core takes it (an empty list is "no addresses"),
+/// with its time to live.
+fn answer(family: Option<Family>, answer: std::io::Result<Resolved>) -> DnsAnswer {
+    match answer {
+        Ok(Resolved { addresses, ttl }) => DnsAnswer { family, result: Ok(addresses), ttl },
+        Err(e) => DnsAnswer { family, result: Err(DnsError::from_io(&e)), ttl: None },
+    }
+}
+
 impl Shared {
     pub(crate) fn new(
         hub: Hub<IoState>,
         rt: Arc<dyn Runtime>,
         resolver: Arc<dyn Resolve>,
+        async_resolver: Option<Arc<dyn AsyncResolve>>,
         settings: Settings,
     ) -> Arc<Shared> {
         Arc::new_cyclic(|me| Shared {
@@ -179,9 +197,29 @@ impl Shared {
             rt,
             timer: Arc::new(Notify::new()),
             resolver,
+            async_resolver,
             settings,
             me: Weak::clone(me),
         })
+    }
+
+    /// Runs a lookup as a task and feeds its answer to the pool (a failure to
+    /// spawn is a failed lookup, never a call left waiting).
+    fn spawn_lookup(self: &Arc<Self>, query: QueryId, lookup: BoxFuture<DnsAnswer>) {
+        let me = Arc::clone(self);
+        let spawned = self.rt.spawn(Box::pin(async move {
+            let answer = lookup.await;
+            me.input(|st, now| {
+                if let Err(misuse) = st.pool.handle_dns_answer(now, query, answer) {
+                    tracing::warn!("{misuse}");
+                }
+            });
+        }));
+        if spawned.is_none() {
+            self.input(|st, now| {
+                let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_executor())));
+            });
+        }
     }
 
     /// The core's notion of now.

@@ -35,13 +35,14 @@ pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
 /// every adapter keeps against hostile peers.
 pub use switchyard_common;
 pub use switchyard_common::{
-    describe, BodyError, ClientBuilder, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri,
-    NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase,
-    DEFAULT_USER_AGENT,
+    describe, AsyncResolve, BodyError, ClientBuilder, Error, ErrorKind, EventListener, EventLog, HttpVersion,
+    IntoUri, NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, Resolved,
+    SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
 pub use switchyard_core::{
-    CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, ProxyCredentials, StreamLimitPolicy,
+    CallId, ConnectionId, DnsSource, Event, EventKind, Family, Instant, PoolStats, Proxy, ProxyCredentials,
+    StreamLimitPolicy,
 };
 #[doc(hidden)]
 pub use tower_service as __tower_service;

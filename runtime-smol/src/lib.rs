@@ -49,6 +49,12 @@ pub use switchyard_async::{
     NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, Recorded, RequestOptions,
     Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
+pub use switchyard_async::{AsyncResolve, DnsSource, Family, Resolved};
+
+#[cfg(feature = "hickory")]
+mod hickory;
+#[cfg(feature = "hickory")]
+pub use hickory::{HickoryResolver, SmolProvider, SmolSpawner, SmolTcp, SmolTime, SmolUdp};
 
 switchyard_async::adapter_types!(Smol, "smol");
 

@@ -21,6 +21,11 @@ impl FromConfig for Client {
         if config.version == HttpVersion::Http2Only {
             return Err(Error::config("switchyard-std speaks HTTP/1.1 only; HTTP/2 needs an async adapter"));
         }
+        if config.async_resolver.is_some() {
+            return Err(Error::config(
+                "async_resolver: switchyard-std resolves with a blocking `Resolve` (use `resolver`); async resolvers need an async adapter",
+            ));
+        }
         let settings = Settings {
             driver: config.driver_config(),
             connect_timeout: config.pool.race.connect_timeout,

@@ -63,6 +63,23 @@ pub use switchyard_async::{
     NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, Recorded, RequestOptions,
     Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
+pub use switchyard_async::{AsyncResolve, DnsSource, Family, Resolved};
+
+/// hickory-resolver on tokio: A and AAAA asked separately (the race starts on
+/// the first useful answer, RFC 8305 §3), TTLs into the client's DNS cache,
+/// hickory's own cache off. Needs the `hickory` feature.
+///
+/// ```no_run
+/// # fn main() -> Result<(), switchyard_tokio::Error> {
+/// let client = switchyard_tokio::Client::builder()
+///     .async_resolver(switchyard_tokio::HickoryResolver::system()?)
+///     .build()?;
+/// # drop(client); Ok(()) }
+/// ```
+#[cfg(feature = "hickory")]
+pub type HickoryResolver = switchyard_async::switchyard_common::hickory::HickoryResolver<
+    hickory_resolver::net::runtime::TokioRuntimeProvider,
+>;
 
 switchyard_async::adapter_types!(Tokio, "tokio");
 

@@ -40,6 +40,21 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
             Version::Http1 => HttpVersion::Http1Only,
             Version::Http2 => HttpVersion::Http2Only,
         });
+    if let Some(r) = config.resolver {
+        b = b.resolver(r.0);
+    }
+    if let Some(r) = config.async_resolver {
+        b = b.async_resolver(r.0);
+    }
+    if let Some(d) = config.dns_cache_ttl {
+        b = b.dns_cache_ttl(d);
+    }
+    if let Some(n) = config.dns_cache_capacity {
+        b = b.dns_cache_capacity(n);
+    }
+    if let Some(d) = config.resolution_delay {
+        b = b.resolution_delay(d);
+    }
     if let Some(n) = config.max_per_host {
         b = b.max_connections_per_host(n);
     }

@@ -59,6 +59,31 @@ pub struct Config {
     /// Proxies from these environment variables instead (`ProxyEnv::from_vars`,
     /// as `proxy_from_env` reads them), as a per-URL selector.
     pub proxy_env: Option<Vec<(String, String)>>,
+    /// A blocking resolver instead of the hermetic one over `hosts`.
+    pub resolver: Option<Plugged<dyn switchyard_common::Resolve>>,
+    /// An async resolver instead (async adapters only).
+    pub async_resolver: Option<Plugged<dyn switchyard_common::AsyncResolve>>,
+    /// The DNS cache's default TTL.
+    pub dns_cache_ttl: Option<Duration>,
+    /// The DNS cache's size (0: off).
+    pub dns_cache_capacity: Option<usize>,
+    /// RFC 8305's resolution delay.
+    pub resolution_delay: Option<Duration>,
+}
+
+/// A resolver plugged into a [`Config`] (shown as `..` in its `Debug`).
+pub struct Plugged<T: ?Sized>(pub std::sync::Arc<T>);
+
+impl<T: ?Sized> Clone for Plugged<T> {
+    fn clone(&self) -> Self {
+        Plugged(std::sync::Arc::clone(&self.0))
+    }
+}
+
+impl<T: ?Sized> std::fmt::Debug for Plugged<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Plugged(..)")
+    }
 }
 
 impl Default for Config {
@@ -79,6 +104,11 @@ impl Default for Config {
             expect_continue_timeout: Duration::from_secs(1),
             proxies: Vec::new(),
             proxy_env: None,
+            resolver: None,
+            async_resolver: None,
+            dns_cache_ttl: None,
+            dns_cache_capacity: None,
+            resolution_delay: None,
         }
     }
 }
@@ -191,8 +221,10 @@ fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
     }
 }
 
+pub use crate::dns::dns_cache;
+
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
-fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
         assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
@@ -1027,7 +1059,8 @@ macro_rules! conformance_suite {
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             events_are_heard_before_send_returns, a_timeout_marks_the_route, event_order_http2,
-            proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san);
+            proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
+            dns_cache);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1039,7 +1072,7 @@ macro_rules! conformance_suite {
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             events_are_heard_before_send_returns, a_timeout_marks_the_route,
-            proxy_credentials, socks5_credentials, proxies_from_the_environment);
+            proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,

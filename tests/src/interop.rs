@@ -919,6 +919,86 @@ pub fn proxy_credentials_against_squid_and_microsocks(a: &dyn Adapter) {
     }
 }
 
+/// dnsmasq serving fixed records on loopback (UDP and TCP), reading no system
+/// file, logging every query.
+pub struct Dnsmasq {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    process: Process,
+    _scratch: Scratch,
+}
+
+impl Dnsmasq {
+    /// Starts dnsmasq answering `records` (`name,ip[,ip…][,ttl]`, as its
+    /// `--host-record`); other names under `.test` are NXDOMAIN. `None` if it is
+    /// not installed.
+    #[must_use]
+    pub fn start(records: &[&str]) -> Option<Dnsmasq> {
+        let bin = need("dnsmasq", "dnsmasq-base")?;
+        let scratch = Scratch::new("dnsmasq");
+        let port = free_port();
+        let mut cmd = Command::new(bin);
+        cmd.args(["--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll"])
+            .args(["--pid-file=", "--bind-interfaces", "--listen-address=127.0.0.1", "--local=/test/"])
+            .args(["--log-queries", "--log-facility=-", "--user=root"])
+            .arg(format!("--port={port}"));
+        for r in records {
+            cmd.arg(format!("--host-record={r}"));
+        }
+        let mut process = Process::spawn("dnsmasq", cmd, &scratch);
+        process.wait_listening(port);
+        Some(Dnsmasq { addr: SocketAddr::from(([127, 0, 0, 1], port)), process, _scratch: scratch })
+    }
+
+    /// Queries it logged for `name` of type `kind` (`A`, `AAAA`).
+    #[must_use]
+    pub fn queries(&self, name: &str, kind: &str) -> usize {
+        let needle = format!("query[{kind}] {name} ");
+        self.process.output().lines().filter(|l| l.contains(&needle)).count()
+    }
+
+    /// Its log.
+    #[must_use]
+    pub fn log(&self) -> String {
+        self.process.output()
+    }
+}
+
+/// hickory (the adapter's `HickoryResolver`, made by `hickory`) against
+/// dnsmasq: A and AAAA asked once each, the answer cached for the calls after,
+/// NXDOMAIN a DNS failure naming the host.
+pub fn hickory_against_dnsmasq(
+    a: &dyn Adapter,
+    hickory: &dyn Fn(SocketAddr) -> crate::conformance::Plugged<dyn switchyard_common::AsyncResolve>,
+) {
+    let Some(dns) = Dnsmasq::start(&["web.test,127.0.0.1,::1,300"]) else { return };
+    let server = crate::server::TestServer::start(crate::server::ServerOptions::default());
+    let client = a.client(Config { async_resolver: Some(hickory(dns.addr)), ..Config::default() });
+    let url = format!("http://web.test:{}/hello", server.port());
+    for _ in 0..3 {
+        client.evict();
+        let r = client.send(Req::get(url.clone()));
+        let r = r.unwrap_or_else(|e| panic!("{url} via dnsmasq: {e:?}\n{}", dns.log()));
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    }
+    let wait = Instant::now() + Duration::from_secs(10);
+    while dns.queries("web.test", "AAAA") == 0 && Instant::now() < wait {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        (dns.queries("web.test", "A"), dns.queries("web.test", "AAAA")),
+        (1, 1),
+        "one query per family, then the cache (TTL 300 s):\n{}",
+        dns.log()
+    );
+    let stats = client.stats();
+    assert_eq!((stats.dns_lookups, stats.dns_cache_hits), (1, 2));
+    let (kind, msg) =
+        client.send(Req::get(format!("http://other.test:{}/", server.port()))).expect_err("NXDOMAIN");
+    assert_eq!(kind, Failure::Dns, "{msg}");
+    assert!(msg.contains("other.test") && msg.contains("NXDOMAIN"), "{msg}");
+}
+
 /// The interop suite for an adapter: `interop_suite!(MyAdapter)`, or
 /// `interop_suite!(MyAdapter, without_http2)`.
 #[macro_export]

@@ -10,6 +10,7 @@ pub mod adapter;
 pub mod certs;
 pub mod churn;
 pub mod conformance;
+pub mod dns;
 pub mod ecosystem;
 pub mod fault;
 pub mod hostile;

@@ -48,6 +48,10 @@ switchyard_tests::reliability_matrix!(TokioAdapter);
 switchyard_tests::hostile_suite!(TokioAdapter);
 switchyard_tests::churn_suite!(TokioAdapter);
 switchyard_tests::interop_suite!(TokioAdapter);
+switchyard_tests::dns_suite!(TokioAdapter, |server: std::net::SocketAddr| {
+    Arc::new(switchyard_tokio::HickoryResolver::with_servers(&[server]).expect("hickory"))
+        as Arc<dyn switchyard_tokio::AsyncResolve>
+});
 
 // ---------------------------------------------------------------------------
 // Tokio-specific behaviour: bodies, timeouts, listeners.
