@@ -136,6 +136,7 @@ pub fn run(data: &[u8]) {
             call: alien_call,
             address: addresses[1].clone(),
             proxies: vec![],
+            proxy_reason: None,
             deadline: None,
             first_sequence: Default::default(),
             avoid: Vec::new(),
@@ -158,6 +159,7 @@ pub fn run(data: &[u8]) {
                     require_multiplexed: multiplexed,
                     deadline: deadline_ms.map(|d| now + Duration::from_millis(u64::from(d))),
                     proxies: vec![],
+                    proxy_reason: None,
                 };
                 let id = pool.acquire(now, addresses[usize::from(host) % addresses.len()].clone(), options);
                 ids.calls.push(id);

@@ -214,6 +214,8 @@ fn get_uses_the_proxy_environment() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello");
     assert_eq!(proxy.targets(), [format!("forward origin.test:{}", server.port())]);
+    let timeline = String::from_utf8_lossy(&out.stderr);
+    assert!(timeline.contains("proxy_select_end") && timeline.contains("(from http_proxy)"), "{timeline}");
     for stream in [&out.stdout, &out.stderr] {
         assert!(!String::from_utf8_lossy(stream).contains("pr0xy-pw"), "{}", String::from_utf8_lossy(stream));
     }

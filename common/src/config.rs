@@ -106,6 +106,12 @@ pub struct Config {
 pub trait ProxySelector: Send + Sync + 'static {
     /// The proxies for `uri`, in the order to try them.
     fn select(&self, uri: &http::Uri) -> Vec<Proxy>;
+
+    /// The proxies and why, in words (the call's `proxy_select_end` event
+    /// carries the reason). Default: [`ProxySelector::select`], no reason.
+    fn select_explained(&self, uri: &http::Uri) -> (Vec<Proxy>, Option<String>) {
+        (self.select(uri), None)
+    }
 }
 
 impl<F: Fn(&http::Uri) -> Vec<Proxy> + Send + Sync + 'static> ProxySelector for F {
@@ -117,6 +123,10 @@ impl<F: Fn(&http::Uri) -> Vec<Proxy> + Send + Sync + 'static> ProxySelector for 
 impl ProxySelector for crate::ProxyEnv {
     fn select(&self, uri: &http::Uri) -> Vec<Proxy> {
         self.proxies_for(uri)
+    }
+    fn select_explained(&self, uri: &http::Uri) -> (Vec<Proxy>, Option<String>) {
+        let (proxies, why) = self.explain(uri);
+        (proxies, Some(why))
     }
 }
 

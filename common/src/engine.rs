@@ -656,6 +656,7 @@ pub trait EngineHost: Adapter + Send + Sync + 'static {
             require_multiplexed: false,
             deadline: plan.timeout.map(|t| self.hub().now() + t),
             proxies: plan.proxies.clone(),
+            proxy_reason: plan.proxy_reason.clone(),
         };
         // The request head for `call_start`, copied only when someone listens.
         let head = self.hub().is_listening().then(|| parts.clone());
@@ -815,6 +816,8 @@ pub struct CallPlan {
     pub address: switchyard_core::Address,
     /// The proxies to try, in order.
     pub proxies: Vec<switchyard_core::Proxy>,
+    /// Why these proxies (the selector's words), for the `proxy_select_end` event.
+    pub proxy_reason: Option<String>,
     /// The bound on the call until its response head: the head timeout or
     /// the whole call's, whichever ends first.
     pub timeout: Option<std::time::Duration>,
@@ -853,12 +856,14 @@ impl CallPlan {
         let start = std::time::Instant::now();
         let facts =
             switchyard_core::pool::RequestFacts::new(&parts.method, options.retryable, body_replayable);
+        let (proxies, proxy_reason) = match &config.selector {
+            Some(selector) => selector.select_explained(&parts.uri),
+            None => (config.proxies.clone(), None),
+        };
         Ok(CallPlan {
             address,
-            proxies: match &config.selector {
-                Some(selector) => selector.select(&parts.uri),
-                None => config.proxies.clone(),
-            },
+            proxies,
+            proxy_reason,
             timeout,
             deadline: timeout.map(|t| start + t),
             call_deadline: whole.map(|t| start + t),

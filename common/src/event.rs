@@ -230,8 +230,12 @@ fn describe_kind(event: &Event) -> (&'static str, String) {
     use switchyard_core::EventKind as K;
     match &event.kind {
         K::ProxySelectStart { address } => ("proxy_select_start", address.to_string()),
-        K::ProxySelectEnd { proxies } => {
-            ("proxy_select_end", proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        K::ProxySelectEnd { proxies, reason } => {
+            let list = proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+            match reason {
+                Some(why) => ("proxy_select_end", format!("{list} ({why})")),
+                None => ("proxy_select_end", list),
+            }
         }
         K::DnsStart { host, source, .. } => ("dns_start", format!("{host}{}", dns_source(*source))),
         K::DnsEnd { host, addresses, family, source, .. } => {

@@ -195,18 +195,33 @@ impl NoProxy {
     /// Whether `host:port` goes direct.
     #[must_use]
     pub fn matches(&self, host: &Host, port: u16) -> bool {
+        self.matching(host, port).is_some()
+    }
+
+    /// The entry that matches `host:port`, as written (`*` for all), if any.
+    #[must_use]
+    pub fn matching(&self, host: &Host, port: u16) -> Option<String> {
         if self.all {
-            return true;
+            return Some("*".to_owned());
         }
         let port_ok = |p: &Option<u16>| p.is_none_or(|p| p == port);
-        self.entries.iter().any(|e| match (e, host) {
-            (Entry::Name(name, p), Host::Domain(h)) => {
-                port_ok(p)
-                    && (h == name || h.strip_suffix(name.as_str()).is_some_and(|rest| rest.ends_with('.')))
+        let with_port = |s: String, p: &Option<u16>| match p {
+            Some(p) => format!("{s}:{p}"),
+            None => s,
+        };
+        self.entries.iter().find_map(|e| match (e, host) {
+            (Entry::Name(name, p), Host::Domain(h))
+                if port_ok(p)
+                    && (h == name
+                        || h.strip_suffix(name.as_str()).is_some_and(|rest| rest.ends_with('.'))) =>
+            {
+                Some(with_port(name.clone(), p))
             }
-            (Entry::Ip(ip, p), Host::Ip(h)) => port_ok(p) && ip == h,
-            (Entry::Cidr(net, bits), Host::Ip(h)) => in_range(*h, *net, *bits),
-            _ => false,
+            (Entry::Ip(ip, p), Host::Ip(h)) if port_ok(p) && ip == h => Some(with_port(ip.to_string(), p)),
+            (Entry::Cidr(net, bits), Host::Ip(h)) if in_range(*h, *net, *bits) => {
+                Some(format!("{net}/{bits}"))
+            }
+            _ => None,
         })
     }
 }
@@ -230,6 +245,11 @@ fn in_range(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
 pub struct ProxyEnv {
     http: Option<Proxy>,
     https: Option<Proxy>,
+    /// The variables `http` and `https` came from.
+    http_from: &'static str,
+    https_from: &'static str,
+    /// The variable `no_proxy` came from.
+    no_proxy_from: &'static str,
     no_proxy: NoProxy,
 }
 
@@ -252,19 +272,19 @@ impl ProxyEnv {
         let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
         // Every variable that is set is parsed (a malformed one is an error even
         // when another takes precedence); the first set one, in order, applies.
-        let first = |names: &[&str]| -> Result<Option<Proxy>, Error> {
+        let first = |names: &[&'static str]| -> Result<Option<(Proxy, &'static str)>, Error> {
             let mut chosen = None;
             for name in names {
                 if let Some(value) = var(name) {
                     let proxy = parse_proxy_url(&value)
                         .map_err(|why| Error::config(format!("environment variable {name}: {why}")))?;
-                    chosen = chosen.or(Some(proxy));
+                    chosen = chosen.or(Some((proxy, *name)));
                 }
             }
             Ok(chosen)
         };
         let cgi = get("REQUEST_METHOD").is_some();
-        let http_names: &[&str] = if cgi { &["http_proxy"] } else { &["http_proxy", "HTTP_PROXY"] };
+        let http_names: &[&'static str] = if cgi { &["http_proxy"] } else { &["http_proxy", "HTTP_PROXY"] };
         let all = first(&["all_proxy", "ALL_PROXY"])?;
         let http = first(http_names)?.or_else(|| all.clone());
         let https = first(&["https_proxy", "HTTPS_PROXY"])?.or(all);
@@ -273,24 +293,53 @@ impl ProxyEnv {
             if let Some(value) = var(name) {
                 let parsed = NoProxy::parse(&value)
                     .map_err(|why| Error::config(format!("environment variable {name}: {why}")))?;
-                no_proxy = no_proxy.or(Some(parsed));
+                no_proxy = no_proxy.or(Some((parsed, name)));
             }
         }
-        let no_proxy = no_proxy.unwrap_or_default();
-        Ok(ProxyEnv { http, https, no_proxy })
+        let (no_proxy, no_proxy_from) = no_proxy.unwrap_or_default();
+        let (http, http_from) = http.map_or((None, ""), |(p, n)| (Some(p), n));
+        let (https, https_from) = https.map_or((None, ""), |(p, n)| (Some(p), n));
+        Ok(ProxyEnv { http, https, http_from, https_from, no_proxy_from, no_proxy })
     }
 
     /// The proxies for `uri`: none (direct) when `no_proxy` matches or no
     /// variable applies.
     #[must_use]
     pub fn proxies_for(&self, uri: &http::Uri) -> Vec<Proxy> {
+        self.explain(uri).0
+    }
+
+    /// The proxies for `uri` and why, in words for events and logs:
+    /// `"no_proxy matches example.com"`, `"from https_proxy"`, `"no proxy
+    /// variable for http URLs"`.
+    ///
+    /// ```
+    /// use switchyard_common::ProxyEnv;
+    /// let env = ProxyEnv::from_vars(|name| match name {
+    ///     "https_proxy" => Some("http://10.0.0.1:3128".into()),
+    ///     "no_proxy" => Some("internal.test".into()),
+    ///     _ => None,
+    /// })
+    /// .unwrap();
+    /// let (proxies, why) = env.explain(&"https://api.internal.test/".parse().unwrap());
+    /// assert!(proxies.is_empty());
+    /// assert_eq!(why, "no_proxy matches internal.test");
+    /// let (proxies, why) = env.explain(&"https://example.com/".parse().unwrap());
+    /// assert_eq!((proxies.len(), why.as_str()), (1, "from https_proxy"));
+    /// ```
+    #[must_use]
+    pub fn explain(&self, uri: &http::Uri) -> (Vec<Proxy>, String) {
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
-        let Some(proxy) = (if https { &self.https } else { &self.http }) else { return Vec::new() };
+        let (proxy, from) = if https { (&self.https, self.https_from) } else { (&self.http, self.http_from) };
+        let Some(proxy) = proxy else {
+            let scheme = if https { "https" } else { "http" };
+            return (Vec::new(), format!("no proxy variable for {scheme} URLs"));
+        };
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let host = uri.host().map(|h| h.trim_matches(['[', ']'])).and_then(|h| Host::parse(h).ok());
-        match host {
-            Some(h) if self.no_proxy.matches(&h, port) => Vec::new(),
-            _ => vec![proxy.clone()],
+        match host.and_then(|h| self.no_proxy.matching(&h, port)) {
+            Some(entry) => (Vec::new(), format!("{} matches {entry}", self.no_proxy_from)),
+            None => (vec![proxy.clone()], format!("from {from}")),
         }
     }
 
@@ -309,6 +358,46 @@ mod tests {
         let vars: Vec<(String, String)> =
             vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         ProxyEnv::from_vars(move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn explain_says_why() {
+        let env = env(&[
+            ("HTTPS_PROXY", "http://10.0.0.1:3128"),
+            ("ALL_PROXY", "socks5://10.0.0.2:1080"),
+            ("NO_PROXY", "internal.test, 10.0.0.0/8, ::1, *.skip.test:8443"),
+        ])
+        .unwrap();
+        let why = |url: &str| env.explain(&url.parse().unwrap());
+        assert_eq!(
+            why("https://example.com/"),
+            (vec![env.https.clone().unwrap()], "from HTTPS_PROXY".to_owned())
+        );
+        assert_eq!(why("http://example.com/").1, "from ALL_PROXY");
+        assert_eq!(why("https://a.internal.test/").1, "NO_PROXY matches internal.test");
+        assert_eq!(why("http://10.1.2.3/").1, "NO_PROXY matches 10.0.0.0/8");
+        assert_eq!(why("http://[::1]/").1, "NO_PROXY matches ::1");
+        assert!(
+            why("https://a.skip.test:8443/").1.starts_with("NO_PROXY matches "),
+            "{:?}",
+            why("https://a.skip.test:8443/")
+        );
+        let star = super::ProxyEnv::from_vars(|n| match n {
+            "http_proxy" => Some("10.0.0.1:3128".into()),
+            "no_proxy" => Some("*".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(
+            star.explain(&"http://x.test/".parse().unwrap()),
+            (vec![], "no_proxy matches *".to_owned())
+        );
+        let none = env_none();
+        assert_eq!(none.explain(&"https://x.test/".parse().unwrap()).1, "no proxy variable for https URLs");
+    }
+
+    fn env_none() -> ProxyEnv {
+        ProxyEnv::from_vars(|_| None).unwrap()
     }
 
     fn via(env: &ProxyEnv, url: &str) -> Vec<String> {

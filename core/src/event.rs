@@ -92,6 +92,9 @@ pub enum EventKind {
     ProxySelectEnd {
         /// Proxies in try order ([`Proxy::Direct`] for none).
         proxies: Vec<Proxy>,
+        /// Why, in the selector's words, when it gave them
+        /// (`"no_proxy matches example.com"`, `"from https_proxy"`).
+        reason: Option<String>,
     },
     /// A lookup starts.
     DnsStart {

@@ -85,6 +85,9 @@ pub struct RaceRequest {
     /// The proxy selector's answer, in order; ignored when the Address names a
     /// proxy; empty means direct.
     pub proxies: Vec<Proxy>,
+    /// Why the selector chose them, in words (`"no_proxy matches example.com"`),
+    /// reported in [`EventKind::ProxySelectEnd`]. Default: none.
+    pub proxy_reason: Option<String>,
     /// When the whole call gives up, if ever.
     pub deadline: Option<Instant>,
     /// Where this race's attempt and query numbering starts. A call that races
@@ -109,6 +112,7 @@ impl RaceRequest {
             call,
             address,
             proxies: Vec::new(),
+            proxy_reason: None,
             deadline: None,
             first_sequence: Sequence::default(),
             avoid: Vec::new(),
@@ -239,7 +243,16 @@ impl Race {
     /// Starts a race at `now`: emits the proxy selection events and the first
     /// [`Action::Resolve`] or [`Action::Connect`].
     pub fn start(request: RaceRequest, config: RaceConfig, now: Instant, db: &mut RouteDatabase) -> Race {
-        let RaceRequest { call, address, proxies, deadline, first_sequence, avoid, known_answers } = request;
+        let RaceRequest {
+            call,
+            address,
+            proxies,
+            proxy_reason,
+            deadline,
+            first_sequence,
+            avoid,
+            known_answers,
+        } = request;
         let planner = RoutePlanner::new(call, address.clone(), proxies, config.plan)
             .starting_queries_at(first_sequence.queries)
             .avoiding(avoid)
@@ -261,7 +274,11 @@ impl Race {
         };
         race.emit(now, EventKind::ProxySelectStart { address });
         let proxies = race.planner.proxies().to_vec();
-        race.emit(now, EventKind::ProxySelectEnd { proxies });
+        let reason = match (race.address.proxy(), proxy_reason) {
+            (Some(_), _) => Some("the Address names its proxy".to_owned()),
+            (None, reason) => reason,
+        };
+        race.emit(now, EventKind::ProxySelectEnd { proxies, reason });
         race.advance(now, db);
         race
     }

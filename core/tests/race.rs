@@ -406,6 +406,7 @@ fn ids_from_another_call_are_misuse() {
         call,
         address: http("127.0.0.1"),
         proxies: vec![],
+        proxy_reason: None,
         deadline: None,
         first_sequence: Default::default(),
         avoid: Vec::new(),

@@ -118,6 +118,7 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
         call: IdAllocator::default().next_call(),
         address,
         proxies: vec![],
+        proxy_reason: None,
         deadline: s.deadline.map(Instant::from_millis),
         first_sequence: Default::default(),
         avoid: Vec::new(),

@@ -1023,6 +1023,16 @@ pub fn proxies_from_the_environment(a: &dyn Adapter) {
         [format!("forward origin.test:{}", plain_origin.port())],
         "others: the proxy"
     );
+    // Each call's events say which proxy was chosen, and why.
+    let reasons: Vec<String> =
+        client.events().into_iter().filter(|(_, n, _)| *n == "proxy_select_end").map(|(_, _, d)| d).collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].starts_with("DIRECT") && reasons[0].ends_with("(no_proxy matches direct.test)"),
+        "{reasons:?}"
+    );
+    assert!(reasons[1].contains(&format!("127.0.0.1:{}", proxy.addr.port())), "{reasons:?}");
+    assert!(reasons[1].ends_with("(from http_proxy)"), "{reasons:?}");
 
     // Fallback: the first proxy's port is closed; the second carries the call.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

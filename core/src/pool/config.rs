@@ -127,4 +127,6 @@ pub struct AcquireOptions {
     pub deadline: Option<Instant>,
     /// The proxy selector's answer for this call (see [`RaceRequest::proxies`]).
     pub proxies: Vec<Proxy>,
+    /// Why the selector chose them, in words (see [`RaceRequest::proxy_reason`]).
+    pub proxy_reason: Option<String>,
 }

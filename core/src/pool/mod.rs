@@ -1169,6 +1169,7 @@ impl Pool {
             call: call_id,
             address: call.address.clone(),
             proxies: call.options.proxies.clone(),
+            proxy_reason: call.options.proxy_reason.clone(),
             deadline: call.options.deadline,
             first_sequence: call.sequence,
             avoid: call.avoid_routes.clone(),

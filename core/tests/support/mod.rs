@@ -52,6 +52,7 @@ impl Sim {
             call: ids.next_call(),
             address,
             proxies,
+            proxy_reason: None,
             deadline,
             first_sequence: Default::default(),
             avoid: Vec::new(),
@@ -156,7 +157,7 @@ impl Sim {
                 let t = e.at.elapsed_since_origin().as_millis();
                 let what = match &e.kind {
                     K::ProxySelectStart { .. } => "proxy_select_start".to_owned(),
-                    K::ProxySelectEnd { proxies } => format!(
+                    K::ProxySelectEnd { proxies, .. } => format!(
                         "proxy_select_end [{}]",
                         proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
                     ),
