@@ -65,6 +65,11 @@ pub enum Op {
     Cancel {
         call: u8,
     },
+    /// Declares an Address warm (`min` % 4 connections), or stops warming (`min` 255).
+    Warm {
+        host: u8,
+        min: u8,
+    },
     Advance {
         ms: u16,
     },
@@ -260,6 +265,19 @@ pub fn run(data: &[u8]) {
             Op::Cancel { call } => {
                 if let Some(c) = pick(&ids.calls, &foreign_calls, call) {
                     pool.cancel(now, c);
+                }
+            }
+            Op::Warm { host, min } => {
+                if min == 255 {
+                    pool.stop_warming(now);
+                } else {
+                    let address = addresses[usize::from(host) % addresses.len()].clone();
+                    let policy = switchyard_core::WarmPolicy {
+                        min_connections: usize::from(min % 4),
+                        min_streams: u32::from(min / 4 % 3) * 50,
+                        ..switchyard_core::WarmPolicy::default()
+                    };
+                    let _ = pool.warm(now, address, policy);
                 }
             }
             Op::Advance { ms } => {

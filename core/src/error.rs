@@ -293,6 +293,13 @@ pub enum Misuse {
     ClosedConnection(ConnectionId),
     /// The call holds no connection (it never acquired one, or already ended).
     NoExchange(CallId),
+    /// A warm minimum that could not stay idle under the pool's idle caps.
+    WarmAboveIdleCap {
+        /// The connections asked for.
+        wanted: usize,
+        /// The idle cap in the way.
+        cap: usize,
+    },
 }
 
 impl fmt::Display for Misuse {
@@ -303,6 +310,10 @@ impl fmt::Display for Misuse {
             Misuse::UnknownConnection(id) => write!(f, "driver misuse: unknown connection {id}"),
             Misuse::ClosedConnection(id) => write!(f, "driver misuse: {id} is already closed"),
             Misuse::NoExchange(id) => write!(f, "driver misuse: {id} holds no connection"),
+            Misuse::WarmAboveIdleCap { wanted, cap } => write!(
+                f,
+                "a warm minimum of {wanted} connections does not fit the idle cap of {cap} (raise max_idle_per_host / max_idle)"
+            ),
             Misuse::NotHandshaking(id) => {
                 write!(f, "driver misuse: handshake result for {id}, which was not asked to handshake")
             }

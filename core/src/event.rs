@@ -130,6 +130,21 @@ pub enum EventKind {
         /// Where the answer came from.
         source: DnsSource,
     },
+    /// A declared (warm) Address's readiness changed (pool-wide: no call).
+    WarmReadiness {
+        /// The Address.
+        address: Address,
+        /// Where it stands now.
+        readiness: crate::pool::Readiness,
+        /// Open connections taking new exchanges.
+        open: usize,
+        /// Connections its policy wants.
+        wanted: usize,
+        /// The last connect failure, in words.
+        last_error: Option<String>,
+        /// When the next connect starts, while backing off.
+        next_retry: Option<Instant>,
+    },
     /// A TCP connect starts.
     ConnectStart {
         /// The attempt.

@@ -88,6 +88,9 @@ pub struct PoolConfig {
     ///
     /// [`DnsCacheConfig::default`]: crate::DnsCacheConfig
     pub dns_cache: crate::dns::DnsCacheConfig,
+    /// Seeds the jitter of warm connects' backoff (see [`crate::pool::warm`]);
+    /// a driver passes a random one, a test a fixed one. Default: a constant.
+    pub seed: u64,
 }
 
 impl Default for PoolConfig {
@@ -111,6 +114,7 @@ impl Default for PoolConfig {
             probe_interval: None,
             pong_timeout: Duration::from_secs(1),
             dns_cache: crate::dns::DnsCacheConfig::default(),
+            seed: 0x5EED_5EED_5EED_5EED,
         }
     }
 }

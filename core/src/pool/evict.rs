@@ -72,6 +72,10 @@ impl Pool {
         }
         self.update(conn, |c| c.no_new = Some(reason));
         self.emit(now, None, EventKind::NoNewExchanges { connection: conn, reason });
+        // A warm minimum replaces it at once.
+        if let Some(address) = self.conns.get(&conn).map(|c| c.address.clone()) {
+            self.rewarm_address(now, &address);
+        }
     }
 
     pub(super) fn close(&mut self, now: Instant, conn: ConnectionId, reason: CloseReason) {
@@ -99,6 +103,7 @@ impl Pool {
         self.actions.push_back(PoolAction::Close { connection: conn, reason });
         self.emit(now, None, EventKind::ConnectionClosed { connection: conn, reason });
         self.gc_address(&c.address);
+        self.rewarm_address(now, &c.address);
     }
 
     pub(super) fn gc_address(&mut self, address: &Address) {

@@ -115,11 +115,13 @@ mod retry;
 mod stats;
 mod view;
 mod waiters;
+pub mod warm;
 
 pub use action::{AcquireError, ExchangeError, FailureOutcome, PoolAction, Source};
 pub use config::{AcquireOptions, PoolConfig, StreamLimitPolicy};
 pub use stats::{AddressStats, PoolStats};
 pub use view::Connection;
+pub use warm::{Backoff, Readiness, WarmPolicy, WarmStatus};
 
 pub use coalesce::{certificate_covers, CertificatePins};
 pub use retry::{
@@ -264,6 +266,15 @@ pub struct Pool {
     stats: PoolStats,
     /// DNS answers and lookups in flight, shared by every call.
     dns: DnsCache,
+    /// Declared (warm) Addresses, in declaration order, and their index.
+    warm: BTreeMap<u64, warm::Warm>,
+    warm_of: FastMap<Address, u64>,
+    next_warm: u64,
+    /// Warm connects in flight (calls without a caller) → their Address.
+    warm_calls: BTreeMap<CallId, u64>,
+    /// Backoff ends and `Down` deadlines.
+    warm_timers: BTreeSet<(Instant, u64)>,
+    jitter: warm::Jitter,
     actions: VecDeque<PoolAction>,
     events: VecDeque<Event>,
 }
@@ -274,6 +285,7 @@ impl Pool {
     pub fn new(config: PoolConfig) -> Pool {
         let db = RouteDatabase::new(config.route_ttl);
         let dns = DnsCache::new(config.dns_cache);
+        let jitter = warm::Jitter::new(config.seed);
         Pool {
             config,
             ids: IdAllocator::default(),
@@ -303,6 +315,12 @@ impl Pool {
             shutdown: false,
             stats: PoolStats::default(),
             dns,
+            warm: BTreeMap::new(),
+            warm_of: FastMap::default(),
+            next_warm: 0,
+            warm_calls: BTreeMap::new(),
+            warm_timers: BTreeSet::new(),
+            jitter,
             actions: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -359,6 +377,7 @@ impl Pool {
         t = earliest(t, self.next_probe);
         t = earliest(t, self.pongs_due.first().map(|(t, _)| *t));
         t = earliest(t, self.settings_due.first().map(|(t, _)| *t));
+        t = earliest(t, self.warm_deadline());
         earliest(t, self.race_timers.first().map(|(t, _)| *t))
     }
 
@@ -587,6 +606,16 @@ impl Pool {
             if since + self.config.keep_alive > now {
                 break;
             }
+            if self.warm_protects(id) {
+                // A warm minimum's connection: it stays, idle from now (its
+                // idle-cap check moves with it).
+                self.trim_checks.remove(&(since + self.config.idle_cap_grace, id));
+                self.update(id, |c| c.idle_since = Some(now));
+                if let Some(address) = self.conns.get(&id).map(|c| c.address.clone()) {
+                    self.rearm_trim(&address);
+                }
+                continue;
+            }
             self.close(now, id, CloseReason::IdleTimeout);
         }
         while let Some(&(at, id)) = self.lifetimes.first() {
@@ -636,6 +665,7 @@ impl Pool {
             }
         }
         self.probe_idle(now);
+        self.warm_timeouts(now);
         while let Some(&(at, id)) = self.pongs_due.first() {
             if at > now {
                 break;
@@ -894,6 +924,8 @@ impl Pool {
             known.2 = Some(limit);
         }
         self.rebalance(now, &address);
+        // A warm minimum in streams may need more connections at this limit.
+        self.rewarm_address(now, &address);
         Ok(())
     }
 
@@ -932,6 +964,7 @@ impl Pool {
     /// [`AcquireError::Shutdown`], closes idle connections and lets in-use ones
     /// finish (then closes them). Idempotent.
     pub fn shutdown(&mut self, now: Instant) {
+        self.stop_warming(now);
         self.shutdown = true;
         let pending: Vec<CallId> = self
             .calls
@@ -1266,6 +1299,17 @@ impl Pool {
             }
         }
         match finished {
+            Some(Action::Won { attempt, route, protocol }) if self.is_warm_call(call_id) => {
+                let tls = match &mut self.calls.get_mut(&call_id).expect("call exists").state {
+                    CallState::Racing { tls, .. } => tls.remove(&attempt),
+                    _ => None,
+                };
+                let tls = tls.filter(|_| protocol == Protocol::Http2);
+                self.warm_won(now, call_id, attempt, route, protocol, tls);
+            }
+            Some(Action::Failed(error)) if self.is_warm_call(call_id) => {
+                self.warm_failed(now, call_id, &error)
+            }
             Some(Action::Won { attempt, route, protocol }) => {
                 self.on_won(now, call_id, attempt, route, protocol)
             }

@@ -203,6 +203,9 @@ impl Pool {
             self.addrs.get(address).map(|a| a.racing.iter().copied().collect()).unwrap_or_default();
         let mut ended_races = false;
         for call_id in racing {
+            if self.is_warm_call(call_id) {
+                continue; // a warm connect makes its own connection
+            }
             let Some((conn, source)) = self.find_pooled(call_id) else {
                 continue;
             };

@@ -36,6 +36,8 @@ pub struct PoolSim {
     /// Connection each call holds, per the actions seen.
     pub held: BTreeMap<CallId, ConnectionId>,
     pub events: Vec<Event>,
+    /// Connections established, in order (closed ones too).
+    pub established: Vec<ConnectionId>,
 }
 
 impl PoolSim {
@@ -46,6 +48,7 @@ impl PoolSim {
             queries: BTreeMap::new(),
             held: BTreeMap::new(),
             events: Vec::new(),
+            established: Vec::new(),
         }
     }
 
@@ -63,7 +66,10 @@ impl PoolSim {
                 }
                 PoolAction::Handshake { attempt, .. } => format!("handshake {}", attempt.call()),
                 PoolAction::CancelAttempt { attempt } => format!("cancel-attempt {attempt}"),
-                PoolAction::Established { connection, .. } => format!("established {connection}"),
+                PoolAction::Established { connection, .. } => {
+                    self.established.push(connection);
+                    format!("established {connection}")
+                }
                 PoolAction::Acquired { call, connection, source } => {
                     self.held.insert(call, connection);
                     format!("acquired {call} {connection} {source:?}")
@@ -143,6 +149,17 @@ impl PoolSim {
     pub fn finish(&mut self, t: u64, call: CallId) -> Vec<String> {
         self.pool.exchange_finished(ms(t), call, switchyard_core::Reuse::Reusable).unwrap();
         self.drain()
+    }
+
+    /// Runs the pool's timeouts at `t`, whatever its next deadline.
+    pub fn timeout_to(&mut self, t: u64) -> Vec<String> {
+        self.pool.handle_timeout(ms(t));
+        self.drain()
+    }
+
+    /// Established connections still open.
+    pub fn open_connections(&self) -> Vec<ConnectionId> {
+        self.established.iter().copied().filter(|k| self.pool.connection(*k).is_some()).collect()
     }
 
     pub fn timeout(&mut self, t: u64) -> Vec<String> {

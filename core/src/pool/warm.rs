@@ -1,0 +1,550 @@
+//! Warm connections: a per-Address minimum the pool keeps open by itself, for
+//! a Manager of declared servers (BEHAVIOUR §11).
+//!
+//! [`Pool::warm`] declares an Address with a [`WarmPolicy`]: the pool starts
+//! the races for the missing connections at once (each like a call without a
+//! caller: the same route planning, DNS, Happy Eyeballs and events, under a call
+//! id of its own), and the connections join the pool idle — ordinary pool
+//! connections that calls use first. It keeps the minimum as connections close:
+//! a server close, a GOAWAY, a lifetime end or a failed probe is replaced at
+//! once; the idle timeout does not close connections the minimum needs.
+//!
+//! Failed connects back off exponentially ([`Backoff`]: 1 s, ×1.6 per failure,
+//! ±20 % jitter, at most 120 s), the jitter drawn from
+//! [`PoolConfig::seed`](super::PoolConfig::seed), so a test that fixes the seed
+//! knows every delay. A success resets the backoff.
+//!
+//! Readiness per Address ([`Readiness`], reported by [`Pool::warm_status`] and a
+//! [`EventKind::WarmReadiness`] event whenever it changes): `Warming` until the
+//! minimum is first met, `Ready` while it is, `Degraded` below it after that (or
+//! while connects fail), `Down` when no connection is open and connects have
+//! failed for longer than [`WarmPolicy::down_after`], `ShutDown` after
+//! [`Pool::stop_warming`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use switchyard_core::{Address, Instant, Pool, PoolAction, PoolConfig, Readiness, Scheme, WarmPolicy};
+//!
+//! let mut pool = Pool::new(PoolConfig::default());
+//! let a = Address::builder(Scheme::Http, "127.0.0.1", 8080).build().unwrap();
+//! pool.warm(Instant::ZERO, a.clone(), WarmPolicy { min_connections: 2, ..WarmPolicy::default() }).unwrap();
+//! // Two connects, no caller.
+//! let connects: Vec<_> = std::iter::from_fn(|| pool.poll_action())
+//!     .filter_map(|a| match a { PoolAction::Connect { attempt, .. } => Some(attempt), _ => None })
+//!     .collect();
+//! assert_eq!(connects.len(), 2);
+//! assert_eq!(pool.warm_status(Instant::ZERO, &a).unwrap().readiness, Readiness::Warming);
+//! for attempt in connects {
+//!     pool.handle_connected(Instant::from_millis(3), attempt).unwrap();
+//! }
+//! let status = pool.warm_status(Instant::from_millis(3), &a).unwrap();
+//! assert_eq!((status.readiness, status.open), (Readiness::Ready, 2));
+//! assert_eq!(pool.stats().totals.idle, 2, "warm connections wait idle for calls");
+//! ```
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use super::{AcquireOptions, Call, CallState, Pool};
+use crate::address::{Address, Protocol, Proxy};
+use crate::error::{Misuse, RaceError};
+use crate::event::EventKind;
+use crate::id::{AttemptId, CallId, ConnectionId};
+use crate::race::Sequence;
+use crate::route::Route;
+use crate::time::Instant;
+
+/// Exponential backoff with jitter for failed warm connects (gRPC's connection
+/// backoff, whose published defaults these are).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct Backoff {
+    /// The delay after the first failure. Default: 1 s.
+    pub initial: Duration,
+    /// Growth per further failure. Default: 1.6.
+    pub multiplier: f64,
+    /// Each delay is moved by up to this fraction either way. Default: 0.2.
+    pub jitter: f64,
+    /// No delay is longer, jitter included. Default: 120 s.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_secs(1),
+            multiplier: 1.6,
+            jitter: 0.2,
+            max: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after the `failures`-th failure in a row (from 1), for a
+    /// jitter draw `unit` in `[-1, 1]`: `initial × multiplier^(failures−1)`,
+    /// moved by `jitter × unit` of itself, at most `max`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use switchyard_core::Backoff;
+    /// let b = Backoff::default();
+    /// assert_eq!(b.delay(1, 0.0), Duration::from_secs(1));
+    /// assert_eq!(b.delay(2, 0.0), Duration::from_millis(1600));
+    /// assert_eq!(b.delay(2, 1.0), Duration::from_millis(1920));
+    /// assert_eq!(b.delay(50, 0.0), Duration::from_secs(120), "capped");
+    /// assert_eq!(b.delay(50, 1.0), Duration::from_secs(120), "jitter never passes the cap");
+    /// ```
+    #[must_use]
+    pub fn delay(&self, failures: u32, unit: f64) -> Duration {
+        let exponent = i32::try_from(failures.saturating_sub(1)).unwrap_or(i32::MAX);
+        let max = self.max.as_secs_f64();
+        let base = (self.initial.as_secs_f64() * self.multiplier.powi(exponent)).min(max);
+        let jittered = base * (1.0 + self.jitter * unit.clamp(-1.0, 1.0));
+        // Whole milliseconds, so delays are exact in tests and events.
+        let ms = (jittered.clamp(0.0, max) * 1000.0).round();
+        Duration::from_millis(ms as u64)
+    }
+}
+
+/// How many warm connections an Address keeps, and how failed connects back off.
+#[derive(Clone, PartialEq, Debug)]
+pub struct WarmPolicy {
+    /// Open connections to keep at least. Default: 1.
+    pub min_connections: usize,
+    /// HTTP/2: also enough connections to carry this many concurrent streams at
+    /// the stream limit the server advertised (HTTP/1.1: this many
+    /// connections). Default: 0.
+    pub min_streams: u32,
+    /// Backoff for failed connects. Default: [`Backoff::default`].
+    pub backoff: Backoff,
+    /// `Down` once no connection is open and connects have failed for this
+    /// long. Default: 30 s.
+    pub down_after: Duration,
+    /// The proxies to connect through, in order (empty: direct).
+    pub proxies: Vec<Proxy>,
+}
+
+impl Default for WarmPolicy {
+    fn default() -> Self {
+        WarmPolicy {
+            min_connections: 1,
+            min_streams: 0,
+            backoff: Backoff::default(),
+            down_after: Duration::from_secs(30),
+            proxies: Vec::new(),
+        }
+    }
+}
+
+/// Where a declared Address stands.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Readiness {
+    /// Below the minimum, which it has never reached.
+    Warming,
+    /// The minimum is open.
+    Ready,
+    /// Below the minimum after having met it, or connects are failing.
+    Degraded,
+    /// No connection open, and connects have failed for longer than
+    /// [`WarmPolicy::down_after`].
+    Down,
+    /// Warming stopped ([`Pool::stop_warming`]).
+    ShutDown,
+}
+
+impl Readiness {
+    /// `warming`, `ready`, `degraded`, `down`, `shut down`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Readiness::Warming => "warming",
+            Readiness::Ready => "ready",
+            Readiness::Degraded => "degraded",
+            Readiness::Down => "down",
+            Readiness::ShutDown => "shut down",
+        }
+    }
+}
+
+impl fmt::Display for Readiness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A declared Address's state, as [`Pool::warm_status`] reports it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct WarmStatus {
+    /// Where it stands.
+    pub readiness: Readiness,
+    /// Connections the policy wants open now.
+    pub wanted: usize,
+    /// Open connections taking new exchanges.
+    pub open: usize,
+    /// Of those, idle.
+    pub idle: usize,
+    /// Of those, carrying exchanges.
+    pub in_use: usize,
+    /// Warm connects in flight.
+    pub connecting: usize,
+    /// Failed connects since the last success.
+    pub failures: u32,
+    /// The last connect failure, in words.
+    pub last_error: Option<String>,
+    /// When the next connect starts, while backing off.
+    pub next_retry: Option<Instant>,
+}
+
+/// A tiny seeded generator for jitter (SplitMix64): deterministic per seed.
+#[derive(Clone, Debug)]
+pub(super) struct Jitter(u64);
+
+impl Jitter {
+    pub(super) fn new(seed: u64) -> Jitter {
+        Jitter(seed)
+    }
+
+    /// A draw in `[-1, 1]`.
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        // 53 bits into [0, 1), then onto [-1, 1].
+        let fraction = (z >> 11) as f64 / (1u64 << 53) as f64;
+        fraction * 2.0 - 1.0
+    }
+}
+
+/// One declared Address.
+#[derive(Debug)]
+pub(super) struct Warm {
+    pub(super) address: Address,
+    policy: WarmPolicy,
+    failures: u32,
+    next_retry: Option<Instant>,
+    last_error: Option<String>,
+    /// The minimum was met once.
+    met: bool,
+    /// Connects have failed since then, without a success.
+    failing_since: Option<Instant>,
+    /// The readiness last reported.
+    reported: Option<Readiness>,
+    pub(super) racing: BTreeSet<CallId>,
+    stopped: bool,
+}
+
+impl Pool {
+    /// Declares `address` warm with `policy` (or changes its policy): the
+    /// missing connections start connecting now. See the [module docs](self).
+    ///
+    /// # Errors
+    /// [`Misuse::WarmAboveIdleCap`] when the minimum could not stay idle under
+    /// [`PoolConfig::max_idle_per_address`](super::PoolConfig::max_idle_per_address)
+    /// or, with every declared Address, under
+    /// [`PoolConfig::max_idle_total`](super::PoolConfig::max_idle_total).
+    pub fn warm(&mut self, now: Instant, address: Address, policy: WarmPolicy) -> Result<(), Misuse> {
+        let others: usize =
+            self.warm.values().filter(|w| w.address != address).map(|w| w.policy.min_connections).sum();
+        let cap = self.config.max_idle_per_address.min(self.config.max_idle_total.unwrap_or(usize::MAX));
+        if policy.min_connections > self.config.max_idle_per_address
+            || self.config.max_idle_total.is_some_and(|t| others + policy.min_connections > t)
+        {
+            return Err(Misuse::WarmAboveIdleCap { wanted: policy.min_connections, cap });
+        }
+        let idx = match self.warm_of.get(&address) {
+            Some(idx) => *idx,
+            None => {
+                let idx = self.next_warm;
+                self.next_warm += 1;
+                self.warm_of.insert(address.clone(), idx);
+                idx
+            }
+        };
+        let entry = self.warm.entry(idx).or_insert_with(|| Warm {
+            address,
+            policy: policy.clone(),
+            failures: 0,
+            next_retry: None,
+            last_error: None,
+            met: false,
+            failing_since: None,
+            reported: None,
+            racing: BTreeSet::new(),
+            stopped: false,
+        });
+        entry.policy = policy;
+        entry.stopped = self.shutdown;
+        self.rewarm(now, idx);
+        Ok(())
+    }
+
+    /// Where a declared Address stands at `now`; `None` for one never declared.
+    #[must_use]
+    pub fn warm_status(&self, now: Instant, address: &Address) -> Option<WarmStatus> {
+        let idx = *self.warm_of.get(address)?;
+        let w = &self.warm[&idx];
+        let (open, idle, in_use) = self.usable(address);
+        Some(WarmStatus {
+            readiness: self.readiness(now, idx),
+            wanted: self.wanted(idx),
+            open,
+            idle,
+            in_use,
+            connecting: w.racing.len(),
+            failures: w.failures,
+            last_error: w.last_error.clone(),
+            next_retry: w.next_retry.filter(|t| *t > now),
+        })
+    }
+
+    /// The declared Addresses, in declaration order.
+    #[must_use]
+    pub fn warm_addresses(&self) -> Vec<Address> {
+        self.warm.values().map(|w| w.address.clone()).collect()
+    }
+
+    /// Stops warming every declared Address: no new warm connect starts, those
+    /// in flight are cancelled, and the idle timeout applies again to every
+    /// connection. Readiness becomes `ShutDown`. Connections stay open for
+    /// calls ([`Pool::shutdown`] closes them). Idempotent.
+    pub fn stop_warming(&mut self, now: Instant) {
+        let all: Vec<u64> = self.warm.keys().copied().collect();
+        for idx in all {
+            let racing: Vec<CallId> = {
+                let w = self.warm.get_mut(&idx).expect("present");
+                w.stopped = true;
+                w.next_retry = None;
+                std::mem::take(&mut w.racing).into_iter().collect()
+            };
+            for call in racing {
+                self.warm_calls.remove(&call);
+                self.end_call_waiting_or_racing(now, call);
+                if let Some(c) = self.calls.remove(&call) {
+                    self.gc_address(&c.address);
+                }
+            }
+            self.report(now, idx);
+        }
+        self.warm_timers.clear();
+    }
+
+    /// Whether `call` is a warm connect (no caller).
+    pub(super) fn is_warm_call(&self, call: CallId) -> bool {
+        self.warm_calls.contains_key(&call)
+    }
+
+    /// Open connections of `address` that take new exchanges: (all, idle, in use).
+    fn usable(&self, address: &Address) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        // Lookup only: a count does not depend on the map's order.
+        for c in self.conns.values().filter(|c| c.address == *address && c.no_new.is_none()) {
+            counts.0 += 1;
+            if c.in_flight == 0 {
+                counts.1 += 1;
+            } else {
+                counts.2 += 1;
+            }
+        }
+        counts
+    }
+
+    /// Connections the policy wants open now.
+    fn wanted(&self, idx: u64) -> usize {
+        let w = &self.warm[&idx];
+        let p = &w.policy;
+        let mut want = p.min_connections;
+        if p.min_streams > 0 {
+            let per_connection = match self.known_protocol.get(&w.address) {
+                Some((protocol, _, limit)) if protocol.is_multiplexed() => {
+                    limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)).max(1)
+                }
+                Some(_) => 1,
+                // Not connected yet: one connection first; its protocol and
+                // SETTINGS then say how many carry the streams.
+                None => usize::MAX,
+            };
+            want = want.max(usize::try_from(p.min_streams).unwrap_or(usize::MAX).div_ceil(per_connection));
+        }
+        want
+    }
+
+    fn readiness(&self, now: Instant, idx: u64) -> Readiness {
+        let w = &self.warm[&idx];
+        if w.stopped {
+            return Readiness::ShutDown;
+        }
+        let (open, _, _) = self.usable(&w.address);
+        if open >= self.wanted(idx) && w.failures == 0 {
+            return Readiness::Ready;
+        }
+        if open == 0 && w.failing_since.is_some_and(|since| now >= since + w.policy.down_after) {
+            return Readiness::Down;
+        }
+        if open >= self.wanted(idx) {
+            return Readiness::Ready;
+        }
+        if w.met || w.failures > 0 {
+            Readiness::Degraded
+        } else {
+            Readiness::Warming
+        }
+    }
+
+    /// Emits `WarmReadiness` when the readiness changed.
+    fn report(&mut self, now: Instant, idx: u64) {
+        let readiness = self.readiness(now, idx);
+        let wanted = self.wanted(idx);
+        let (open, _, _) = self.usable(&self.warm[&idx].address);
+        let w = self.warm.get_mut(&idx).expect("present");
+        if readiness == Readiness::Ready {
+            w.met = true;
+        }
+        if w.reported == Some(readiness) {
+            return;
+        }
+        w.reported = Some(readiness);
+        let kind = EventKind::WarmReadiness {
+            address: w.address.clone(),
+            readiness,
+            open,
+            wanted,
+            last_error: w.last_error.clone(),
+            next_retry: w.next_retry.filter(|t| *t > now),
+        };
+        self.emit(now, None, kind);
+    }
+
+    /// Starts the warm connects `idx` is missing, unless it is backing off.
+    pub(super) fn rewarm(&mut self, now: Instant, idx: u64) {
+        loop {
+            let Some(w) = self.warm.get(&idx) else { return };
+            if w.stopped || self.shutdown || w.next_retry.is_some_and(|t| t > now) {
+                break;
+            }
+            let address = w.address.clone();
+            let (open, _, _) = self.usable(&address);
+            if open + w.racing.len() >= self.wanted(idx) || !self.has_capacity(&address) {
+                break;
+            }
+            let proxies = w.policy.proxies.clone();
+            let id = self.ids.next_call();
+            let wait_seq = self.next_wait_seq;
+            self.next_wait_seq += 1;
+            self.calls.insert(
+                id,
+                Call {
+                    address,
+                    options: AcquireOptions { proxies, ..AcquireOptions::default() },
+                    retries: 0,
+                    free_retries: 0,
+                    wait_seq,
+                    avoid: Vec::new(),
+                    refused_on: Vec::new(),
+                    avoid_routes: Vec::new(),
+                    answers: Vec::new(),
+                    // Its own connection: never coalesced, never a pooled one.
+                    fresh_only: true,
+                    state: CallState::Pending,
+                    sequence: Sequence::default(),
+                },
+            );
+            self.warm_calls.insert(id, idx);
+            self.warm.get_mut(&idx).expect("present").racing.insert(id);
+            self.start_race(now, id);
+        }
+        self.report(now, idx);
+    }
+
+    /// Re-warms the Address of a connection that closed or stopped taking
+    /// exchanges.
+    pub(super) fn rewarm_address(&mut self, now: Instant, address: &Address) {
+        if let Some(idx) = self.warm_of.get(address).copied() {
+            self.rewarm(now, idx);
+        }
+    }
+
+    /// Whether the idle timeout must spare `conn`: its Address is declared and
+    /// has no more open connections than it wants.
+    pub(super) fn warm_protects(&self, conn: ConnectionId) -> bool {
+        let Some(c) = self.conns.get(&conn) else { return false };
+        let Some(idx) = self.warm_of.get(&c.address) else { return false };
+        if self.warm[idx].stopped {
+            return false;
+        }
+        self.usable(&c.address).0 <= self.wanted(*idx)
+    }
+
+    /// A warm connect won its race: the connection joins the pool idle.
+    pub(super) fn warm_won(
+        &mut self,
+        now: Instant,
+        call_id: CallId,
+        attempt: AttemptId,
+        route: Route,
+        protocol: Protocol,
+        tls: Option<crate::connection::TlsFacts>,
+    ) {
+        self.stop_race(now, call_id);
+        let address = self.calls.remove(&call_id).expect("warm call").address;
+        let idx = self.warm_calls.remove(&call_id).expect("warm call");
+        let id = self.open_connection(now, attempt, &address, route, protocol, tls);
+        self.index(id);
+        self.enforce_idle_caps(now, &address);
+        let w = self.warm.get_mut(&idx).expect("present");
+        w.racing.remove(&call_id);
+        w.failures = 0;
+        w.next_retry = None;
+        w.failing_since = None;
+        w.last_error = None;
+        // Calls waiting for the Address take it.
+        self.rebalance(now, &address);
+        self.rewarm(now, idx);
+    }
+
+    /// A warm connect failed: back off, then try again.
+    pub(super) fn warm_failed(&mut self, now: Instant, call_id: CallId, error: &RaceError) {
+        self.stop_race(now, call_id);
+        let address = self.calls.remove(&call_id).map(|c| c.address);
+        let Some(idx) = self.warm_calls.remove(&call_id) else { return };
+        let draw = self.jitter.unit();
+        let w = self.warm.get_mut(&idx).expect("present");
+        w.racing.remove(&call_id);
+        w.last_error = Some(error.to_string());
+        // Connects that fail together count once.
+        if w.next_retry.is_none_or(|t| t <= now) {
+            w.failures += 1;
+            let delay = w.policy.backoff.delay(w.failures, draw);
+            w.next_retry = Some(now + delay);
+            self.warm_timers.insert((now + delay, idx));
+        }
+        let since = *w.failing_since.get_or_insert(now);
+        let down_at = since + w.policy.down_after;
+        if down_at > now {
+            self.warm_timers.insert((down_at, idx));
+        }
+        if let Some(address) = address {
+            self.gc_address(&address);
+            self.rebalance(now, &address);
+        }
+        self.report(now, idx);
+    }
+
+    /// Backoff ends and `Down` deadlines due at `now`.
+    pub(super) fn warm_timeouts(&mut self, now: Instant) {
+        while let Some(&(at, idx)) = self.warm_timers.first() {
+            if at > now {
+                break;
+            }
+            self.warm_timers.remove(&(at, idx));
+            self.rewarm(now, idx);
+        }
+    }
+
+    /// The next warm deadline.
+    pub(super) fn warm_deadline(&self) -> Option<Instant> {
+        self.warm_timers.first().map(|(t, _)| *t)
+    }
+}
