@@ -343,6 +343,22 @@ impl<C: FromConfig> ClientBuilder<C> {
     }
 }
 
+impl<C: FromConfig> ClientBuilder<C> {
+    /// The collected settings (for builders that wrap this one).
+    #[doc(hidden)]
+    pub fn state_mut(&mut self) -> &mut BuilderState {
+        &mut self.state
+    }
+
+    /// Builds the client and returns the configuration it was built from.
+    #[doc(hidden)]
+    pub fn build_with_config(self) -> Result<(C, Config), Error> {
+        let config = self.state.finish()?;
+        let copy = config.clone();
+        Ok((C::from_config(config, self.runtime)?, copy))
+    }
+}
+
 impl BuilderState {
     /// The settings that cannot mean anything at zero (or below a floor) are
     /// configuration errors naming the setting. Zero is meaningful, and

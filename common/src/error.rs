@@ -72,6 +72,15 @@ pub enum ErrorKind {
         /// Credentials were sent and refused (else none were configured).
         credentials_refused: bool,
     },
+    /// A Manager was asked for a server it was not built with (no connection
+    /// is opened for it).
+    NotDeclared {
+        /// The host (or URL) asked for.
+        host: String,
+    },
+    /// A Manager's servers did not all reach their minimum in time; the text
+    /// gives each server's readiness and last error.
+    NotReady(String),
     /// A bug in switchyard (the engine fed the core an input it cannot have
     /// asked for). Logged at `error` level when it happens; please report it.
     Internal(String),
@@ -383,6 +392,11 @@ impl fmt::Display for Error {
                 on(f, "from")?;
                 write!(f, " could not be decoded: {why}")?;
             }
+            ErrorKind::NotDeclared { host } => write!(
+                f,
+                "{host} is not a server this manager was built with (no connection is opened for it)"
+            )?,
+            ErrorKind::NotReady(why) => write!(f, "the manager's servers are not ready: {why}")?,
             ErrorKind::Internal(why) => {
                 write!(f, "internal error in switchyard (a bug; please report it): {why}")?
             }
@@ -412,6 +426,8 @@ impl fmt::Debug for Error {
             ErrorKind::Config(_) => "Config",
             ErrorKind::Decode(_) => "Decode",
             ErrorKind::ProxyAuth { .. } => "ProxyAuth",
+            ErrorKind::NotDeclared { .. } => "NotDeclared",
+            ErrorKind::NotReady(_) => "NotReady",
             ErrorKind::Internal(_) => "Internal",
         };
         write!(f, "Error::{name}({self:#})")

@@ -273,6 +273,16 @@ fn describe_kind(event: &Event) -> (&'static str, String) {
         K::ConnectionClosed { connection, reason } => ("connection_closed", format!("{connection} {reason}")),
         K::NoNewExchanges { connection, reason } => ("no_new_exchanges", format!("{connection} {reason}")),
         K::RetryDecision { connection, decision } => ("retry_decision", format!("{connection} {decision:?}")),
+        K::WarmReadiness { address, readiness, open, wanted, last_error, next_retry } => {
+            let mut d = format!("{address}: {readiness} ({open}/{wanted} open)");
+            if let Some(t) = next_retry {
+                d.push_str(&format!(", retry in {} ms", (*t - event.at).as_millis()));
+            }
+            if let Some(e) = last_error {
+                d.push_str(&format!(", last error: {e}"));
+            }
+            ("warm_readiness", d)
+        }
         other => ("other", format!("{other:?}")),
     }
 }

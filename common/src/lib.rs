@@ -89,6 +89,7 @@ mod error;
 mod event;
 pub mod exchange;
 mod hub;
+pub mod manager;
 pub mod proxy_env;
 mod request;
 mod resolve;

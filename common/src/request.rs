@@ -129,6 +129,17 @@ pub fn header_error(e: impl Into<http::Error>) -> Error {
 impl<C: Sender> RequestBuilder<C> {
     crate::__request_builder_methods!(C, C::Body);
 
+    /// A builder that fails with `error` when sent (a handle refusing a URL).
+    #[doc(hidden)]
+    pub fn failed(client: C, error: Error) -> Self {
+        RequestBuilder {
+            client,
+            request: Err(error),
+            body: C::Body::default(),
+            options: RequestOptions::default(),
+        }
+    }
+
     /// Sends the request (async adapters: `.send().await`).
     pub fn send(self) -> C::Output {
         let client = self.client.clone();

@@ -54,8 +54,8 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
     }
 }
 
-struct ClientInner {
-    shared: Arc<Shared>,
+pub(crate) struct ClientInner {
+    pub(crate) shared: Arc<Shared>,
     config: Config,
     timer_started: AtomicBool,
     closed: Arc<AtomicBool>,
@@ -98,7 +98,7 @@ impl Drop for ClientInner {
 /// # Ok(()) }
 /// ```
 pub struct Client<R> {
-    inner: Arc<ClientInner>,
+    pub(crate) inner: Arc<ClientInner>,
     runtime: PhantomData<fn() -> R>,
 }
 
@@ -159,7 +159,7 @@ impl<R: Runtime> Client<R> {
         self.inner.shared.input(|st, now| st.pool.evict_all(now));
     }
 
-    fn ensure_timer(&self) {
+    pub(crate) fn ensure_timer(&self) {
         if !self.inner.timer_started.swap(true, Ordering::AcqRel) {
             let shared = &self.inner.shared;
             let timer = driver::timer_task(
@@ -285,7 +285,7 @@ where
 
 /// Ends a call in the pool if its future is dropped (timeout, cancellation).
 struct CallGuard {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     call: CallId,
     armed: bool,
 }

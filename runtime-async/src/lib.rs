@@ -20,6 +20,7 @@ mod client;
 mod driver;
 mod h1;
 mod h2;
+mod manager;
 mod response;
 mod runtime;
 
@@ -29,17 +30,20 @@ pub use client::{Client, RequestBuilder};
 pub use http as __http;
 #[doc(hidden)]
 pub use http_body as __http_body;
+pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{BodyReader, ResponseBody, ResponseExt};
 pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
 /// The adapter-neutral half: configuration, errors, events, and the guarantees
 /// every adapter keeps against hostile peers.
 pub use switchyard_common;
+pub use switchyard_common::manager::ServerStatus;
 pub use switchyard_common::{
     describe, AsyncResolve, BodyError, ClientBuilder, Error, ErrorKind, EventListener, EventLog, HttpVersion,
     IntoUri, NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, Resolved,
     SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
+pub use switchyard_core::{Backoff, Readiness, WarmPolicy};
 pub use switchyard_core::{
     CallId, ConnectionId, DnsSource, Event, EventKind, Family, Instant, PoolStats, Proxy, ProxyCredentials,
     StreamLimitPolicy,

@@ -142,3 +142,28 @@ mod ecosystem {
         smol::block_on(ecosystem::tls_inputs::<Smol>());
     }
 }
+
+// ---------------------------------------------------------------------------
+// The Manager.
+
+struct SmolManagers;
+
+impl switchyard_tests::manager::ManagerAdapter for SmolManagers {
+    fn manager(
+        &self,
+        servers: &[(String, usize)],
+        ready_timeout: std::time::Duration,
+        log: &EventLog,
+    ) -> Box<dyn switchyard_tests::manager::TestManager> {
+        let mut b = switchyard_smol::Manager::builder()
+            .ready_timeout(ready_timeout)
+            .client(|c| c.event_listener(log.clone()).connect_timeout(std::time::Duration::from_secs(2)));
+        for (url, min) in servers {
+            b = b.server(url, *min);
+        }
+        let manager = b.build().expect("manager");
+        Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnSmol })
+    }
+}
+
+switchyard_tests::manager_suite!(SmolManagers);

@@ -42,8 +42,8 @@ impl FromConfig for Client {
     }
 }
 
-struct ClientInner {
-    shared: Arc<Shared>,
+pub(crate) struct ClientInner {
+    pub(crate) shared: Arc<Shared>,
     config: Config,
 }
 
@@ -70,7 +70,7 @@ impl Drop for ClientInner {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<ClientInner>,
+    pub(crate) inner: Arc<ClientInner>,
 }
 
 impl std::fmt::Debug for Client {
@@ -98,6 +98,11 @@ impl std::fmt::Debug for RequestBuilder {
 
 impl RequestBuilder {
     switchyard_common::__request_builder_methods!(Client, Body);
+
+    /// A builder that fails with `error` when sent.
+    pub(crate) fn failed(client: Client, error: Error) -> Self {
+        RequestBuilder { client, request: Err(error), body: Body::default(), options: Default::default() }
+    }
 
     /// Sends the request.
     ///

@@ -64,18 +64,22 @@ mod body;
 mod client;
 mod driver;
 mod h1;
+mod manager;
 mod response;
 mod stream;
 
 pub use body::Body;
 pub use client::{Client, ClientBuilder, RequestBuilder};
+pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{ResponseBody, ResponseExt};
+pub use switchyard_common::manager::ServerStatus;
 pub use switchyard_common::{
     describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoopListener,
     ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase,
     DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
+pub use switchyard_core::{Backoff, Readiness, WarmPolicy};
 pub use switchyard_core::{
     CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, ProxyCredentials,
 };

@@ -99,3 +99,69 @@ fn mixed_faults_every_call_accounted_for() {
     eprintln!("std mixed: {ok} ok, {failed} typed errors");
     assert!(ok > 0 && failed > 0);
 }
+
+// ---------------------------------------------------------------------------
+// The Manager, blocking.
+
+struct StdManagers;
+
+struct StdManager {
+    manager: switchyard_std::Manager,
+    log: EventLog,
+}
+
+impl switchyard_tests::manager::TestManager for StdManager {
+    fn ready(&self) -> Result<(), Error> {
+        self.manager.ready()
+    }
+    fn get(&self, host: &str, path: &str) -> Result<Resp, (Failure, String)> {
+        let handle = self.manager.connection(host).map_err(|e| adapter::failure(&e))?;
+        let result = (|| {
+            let mut response = handle.get(path).send()?;
+            let body = response.body_mut().collect()?;
+            Ok::<_, Error>(Resp {
+                status: response.status().as_u16(),
+                version: response.version(),
+                body: body.to_vec(),
+            })
+        })();
+        result.map_err(|e| adapter::failure(&e))
+    }
+    fn refuses(&self, host: &str) -> Option<Error> {
+        self.manager.connection(host).err()
+    }
+    fn status(&self) -> Vec<switchyard_std::ServerStatus> {
+        self.manager.status()
+    }
+    fn stats(&self) -> switchyard_std::PoolStats {
+        self.manager.client().stats()
+    }
+    fn events(&self) -> Vec<EventRow> {
+        adapter::rows(&self.log)
+    }
+    fn clear_events(&self) {
+        self.log.clear();
+    }
+    fn shutdown(&self) {
+        self.manager.shutdown();
+    }
+}
+
+impl switchyard_tests::manager::ManagerAdapter for StdManagers {
+    fn manager(
+        &self,
+        servers: &[(String, usize)],
+        ready_timeout: std::time::Duration,
+        log: &EventLog,
+    ) -> Box<dyn switchyard_tests::manager::TestManager> {
+        let mut b = switchyard_std::Manager::builder()
+            .ready_timeout(ready_timeout)
+            .client(|c| c.event_listener(log.clone()).connect_timeout(std::time::Duration::from_secs(2)));
+        for (url, min) in servers {
+            b = b.server(url, *min);
+        }
+        Box::new(StdManager { manager: b.build().expect("manager"), log: log.clone() })
+    }
+}
+
+switchyard_tests::manager_suite!(StdManagers);

@@ -63,7 +63,28 @@ pub use switchyard_async::{
     NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, Recorded, RequestOptions,
     Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
-pub use switchyard_async::{AsyncResolve, DnsSource, Family, Resolved};
+pub use switchyard_async::{
+    AsyncResolve, Backoff, DnsSource, Family, Readiness, Resolved, ServerStatus, WarmPolicy,
+};
+
+/// Warm connections to a declared set of servers (see
+/// `switchyard_async::Manager` for every method): each server's minimum is
+/// connected before the first request and kept as connections close.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), switchyard_tokio::Error> {
+/// let manager = switchyard_tokio::Manager::builder()
+///     .server("https://api.internal:8443", 2)
+///     .build()?;
+/// manager.ready().await?;
+/// let body = manager.connection("api.internal")?.get("/health").send().await?;
+/// # drop(body); Ok(()) }
+/// ```
+pub type Manager = switchyard_async::Manager<Tokio>;
+/// Builds a [`Manager`].
+pub type ManagerBuilder = switchyard_async::ManagerBuilder<Tokio>;
+/// Requests to one of a [`Manager`]'s servers.
+pub type ServerHandle = switchyard_async::ServerHandle<Tokio>;
 
 /// hickory-resolver on tokio: A and AAAA asked separately (the race starts on
 /// the first useful answer, RFC 8305 §3), TTLs into the client's DNS cache,

@@ -15,6 +15,7 @@ pub mod ecosystem;
 pub mod fault;
 pub mod hostile;
 pub mod interop;
+pub mod manager;
 pub mod net;
 pub mod proxy;
 pub mod reliability;

@@ -316,3 +316,29 @@ mod ecosystem {
         runtime().block_on(ecosystem::tls_inputs::<Tokio>());
     }
 }
+
+// ---------------------------------------------------------------------------
+// The Manager.
+
+struct TokioManagers;
+
+impl switchyard_tests::manager::ManagerAdapter for TokioManagers {
+    fn manager(
+        &self,
+        servers: &[(String, usize)],
+        ready_timeout: Duration,
+        log: &EventLog,
+    ) -> Box<dyn switchyard_tests::manager::TestManager> {
+        let mut b = switchyard_tokio::Manager::builder()
+            .ready_timeout(ready_timeout)
+            .client(|c| c.event_listener(log.clone()).connect_timeout(Duration::from_secs(2)));
+        for (url, min) in servers {
+            b = b.server(url, *min);
+        }
+        // Built inside the runtime: the warm connects are its tasks.
+        let manager = runtime().block_on(async { b.build() }).expect("manager");
+        Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnTokio })
+    }
+}
+
+switchyard_tests::manager_suite!(TokioManagers);
