@@ -21,8 +21,38 @@ pub enum Command {
     /// Fetch URLs, printing the body; -v shows the connection timeline.
     Get(Box<GetArgs>),
     /// A narrated tour on embedded loopback servers: Happy Eyeballs, reuse,
-    /// coalescing, a per-host cap, a stale-connection retry, pool stats.
+    /// coalescing, a per-host cap, a stale-connection retry, pool stats, the
+    /// Manager's warm connections.
     Demo(DemoArgs),
+    /// Keep warm connections to servers and print their readiness as it changes,
+    /// until interrupted (or for --for).
+    Warm(WarmArgs),
+}
+
+/// `switchyard warm`.
+#[derive(Args, Debug)]
+pub struct WarmArgs {
+    /// Servers to keep warm (`http(s)://host[:port]`).
+    #[arg(required = true)]
+    pub urls: Vec<String>,
+    /// Warm connections per server.
+    #[arg(long, default_value_t = 1)]
+    pub min: usize,
+    /// Stop after this long (e.g. 10s); default: until interrupted.
+    #[arg(long = "for", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// How long a server may fail with no connection before it is `down`.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub down_after: Duration,
+    /// `HOST:PORT:ADDR[,ADDR]`: answer DNS for HOST:PORT with these addresses.
+    #[arg(long, value_parser = parse_resolve)]
+    pub resolve: Vec<Resolve>,
+    /// Trust the CA certificates in this PEM file.
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// One JSON object per readiness change.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which runtime adapter performs the I/O.

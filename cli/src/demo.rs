@@ -198,5 +198,101 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
             started.elapsed().as_secs_f64() * 1000.0
         ),
     );
+
+    manager_step(&n).await
+}
+
+/// Step 7, the Manager: two declared servers warm before the first request;
+/// one restarted, re-warmed with backoff.
+async fn manager_step(n: &Narrator) -> Result<(), Failed> {
+    n.say("7. A Manager declares two servers (2 and 1 warm connections): they are connected before");
+    n.say("   the first request, which opens nothing. Then the second server goes away (its");
+    n.say("   connections close) and comes back 2.5 s later on the same port: the Manager backs");
+    n.say("   off (1 s, 1.6 s, ±20 %) and re-warms it.");
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Failed(format!("bind: {e}")));
+    let (la, lb) = (bind()?, bind()?);
+    let port_b = lb.local_addr().map_err(|e| Failed(e.to_string()))?.port();
+    let a = TestServer::start_on(la, ServerOptions::default());
+    let b = TestServer::start_on(lb, ServerOptions::default());
+    let log = EventLog::default();
+    let (url_a, url_b) = (format!("http://127.0.0.1:{}", a.port()), format!("http://localhost:{port_b}"));
+    let manager = switchyard_tokio::Manager::builder()
+        .server(&url_a, 2)
+        .server(&url_b, 1)
+        .client(|c| c.event_listener(log.clone()))
+        .ready_timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| Failed(format!("{e:#}")))?;
+    manager.ready().await.map_err(|e| Failed(format!("{e:#}")))?;
+    let warm = (a.connections(), b.connections());
+    let before: Vec<String> = manager.status().iter().map(ToString::to_string).collect();
+    log.clear();
+    let handle =
+        manager.connection(&format!("127.0.0.1:{}", a.port())).map_err(|e| Failed(format!("{e:#}")))?;
+    let mut response = handle.get("/hello").send().await.map_err(|e| Failed(format!("{e:#}")))?;
+    let _ = response.body_mut().collect().await;
+    let events = log.events();
+    let acquired =
+        events.iter().find(|e| e.name == "connection_acquired").map(|e| e.detail.clone()).unwrap_or_default();
+    let connects = events.iter().filter(|e| e.name == "connect_start").count();
+    // The second server goes away, then comes back on its port.
+    log.clear();
+    let killed = Instant::now();
+    drop(b);
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let back =
+        std::net::TcpListener::bind(("127.0.0.1", port_b)).map_err(|e| Failed(format!("rebind: {e}")))?;
+    let b = TestServer::start_on(back, ServerOptions::default());
+    let mut ready_again = false;
+    for _ in 0..600 {
+        if manager.status().iter().all(|s| s.readiness == switchyard_tokio::Readiness::Ready)
+            && b.connections() == 1
+        {
+            ready_again = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let changes: Vec<String> = log
+        .events()
+        .iter()
+        .filter(|e| e.name == "warm_readiness")
+        .map(|e| format!("{:>7.0} ms  {}", (e.at - log.events()[0].at).as_secs_f64() * 1000.0, e.detail))
+        .collect();
+    let after: Vec<String> = manager.status().iter().map(ToString::to_string).collect();
+    let mut text = format!(
+        "   before the first request: {}
+",
+        before.join("; ")
+    );
+    text.push_str(&format!(
+        "   server connections: {} and {}; first request: {acquired}, {connects} connects
+",
+        warm.0, warm.1
+    ));
+    text.push_str(&format!(
+        "   the second server stopped at 0 ms; {} readiness changes:
+",
+        changes.len()
+    ));
+    for c in &changes {
+        text.push_str(&format!(
+            "   {c}
+"
+        ));
+    }
+    text.push_str(&format!(
+        "   after {:.1} s: {}
+",
+        killed.elapsed().as_secs_f64(),
+        after.join("; ")
+    ));
+    n.step(
+        json!({"step": 7, "name": "manager", "warm_connections": [warm.0, warm.1], "first_request_acquired": acquired,
+               "first_request_connects": connects, "readiness_changes": changes, "ready_again": ready_again,
+               "rewarmed_connections": b.connections()}),
+        &text,
+    );
+    manager.shutdown().await;
     Ok(())
 }

@@ -6,3 +6,4 @@ pub mod args;
 pub mod demo;
 pub mod get;
 pub mod timeline;
+pub mod warm;

@@ -11,6 +11,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         // `get` starts the runtime its --runtime names.
         Command::Get(args) => exit(switchyard_cli::get::run(*args)),
+        Command::Warm(args) => exit(switchyard_cli::warm::run(&args)),
         // The demo's servers and client run on tokio.
         Command::Demo(args) => {
             match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {

@@ -117,7 +117,7 @@ fn demo_outcomes() {
     let out = bin().args(["demo", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let steps = json_lines(&out.stdout);
-    assert_eq!(steps.len(), 6);
+    assert_eq!(steps.len(), 7);
     let s = |i: usize| &steps[i];
     // 1: the race tried [::1] first, fell back to 127.0.0.1, cancelled the loser.
     let routes: Vec<&str> = s(0)["routes"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
@@ -141,6 +141,17 @@ fn demo_outcomes() {
         (s(5)["created"].as_u64(), s(5)["reused"].as_u64(), s(5)["coalesced"].as_u64()),
         (Some(1), Some(1), Some(1))
     );
+    // 7: the Manager warmed both servers first; the first request opened nothing;
+    // the restarted server went degraded (backing off) and was re-warmed.
+    assert_eq!(s(6)["warm_connections"], serde_json::json!([2, 1]));
+    assert!(s(6)["first_request_acquired"].as_str().unwrap().contains("Pooled"));
+    assert_eq!(s(6)["first_request_connects"], 0);
+    assert_eq!(s(6)["ready_again"], true);
+    assert_eq!(s(6)["rewarmed_connections"], 1);
+    let changes: Vec<&str> =
+        s(6)["readiness_changes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert!(changes.iter().any(|c| c.contains("degraded") && c.contains("retry in")), "{changes:?}");
+    assert!(changes.last().unwrap().contains("ready"), "{changes:?}");
 }
 
 /// `--runtime smol` and `--runtime std` fetch the same way as tokio, and the
@@ -265,4 +276,35 @@ fn get_with_hickory_shows_dns_and_cache_steps() {
     let stray = bin().args(["get", "--dns-server", &dns_server, &second]).output().unwrap();
     assert!(!stray.status.success());
     assert!(String::from_utf8_lossy(&stray.stderr).contains("--dns-server needs --dns hickory"));
+}
+
+#[test]
+fn warm_prints_readiness_as_it_changes() {
+    let server = TestServer::start(ServerOptions::default());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap().port();
+    drop(closed);
+    let up = format!("http://127.0.0.1:{}", server.port());
+    let down = format!("http://127.0.0.1:{dead}");
+    let out = bin()
+        .args(["warm", "--min", "2", "--for", "1500ms", "--down-after", "1s", "--json", &up, &down])
+        .env_remove("http_proxy")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out.stdout);
+    let of = |url: &str| lines.iter().filter(|l| l["server"] == url).collect::<Vec<_>>();
+    let ready = of(&up);
+    assert!(ready.iter().any(|l| l["readiness"] == "ready" && l["open"] == 2), "{ready:?}");
+    assert_eq!(server.connections(), 2, "two warm connections, no request");
+    assert!(server.records().is_empty());
+    let refused = of(&down);
+    assert!(
+        refused
+            .iter()
+            .any(|l| l["readiness"] == "degraded"
+                && l["last_error"].as_str().unwrap_or("").contains("refused")),
+        "{refused:?}"
+    );
+    assert!(refused.iter().any(|l| l["readiness"] == "down"), "down after 1 s: {refused:?}");
 }

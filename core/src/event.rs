@@ -130,7 +130,8 @@ pub enum EventKind {
         /// Where the answer came from.
         source: DnsSource,
     },
-    /// A declared (warm) Address's readiness changed (pool-wide: no call).
+    /// A declared (warm) Address's readiness changed, or a failed connect set
+    /// its next retry (pool-wide: no call).
     WarmReadiness {
         /// The Address.
         address: Address,

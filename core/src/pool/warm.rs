@@ -230,8 +230,8 @@ pub(super) struct Warm {
     met: bool,
     /// Connects have failed since then, without a success.
     failing_since: Option<Instant>,
-    /// The readiness last reported.
-    reported: Option<Readiness>,
+    /// The readiness (and next retry) last reported.
+    reported: Option<(Readiness, Option<Instant>)>,
     pub(super) racing: BTreeSet<CallId>,
     stopped: bool,
 }
@@ -402,10 +402,11 @@ impl Pool {
         if readiness == Readiness::Ready {
             w.met = true;
         }
-        if w.reported == Some(readiness) {
+        let next_retry = w.next_retry.filter(|t| *t > now);
+        if w.reported == Some((readiness, next_retry)) {
             return;
         }
-        w.reported = Some(readiness);
+        w.reported = Some((readiness, next_retry));
         let kind = EventKind::WarmReadiness {
             address: w.address.clone(),
             readiness,

@@ -1,0 +1,83 @@
+//! `switchyard warm`: a Manager over the given servers, printing each server's
+//! readiness as it changes.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::args::WarmArgs;
+use crate::get::Failed;
+
+/// Runs `switchyard warm` on tokio.
+pub fn run(args: &WarmArgs) -> Result<(), Failed> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
+    rt.block_on(watch(args))
+}
+
+async fn watch(args: &WarmArgs) -> Result<(), Failed> {
+    let mut builder = switchyard_tokio::Manager::builder().ready_timeout(args.down_after);
+    for url in &args.urls {
+        builder = builder.server(url, args.min);
+    }
+    let resolve = args.resolve.clone();
+    let cacert = args.cacert.clone();
+    let mut certs = Vec::new();
+    if let Some(path) = &cacert {
+        use rustls::pki_types::pem::PemObject;
+        for c in rustls::pki_types::CertificateDer::pem_file_iter(path)
+            .map_err(|e| Failed(format!("cannot read --cacert {}: {e}", path.display())))?
+        {
+            certs.push(
+                c.map_err(|e| Failed(format!("bad PEM in --cacert {}: {e}", path.display())))?.to_vec(),
+            );
+        }
+    }
+    builder = builder.client(move |mut c| {
+        for r in &resolve {
+            c = c.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
+        }
+        for cert in certs {
+            c = c.add_root_certificate(cert);
+        }
+        c.proxy_from_env()
+    });
+    let manager = builder.build().map_err(|e| Failed(format!("{e:#}")))?;
+    let started = Instant::now();
+    let mut last: Vec<String> = Vec::new();
+    loop {
+        let now: Vec<String> = manager
+            .status()
+            .iter()
+            .map(|s| format!("{} {} {}/{}", s.url, s.readiness, s.open, s.wanted))
+            .collect();
+        if now != last {
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            let mut out = std::io::stdout().lock();
+            for (i, s) in manager.status().iter().enumerate() {
+                if last.get(i) == now.get(i) {
+                    continue;
+                }
+                let line = if args.json {
+                    serde_json::json!({"t_ms": ms, "server": s.url, "readiness": s.readiness.as_str(), "open": s.open,
+                        "wanted": s.wanted, "connecting": s.connecting, "failures": s.failures,
+                        "last_error": s.last_error, "next_retry_ms": s.next_retry_in.map(|d| d.as_millis() as u64)})
+                    .to_string()
+                } else {
+                    format!("{ms:>9.0} ms  {s}")
+                };
+                let _ = writeln!(out, "{line}");
+            }
+            let _ = out.flush();
+            last = now;
+        }
+        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    manager.shutdown().await;
+    Ok(())
+}
