@@ -240,8 +240,15 @@ async fn manager_step(n: &Narrator) -> Result<(), Failed> {
     let killed = Instant::now();
     drop(b);
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let back =
-        std::net::TcpListener::bind(("127.0.0.1", port_b)).map_err(|e| Failed(format!("rebind: {e}")))?;
+    let mut back = std::net::TcpListener::bind(("127.0.0.1", port_b));
+    for _ in 0..100 {
+        if back.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        back = std::net::TcpListener::bind(("127.0.0.1", port_b));
+    }
+    let back = back.map_err(|e| Failed(format!("rebind 127.0.0.1:{port_b}: {e}")))?;
     let b = TestServer::start_on(back, ServerOptions::default());
     let mut ready_again = false;
     for _ in 0..600 {

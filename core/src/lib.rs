@@ -158,7 +158,7 @@
 //! | [`dns`] | [`DnsAnswer`] (whole or per family), [`DnsSource`], the pool's DNS cache ([`DnsCacheConfig`]) |
 //! | [`plan`] | [`RoutePlanner`]: proxies × DNS → RFC 8305 order, failed routes last |
 //! | [`race`] | [`Race`]: Happy Eyeballs for one call |
-//! | [`pool`] | [`Pool`]: acquire, share, coalesce, limits and waiters, eviction, retry decisions |
+//! | [`pool`] | [`Pool`]: acquire, share, coalesce, limits and waiters, eviction, retry decisions, warm minimums ([`pool::warm`]) |
 //! | [`connection`] | [`CloseReason`], [`Reuse`], [`TlsFacts`]: the vocabulary of connection lifecycles |
 //! | [`http1`] | HTTP/1.1: the connection driver ([`http1::Conn`], [`http1::Driver`]) over the codec (request encoding, incremental response decoding, keep-alive) |
 //! | [`handshake`] | proxy handshakes (`CONNECT`, SOCKS5) as sans-IO machines |
