@@ -213,6 +213,24 @@ struct Call {
 }
 
 impl Call {
+    /// A call that has just asked: nothing tried, nothing avoided.
+    fn new(address: Address, options: AcquireOptions, wait_seq: u64) -> Call {
+        Call {
+            address,
+            options,
+            retries: 0,
+            free_retries: 0,
+            wait_seq,
+            avoid: Vec::new(),
+            refused_on: Vec::new(),
+            avoid_routes: Vec::new(),
+            answers: Vec::new(),
+            fresh_only: false,
+            state: CallState::Pending,
+            sequence: Sequence::default(),
+        }
+    }
+
     fn count_retry(&mut self, reason: RetryReason) {
         if reason.is_free() {
             self.free_retries += 1;
@@ -394,23 +412,7 @@ impl Pool {
             self.actions.push_back(PoolAction::AcquireFailed { call: id, error: AcquireError::Shutdown });
             return id;
         }
-        self.calls.insert(
-            id,
-            Call {
-                address,
-                options,
-                retries: 0,
-                free_retries: 0,
-                wait_seq,
-                avoid: Vec::new(),
-                refused_on: Vec::new(),
-                avoid_routes: Vec::new(),
-                answers: Vec::new(),
-                fresh_only: false,
-                state: CallState::Pending,
-                sequence: Sequence::default(),
-            },
-        );
+        self.calls.insert(id, Call::new(address, options, wait_seq));
         self.dispatch(now, id);
         id
     }

@@ -46,12 +46,11 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{AcquireOptions, Call, CallState, Pool};
+use super::{AcquireOptions, Call, Pool};
 use crate::address::{Address, Protocol, Proxy};
 use crate::error::{Misuse, RaceError};
 use crate::event::EventKind;
 use crate::id::{AttemptId, CallId, ConnectionId};
-use crate::race::Sequence;
 use crate::route::Route;
 use crate::time::Instant;
 
@@ -434,24 +433,11 @@ impl Pool {
             let id = self.ids.next_call();
             let wait_seq = self.next_wait_seq;
             self.next_wait_seq += 1;
-            self.calls.insert(
-                id,
-                Call {
-                    address,
-                    options: AcquireOptions { proxies, ..AcquireOptions::default() },
-                    retries: 0,
-                    free_retries: 0,
-                    wait_seq,
-                    avoid: Vec::new(),
-                    refused_on: Vec::new(),
-                    avoid_routes: Vec::new(),
-                    answers: Vec::new(),
-                    // Its own connection: never coalesced, never a pooled one.
-                    fresh_only: true,
-                    state: CallState::Pending,
-                    sequence: Sequence::default(),
-                },
-            );
+            let mut call =
+                Call::new(address, AcquireOptions { proxies, ..AcquireOptions::default() }, wait_seq);
+            // Its own connection: never coalesced, never a pooled one.
+            call.fresh_only = true;
+            self.calls.insert(id, call);
             self.warm_calls.insert(id, idx);
             self.warm.get_mut(&idx).expect("present").racing.insert(id);
             self.start_race(now, id);
