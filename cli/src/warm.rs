@@ -62,7 +62,7 @@ async fn watch(args: &WarmArgs) -> Result<(), Failed> {
                 }
                 let line = if args.json {
                     serde_json::json!({"t_ms": ms, "server": s.url, "readiness": s.readiness.as_str(), "open": s.open,
-                        "wanted": s.wanted, "connecting": s.connecting, "failures": s.failures,
+                        "wanted": s.wanted, "proving": s.proving, "connecting": s.connecting, "failures": s.failures,
                         "last_error": s.last_error, "next_retry_ms": s.next_retry_in.map(|d| d.as_millis() as u64)})
                     .to_string()
                 } else {

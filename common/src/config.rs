@@ -826,7 +826,11 @@ macro_rules! __client_builder_methods {
             self.state.selector = None;
             self
         }
-        /// Largest response head accepted. Default: 64 KiB.
+        /// Largest response head accepted, and largest trailer section (HTTP/1.1:
+        /// bytes as received; HTTP/2: the header block on the wire, and the
+        /// decoded header list as RFC 9113 counts it). Over it the call (or, for
+        /// trailers, the body) fails with an error that names the limit.
+        /// Default: 64 KiB.
         pub fn max_response_head_size(mut self, bytes: usize) -> Self {
             self.state.limits.max_head_size = bytes;
             self

@@ -485,6 +485,10 @@ impl<A: Adapter> Engine<A> {
         let Some(Conn::H1Probing(handed)) = self.conns.get_mut(&connection) else {
             return vec![Effect::Close(Closed::H1(conn))]; // closed meanwhile
         };
+        if verdict.is_ok() {
+            // A connection on probation proves usable this way.
+            let _ = pool.probe_passed(now, connection);
+        }
         match (handed.take(), verdict) {
             (None, Ok(())) => {
                 self.conns.insert(connection, Conn::H1Idle(conn));

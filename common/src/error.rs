@@ -128,6 +128,12 @@ pub enum BodyError {
     Http1(Http1Error),
     /// The HTTP/2 stream failed.
     Http2(String),
+    /// The HTTP/2 trailers are larger than the response head limit
+    /// (`max_response_head_size`, which bounds trailers on HTTP/1.1 too).
+    TrailersTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// Reading timed out.
     Timeout,
     /// The connection failed.
@@ -439,6 +445,9 @@ impl fmt::Display for BodyError {
         match self {
             BodyError::Http1(e) => fmt::Display::fmt(e, f),
             BodyError::Http2(e) => write!(f, "HTTP/2 stream error: {e}"),
+            BodyError::TrailersTooLarge { limit } => {
+                write!(f, "trailer section larger than {limit} bytes (the response head limit)")
+            }
             BodyError::Timeout => f.write_str("read timed out"),
             BodyError::Io(e) => write!(f, "connection failed: {e}"),
         }

@@ -42,15 +42,19 @@ pub struct ServerStatus {
     pub readiness: Readiness,
     /// Connections its minimum wants now.
     pub wanted: usize,
-    /// Open connections taking new requests.
+    /// Open connections taking new requests that proved usable (HTTP/2: the
+    /// server's SETTINGS arrived; HTTP/1.1: an exchange or a probe passed).
     pub open: usize,
     /// Of those, idle.
     pub idle: usize,
     /// Of those, carrying requests.
     pub in_use: usize,
+    /// Connections open but still on probation (not yet usable).
+    pub proving: usize,
     /// Connects in flight.
     pub connecting: usize,
-    /// Failed connects since the last success.
+    /// Failed connects (refused, timed out, or connections the server ended
+    /// before they proved usable) since the last success.
     pub failures: u32,
     /// The last connect failure, in words.
     pub last_error: Option<String>,
@@ -63,6 +67,9 @@ impl std::fmt::Display for ServerStatus {
         write!(f, "{} {} ({}/{} open", self.url, self.readiness, self.open, self.wanted)?;
         if self.in_use > 0 {
             write!(f, ", {} in use", self.in_use)?;
+        }
+        if self.proving > 0 {
+            write!(f, ", {} proving", self.proving)?;
         }
         if self.connecting > 0 {
             write!(f, ", {} connecting", self.connecting)?;
@@ -92,6 +99,7 @@ pub fn statuses(pool: &Pool, now: Instant, declared: &[Declared]) -> Vec<ServerS
                 open: s.as_ref().map_or(0, |s| s.open),
                 idle: s.as_ref().map_or(0, |s| s.idle),
                 in_use: s.as_ref().map_or(0, |s| s.in_use),
+                proving: s.as_ref().map_or(0, |s| s.proving),
                 connecting: s.as_ref().map_or(0, |s| s.connecting),
                 failures: s.as_ref().map_or(0, |s| s.failures),
                 last_error: s.as_ref().and_then(|s| s.last_error.clone()),

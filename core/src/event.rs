@@ -54,7 +54,8 @@ impl EventKind {
     #[must_use]
     pub fn attempt(&self) -> Option<AttemptId> {
         match self {
-            EventKind::SecureConnectStart { attempt }
+            EventKind::ConnectStart { attempt, .. }
+            | EventKind::SecureConnectStart { attempt }
             | EventKind::SecureConnectEnd { attempt, .. }
             | EventKind::ConnectEnd { attempt, .. }
             | EventKind::ConnectFailed { attempt, .. }
@@ -234,9 +235,11 @@ pub enum EventKind {
         connection: ConnectionId,
     },
     /// The call took a pooled connection mid-race, but this attempt had already
-    /// finished TCP: it is not thrown away. It goes on without the call, and its
-    /// connection joins the pool idle (`ConnectEnd` with no call), or is closed
-    /// with its own reason when over a cap.
+    /// finished TCP (or was its only attempt in flight): it is not thrown away.
+    /// It goes on without the call, and its connection joins the pool idle, or
+    /// is closed with its own reason when over a cap. Its remaining events
+    /// (`SecureConnectStart`/`SecureConnectEnd`, then `ConnectEnd` or
+    /// `ConnectFailed`) still come, under the call that started it.
     AttemptKeptForPool {
         /// The attempt.
         attempt: AttemptId,

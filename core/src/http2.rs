@@ -1,5 +1,9 @@
 //! What the pool needs to hear from an HTTP/2 connection as it happens, read
-//! off the server's frames: its SETTINGS (the stream limit) and GOAWAY.
+//! off the server's frames: its SETTINGS (the stream limit) and GOAWAY; and,
+//! when a limit is set ([`FrameScanner::with_header_block_limit`]), each header
+//! block (HEADERS and its CONTINUATIONs: a response head or trailers) whose
+//! bytes on the wire pass it, so the driver can fail that response rather than
+//! let the HTTP/2 implementation cut the fields silently.
 //!
 //! HTTP/2 itself stays with a full implementation (the adapters use the `h2`
 //! crate); [`FrameScanner`] only walks the frame headers of the bytes the
@@ -30,6 +34,13 @@ pub enum FrameNote {
         /// SETTINGS_MAX_CONCURRENT_STREAMS, if the frame carried it.
         max_concurrent_streams: Option<u32>,
     },
+    /// A header block on this stream (HEADERS plus CONTINUATION payloads, as
+    /// sent) passed the scanner's header block limit. Noted once per block,
+    /// as soon as the frame that passes it begins.
+    HeaderBlockTooLarge {
+        /// The stream.
+        stream_id: u32,
+    },
     /// The server is going away: no new streams on this connection.
     GoAway {
         /// Streams above this id were not processed.
@@ -39,9 +50,12 @@ pub enum FrameNote {
     },
 }
 
+const HEADERS: u8 = 0x1;
 const SETTINGS: u8 = 0x4;
 const GOAWAY: u8 = 0x7;
+const CONTINUATION: u8 = 0x9;
 const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
 /// SETTINGS payloads kept beyond this are ignored (the default maximum frame
 /// size; a legitimate SETTINGS frame is far smaller).
 const MAX_KEPT: usize = 16 * 1024;
@@ -58,9 +72,31 @@ pub struct FrameScanner {
     /// The current frame's payload, for SETTINGS and GOAWAY only.
     payload: Vec<u8>,
     frames: u64,
+    /// Header blocks longer than this on the wire are noted.
+    header_limit: Option<usize>,
+    /// The header block in progress: its stream, its bytes so far, noted.
+    block: Option<(u32, usize, bool)>,
 }
 
 impl FrameScanner {
+    /// A scanner that also notes every header block longer than `limit` bytes
+    /// on the wire ([`FrameNote::HeaderBlockTooLarge`]).
+    ///
+    /// ```
+    /// use switchyard_core::http2::{FrameNote, FrameScanner};
+    /// let mut scanner = FrameScanner::with_header_block_limit(10);
+    /// let mut notes = Vec::new();
+    /// // HEADERS on stream 1, 12 payload bytes, END_HEADERS.
+    /// let mut frame = vec![0, 0, 12, 1, 4, 0, 0, 0, 1];
+    /// frame.extend([0u8; 12]);
+    /// scanner.feed(&frame, &mut notes);
+    /// assert_eq!(notes, [FrameNote::HeaderBlockTooLarge { stream_id: 1 }]);
+    /// ```
+    #[must_use]
+    pub fn with_header_block_limit(limit: usize) -> FrameScanner {
+        FrameScanner { header_limit: Some(limit), ..FrameScanner::default() }
+    }
+
     /// Frames seen so far (complete headers).
     #[must_use]
     pub fn frames(&self) -> u64 {
@@ -85,6 +121,9 @@ impl FrameScanner {
                 self.flags = h[4];
                 self.frames += 1;
                 self.payload.clear();
+                if self.header_limit.is_some() {
+                    self.header_block(out);
+                }
             } else {
                 let take = self.remaining.min(bytes.len());
                 if self.keeps_payload() {
@@ -99,6 +138,26 @@ impl FrameScanner {
                 self.header_len = 0;
             }
         }
+    }
+
+    /// Counts a HEADERS or CONTINUATION frame toward its header block.
+    fn header_block(&mut self, out: &mut Vec<FrameNote>) {
+        let Some(limit) = self.header_limit else { return };
+        let h = self.header;
+        let stream_id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+        let block = match (self.kind, self.block) {
+            (HEADERS, _) => (stream_id, self.remaining, false),
+            (CONTINUATION, Some((s, len, noted))) if s == stream_id => {
+                (s, len.saturating_add(self.remaining), noted)
+            }
+            _ => return,
+        };
+        let (s, len, mut noted) = block;
+        if len > limit && !noted {
+            noted = true;
+            out.push(FrameNote::HeaderBlockTooLarge { stream_id: s });
+        }
+        self.block = (self.flags & END_HEADERS == 0).then_some((s, len, noted));
     }
 
     fn keeps_payload(&self) -> bool {
@@ -172,6 +231,31 @@ mod tests {
         }
         assert_eq!(out, expected);
         assert_eq!(s.frames(), 6);
+    }
+
+    #[test]
+    fn header_blocks_over_the_limit_are_noted_once_at_every_split() {
+        let mut wire = Vec::new();
+        wire.extend(frame(1, 4, 1, &[0; 100])); // a head of 100 bytes: within
+        wire.extend(frame(0, 0, 1, &[b'x'; 300])); // DATA does not count
+        wire.extend(frame(1, 0, 3, &[0; 60])); // trailers in three frames: 60 + 60 + 60
+        wire.extend(frame(9, 0, 3, &[0; 60]));
+        wire.extend(frame(9, 4, 3, &[0; 60]));
+        wire.extend(frame(1, 5, 5, &[0; 150])); // one HEADERS frame over the limit
+        let expected = [
+            FrameNote::HeaderBlockTooLarge { stream_id: 3 },
+            FrameNote::HeaderBlockTooLarge { stream_id: 5 },
+        ];
+        for cut in 0..=wire.len() {
+            let mut s = FrameScanner::with_header_block_limit(128);
+            let mut out = Vec::new();
+            let (a, b) = wire.split_at(cut);
+            s.feed(a, &mut out);
+            s.feed(b, &mut out);
+            assert_eq!(out, expected, "cut at {cut}");
+        }
+        // Without a limit, nothing is noted.
+        assert_eq!(scan(&wire, 7), []);
     }
 
     #[test]

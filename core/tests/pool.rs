@@ -1315,3 +1315,115 @@ fn an_ip_literal_coalesces_when_the_certificate_has_the_ip() {
     let _ = sim.acquire(10, &ip);
     assert!(sim.drain()[0].starts_with("connect"));
 }
+
+/// Every attempt's events are complete and under the call that started it:
+/// one end (`ConnectEnd`, `ConnectFailed` or `ConnectCancelled`) per
+/// `ConnectStart`, and a `SecureConnectEnd` for every `SecureConnectStart`
+/// whose attempt did not fail or get cancelled (BEHAVIOUR §7).
+fn assert_attempt_events_complete(events: &[switchyard_core::Event]) {
+    use std::collections::BTreeMap;
+    use switchyard_core::EventKind as K;
+    // attempt -> (starts, secure starts, secure ends, ends, failed or cancelled)
+    let mut seen: BTreeMap<switchyard_core::AttemptId, [u32; 5]> = BTreeMap::new();
+    for e in events {
+        let Some(attempt) = e.kind.attempt() else { continue };
+        assert_eq!(e.call, Some(attempt.call()), "{:?} under the call that started it", e.kind);
+        let row = seen.entry(attempt).or_default();
+        match &e.kind {
+            K::ConnectStart { .. } => row[0] += 1,
+            K::SecureConnectStart { .. } => row[1] += 1,
+            K::SecureConnectEnd { .. } => row[2] += 1,
+            K::ConnectEnd { .. } => row[3] += 1,
+            K::ConnectFailed { .. } | K::ConnectCancelled { .. } => row[4] += 1,
+            _ => {}
+        }
+    }
+    for (attempt, [starts, secure_starts, secure_ends, ends, failed]) in seen {
+        assert_eq!((starts, ends + failed), (1, 1), "{attempt}: one start, one end");
+        if ends == 1 {
+            assert_eq!((secure_starts, secure_ends), (secure_ends, secure_starts), "{attempt}");
+        }
+        assert!(secure_ends <= secure_starts, "{attempt}");
+    }
+}
+
+#[test]
+fn an_attempt_kept_for_the_pool_reports_every_event_under_its_call() {
+    // Kept mid-handshake: its SecureConnectEnd and ConnectEnd still come.
+    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
+    let a = https_h1("a.test");
+    let (c1, _) = open_tls(&mut sim, 0, &a, Protocol::Http1);
+    let c2 = sim.acquire(1, &a);
+    sim.drain();
+    sim.dns(1, c2, &["127.0.0.1"]);
+    sim.connected(2, c2);
+    let attempt = sim.last_attempt(c2);
+    sim.finish(3, c1);
+    sim.pool.handle_established(ms(4), attempt, Some(Protocol::Http1), None).unwrap();
+    sim.drain();
+    let names: Vec<String> = sim
+        .events
+        .iter()
+        .filter(|e| e.kind.attempt() == Some(attempt))
+        .map(|e| format!("{:?}", e.kind).split([' ', '{']).next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["ConnectStart", "SecureConnectStart", "AttemptKeptForPool", "SecureConnectEnd", "ConnectEnd"]
+    );
+    assert_attempt_events_complete(&sim.events);
+
+    // Kept while still in TCP connect: the pool starts its TLS, and every
+    // event follows.
+    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
+    let (c1, _) = open_tls(&mut sim, 0, &a, Protocol::Http1);
+    let c2 = sim.acquire(1, &a);
+    sim.drain();
+    sim.dns(1, c2, &["127.0.0.1"]);
+    let attempt = sim.last_attempt(c2);
+    sim.finish(2, c1);
+    sim.pool.handle_connected(ms(3), attempt).unwrap();
+    assert_eq!(sim.drain(), [format!("handshake {c2}")]);
+    sim.pool.handle_established(ms(4), attempt, Some(Protocol::Http1), None).unwrap();
+    sim.drain();
+    let names: Vec<String> = sim
+        .events
+        .iter()
+        .filter(|e| e.kind.attempt() == Some(attempt))
+        .map(|e| format!("{:?}", e.kind).split([' ', '{']).next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["ConnectStart", "AttemptKeptForPool", "SecureConnectStart", "SecureConnectEnd", "ConnectEnd"]
+    );
+    assert_attempt_events_complete(&sim.events);
+
+    // Kept, then its handshake fails: ConnectFailed under its call.
+    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
+    let (c1, _) = open_tls(&mut sim, 0, &a, Protocol::Http1);
+    let c2 = sim.acquire(1, &a);
+    sim.drain();
+    sim.dns(1, c2, &["127.0.0.1"]);
+    sim.connected(2, c2);
+    let attempt = sim.last_attempt(c2);
+    sim.finish(3, c1);
+    let error =
+        switchyard_core::ConnectError::from_io(&std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+    sim.pool.handle_failed(ms(4), attempt, error).unwrap();
+    sim.drain();
+    assert_attempt_events_complete(&sim.events);
+}
+
+#[test]
+fn an_idle_cap_of_zero_closes_a_released_connection_at_once() {
+    // HTTP/1.1 and HTTP/2 alike: zero keeps none, with no grace.
+    for a in [http("127.0.0.1"), h2c("127.0.0.1")] {
+        let mut sim = PoolSim::new(PoolConfig { max_idle_per_address: 0, ..config() });
+        let (c, k) = sim.open(0, &a);
+        let out = sim.finish(1, c);
+        assert_eq!(out, [format!("close {k} over idle cap")], "{a}");
+        let c = sim.acquire(2, &a);
+        let out = sim.drain();
+        assert!(out[0].starts_with(&format!("connect {c} ")), "nothing to reuse: {out:?}");
+    }
+}

@@ -31,6 +31,9 @@ pub(crate) struct H2Handle {
     /// Set when the connection was retired as never usable, so its streams'
     /// failures say so rather than "broken pipe".
     never_usable: Arc<std::sync::atomic::AtomicBool>,
+    /// Streams whose response head or trailers passed the head limit on the
+    /// wire (the frame scanner's notes): their response fails.
+    oversized: Oversized,
     /// The order streams open in.
     turns: Arc<Turns>,
     /// A leased handle's place in that order.
@@ -43,6 +46,33 @@ impl H2Handle {
     pub(crate) fn leased(&self) -> H2Handle {
         H2Handle { turn: Some(Arc::new(self.turns.issue())), ..self.clone() }
     }
+}
+
+/// Streams with a header block over the limit, as the frame scanner saw
+/// them (bounded: the oldest go first past 1,024).
+#[derive(Clone, Debug, Default)]
+struct Oversized(Arc<std::sync::Mutex<std::collections::BTreeSet<u32>>>);
+
+impl Oversized {
+    fn note(&self, stream_id: u32) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(stream_id);
+            while set.len() > 1024 {
+                set.pop_first();
+            }
+        }
+    }
+
+    /// Whether `stream` had a header block over the limit (forgotten once asked).
+    fn take(&self, stream: h2::StreamId) -> bool {
+        self.0.lock().is_ok_and(|mut set| set.remove(&u32::from(stream)))
+    }
+}
+
+/// A header list's size as HTTP/2 counts it (RFC 9113 §6.5.2: each field's
+/// name and value, plus 32), `extra` for pseudo-fields.
+fn header_list_size(fields: &http::HeaderMap, extra: usize) -> usize {
+    fields.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum::<usize>() + extra
 }
 
 /// How long a stream waits for the streams handed out before it to open.
@@ -242,11 +272,16 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
     let settings_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let oversized = Oversized::default();
     let on_note = {
-        let (shared, seen) = (Weak::clone(&shared), Arc::clone(&settings_seen));
+        let (shared, seen, oversized) = (Weak::clone(&shared), Arc::clone(&settings_seen), oversized.clone());
         move |note: FrameNote| {
             if matches!(note, FrameNote::Settings { .. }) {
                 seen.store(true, Ordering::Release);
+            }
+            if let FrameNote::HeaderBlockTooLarge { stream_id } = note {
+                oversized.note(stream_id);
+                return;
             }
             let Some(shared) = shared.upgrade() else { return };
             match note {
@@ -258,16 +293,24 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
                 FrameNote::GoAway { .. } => shared.input(|st, now| {
                     let _ = st.pool.goaway(now, connection);
                 }),
+                FrameNote::HeaderBlockTooLarge { .. } => {}
             }
         }
     };
+    // The head limit bounds a response head and its trailers alike, as on
+    // HTTP/1.1. `h2` cuts the fields of a header list over its own limit
+    // silently for trailers, so its limit is set well above ours (3× plus
+    // 8 KiB: no single field, literal or from the HPACK table, can hide a cut
+    // below our limit) and ours is checked here: a block over it on the wire
+    // (the scanner), or a decoded list over it, fails that response.
+    let limit = owner.settings.limits.max_head_size;
     let io = FrameWatcher {
         inner: io,
-        scanner: FrameScanner::default(),
+        scanner: FrameScanner::with_header_block_limit(limit),
         notes: Vec::new(),
         on_note: Box::new(on_note),
     };
-    let header_limit = u32::try_from(owner.settings.limits.max_head_size).unwrap_or(u32::MAX);
+    let header_limit = u32::try_from(limit.saturating_mul(3).saturating_add(8192)).unwrap_or(u32::MAX);
     let usable_by = std::time::Instant::now() + owner.settings.handshake_timeout;
     let never_usable = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let never_usable_flag = Arc::clone(&never_usable);
@@ -339,7 +382,7 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
         }
     });
     let turns = Arc::new(Turns::new());
-    (H2Handle { ready: rx, ping, never_usable, turns, turn: None }, job)
+    (H2Handle { ready: rx, ping, never_usable, oversized, turns, turn: None }, job)
 }
 
 /// How an `h2` error fails the exchange. (A failure before the server's
@@ -485,6 +528,18 @@ pub(crate) async fn exchange(
         None => response.await,
     };
     let response = response.map_err(written)?;
+    let limit = shared.settings.limits.max_head_size;
+    let stream_id = stream.stream_id();
+    // `:status` and its 3 digits count as a field too.
+    if handle.oversized.take(stream_id) || header_list_size(response.headers(), 7 + 3 + 32) > limit {
+        return Err(Attempted::Failed(ExchangeFailure {
+            kind: ExchangeFailureKind::Protocol {
+                message: format!("response head larger than {limit} bytes"),
+            },
+            progress: Progress::ResponseStarted,
+            request: facts,
+        }));
+    }
     // 421 on a connection coalesced from another host: the core's rule retries
     // the call on a fresh connection of its own (and stops coalescing onto this
     // one), when the request can be sent again. Anywhere else, or when it cannot,
@@ -514,7 +569,9 @@ pub(crate) async fn exchange(
         shared: Arc::clone(shared),
         call,
         connection,
-        _handle: handle,
+        handle,
+        stream_id,
+        limit,
         recv: Some(recv),
         trailers: None,
         deadline,
@@ -541,7 +598,10 @@ pub(crate) struct H2Body {
     connection: ConnectionId,
     /// Held while the body streams: the connection task runs while any
     /// handle is alive.
-    _handle: H2Handle,
+    handle: H2Handle,
+    stream_id: h2::StreamId,
+    /// The head limit, which bounds the trailers too.
+    limit: usize,
     recv: Option<h2::RecvStream>,
     pub(crate) trailers: Option<http::HeaderMap>,
     /// When the whole body must have arrived (the body timeout).
@@ -574,25 +634,40 @@ impl H2Body {
                 let _ = recv.flow_control().release_capacity(data.len());
                 Ok(Some(data))
             }
-            Some(Err(e)) => {
-                // The peer reset the stream mid-body (not our own CANCEL): what
-                // state it left the connection in is unknown, so it takes no new
-                // exchanges (BEHAVIOUR: StreamReset). A broken connection fails.
-                let reuse = if e.is_reset() && e.is_remote() && e.reason() != Some(h2::Reason::CANCEL) {
-                    Reuse::Retire(CloseReason::StreamReset)
-                } else if e.is_io() {
-                    Reuse::Retire(CloseReason::Failure)
-                } else {
-                    Reuse::Reusable
-                };
-                self.end(reuse);
-                Err(BodyError::Http2(e.to_string()))
-            }
-            None => {
-                self.trailers = recv.trailers().await.ok().flatten();
-                Ok(None)
-            }
+            Some(Err(e)) => Err(self.stream_failed(&e)),
+            None => match recv.trailers().await {
+                Ok(trailers) => {
+                    // Over the head limit on the wire, or decoded: a typed
+                    // error, never fields cut silently. The connection is fine.
+                    let over = self.handle.oversized.take(self.stream_id)
+                        || trailers.as_ref().is_some_and(|t| header_list_size(t, 0) > self.limit);
+                    if over {
+                        self.end(Reuse::Reusable);
+                        return Err(BodyError::TrailersTooLarge { limit: self.limit });
+                    }
+                    self.trailers = trailers;
+                    Ok(None)
+                }
+                Err(e) => Err(self.stream_failed(&e)),
+            },
         }
+    }
+
+    /// The stream failed mid-body or in its trailers: ends the exchange with
+    /// what that says about the connection.
+    fn stream_failed(&mut self, e: &h2::Error) -> BodyError {
+        // The peer reset the stream (not our own CANCEL): what state it left
+        // the connection in is unknown, so it takes no new exchanges
+        // (BEHAVIOUR: StreamReset). A broken connection fails.
+        let reuse = if e.is_reset() && e.is_remote() && e.reason() != Some(h2::Reason::CANCEL) {
+            Reuse::Retire(CloseReason::StreamReset)
+        } else if e.is_io() {
+            Reuse::Retire(CloseReason::Failure)
+        } else {
+            Reuse::Reusable
+        };
+        self.end(reuse);
+        BodyError::Http2(e.to_string())
     }
 
     /// The body ended: the connection's stream is free again.

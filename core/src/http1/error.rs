@@ -48,7 +48,12 @@ pub enum Http1Error {
     },
     /// Chunk data is not followed by CRLF.
     MissingChunkTerminator,
-    /// The trailer section is malformed or too large.
+    /// The trailer section is larger than the head limit.
+    TrailersTooLarge {
+        /// The limit in bytes (the response head limit).
+        limit: usize,
+    },
+    /// The trailer section is malformed.
     MalformedTrailers {
         /// What is wrong.
         reason: &'static str,
@@ -131,6 +136,9 @@ impl fmt::Display for Http1Error {
             Http1Error::InvalidChunkSize { line } => write!(f, "invalid chunk size line {line:?}"),
             Http1Error::ChunkLineTooLong { limit } => write!(f, "chunk size line longer than {limit} bytes"),
             Http1Error::MissingChunkTerminator => f.write_str("chunk data not followed by CRLF"),
+            Http1Error::TrailersTooLarge { limit } => {
+                write!(f, "trailer section larger than {limit} bytes (the response head limit)")
+            }
             Http1Error::MalformedTrailers { reason } => write!(f, "malformed trailers: {reason}"),
             Http1Error::EmptyResponse => f.write_str("connection closed before any response byte"),
             Http1Error::TruncatedHead { received } => {

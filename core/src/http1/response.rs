@@ -459,13 +459,13 @@ impl ResponseDecoder {
         let limit = self.limits.max_head_size;
         let Some(end) = find_blank_line(buf, scanned) else {
             if buf.len() > limit {
-                return Err(Http1Error::MalformedTrailers { reason: "trailer section too large" });
+                return Err(Http1Error::TrailersTooLarge { limit });
             }
             self.state = State::Trailers { scanned: buf.len() };
             return self.need_more(eof);
         };
         if end > limit {
-            return Err(Http1Error::MalformedTrailers { reason: "trailer section too large" });
+            return Err(Http1Error::TrailersTooLarge { limit });
         }
         let mut headers = vec![httparse::EMPTY_HEADER; self.limits.max_headers];
         let n = match httparse::parse_headers(&buf[..end], &mut headers) {

@@ -33,7 +33,11 @@ pub struct PoolConfig {
     pub max_connections_per_address: Option<usize>,
     /// Open plus connecting connections in total. Default: unlimited.
     pub max_connections_total: Option<usize>,
-    /// Idle connections kept per Address. Default: 32.
+    /// Idle connections kept per Address. Default: 32. Above it, the oldest
+    /// idle ones close after [`PoolConfig::idle_cap_grace`]; zero keeps none:
+    /// a released connection closes at once ([`CloseReason::OverIdleCap`]).
+    ///
+    /// [`CloseReason::OverIdleCap`]: crate::CloseReason::OverIdleCap
     pub max_idle_per_address: usize,
     /// Idle connections kept in total, across Addresses; past it the least
     /// recently used idle connection closes ([`CloseReason::OverIdleCap`]).

@@ -19,7 +19,8 @@ impl Pool {
 
     /// The idle caps. Per Address: the oldest idle connections above the cap
     /// close once idle for the grace period (a check is scheduled for the
-    /// others), so steady demand never churns. In total: at once.
+    /// others), so steady demand never churns; a cap of zero closes a
+    /// released connection at once. In total: at once.
     pub(super) fn enforce_idle_caps(&mut self, now: Instant, address: &Address) {
         let grace = self.config.idle_cap_grace;
         loop {
@@ -27,7 +28,8 @@ impl Pool {
                 (a.idle.len() > self.config.max_idle_per_address).then(|| a.idle.first().copied()).flatten()
             });
             let Some((since, id)) = over else { break };
-            if since + grace > now {
+            // A cap of zero keeps none: no grace (BEHAVIOUR §4).
+            if since + grace > now && self.config.max_idle_per_address > 0 {
                 self.trim_checks.insert((since + grace, id));
                 break;
             }
@@ -72,6 +74,10 @@ impl Pool {
         }
         self.update(conn, |c| c.no_new = Some(reason));
         self.emit(now, None, EventKind::NoNewExchanges { connection: conn, reason });
+        if !self.probation.is_empty() {
+            // A connection on probation that the server ended died young.
+            self.warm_ended(now, conn, reason);
+        }
         // A warm minimum replaces it at once.
         if let Some(address) = self.conns.get(&conn).map(|c| c.address.clone()) {
             self.rewarm_address(now, &address);
@@ -85,6 +91,11 @@ impl Pool {
         };
         debug_assert_eq!(c.in_flight, 0, "closing a connection in use");
         self.pongs_due.retain(|(_, id)| *id != conn);
+        if !self.probation.is_empty() {
+            // Closed by the pool's own choice (idle, caps, duplicate): not the
+            // server's doing.
+            self.warm_ended(now, conn, reason);
+        }
         if c.multiplexed() {
             self.settings_due.remove(&(c.created + self.config.race.handshake_timeout, conn));
         }

@@ -1,6 +1,10 @@
 //! Attempts kept for the pool: a call took a pooled connection while its own
-//! attempt had already finished TCP. The attempt is not thrown away; it goes on
-//! without a call and its connection joins the pool idle.
+//! attempt had already finished TCP, or was its only attempt in flight. The
+//! attempt is not thrown away; it goes on without the call and its connection
+//! joins the pool idle. Its events stay complete (BEHAVIOUR §7): its
+//! `SecureConnectStart`/`SecureConnectEnd` and its `ConnectEnd` (or
+//! `ConnectFailed`) are reported under the call that started it, though that
+//! call has moved on.
 
 use super::{Call, CallState, Pool, PoolAction};
 use crate::address::Address;
@@ -60,7 +64,7 @@ impl Pool {
         self.handshaking.insert(attempt);
         if route.requires_tls() {
             self.stats.tls_handshakes += 1;
-            self.emit(now, None, EventKind::SecureConnectStart { attempt });
+            self.emit(now, Some(attempt.call()), EventKind::SecureConnectStart { attempt });
         }
         self.actions.push_back(PoolAction::Handshake { attempt, route });
     }
@@ -91,6 +95,9 @@ impl Pool {
             self.kept_failed_with(now, attempt, k, ConnectError::ProtocolNotAllowed { protocol }, true);
             return;
         }
+        if k.route.requires_tls() {
+            self.emit(now, Some(attempt.call()), EventKind::SecureConnectEnd { attempt, protocol });
+        }
         let tls = tls.filter(|_| protocol == crate::address::Protocol::Http2);
         self.kept_ready(now, attempt, k, protocol, tls);
     }
@@ -110,7 +117,7 @@ impl Pool {
         self.handshaking.remove(&attempt);
         let route = k.route.clone();
         let id = self.open_connection(now, attempt, &k.address, k.route, protocol, tls);
-        self.emit(now, None, EventKind::ConnectEnd { attempt, route, protocol });
+        self.emit(now, Some(attempt.call()), EventKind::ConnectEnd { attempt, route, protocol });
         self.stats.joined_idle += 1;
         let duplicate = protocol.is_multiplexed()
             && self.addrs.get(&k.address).is_some_and(|a| a.multiplexed.iter().any(|c| *c != id));
@@ -142,7 +149,7 @@ impl Pool {
     ) {
         self.handshaking.remove(&attempt);
         self.db.failed(&k.route, now);
-        self.emit(now, None, EventKind::ConnectFailed { attempt, route: k.route, error });
+        self.emit(now, Some(attempt.call()), EventKind::ConnectFailed { attempt, route: k.route, error });
         if cancel {
             self.actions.push_back(PoolAction::CancelAttempt { attempt });
         }

@@ -17,11 +17,13 @@
 //! # Spending connections wisely
 //!
 //! - **A connection already paid for is kept.** When a racing call takes a pooled
-//!   connection instead, its attempt that has finished TCP (handshaking) is not
-//!   cancelled: it goes on without the call and its connection joins the pool
-//!   idle ([`PoolStats::joined_idle`]), or closes with its own reason over a cap.
-//!   Attempts still in TCP connect are cancelled. A call cancelled by its caller
-//!   cancels everything.
+//!   connection instead, one attempt is not cancelled: the one that has finished
+//!   TCP (handshaking), or else the call's only attempt in flight (even still in
+//!   TCP connect). It goes on without the call — its `SecureConnectEnd` and
+//!   `ConnectEnd` still reported under that call — and its connection joins the
+//!   pool idle ([`PoolStats::joined_idle`]), or closes with its own reason over
+//!   a cap. When several attempts are still in TCP connect (Happy Eyeballs),
+//!   every one is cancelled. A call cancelled by its caller cancels everything.
 //! - **One handshake per HTTP/2 origin.** The pool remembers, per Address, the
 //!   protocol its last connection negotiated (for the route database's TTL). A
 //!   call to an `https` Address whose protocol is unknown or HTTP/2 that finds a
@@ -256,7 +258,8 @@ pub struct Pool {
     waiters: BTreeMap<u64, CallId>,
     wait_deadlines: BTreeSet<(Instant, CallId)>,
     race_timers: BTreeSet<(Instant, CallId)>,
-    /// Handshaking attempts kept for the pool, and their handshake deadlines.
+    /// Attempts kept for the pool (handshaking, or a call's only attempt), and
+    /// their deadlines.
     kept: BTreeMap<AttemptId, kept::Kept>,
     kept_deadlines: BTreeSet<(Instant, AttemptId)>,
     /// Attempts past TCP, for counting the ones thrown away.
@@ -292,6 +295,10 @@ pub struct Pool {
     warm_calls: BTreeMap<CallId, u64>,
     /// Backoff ends and `Down` deadlines.
     warm_timers: BTreeSet<(Instant, u64)>,
+    /// Connections to declared Addresses that have not settled yet, and when
+    /// their probation ends.
+    probation: BTreeMap<ConnectionId, warm::Probation>,
+    probation_due: BTreeSet<(Instant, ConnectionId)>,
     jitter: warm::Jitter,
     actions: VecDeque<PoolAction>,
     events: VecDeque<Event>,
@@ -338,6 +345,8 @@ impl Pool {
             next_warm: 0,
             warm_calls: BTreeMap::new(),
             warm_timers: BTreeSet::new(),
+            probation: BTreeMap::new(),
+            probation_due: BTreeSet::new(),
             jitter,
             actions: VecDeque::new(),
             events: VecDeque::new(),
@@ -668,6 +677,7 @@ impl Pool {
         }
         self.probe_idle(now);
         self.warm_timeouts(now);
+        self.probation_timeouts(now);
         while let Some(&(at, id)) = self.pongs_due.first() {
             if at > now {
                 break;
@@ -925,6 +935,9 @@ impl Pool {
         if let Some(known) = self.known_protocol.get_mut(&address) {
             known.2 = Some(limit);
         }
+        if limit > 0 && !self.probation.is_empty() {
+            self.warm_usable(now, connection);
+        }
         self.rebalance(now, &address);
         // A warm minimum in streams may need more connections at this limit.
         self.rewarm_address(now, &address);
@@ -943,6 +956,19 @@ impl Pool {
         if self.conns[&connection].multiplexed() && !outstanding {
             self.pongs_due.insert((now + self.config.pong_timeout, connection));
             self.actions.push_back(PoolAction::Ping { connection });
+        }
+        Ok(())
+    }
+
+    /// An idle HTTP/1.1 connection's probe ([`PoolAction::Probe`]) found its
+    /// socket healthy: no EOF, no stray bytes. (A dead one is reported with
+    /// [`Pool::connection_closed`].) A new connection to a declared Address
+    /// proves usable this way at the end of its probation
+    /// ([`warm`](self::warm)); for others it changes nothing.
+    pub fn probe_passed(&mut self, now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
+        self.known(connection)?;
+        if self.probation.get(&connection).is_some_and(|p| p.due_by(now)) {
+            self.warm_usable(now, connection);
         }
         Ok(())
     }
@@ -1455,6 +1481,9 @@ impl Pool {
             lifetime_deadline,
         };
         self.conns.insert(id, conn);
+        if !self.warm.is_empty() {
+            self.warm_opened(now, id, address);
+        }
         self.addrs.entry(address.clone()).or_default().open += 1;
         self.open_total += 1;
         self.stats.created += 1;
@@ -1485,6 +1514,9 @@ impl Pool {
                 c.idle_since = Some(now);
             }
         });
+        if completed && !self.probation.is_empty() {
+            self.warm_served(now, conn);
+        }
         // A connection that will carry no new exchanges says so first, then the
         // release, then (if nothing else is in flight) its close.
         if let Reuse::Retire(reason) = reuse {

@@ -14,12 +14,33 @@
 //! [`PoolConfig::seed`](super::PoolConfig::seed), so a test that fixes the seed
 //! knows every delay. A success resets the backoff.
 //!
+//! # A connect is a success only once the connection proves usable
+//!
+//! A TCP (and TLS) handshake says little: a broken server may accept every
+//! connection and close it at once. So a new connection to a declared Address
+//! is *on probation* until it proves usable, and only then does it count
+//! toward readiness and reset the backoff:
+//!
+//! - **HTTP/2**: the server's first SETTINGS frame arrived ([`Pool::settings`]).
+//! - **HTTP/1.1**: it completed an exchange, or it survived a probe at the end
+//!   of [`WarmPolicy::probation`] (the pool asks with [`PoolAction::Probe`]; the
+//!   driver reports a healthy socket with [`Pool::probe_passed`]).
+//!
+//! The backoff resets once a usable connection has also lived through the
+//! probation (or completed an exchange). A connection that the server or a
+//! failure ends before that — it *died young* — counts as a failed connect:
+//! the failure count grows, the next connect waits for the backoff, and its
+//! replacement goes through the same backoff. So a server that accepts and
+//! closes gets one connect per minimum connection per backoff step, never a
+//! storm.
+//!
 //! Readiness per Address ([`Readiness`], reported by [`Pool::warm_status`] and a
 //! [`EventKind::WarmReadiness`] event whenever it changes): `Warming` until the
 //! minimum is first met, `Ready` while it is, `Degraded` below it after that (or
 //! while connects fail), `Down` when no connection is open and connects have
 //! failed for longer than [`WarmPolicy::down_after`], `ShutDown` after
-//! [`Pool::stop_warming`].
+//! [`Pool::stop_warming`]. Only connections that proved usable count as open;
+//! those still on probation are reported as [`WarmStatus::proving`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -38,16 +59,31 @@
 //!     pool.handle_connected(Instant::from_millis(3), attempt).unwrap();
 //! }
 //! let status = pool.warm_status(Instant::from_millis(3), &a).unwrap();
-//! assert_eq!((status.readiness, status.open), (Readiness::Ready, 2));
+//! assert_eq!((status.readiness, status.open, status.proving), (Readiness::Warming, 0, 2));
 //! assert_eq!(pool.stats().totals.idle, 2, "warm connections wait idle for calls");
+//! // At the end of the probation (500 ms) the pool asks for a probe of each;
+//! // a healthy socket proves the connection usable.
+//! let end = Instant::from_millis(503);
+//! assert_eq!(pool.poll_timeout(), Some(end));
+//! pool.handle_timeout(end);
+//! let probes: Vec<_> = std::iter::from_fn(|| pool.poll_action())
+//!     .filter_map(|a| match a { PoolAction::Probe { connection } => Some(connection), _ => None })
+//!     .collect();
+//! assert_eq!(probes.len(), 2);
+//! for connection in probes {
+//!     pool.probe_passed(end, connection).unwrap();
+//! }
+//! let status = pool.warm_status(end, &a).unwrap();
+//! assert_eq!((status.readiness, status.open, status.proving), (Readiness::Ready, 2, 0));
 //! ```
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{AcquireOptions, Call, Pool};
+use super::{AcquireOptions, Call, Pool, PoolAction};
 use crate::address::{Address, Protocol, Proxy};
+use crate::connection::CloseReason;
 use crate::error::{Misuse, RaceError};
 use crate::event::EventKind;
 use crate::id::{AttemptId, CallId, ConnectionId};
@@ -122,6 +158,11 @@ pub struct WarmPolicy {
     pub down_after: Duration,
     /// The proxies to connect through, in order (empty: direct).
     pub proxies: Vec<Proxy>,
+    /// How long a new connection is on probation (see the [module
+    /// docs](self)): HTTP/1.1 connections are probed at its end, and a
+    /// connection the server ends sooner died young, a failed connect.
+    /// Default: 500 ms.
+    pub probation: Duration,
 }
 
 impl Default for WarmPolicy {
@@ -132,6 +173,7 @@ impl Default for WarmPolicy {
             backoff: Backoff::default(),
             down_after: Duration::from_secs(30),
             proxies: Vec::new(),
+            probation: Duration::from_millis(500),
         }
     }
 }
@@ -179,15 +221,19 @@ pub struct WarmStatus {
     pub readiness: Readiness,
     /// Connections the policy wants open now.
     pub wanted: usize,
-    /// Open connections taking new exchanges.
+    /// Open connections taking new exchanges that proved usable (HTTP/2: the
+    /// server's SETTINGS arrived; HTTP/1.1: an exchange or a probe passed).
     pub open: usize,
     /// Of those, idle.
     pub idle: usize,
     /// Of those, carrying exchanges.
     pub in_use: usize,
+    /// Connections open but still on probation (not yet usable).
+    pub proving: usize,
     /// Warm connects in flight.
     pub connecting: usize,
-    /// Failed connects since the last success.
+    /// Failed connects (refused, timed out, or connections that died young)
+    /// since the last success.
     pub failures: u32,
     /// The last connect failure, in words.
     pub last_error: Option<String>,
@@ -215,6 +261,55 @@ impl Jitter {
         let fraction = (z >> 11) as f64 / (1u64 << 53) as f64;
         fraction * 2.0 - 1.0
     }
+}
+
+/// A connection to a declared Address that has not settled yet: it proves
+/// usable, lives through its probation, or dies young.
+#[derive(Debug)]
+pub(super) struct Probation {
+    idx: u64,
+    /// The end of its probation.
+    due: Instant,
+    /// Proved usable (HTTP/2 SETTINGS, or a passing probe).
+    usable: bool,
+}
+
+impl Probation {
+    /// Whether its probation is over at `now`.
+    pub(super) fn due_by(&self, now: Instant) -> bool {
+        now >= self.due
+    }
+}
+
+/// Open connections of an Address that take new exchanges.
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    /// Proved usable.
+    usable: usize,
+    idle: usize,
+    in_use: usize,
+    /// On probation, not usable yet.
+    proving: usize,
+}
+
+/// Whether a close for `reason` says something about the server (it, or the
+/// network, ended the connection) rather than the pool's or the caller's own
+/// choice.
+fn server_ended(reason: CloseReason) -> bool {
+    matches!(
+        reason,
+        CloseReason::ServerClose
+            | CloseReason::CloseDelimited
+            | CloseReason::GoAway
+            | CloseReason::Failure
+            | CloseReason::RefusedStreams
+            | CloseReason::StreamReset
+            | CloseReason::Unhealthy
+            | CloseReason::NeverUsable
+            | CloseReason::BytesAfterResponse
+            | CloseReason::ExpectNotHonoured
+            | CloseReason::RequestBodyIncomplete
+    )
 }
 
 /// One declared Address.
@@ -285,13 +380,14 @@ impl Pool {
     pub fn warm_status(&self, now: Instant, address: &Address) -> Option<WarmStatus> {
         let idx = *self.warm_of.get(address)?;
         let w = &self.warm[&idx];
-        let (open, idle, in_use) = self.usable(address);
+        let counts = self.counts(address);
         Some(WarmStatus {
             readiness: self.readiness(now, idx),
             wanted: self.wanted(idx),
-            open,
-            idle,
-            in_use,
+            open: counts.usable,
+            idle: counts.idle,
+            in_use: counts.in_use,
+            proving: counts.proving,
             connecting: w.racing.len(),
             failures: w.failures,
             last_error: w.last_error.clone(),
@@ -328,6 +424,8 @@ impl Pool {
             self.report(now, idx);
         }
         self.warm_timers.clear();
+        self.probation.clear();
+        self.probation_due.clear();
     }
 
     /// Whether `call` is a warm connect (no caller).
@@ -335,16 +433,25 @@ impl Pool {
         self.warm_calls.contains_key(&call)
     }
 
-    /// Open connections of `address` that take new exchanges: (all, idle, in use).
-    fn usable(&self, address: &Address) -> (usize, usize, usize) {
-        let mut counts = (0, 0, 0);
+    /// Open connections of `address` that take new exchanges, usable or on
+    /// probation.
+    fn counts(&self, address: &Address) -> Counts {
+        let mut counts = Counts::default();
+        // After failures, a usable connection on probation counts only once
+        // it settles: a server whose connections die young is not ready
+        // for a moment each time one says SETTINGS.
+        let failing = self.warm_of.get(address).is_some_and(|i| self.warm[i].failures > 0);
         // Lookup only: a count does not depend on the map's order.
         for c in self.conns.values().filter(|c| c.address == *address && c.no_new.is_none()) {
-            counts.0 += 1;
+            if self.probation.get(&c.id).is_some_and(|p| !p.usable || failing) {
+                counts.proving += 1;
+                continue;
+            }
+            counts.usable += 1;
             if c.in_flight == 0 {
-                counts.1 += 1;
+                counts.idle += 1;
             } else {
-                counts.2 += 1;
+                counts.in_use += 1;
             }
         }
         counts
@@ -375,7 +482,7 @@ impl Pool {
         if w.stopped {
             return Readiness::ShutDown;
         }
-        let (open, _, _) = self.usable(&w.address);
+        let open = self.counts(&w.address).usable;
         if open >= self.wanted(idx) && w.failures == 0 {
             return Readiness::Ready;
         }
@@ -396,7 +503,7 @@ impl Pool {
     fn report(&mut self, now: Instant, idx: u64) {
         let readiness = self.readiness(now, idx);
         let wanted = self.wanted(idx);
-        let (open, _, _) = self.usable(&self.warm[&idx].address);
+        let open = self.counts(&self.warm[&idx].address).usable;
         let w = self.warm.get_mut(&idx).expect("present");
         if readiness == Readiness::Ready {
             w.met = true;
@@ -425,7 +532,9 @@ impl Pool {
                 break;
             }
             let address = w.address.clone();
-            let (open, _, _) = self.usable(&address);
+            let counts = self.counts(&address);
+            // Connections on probation count: they may yet prove usable.
+            let open = counts.usable + counts.proving;
             if open + w.racing.len() >= self.wanted(idx) || !self.has_capacity(&address) {
                 break;
             }
@@ -461,10 +570,92 @@ impl Pool {
         if self.warm[idx].stopped {
             return false;
         }
-        self.usable(&c.address).0 <= self.wanted(*idx)
+        let counts = self.counts(&c.address);
+        counts.usable + counts.proving <= self.wanted(*idx)
     }
 
-    /// A warm connect won its race: the connection joins the pool idle.
+    /// A connection to `address` opened: while the Address is declared, it is
+    /// on probation until it settles.
+    pub(super) fn warm_opened(&mut self, now: Instant, conn: ConnectionId, address: &Address) {
+        let Some(&idx) = self.warm_of.get(address) else { return };
+        let w = &self.warm[&idx];
+        if w.stopped {
+            return;
+        }
+        let due = now + w.policy.probation;
+        self.probation.insert(conn, Probation { idx, due, usable: false });
+        self.probation_due.insert((due, conn));
+    }
+
+    /// The connection proved usable (HTTP/2 SETTINGS, a passing probe): it
+    /// counts as open; it settles if its probation is over.
+    pub(super) fn warm_usable(&mut self, now: Instant, conn: ConnectionId) {
+        let Some(p) = self.probation.get_mut(&conn) else { return };
+        p.usable = true;
+        let (idx, due) = (p.idx, p.due);
+        if now >= due {
+            self.warm_settle(now, conn);
+        } else {
+            self.report(now, idx);
+        }
+    }
+
+    /// The connection completed an exchange: the server serves. It settles.
+    pub(super) fn warm_served(&mut self, now: Instant, conn: ConnectionId) {
+        if self.probation.contains_key(&conn) {
+            self.warm_settle(now, conn);
+        }
+    }
+
+    /// The connection proved usable and outlived its probation (or served):
+    /// a successful connect, which resets the backoff.
+    fn warm_settle(&mut self, now: Instant, conn: ConnectionId) {
+        let Some(p) = self.probation.remove(&conn) else { return };
+        self.probation_due.remove(&(p.due, conn));
+        let Some(w) = self.warm.get_mut(&p.idx) else { return };
+        w.failures = 0;
+        w.next_retry = None;
+        w.failing_since = None;
+        w.last_error = None;
+        // Backing off no more: the missing connections start now.
+        self.rewarm(now, p.idx);
+    }
+
+    /// The connection takes no new exchanges: if it was still on probation and
+    /// the server (or a failure) ended it, it died young — a failed connect.
+    pub(super) fn warm_ended(&mut self, now: Instant, conn: ConnectionId, reason: CloseReason) {
+        let Some(p) = self.probation.remove(&conn) else { return };
+        self.probation_due.remove(&(p.due, conn));
+        if !server_ended(reason) {
+            return;
+        }
+        let Some(c) = self.conns.get(&conn) else { return };
+        let age = (now - c.created).as_millis();
+        let state = if p.usable { "after its SETTINGS" } else { "before it was usable" };
+        let error = format!("{conn} to {} ended ({reason}) {age} ms after connecting, {state}", c.route);
+        self.warm_backoff(now, p.idx, error);
+    }
+
+    /// Probations that end at `now`: a usable connection settles; an idle
+    /// HTTP/1.1 connection is probed (its verdict decides); others wait for
+    /// their SETTINGS or their exchange.
+    pub(super) fn probation_timeouts(&mut self, now: Instant) {
+        while let Some(&(at, conn)) = self.probation_due.first() {
+            if at > now {
+                break;
+            }
+            self.probation_due.remove(&(at, conn));
+            let Some(p) = self.probation.get(&conn) else { continue };
+            if p.usable {
+                self.warm_settle(now, conn);
+            } else if self.conns.get(&conn).is_some_and(|c| !c.multiplexed() && c.is_idle()) {
+                self.actions.push_back(PoolAction::Probe { connection: conn });
+            }
+        }
+    }
+
+    /// A warm connect won its race: the connection joins the pool idle (on
+    /// probation).
     pub(super) fn warm_won(
         &mut self,
         now: Instant,
@@ -480,12 +671,8 @@ impl Pool {
         let id = self.open_connection(now, attempt, &address, route, protocol, tls);
         self.index(id);
         self.enforce_idle_caps(now, &address);
-        let w = self.warm.get_mut(&idx).expect("present");
-        w.racing.remove(&call_id);
-        w.failures = 0;
-        w.next_retry = None;
-        w.failing_since = None;
-        w.last_error = None;
+        // Not a success yet: the backoff resets when the connection settles.
+        self.warm.get_mut(&idx).expect("present").racing.remove(&call_id);
         // Calls waiting for the Address take it.
         self.rebalance(now, &address);
         self.rewarm(now, idx);
@@ -496,10 +683,20 @@ impl Pool {
         self.stop_race(now, call_id);
         let address = self.calls.remove(&call_id).map(|c| c.address);
         let Some(idx) = self.warm_calls.remove(&call_id) else { return };
+        self.warm.get_mut(&idx).expect("present").racing.remove(&call_id);
+        if let Some(address) = address {
+            self.gc_address(&address);
+            self.rebalance(now, &address);
+        }
+        self.warm_backoff(now, idx, error.to_string());
+    }
+
+    /// A connect to `idx` failed (or a connection died young): count the
+    /// failure, back off, and report.
+    fn warm_backoff(&mut self, now: Instant, idx: u64, error: String) {
         let draw = self.jitter.unit();
         let w = self.warm.get_mut(&idx).expect("present");
-        w.racing.remove(&call_id);
-        w.last_error = Some(error.to_string());
+        w.last_error = Some(error);
         // Connects that fail together count once.
         if w.next_retry.is_none_or(|t| t <= now) {
             w.failures += 1;
@@ -511,10 +708,6 @@ impl Pool {
         let down_at = since + w.policy.down_after;
         if down_at > now {
             self.warm_timers.insert((down_at, idx));
-        }
-        if let Some(address) = address {
-            self.gc_address(&address);
-            self.rebalance(now, &address);
         }
         self.report(now, idx);
     }
@@ -530,8 +723,12 @@ impl Pool {
         }
     }
 
-    /// The next warm deadline.
+    /// The next warm deadline: a backoff end, a `Down` deadline or a
+    /// probation's end.
     pub(super) fn warm_deadline(&self) -> Option<Instant> {
-        self.warm_timers.first().map(|(t, _)| *t)
+        crate::time::earliest(
+            self.warm_timers.first().map(|(t, _)| *t),
+            self.probation_due.first().map(|(t, _)| *t),
+        )
     }
 }
