@@ -488,12 +488,20 @@ impl BuilderState {
 #[macro_export]
 macro_rules! __client_builder_methods {
     () => {
-        /// Bound on each TCP connect attempt. Default: 10 s.
+        /// Bound on reaching the origin, per attempt: the TCP connect and, through
+        /// a proxy, its tunnel (SOCKS5, or `CONNECT` for an https origin), from
+        /// the attempt's start. A proxy that never answers fails the attempt
+        /// after this, with a tunnel timeout; TLS is bounded by
+        /// [`handshake_timeout`](Self::handshake_timeout). Either is a timeout
+        /// of the connect phase (`Error::is_timeout`) when every attempt ran out.
+        /// Default: 10 s.
         pub fn connect_timeout(mut self, d: $crate::__private::Duration) -> Self {
             self.state.pool.race.connect_timeout = d;
             self
         }
-        /// Bound on the winner's handshakes (TLS, proxy). Default: 10 s.
+        /// Bound on the winner's TLS handshake (after any proxy tunnel, which
+        /// [`connect_timeout`](Self::connect_timeout) bounds); for HTTP/2, also how
+        /// long a new connection may take to send its first SETTINGS. Default: 10 s.
         pub fn handshake_timeout(mut self, d: $crate::__private::Duration) -> Self {
             self.state.pool.race.handshake_timeout = d;
             self
@@ -713,8 +721,22 @@ macro_rules! __client_builder_methods {
         /// client identity and protocol versions (ALPN is still set per
         /// connection by the client). It replaces the root and client-identity
         /// settings: combining it with them is a configuration error.
+        ///
+        /// Its verifier is the caller's, and what it checks is unknown to
+        /// switchyard (it may accept anything, or pin a key per host), so a
+        /// connection made with it is never coalesced onto for another host
+        /// unless [`tls_config_coalescing`](Self::tls_config_coalescing) vouches
+        /// for it.
         pub fn tls_config(mut self, config: $crate::__private::rustls::ClientConfig) -> Self {
             self.state.tls.prepared = Some($crate::__private::Arc::new(config));
+            self
+        }
+        /// Vouches that the [`tls_config`](Self::tls_config) verifier checks that
+        /// the certificate covers the host name, as switchyard's own does: its
+        /// HTTP/2 connections may then carry requests for other hosts the
+        /// certificate covers (coalescing, BEHAVIOUR §5). Default: off.
+        pub fn tls_config_coalescing(mut self, allow: bool) -> Self {
+            self.state.tls.prepared_coalesces = allow;
             self
         }
         /// **Development only: accepts any server certificate**, for any name —

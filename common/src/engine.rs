@@ -390,6 +390,16 @@ impl<A: Adapter> Engine<A> {
         self.attempt_ended(pool, now, attempt, result, |pool, ()| pool.handle_connected(now, attempt))
     }
 
+    /// An attempt's proxy tunnel is open (its TLS starts): the core moves its
+    /// bound from the connect timeout to the handshake timeout.
+    pub fn handle_tunnelled(&mut self, pool: &mut Pool, now: Instant, attempt: AttemptId) {
+        if matches!(self.attempts.get(&attempt), Some(Attempt::Running(_))) {
+            if let Err(misuse) = pool.handle_tunnelled(now, attempt) {
+                tracing::warn!("{misuse}");
+            }
+        }
+    }
+
     /// An attempt's handshakes ended. A cancelled attempt's socket comes back.
     pub fn handle_established(
         &mut self,

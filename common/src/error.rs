@@ -312,9 +312,9 @@ impl Error {
             ErrorKind::Timeout(phase) => Some(*phase),
             ErrorKind::Body(BodyError::Timeout) => Some(TimeoutPhase::ResponseBody),
             ErrorKind::Connect(AcquireError::Timeout { .. }) => Some(TimeoutPhase::Connect),
-            ErrorKind::Connect(AcquireError::Connect(race))
-                if race.kind == switchyard_core::RaceErrorKind::CallTimeout =>
-            {
+            // The call's deadline, or every attempt timed out (TCP, a proxy
+            // tunnel, TLS).
+            ErrorKind::Connect(AcquireError::Connect(race)) if race.timed_out() => {
                 Some(TimeoutPhase::Connect)
             }
             ErrorKind::Exchange(e) if matches!(e.kind, ExchangeFailureKind::Timeout) => {

@@ -37,6 +37,9 @@ pub struct TlsSettings {
     pub prepared: Option<Arc<ClientConfig>>,
     /// Accept any server certificate (development only): no verification.
     pub accept_invalid_certificates: bool,
+    /// The prepared config's verifier checks host names as switchyard's own
+    /// does: its connections may be coalescing targets.
+    pub prepared_coalesces: bool,
 }
 
 impl Default for TlsSettings {
@@ -47,6 +50,7 @@ impl Default for TlsSettings {
             client_auth: None,
             prepared: None,
             accept_invalid_certificates: false,
+            prepared_coalesces: false,
         }
     }
 }
@@ -164,7 +168,19 @@ pub struct TlsConfigs {
     settings: TlsSettings,
     /// Certificates are not verified (`danger_accept_invalid_certificates`).
     pub unverified: bool,
+    /// Who verifies the certificates, as the handshake facts report it.
+    pub verification: Verification,
     configs: Vec<(Vec<Protocol>, Arc<ClientConfig>)>,
+}
+
+/// Who verified a connection's certificate, for its [`TlsFacts`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Verification {
+    /// Nobody (`danger_accept_invalid_certificates`).
+    pub unverified: bool,
+    /// A verifier the caller supplied (`tls_config`), not vouched for as
+    /// checking names: its connections are not coalescing targets.
+    pub caller_verifier: bool,
 }
 
 impl std::fmt::Debug for TlsConfigs {
@@ -193,6 +209,10 @@ impl TlsConfigs {
         Ok(TlsConfigs {
             settings: settings.clone(),
             unverified: settings.accept_invalid_certificates,
+            verification: Verification {
+                unverified: settings.accept_invalid_certificates,
+                caller_verifier: settings.prepared.is_some() && !settings.prepared_coalesces,
+            },
             configs,
         })
     }
@@ -218,15 +238,16 @@ pub fn server_name(host: &Host) -> Result<ServerName<'static>, ConnectError> {
 }
 
 /// What a finished handshake tells the core: the ALPN protocol and the verified
-/// leaf certificate's names and key digest (`unverified`: the client accepts
-/// any certificate, and the facts say so). `peer` is the address dialled on
+/// leaf certificate's names and key digest, and who verified it
+/// (`verification`: nobody, or a verifier the caller supplied; the facts say
+/// so). `peer` is the address dialled on
 /// a direct route: when the certificate covers that IP (an IP-address SAN),
 /// the facts say so, so an `https://<that IP>/` call may coalesce onto the
 /// connection (the only IP a coalescing candidate could match it on).
 #[must_use]
 pub fn negotiated(
     session: &rustls::ClientConnection,
-    unverified: bool,
+    verification: Verification,
     peer: Option<std::net::IpAddr>,
 ) -> (Option<Protocol>, TlsFacts) {
     let alpn = match session.alpn_protocol() {
@@ -236,7 +257,8 @@ pub fn negotiated(
     };
     let leaf = session.peer_certificates().and_then(|chain| chain.first());
     let mut facts = leaf.map(facts).unwrap_or_default();
-    facts.unverified = unverified;
+    facts.unverified = verification.unverified;
+    facts.caller_verifier = verification.caller_verifier;
     if let (Some(leaf), Some(ip)) = (leaf, peer) {
         let covered = webpki::EndEntityCert::try_from(leaf).is_ok_and(|cert| {
             let name = ServerName::IpAddress(ip.into());
@@ -256,7 +278,7 @@ fn facts(leaf: &CertificateDer<'_>) -> TlsFacts {
     let digest = ring::digest::digest(&ring::digest::SHA256, spki.as_ref());
     let mut sha = [0u8; 32];
     sha.copy_from_slice(digest.as_ref());
-    TlsFacts { dns_names, ip_addresses: Vec::new(), spki_sha256: vec![sha], unverified: false }
+    TlsFacts { dns_names, spki_sha256: vec![sha], ..TlsFacts::default() }
 }
 
 /// A name as rustls shows a presented certificate name (`DnsName("a.test")`,

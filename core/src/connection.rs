@@ -110,4 +110,11 @@ pub struct TlsFacts {
     /// coalescing target — its names prove nothing — and every event about it
     /// says so ([`Event::unverified_tls`](crate::Event::unverified_tls)).
     pub unverified: bool,
+    /// The certificate was checked by a verifier the caller supplied (a
+    /// prepared TLS config), not by switchyard's own. What it checks is
+    /// unknown — it may accept anything, or pin a key per host — so its
+    /// names prove nothing for *another* host: the connection is never a
+    /// coalescing target (BEHAVIOUR §5). A client whose caller vouches for
+    /// the verifier leaves this `false`.
+    pub caller_verifier: bool,
 }

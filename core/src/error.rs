@@ -76,7 +76,14 @@ pub enum ConnectError {
         /// The timeout that ran out.
         after: Duration,
     },
-    /// The handshakes after TCP (SOCKS5, `CONNECT`, TLS) did not finish in time.
+    /// The proxy did not open the tunnel (SOCKS5, or `CONNECT` for an https
+    /// origin) within the connect timeout, which covers reaching the origin:
+    /// TCP to the proxy and the tunnel together.
+    TunnelTimeout {
+        /// The timeout that ran out (the connect timeout).
+        after: Duration,
+    },
+    /// The TLS handshake (after any tunnel) did not finish in time.
     HandshakeTimeout {
         /// The timeout that ran out.
         after: Duration,
@@ -131,8 +138,12 @@ impl ConnectError {
     /// Whether this was a timeout (timeouts are never retried by a call).
     #[must_use]
     pub fn is_timeout(&self) -> bool {
-        matches!(self, ConnectError::ConnectTimeout { .. } | ConnectError::HandshakeTimeout { .. })
-            || matches!(self, ConnectError::Io { kind, .. } if *kind == io::ErrorKind::TimedOut)
+        matches!(
+            self,
+            ConnectError::ConnectTimeout { .. }
+                | ConnectError::TunnelTimeout { .. }
+                | ConnectError::HandshakeTimeout { .. }
+        ) || matches!(self, ConnectError::Io { kind, .. } if *kind == io::ErrorKind::TimedOut)
     }
 }
 
@@ -145,6 +156,9 @@ impl fmt::Display for ConnectError {
             }
             ConnectError::ConnectTimeout { after } => {
                 write!(f, "connect timed out after {after:?}")
+            }
+            ConnectError::TunnelTimeout { after } => {
+                write!(f, "the proxy did not open the tunnel within the connect timeout ({after:?})")
             }
             ConnectError::HandshakeTimeout { after } => {
                 write!(f, "handshake timed out after {after:?}")
@@ -231,6 +245,19 @@ pub struct RaceError {
 }
 
 impl RaceError {
+    /// Whether the race ended by time: the call's deadline passed, or every
+    /// attempt timed out (connecting, in a proxy tunnel or in TLS) and nothing
+    /// else failed.
+    #[must_use]
+    pub fn timed_out(&self) -> bool {
+        self.kind == RaceErrorKind::CallTimeout
+            || (!self.failures.is_empty()
+                && self
+                    .failures
+                    .iter()
+                    .all(|f| matches!(f, Failure::Connect { error, .. } if error.is_timeout())))
+    }
+
     /// Whether the request may be retried: never after a call timeout, nor when a
     /// failure was a certificate or hostname problem, or a proxy asking for
     /// authentication (the same credentials would be refused again).

@@ -55,9 +55,13 @@ pub struct RaceConfig {
     /// Time between attempt starts while earlier attempts are still in flight.
     /// Default: 250 ms (RFC 8305 §8's recommendation).
     pub attempt_delay: Duration,
-    /// Bound on each TCP connect. Default: 10 s.
+    /// Bound on reaching the origin, per attempt, from its start: the TCP
+    /// connect and any proxy tunnel (SOCKS5, `CONNECT`), so a proxy that never
+    /// answers fails as [`ConnectError::TunnelTimeout`] (the driver reports
+    /// the tunnel open with [`Race::handle_tunnelled`]). Default: 10 s.
     pub connect_timeout: Duration,
-    /// Bound on the winner's handshakes (SOCKS5, `CONNECT`, TLS). Default: 10 s.
+    /// Bound on the winner's TLS handshake, from the tunnel's end (or TCP's,
+    /// without a proxy). Default: 10 s.
     pub handshake_timeout: Duration,
     /// Route ordering. With `fast_fallback` off, attempts run one at a time.
     pub plan: PlanConfig,
@@ -199,6 +203,9 @@ struct Attempt {
     route: Route,
     started: Instant,
     stage: Stage,
+    /// Handshaking, its proxy tunnel (SOCKS5 or `CONNECT`) not open yet: the
+    /// connect timeout, from the attempt's start, still bounds it.
+    tunnelling: bool,
     deadline: Instant,
 }
 
@@ -443,7 +450,14 @@ impl Race {
         if route.requires_handshake() {
             let winner = &mut self.attempts[0];
             winner.stage = Stage::Handshaking;
-            winner.deadline = now + self.config.handshake_timeout;
+            // The connect timeout covers reaching the origin: TCP and any
+            // proxy tunnel. TLS has its own bound, from the tunnel's end.
+            winner.tunnelling = route.requires_tunnel() || route.requires_socks5();
+            winner.deadline = if winner.tunnelling {
+                winner.started + self.config.connect_timeout
+            } else {
+                now + self.config.handshake_timeout
+            };
             self.actions.push_back(Action::Handshake { attempt, route: route.clone() });
             if route.requires_tls() {
                 self.emit(now, EventKind::SecureConnectStart { attempt });
@@ -501,6 +515,23 @@ impl Race {
         Ok(())
     }
 
+    /// The winner's proxy tunnel (SOCKS5, or `CONNECT` for an https origin) is
+    /// open: its TLS handshake, if any, starts now, bounded by the handshake
+    /// timeout (until now the connect timeout bounded it). Drivers report it
+    /// between the tunnel and TLS; one that does not leaves the connect timeout
+    /// bounding TLS through a proxy too. Harmless when repeated or late.
+    pub fn handle_tunnelled(&mut self, now: Instant, attempt: AttemptId) -> Result<(), Misuse> {
+        let Some(index) = self.find(attempt)? else {
+            return Ok(());
+        };
+        let a = &mut self.attempts[index];
+        if a.stage == Stage::Handshaking && a.tunnelling {
+            a.tunnelling = false;
+            a.deadline = now + self.config.handshake_timeout;
+        }
+        Ok(())
+    }
+
     /// The route of `attempt` while it is still in TCP connect (`None` once it
     /// handshakes, failed, or was cancelled). The pool uses it to connect the same
     /// route again after making room for a socket.
@@ -514,9 +545,10 @@ impl Race {
     /// is not thrown away: the attempt that finished TCP and is handshaking, or
     /// else the only attempt in flight. With several attempts still connecting
     /// (Happy Eyeballs) none is kept. The caller (the pool) owns it from here:
-    /// the returned route, its current deadline, whether it is handshaking, and
-    /// the driver's later reports for it. Emits [`EventKind::AttemptKeptForPool`].
-    pub fn take_for_pool(&mut self, now: Instant) -> Option<(AttemptId, Route, Instant, bool)> {
+    /// the returned route, its current deadline, whether it is handshaking and
+    /// whether its proxy tunnel is still opening, and the driver's later
+    /// reports for it. Emits [`EventKind::AttemptKeptForPool`].
+    pub fn take_for_pool(&mut self, now: Instant) -> Option<(AttemptId, Route, Instant, bool, bool)> {
         if self.finished {
             return None;
         }
@@ -527,7 +559,7 @@ impl Race {
         };
         let a = self.attempts.remove(index);
         self.emit(now, EventKind::AttemptKeptForPool { attempt: a.id, route: a.route.clone() });
-        Some((a.id, a.route, a.deadline, a.stage == Stage::Handshaking))
+        Some((a.id, a.route, a.deadline, a.stage == Stage::Handshaking, a.tunnelling))
     }
 
     /// A pooled connection became eligible for this call while it was racing: the
@@ -600,6 +632,9 @@ impl Race {
             let a = &self.attempts[index];
             let error = match a.stage {
                 Stage::Connecting => ConnectError::ConnectTimeout { after: self.config.connect_timeout },
+                Stage::Handshaking if a.tunnelling => {
+                    ConnectError::TunnelTimeout { after: self.config.connect_timeout }
+                }
                 Stage::Handshaking => ConnectError::HandshakeTimeout { after: self.config.handshake_timeout },
             };
             let id = a.id;
@@ -647,6 +682,7 @@ impl Race {
             route: route.clone(),
             started: now,
             stage: Stage::Connecting,
+            tunnelling: false,
             deadline: now + self.config.connect_timeout,
         });
         self.emit(now, EventKind::ConnectStart { attempt: id, route: route.clone() });

@@ -135,10 +135,13 @@ impl EngineHost for Shared {
             Effect::Handshake { attempt, route, socket } => {
                 // Built with the client: a lookup, nothing built here.
                 let config = self.settings.tls.get(route.address().protocols());
-                let unverified = self.settings.tls.unverified;
+                let verification = self.settings.tls.verification;
                 let me = Arc::clone(self);
                 let task = Box::pin(async move {
-                    let result = establish(socket, &route, config, unverified).await;
+                    let tunnelled = || {
+                        me.input(|st, now| st.io.engine.handle_tunnelled(&mut st.pool, now, attempt));
+                    };
+                    let result = establish(socket, &route, (config, verification), tunnelled).await;
                     let stale = me
                         .input(|st, now| st.io.engine.handle_established(&mut st.pool, now, attempt, result));
                     drop(stale);
@@ -266,18 +269,22 @@ fn no_executor() -> std::io::Error {
     std::io::Error::other("no async executor to run the connection on (call from inside the runtime)")
 }
 
-/// SOCKS5, `CONNECT` and TLS, as the route requires, on the race's winner.
+/// SOCKS5, `CONNECT` and TLS, as the route requires, on the race's winner;
+/// `tunnelled` runs between a tunnel and TLS (the core's bound changes there).
 async fn establish(
     io: Io,
     route: &switchyard_core::Route,
-    config: Arc<rustls::ClientConfig>,
-    unverified: bool,
+    (config, verification): (Arc<rustls::ClientConfig>, switchyard_common::tls::Verification),
+    tunnelled: impl FnOnce(),
 ) -> Result<(Io, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let mut io = io;
     use switchyard_core::handshake::ProxyHandshake;
     // SOCKS5, or a CONNECT tunnel for an https origin, with the proxy's credentials.
     if let Some(hs) = ProxyHandshake::for_route(route)? {
         crate::h1::proxy_handshake(&mut io, hs).await?;
+        if route.requires_tls() {
+            tunnelled();
+        }
     }
     if route.requires_tls() {
         use switchyard_common::tls;
@@ -287,7 +294,7 @@ async fn establish(
             .await
             .map_err(|e| tls::tls_error(&e))?;
         let direct = (*route.proxy() == switchyard_core::Proxy::Direct).then(|| route.socket_addr().ip());
-        let (alpn, facts) = tls::negotiated(stream.get_ref().1, unverified, direct);
+        let (alpn, facts) = tls::negotiated(stream.get_ref().1, verification, direct);
         return Ok((Box::new(stream), alpn, Some(facts)));
     }
     Ok((io, None, None))

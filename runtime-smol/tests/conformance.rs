@@ -41,6 +41,7 @@ impl Adapter for SmolAdapter {
 switchyard_tests::conformance_suite!(SmolAdapter);
 switchyard_tests::reliability_matrix!(SmolAdapter);
 switchyard_tests::hostile_suite!(SmolAdapter);
+switchyard_tests::found_suite!(SmolAdapter);
 switchyard_tests::churn_suite!(SmolAdapter);
 switchyard_tests::interop_suite!(SmolAdapter);
 
@@ -163,6 +164,28 @@ impl switchyard_tests::manager::ManagerAdapter for SmolManagers {
         }
         let manager = b.build().expect("manager");
         Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnSmol })
+    }
+
+    fn h2c_manager(
+        &self,
+        servers: &[(String, usize)],
+        ready_timeout: std::time::Duration,
+        log: &EventLog,
+    ) -> Option<Box<dyn switchyard_tests::manager::TestManager>> {
+        let mut b = switchyard_smol::Manager::builder().ready_timeout(ready_timeout).client(|c| {
+            c.event_listener(log.clone())
+                .http_version(switchyard_smol::HttpVersion::Http2Only)
+                .connect_timeout(std::time::Duration::from_secs(2))
+        });
+        for (url, min) in servers {
+            b = b.server(url, *min);
+        }
+        let manager = b.build().expect("manager");
+        Some(Box::new(switchyard_tests::manager::AsyncTestManager {
+            manager,
+            log: log.clone(),
+            exec: OnSmol,
+        }))
     }
 }
 

@@ -199,7 +199,7 @@ impl EngineHost for Shared {
                 };
                 // Built with the client: a lookup, nothing built here.
                 let config = self.settings.tls.get(route.address().protocols());
-                let unverified = self.settings.tls.unverified;
+                let verification = self.settings.tls.verification;
                 // A clone of the socket, so cancelling shuts it down and the
                 // thread's I/O ends at once. Registered before the thread
                 // starts: once the handshake is done the attempt is gone, and a
@@ -212,7 +212,10 @@ impl EngineHost for Shared {
                 let limit = self.settings.handshake_timeout;
                 let me = Arc::clone(self);
                 let started = Self::thread("switchyard-handshake", move || {
-                    let result = establish(tcp, &route, (config, unverified), limit);
+                    let tunnelled = || {
+                        me.input(|st, now| st.io.engine.handle_tunnelled(&mut st.pool, now, attempt));
+                    };
+                    let result = establish(tcp, &route, (config, verification), limit, tunnelled);
                     drop(me.input(|st, now| {
                         st.io.engine.handle_established(&mut st.pool, now, attempt, result)
                     }));
@@ -278,12 +281,15 @@ fn no_thread() -> std::io::Error {
 }
 
 /// SOCKS5, `CONNECT` and TLS, as the route requires, on the race's winner;
-/// every step bounded by the handshake timeout.
+/// every read and write bounded by the handshake timeout (the core's own
+/// deadline — the connect timeout for a tunnel — cancels sooner, shutting the
+/// socket down). `tunnelled` runs between a tunnel and TLS.
 fn establish(
     tcp: TcpStream,
     route: &switchyard_core::Route,
-    (config, unverified): (Arc<rustls::ClientConfig>, bool),
+    (config, verification): (Arc<rustls::ClientConfig>, switchyard_common::tls::Verification),
     limit: Duration,
+    tunnelled: impl FnOnce(),
 ) -> Result<(Stream, Option<Protocol>, Option<TlsFacts>), ConnectError> {
     let io = |e: std::io::Error| ConnectError::from_io(&e);
     tcp.set_read_timeout(Some(limit)).map_err(io)?;
@@ -293,11 +299,14 @@ fn establish(
     // SOCKS5, or a CONNECT tunnel for an https origin, with the proxy's credentials.
     if let Some(hs) = ProxyHandshake::for_route(route)? {
         crate::h1::proxy_handshake(&mut tcp, hs)?;
+        if route.requires_tls() {
+            tunnelled();
+        }
     }
     let direct = (*route.proxy() == switchyard_core::Proxy::Direct).then(|| route.socket_addr().ip());
     let established = if route.requires_tls() {
         let (stream, alpn, facts) =
-            crate::stream::handshake(tcp, config, route.address().host(), (unverified, direct))?;
+            crate::stream::handshake(tcp, config, route.address().host(), (verification, direct))?;
         (stream, alpn, Some(facts))
     } else {
         (Stream::Tcp(tcp), None, None)

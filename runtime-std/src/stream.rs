@@ -63,7 +63,7 @@ pub(crate) fn handshake(
     mut tcp: TcpStream,
     config: Arc<rustls::ClientConfig>,
     host: &Host,
-    (unverified, peer): (bool, Option<std::net::IpAddr>),
+    (verification, peer): (switchyard_common::tls::Verification, Option<std::net::IpAddr>),
 ) -> Result<(Stream, Option<Protocol>, TlsFacts), ConnectError> {
     let name = tls::server_name(host)?;
     let mut conn = rustls::ClientConnection::new(config, name)
@@ -71,7 +71,7 @@ pub(crate) fn handshake(
     while conn.is_handshaking() {
         conn.complete_io(&mut tcp).map_err(|e| tls::tls_error(&e))?;
     }
-    let (alpn, facts) = tls::negotiated(&conn, unverified, peer);
+    let (alpn, facts) = tls::negotiated(&conn, verification, peer);
     Ok((Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp))), alpn, facts))
 }
 

@@ -78,6 +78,7 @@ impl Adapter for StdAdapter {
 switchyard_tests::conformance_suite!(StdAdapter, without_http2);
 switchyard_tests::reliability_matrix!(StdAdapter, without_http2);
 switchyard_tests::hostile_suite!(StdAdapter, without_http2);
+switchyard_tests::found_suite!(StdAdapter, without_http2);
 switchyard_tests::churn_suite!(StdAdapter, without_http2);
 switchyard_tests::interop_suite!(StdAdapter, without_http2);
 

@@ -55,6 +55,12 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(d) = config.resolution_delay {
         b = b.resolution_delay(d);
     }
+    if let Some(n) = config.max_idle_per_host {
+        b = b.max_idle_per_host(n);
+    }
+    if let Some((prepared, vouched)) = config.tls_config {
+        b = b.tls_config(rustls::ClientConfig::clone(&prepared.0)).tls_config_coalescing(vouched);
+    }
     if let Some(n) = config.max_per_host {
         b = b.max_connections_per_host(n);
     }

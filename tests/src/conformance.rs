@@ -69,6 +69,11 @@ pub struct Config {
     pub dns_cache_capacity: Option<usize>,
     /// RFC 8305's resolution delay.
     pub resolution_delay: Option<Duration>,
+    /// Idle connections kept per host.
+    pub max_idle_per_host: Option<usize>,
+    /// A prepared rustls config (`tls_config`), and whether the test vouches
+    /// for its verifier (`tls_config_coalescing`).
+    pub tls_config: Option<(Plugged<rustls::ClientConfig>, bool)>,
 }
 
 /// A resolver plugged into a [`Config`] (shown as `..` in its `Debug`).
@@ -109,6 +114,8 @@ impl Default for Config {
             dns_cache_ttl: None,
             dns_cache_capacity: None,
             resolution_delay: None,
+            max_idle_per_host: None,
+            tls_config: None,
         }
     }
 }

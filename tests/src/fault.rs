@@ -83,6 +83,14 @@ pub enum Fault {
     ResetDuringResponseBody(u32),
     /// A response header field this many bytes long (`x-huge`).
     HugeHeader(usize),
+    /// Trailers after the body: this many fields (`x-t-N`), each value this
+    /// many bytes (HTTP/1.1: a chunked body with a trailer section).
+    Trailers(usize, usize),
+}
+
+/// The trailer fields of [`Fault::Trailers`].
+fn trailer_fields(fields: usize, size: usize) -> Vec<(String, String)> {
+    (0..fields).map(|i| (format!("x-t-{i}"), "t".repeat(size))).collect()
 }
 
 /// One scripted reply.
@@ -509,10 +517,13 @@ where
             Fault::HugeHeader(n) => format!("x-huge: {}\r\n", "h".repeat(n)),
             _ => String::new(),
         };
+        let framing = match reply.fault {
+            Fault::Trailers(..) => "Transfer-Encoding: chunked".to_owned(),
+            _ => format!("Content-Length: {}", reply.body.len()),
+        };
         let head_bytes = format!(
-            "HTTP/1.1 {} Scripted\r\nContent-Length: {}\r\n{}{huge}\r\n",
+            "HTTP/1.1 {} Scripted\r\n{framing}\r\n{}{huge}\r\n",
             reply.status,
-            reply.body.len(),
             if close { "Connection: close\r\n" } else { "" }
         );
         if let Fault::TrickleHead(delay) = reply.fault {
@@ -555,6 +566,16 @@ where
                 let _ = io.write_all(&reply.body[..reply.body.len() / 2]).await;
                 let _ = io.flush().await;
                 return;
+            }
+            Fault::Trailers(fields, size) => {
+                let mut chunked = format!("{:x}\r\n", reply.body.len()).into_bytes();
+                chunked.extend_from_slice(&reply.body);
+                chunked.extend_from_slice(b"\r\n0\r\n");
+                for (name, value) in trailer_fields(fields, size) {
+                    chunked.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+                }
+                chunked.extend_from_slice(b"\r\n");
+                let _ = io.write_all(&chunked).await;
             }
             _ => {
                 let _ = io.write_all(&reply.body).await;
@@ -710,6 +731,17 @@ where
                     let _ = stream.send_data(body.slice(..body.len() / 2), false);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     stream.send_reset(h2::Reason::from(code));
+                }
+                Fault::Trailers(fields, size) => {
+                    let _ = stream.send_data(body, false);
+                    let mut trailers = http::HeaderMap::new();
+                    for (name, value) in trailer_fields(fields, size) {
+                        trailers.insert(
+                            http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                            http::HeaderValue::from_str(&value).expect("value"),
+                        );
+                    }
+                    let _ = stream.send_trailers(trailers);
                 }
                 _ if !body.is_empty() => {
                     let _ = stream.send_data(body, true);

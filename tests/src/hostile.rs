@@ -334,6 +334,44 @@ pub fn header_blocks_are_bounded_http2(a: &dyn Adapter) {
     header_blocks_are_bounded(a, true);
 }
 
+/// Trailers are bounded by the head limit (64 KiB) on HTTP/1.1 and HTTP/2,
+/// cleartext and TLS: 95 KiB of trailer fields — many small ones, or one
+/// large one — fail the body with an error naming the limit (never fields
+/// cut silently); trailers under it arrive whole and the call succeeds.
+fn trailers_are_bounded(a: &dyn Adapter, http2: bool) {
+    for tls in [false, true] {
+        for (fields, size, over) in [(95, 1000, true), (1, 95 * 1024, true), (3, 100, false)] {
+            let what =
+                format!("{} {fields} trailer fields of {size} bytes (tls {tls}, h2 {http2})", a.name());
+            let s = setup(tls, http2, None);
+            s.server.push([Reply::ok("with trailers").with(Fault::Trailers(fields, size))]);
+            let client = a.client(s.config.clone());
+            let result = client.send(Req::get(&s.url));
+            if over {
+                match result {
+                    Err((Failure::Body, msg)) => {
+                        assert!(msg.contains("trailer section larger than 65536 bytes"), "{what}: {msg}");
+                    }
+                    other => panic!("{what}: expected a body error naming the limit, got {other:?}"),
+                }
+            } else {
+                assert_eq!(ok(result, &what).body, b"with trailers", "{what}");
+            }
+            nothing_in_use(client.as_ref(), &what);
+        }
+    }
+}
+
+/// HTTP/1.1 trailer sections: the head limit holds.
+pub fn trailers_are_bounded_http1(a: &dyn Adapter) {
+    trailers_are_bounded(a, false);
+}
+
+/// HTTP/2 trailers: the head limit holds (`h2` alone would cut them silently).
+pub fn trailers_are_bounded_http2(a: &dyn Adapter) {
+    trailers_are_bounded(a, true);
+}
+
 /// Runs the hostile suite for an adapter: `hostile_suite!(MyAdapter)`, or
 /// `hostile_suite!(MyAdapter, without_http2)` (HTTP/2 cases listed as ignored).
 #[macro_export]
@@ -343,19 +381,19 @@ macro_rules! hostile_suite {
             bytes_after_a_response_are_never_a_response, url_credentials_become_basic_auth,
             call_deadline_holds_while_reading_the_head, interim_responses_are_limited,
             an_early_final_response_wins, body_timeout_bounds_a_slow_body, not_http_fails_at_once,
-            header_blocks_are_bounded_http1,
+            header_blocks_are_bounded_http1, trailers_are_bounded_http1,
             url_credentials_never_in_authority_http2, body_timeout_bounds_a_slow_body_http2,
-            http2_never_usable_is_retired, header_blocks_are_bounded_http2);
+            http2_never_usable_is_retired, header_blocks_are_bounded_http2, trailers_are_bounded_http2);
     };
     ($adapter:expr, without_http2) => {
         $crate::hostile_suite!(@tests $adapter;
             bytes_after_a_response_are_never_a_response, url_credentials_become_basic_auth,
             call_deadline_holds_while_reading_the_head, interim_responses_are_limited,
             an_early_final_response_wins, body_timeout_bounds_a_slow_body, not_http_fails_at_once,
-            header_blocks_are_bounded_http1);
+            header_blocks_are_bounded_http1, trailers_are_bounded_http1);
         $crate::hostile_suite!(@skipped $adapter;
             url_credentials_never_in_authority_http2, body_timeout_bounds_a_slow_body_http2,
-            http2_never_usable_is_retired, header_blocks_are_bounded_http2);
+            http2_never_usable_is_retired, header_blocks_are_bounded_http2, trailers_are_bounded_http2);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

@@ -13,6 +13,7 @@ pub mod conformance;
 pub mod dns;
 pub mod ecosystem;
 pub mod fault;
+pub mod found;
 pub mod hostile;
 pub mod interop;
 pub mod manager;

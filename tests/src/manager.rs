@@ -44,6 +44,90 @@ pub trait ManagerAdapter {
         ready_timeout: Duration,
         log: &EventLog,
     ) -> Box<dyn TestManager>;
+
+    /// The same, speaking HTTP/2 with prior knowledge to `http://` servers
+    /// (`None`: this adapter has no HTTP/2).
+    fn h2c_manager(
+        &self,
+        _servers: &[(String, usize)],
+        _ready_timeout: Duration,
+        _log: &EventLog,
+    ) -> Option<Box<dyn TestManager>> {
+        None
+    }
+}
+
+/// A server that accepts every connection and closes it at once, counting.
+struct AcceptAndClose {
+    port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+fn accept_and_close() -> AcceptAndClose {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    AcceptAndClose { port, accepted }
+}
+
+/// A declared server that accepts each connection and closes it at once is
+/// never `ready` and never stormed (issue 28): `ready()` fails naming it, the
+/// status carries the error and the next retry, and the connects stay within
+/// the backoff — at most the minimum per failure (plus the first round),
+/// however long it runs. HTTP/1.1 (the close is seen by the probation's
+/// probe) and, where the adapter has it, HTTP/2 with prior knowledge (closed
+/// before SETTINGS).
+pub fn manager_never_storms_a_server_that_accepts_and_closes(a: &dyn ManagerAdapter) {
+    for http2 in [false, true] {
+        let server = accept_and_close();
+        let url = format!("http://127.0.0.1:{}", server.port);
+        let servers = [(url.clone(), 2)];
+        let log = EventLog::default();
+        let m = if http2 {
+            match a.h2c_manager(&servers, Duration::from_millis(1500), &log) {
+                Some(m) => m,
+                None => continue,
+            }
+        } else {
+            a.manager(&servers, Duration::from_millis(1500), &log)
+        };
+        let what = format!("h2 {http2}");
+        let e = m.ready().expect_err("a server that serves nothing is never ready");
+        assert!(e.to_string().contains(&url), "{what}: {e}");
+        let mut saw_retry = false;
+        // Samples over a few backoff steps: never ready, and the connects
+        // (read first) within the minimum per failure round.
+        for _ in 0..40 {
+            let accepted = server.accepted.load(std::sync::atomic::Ordering::SeqCst);
+            let s = m.status().remove(0);
+            assert_ne!(s.readiness, Readiness::Ready, "{what}: {s}");
+            let failures = usize::try_from(s.failures).expect("count");
+            assert!(
+                accepted <= 2 * (failures + 1),
+                "{what}: {accepted} connects after {failures} failures: {s}"
+            );
+            if s.failures >= 1 {
+                let e = s.last_error.as_deref().unwrap_or_default();
+                assert!(e.contains("after connecting"), "{what}: the dead connection in words: {s}");
+            }
+            saw_retry |= s.next_retry_in.is_some();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(saw_retry, "{what}: a next retry while backing off");
+        assert!(m.status()[0].failures >= 2, "{what}: {}", m.status()[0]);
+        assert!(
+            !log.events().iter().any(|e| e.name == "warm_readiness" && e.detail.contains(": ready")),
+            "{what}: never reported ready"
+        );
+        m.shutdown();
+    }
 }
 
 fn one(a: &dyn ManagerAdapter, url: &str, min: usize, ready_timeout: Duration) -> Box<dyn TestManager> {
@@ -183,6 +267,10 @@ macro_rules! manager_suite {
             #[test]
             fn manager_refuses_an_undeclared_host() {
                 $crate::manager::manager_refuses_an_undeclared_host(&$adapter);
+            }
+            #[test]
+            fn manager_never_storms_a_server_that_accepts_and_closes() {
+                $crate::manager::manager_never_storms_a_server_that_accepts_and_closes(&$adapter);
             }
             #[test]
             fn manager_reports_a_refusing_server_degraded_then_down() {

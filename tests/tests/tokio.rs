@@ -46,6 +46,7 @@ impl Adapter for TokioAdapter {
 switchyard_tests::conformance_suite!(TokioAdapter);
 switchyard_tests::reliability_matrix!(TokioAdapter);
 switchyard_tests::hostile_suite!(TokioAdapter);
+switchyard_tests::found_suite!(TokioAdapter);
 switchyard_tests::churn_suite!(TokioAdapter);
 switchyard_tests::interop_suite!(TokioAdapter);
 switchyard_tests::dns_suite!(TokioAdapter, |server: std::net::SocketAddr| {
@@ -338,6 +339,29 @@ impl switchyard_tests::manager::ManagerAdapter for TokioManagers {
         // Built inside the runtime: the warm connects are its tasks.
         let manager = runtime().block_on(async { b.build() }).expect("manager");
         Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnTokio })
+    }
+
+    fn h2c_manager(
+        &self,
+        servers: &[(String, usize)],
+        ready_timeout: Duration,
+        log: &EventLog,
+    ) -> Option<Box<dyn switchyard_tests::manager::TestManager>> {
+        let mut b = switchyard_tokio::Manager::builder().ready_timeout(ready_timeout).client(|c| {
+            c.event_listener(log.clone())
+                .http_version(switchyard_tokio::HttpVersion::Http2Only)
+                .connect_timeout(Duration::from_secs(2))
+        });
+        for (url, min) in servers {
+            b = b.server(url, *min);
+        }
+        // Built inside the runtime: the warm connects are its tasks.
+        let manager = runtime().block_on(async { b.build() }).expect("manager");
+        Some(Box::new(switchyard_tests::manager::AsyncTestManager {
+            manager,
+            log: log.clone(),
+            exec: OnTokio,
+        }))
     }
 }
 

@@ -24,8 +24,9 @@ use crate::connection::TlsFacts;
 /// ```
 #[must_use]
 pub fn certificate_covers(facts: &TlsFacts, host: &Host) -> bool {
-    // An unverified certificate proves nothing about any name.
-    if facts.unverified {
+    // An unverified certificate proves nothing about any name, nor does one
+    // that a verifier unknown to us accepted.
+    if facts.unverified || facts.caller_verifier {
         return false;
     }
     match host {

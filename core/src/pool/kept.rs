@@ -22,8 +22,11 @@ pub(super) struct Kept {
     address: Address,
     route: Route,
     deadline: Instant,
-    /// Past TCP (its deadline is the handshake's).
+    /// Past TCP.
     handshaking: bool,
+    /// Handshaking, its proxy tunnel not open yet: the connect timeout, from
+    /// its start, still bounds it.
+    tunnelling: bool,
 }
 
 impl Pool {
@@ -34,11 +37,11 @@ impl Pool {
             Some(Call { state: CallState::Racing { race, .. }, .. }) => race.take_for_pool(now),
             _ => None,
         };
-        let Some((attempt, route, deadline, handshaking)) = taken else { return };
+        let Some((attempt, route, deadline, handshaking, tunnelling)) = taken else { return };
         let address = self.calls[&call].address.clone();
         self.addrs.entry(address.clone()).or_default().kept += 1;
         self.kept_deadlines.insert((deadline, attempt));
-        self.kept.insert(attempt, Kept { address, route, deadline, handshaking });
+        self.kept.insert(attempt, Kept { address, route, deadline, handshaking, tunnelling });
     }
 
     /// A kept attempt's TCP connect finished: its handshakes start (SOCKS5,
@@ -56,8 +59,12 @@ impl Pool {
             return;
         }
         k.handshaking = true;
+        // A proxy tunnel stays under the connect timeout (its deadline stands).
+        k.tunnelling = k.route.requires_tunnel() || k.route.requires_socks5();
         let (old, route) = (k.deadline, k.route.clone());
-        k.deadline = now + self.config.race.handshake_timeout;
+        if !k.tunnelling {
+            k.deadline = now + self.config.race.handshake_timeout;
+        }
         let deadline = k.deadline;
         self.kept_deadlines.remove(&(old, attempt));
         self.kept_deadlines.insert((deadline, attempt));
@@ -67,6 +74,20 @@ impl Pool {
             self.emit(now, Some(attempt.call()), EventKind::SecureConnectStart { attempt });
         }
         self.actions.push_back(PoolAction::Handshake { attempt, route });
+    }
+
+    /// A kept attempt's proxy tunnel is open: its TLS gets the handshake timeout.
+    pub(super) fn kept_tunnelled(&mut self, now: Instant, attempt: AttemptId) {
+        let Some(k) = self.kept.get_mut(&attempt) else { return };
+        if !k.tunnelling {
+            return;
+        }
+        k.tunnelling = false;
+        let old = k.deadline;
+        k.deadline = now + self.config.race.handshake_timeout;
+        let deadline = k.deadline;
+        self.kept_deadlines.remove(&(old, attempt));
+        self.kept_deadlines.insert((deadline, attempt));
     }
 
     fn unkeep(&mut self, attempt: AttemptId) -> Option<Kept> {
@@ -166,10 +187,12 @@ impl Pool {
                 break;
             }
             if let Some(k) = self.unkeep(attempt) {
-                let error = if k.handshaking {
-                    ConnectError::HandshakeTimeout { after: self.config.race.handshake_timeout }
-                } else {
+                let error = if !k.handshaking {
                     ConnectError::ConnectTimeout { after: self.config.race.connect_timeout }
+                } else if k.tunnelling {
+                    ConnectError::TunnelTimeout { after: self.config.race.connect_timeout }
+                } else {
+                    ConnectError::HandshakeTimeout { after: self.config.race.handshake_timeout }
                 };
                 // Still running in the driver: it is cancelled.
                 self.kept_failed_with(now, attempt, k, error, true);

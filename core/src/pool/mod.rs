@@ -548,6 +548,18 @@ impl Pool {
         self.with_race(now, attempt, |race, db| race.handle_connected(now, attempt, db))
     }
 
+    /// The attempt's proxy tunnel (SOCKS5, or `CONNECT` for an https origin)
+    /// is open; its TLS, if any, starts now. The connect timeout covers TCP
+    /// and the tunnel; from here the handshake timeout bounds TLS (see
+    /// [`Race::handle_tunnelled`]).
+    pub fn handle_tunnelled(&mut self, now: Instant, attempt: AttemptId) -> Result<(), Misuse> {
+        if self.kept.contains_key(&attempt) {
+            self.kept_tunnelled(now, attempt);
+            return Ok(());
+        }
+        self.with_race(now, attempt, |race, _| race.handle_tunnelled(now, attempt))
+    }
+
     /// The winner's handshakes finished; `alpn` is the negotiated protocol and `tls`
     /// the verified certificate's facts (for coalescing), when TLS ran.
     pub fn handle_established(
