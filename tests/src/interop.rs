@@ -469,6 +469,14 @@ pub fn nginx_connection_counts(a: &dyn Adapter, http2: bool) {
         let n = connections(&hits[logged - results.len()..]);
         let most = if version == Version::Http1 { 16 } else { 1 };
         assert!((1..=most).contains(&n), "{label}: {n} connections for 16 callers (at most {most})");
+        // Every attempt's events are complete, kept attempts included (issue 28).
+        crate::conformance::eventually(&format!("{label}: attempts done"), Duration::from_secs(10), || {
+            client.stats().totals.connecting == 0
+        });
+        let events = client.events();
+        let count = |name: &str| events.iter().filter(|(_, n, _)| *n == name).count();
+        assert_eq!(count("secure_connect_start"), count("secure_connect_end"), "{label}");
+        assert_eq!(count("connect_start"), count("connect_end") + count("connect_failed"), "{label}");
     }
 }
 
