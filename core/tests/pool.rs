@@ -1347,63 +1347,59 @@ fn assert_attempt_events_complete(events: &[switchyard_core::Event]) {
     }
 }
 
+/// The names of `attempt`'s events, in order.
+fn attempt_event_names(sim: &PoolSim, attempt: switchyard_core::AttemptId) -> Vec<String> {
+    sim.events
+        .iter()
+        .filter(|e| e.kind.attempt() == Some(attempt))
+        .map(|e| format!("{:?}", e.kind).split([' ', '{']).next().unwrap().to_owned())
+        .collect()
+}
+
+/// A pool with one TLS connection held by a first call, and a second call
+/// racing for the same Address (resolved): (pool, first call, second call).
+fn second_call_racing(a: &Address) -> (PoolSim, switchyard_core::CallId, switchyard_core::CallId) {
+    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
+    let (c1, _) = open_tls(&mut sim, 0, a, Protocol::Http1);
+    let c2 = sim.acquire(1, a);
+    sim.drain();
+    sim.dns(1, c2, &["127.0.0.1"]);
+    (sim, c1, c2)
+}
+
 #[test]
 fn an_attempt_kept_for_the_pool_reports_every_event_under_its_call() {
     // Kept mid-handshake: its SecureConnectEnd and ConnectEnd still come.
-    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
     let a = https_h1("a.test");
-    let (c1, _) = open_tls(&mut sim, 0, &a, Protocol::Http1);
-    let c2 = sim.acquire(1, &a);
-    sim.drain();
-    sim.dns(1, c2, &["127.0.0.1"]);
+    let (mut sim, c1, c2) = second_call_racing(&a);
     sim.connected(2, c2);
     let attempt = sim.last_attempt(c2);
     sim.finish(3, c1);
     sim.pool.handle_established(ms(4), attempt, Some(Protocol::Http1), None).unwrap();
     sim.drain();
-    let names: Vec<String> = sim
-        .events
-        .iter()
-        .filter(|e| e.kind.attempt() == Some(attempt))
-        .map(|e| format!("{:?}", e.kind).split([' ', '{']).next().unwrap().to_owned())
-        .collect();
     assert_eq!(
-        names,
+        attempt_event_names(&sim, attempt),
         ["ConnectStart", "SecureConnectStart", "AttemptKeptForPool", "SecureConnectEnd", "ConnectEnd"]
     );
     assert_attempt_events_complete(&sim.events);
 
     // Kept while still in TCP connect: the pool starts its TLS, and every
     // event follows.
-    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
-    let (c1, _) = open_tls(&mut sim, 0, &a, Protocol::Http1);
-    let c2 = sim.acquire(1, &a);
-    sim.drain();
-    sim.dns(1, c2, &["127.0.0.1"]);
+    let (mut sim, c1, c2) = second_call_racing(&a);
     let attempt = sim.last_attempt(c2);
     sim.finish(2, c1);
     sim.pool.handle_connected(ms(3), attempt).unwrap();
     assert_eq!(sim.drain(), [format!("handshake {c2}")]);
     sim.pool.handle_established(ms(4), attempt, Some(Protocol::Http1), None).unwrap();
     sim.drain();
-    let names: Vec<String> = sim
-        .events
-        .iter()
-        .filter(|e| e.kind.attempt() == Some(attempt))
-        .map(|e| format!("{:?}", e.kind).split([' ', '{']).next().unwrap().to_owned())
-        .collect();
     assert_eq!(
-        names,
+        attempt_event_names(&sim, attempt),
         ["ConnectStart", "AttemptKeptForPool", "SecureConnectStart", "SecureConnectEnd", "ConnectEnd"]
     );
     assert_attempt_events_complete(&sim.events);
 
     // Kept, then its handshake fails: ConnectFailed under its call.
-    let mut sim = PoolSim::new(without_dns_cache(PoolConfig::default()));
-    let (c1, _) = open_tls(&mut sim, 0, &a, Protocol::Http1);
-    let c2 = sim.acquire(1, &a);
-    sim.drain();
-    sim.dns(1, c2, &["127.0.0.1"]);
+    let (mut sim, c1, c2) = second_call_racing(&a);
     sim.connected(2, c2);
     let attempt = sim.last_attempt(c2);
     sim.finish(3, c1);
