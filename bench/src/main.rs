@@ -17,6 +17,7 @@
 // A binary: its modules' `pub` items are crate-internal by nature.
 #![allow(unreachable_pub)]
 
+mod budget;
 mod core;
 mod measure;
 mod report;
@@ -44,6 +45,14 @@ struct Options {
     quick: bool,
     check: bool,
     out: std::path::PathBuf,
+    /// `--only s1,s3`: just these scenarios (all when empty).
+    only: Vec<String>,
+}
+
+impl Options {
+    fn wants(&self, id: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == id)
+    }
 }
 
 fn options(args: &[String]) -> Options {
@@ -60,6 +69,9 @@ fn options(args: &[String]) -> Options {
         quick,
         check: args.iter().any(|a| a == "--check"),
         out: value("--out").map_or_else(|| std::path::PathBuf::from("target/bench"), Into::into),
+        only: value("--only")
+            .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -164,6 +176,9 @@ fn main() {
     let mut scenarios = Vec::new();
 
     for (id, pin) in [("s1", None), ("s1-pinned", Some(0))] {
+        if !o.wants(id) {
+            continue;
+        }
         if pin.is_some() && !server::has("taskset") {
             eprintln!("{id}: skipped, no taskset");
             continue;
@@ -184,32 +199,43 @@ fn main() {
         ));
     }
 
-    let srv = Server::start(Kind::Http1, None);
-    let port = srv.port;
-    let title = format!(
-        "2. {} concurrent HTTP/1.1 GETs through the pool (switchyard with default pool settings; peers keep every idle connection)",
-        measure::CONCURRENCY
-    );
-    scenarios.push(run_scenario(
-        "s2",
-        title,
-        srv.name,
-        CONCURRENT,
-        |c| measure("s2", c, port, n, None),
-        o.runs,
-    ));
-    drop(srv);
+    if o.wants("s2") {
+        let srv = Server::start(Kind::Http1, None);
+        let port = srv.port;
+        let title = format!(
+            "2. {} concurrent HTTP/1.1 GETs through the pool (switchyard with default pool settings; peers keep every idle connection)",
+            measure::CONCURRENCY
+        );
+        scenarios.push(run_scenario(
+            "s2",
+            title,
+            srv.name,
+            CONCURRENT,
+            |c| measure("s2", c, port, n, None),
+            o.runs,
+        ));
+    }
 
-    let srv = Server::start(Kind::H2c, None);
-    let port = srv.port;
-    let title = format!("3. {} concurrent streams on one HTTP/2 connection (h2c)", measure::CONCURRENCY);
-    scenarios.push(run_scenario("s3", title, srv.name, HTTP2, |c| measure("s3", c, port, n, None), o.runs));
-    drop(srv);
+    if o.wants("s3") {
+        let srv = Server::start(Kind::H2c, None);
+        let port = srv.port;
+        let title = format!("3. {} concurrent streams on one HTTP/2 connection (h2c)", measure::CONCURRENCY);
+        scenarios.push(run_scenario(
+            "s3",
+            title,
+            srv.name,
+            HTTP2,
+            |c| measure("s3", c, port, n, None),
+            o.runs,
+        ));
+    }
 
     let tls = server::Tls::new();
     let ca_file = o.out.join("bench-ca.der");
     let _ = std::fs::create_dir_all(&o.out);
-    match (std::fs::write(&ca_file, &tls.ca), Server::h2o_tls(&tls)) {
+    let h2o = if o.wants("s3-tls") { Server::h2o_tls(&tls) } else { None };
+    match (std::fs::write(&ca_file, &tls.ca), h2o) {
+        _ if !o.wants("s3-tls") => {}
         (Ok(()), Some(srv)) => {
             // Children find the CA here.
             std::env::set_var("SWITCHYARD_BENCH_CA", &ca_file);
@@ -230,20 +256,21 @@ fn main() {
         _ => eprintln!("s3-tls: skipped (h2o is not installed)"),
     }
 
-    let srv = Server::start(Kind::Http1Close, None);
-    let port = srv.port;
-    let title = "4. Connection churn: every response `Connection: close`".to_owned();
-    scenarios.push(run_scenario(
-        "s4",
-        title,
-        srv.name,
-        SEQUENTIAL,
-        |c| measure("s4", c, port, n / 4, None),
-        o.runs,
-    ));
-    drop(srv);
+    if o.wants("s4") {
+        let srv = Server::start(Kind::Http1Close, None);
+        let port = srv.port;
+        let title = "4. Connection churn: every response `Connection: close`".to_owned();
+        scenarios.push(run_scenario(
+            "s4",
+            title,
+            srv.name,
+            SEQUENTIAL,
+            |c| measure("s4", c, port, n / 4, None),
+            o.runs,
+        ));
+    }
 
-    match switchyard_tests::net::v4_listener_with_hanging_v6() {
+    match switchyard_tests::net::v4_listener_with_hanging_v6().filter(|_| o.wants("s5")) {
         Some((v4, _hanging)) => {
             let srv = switchyard_tests::server::TestServer::start_on(v4, Default::default());
             let port = srv.port();
@@ -259,7 +286,8 @@ fn main() {
                 o.runs,
             ));
         }
-        None => eprintln!("s5: skipped, no IPv6 loopback to black-hole"),
+        None if o.wants("s5") => eprintln!("s5: skipped, no IPv6 loopback to black-hole"),
+        None => {}
     }
 
     let core = report::core_scenario(o.quick);
@@ -275,11 +303,23 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     if o.check {
-        let missing = report.missing();
+        // Scenarios left out with --only are not missing.
+        let missing: Vec<String> = report
+            .missing()
+            .into_iter()
+            .filter(|m| m.split([' ', '/']).next().is_some_and(|id| o.wants(id)))
+            .collect();
         if !missing.is_empty() {
             eprintln!("--check: no number for: {}", missing.join(", "));
             std::process::exit(1);
         }
         eprintln!("--check: every scenario produced a number for every client");
+        match budget::check(&report.core) {
+            Ok(lines) => eprintln!("--check: within the instruction budget: {lines}"),
+            Err(over) => {
+                eprintln!("--check: over the instruction budget (bench/instructions.budget): {over}");
+                std::process::exit(1);
+            }
+        }
     }
 }

@@ -4,7 +4,6 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use switchyard_common::{AsyncResolve, ClientBuilder, Error, EventLog, FromConfig, HttpVersion};
 use switchyard_core::PoolStats;
 
@@ -15,8 +14,9 @@ use crate::timeline;
 #[derive(Debug)]
 pub struct Failed(pub String);
 
-/// What one fetch returns.
-type Fetched = Result<(http::StatusCode, http::Version, Bytes), Error>;
+/// What one fetch of a `-n`/`-c` run returns: the status, the version and
+/// the body's length (the body itself is not kept).
+type Fetched = Result<(http::StatusCode, http::Version, u64), Error>;
 
 /// The async resolver `--dns` asks for (`None`: the system resolver), built by
 /// `make` for the adapter's runtime from the `--dns-server`s (empty: the
@@ -87,11 +87,16 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
     let log = EventLog::default();
     match args.runtime {
         Runtime::Tokio => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
+            // One fetch at a time: one thread, so the connection's task and the
+            // body's reader never wake each other across cores (a large HTTP/2
+            // download spends its time there otherwise). Runs of -n/-c use both.
+            let one_at_a_time = args.requests == 1 && args.concurrency == 1;
+            let rt = if one_at_a_time {
+                tokio::runtime::Builder::new_current_thread().enable_all().build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+            }
+            .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
             let dns = async_dns(&args, |servers| {
                 if servers.is_empty() {
                     switchyard_tokio::HickoryResolver::system()
@@ -141,7 +146,15 @@ async fn run_async<R: switchyard_async::Runtime>(
     if args.requests == 1 && args.concurrency == 1 {
         for url in &args.urls {
             log.clear();
-            let result = fetch_async(&client, url).await;
+            let result = async {
+                let mut response = client.get(url).send().await.map_err(Streamed::Call)?;
+                let mut sink = Sink::open(&args, response.status(), response.version(), response.headers())?;
+                while let Some(chunk) = response.body_mut().chunk().await.map_err(Streamed::Call)? {
+                    sink.write(&chunk)?;
+                }
+                sink.finish()
+            }
+            .await;
             single(&log, &args, result)?;
         }
         return Ok(());
@@ -177,14 +190,21 @@ async fn fetch_async<R: switchyard_async::Runtime>(
     url: &str,
 ) -> Fetched {
     let mut response = client.get(url).send().await?;
-    let body = response.body_mut().collect().await?;
-    Ok((response.status(), response.version(), body))
+    // Read and dropped chunk by chunk: memory stays bounded.
+    let mut bytes = 0;
+    while let Some(chunk) = response.body_mut().chunk().await? {
+        bytes += chunk.len() as u64;
+    }
+    Ok((response.status(), response.version(), bytes))
 }
 
 fn fetch_std(client: &switchyard_std::Client, url: &str) -> Fetched {
     let mut response = client.get(url).send()?;
-    let body = response.body_mut().collect()?;
-    Ok((response.status(), response.version(), body))
+    let mut bytes = 0;
+    while let Some(chunk) = response.body_mut().chunk()? {
+        bytes += chunk.len() as u64;
+    }
+    Ok((response.status(), response.version(), bytes))
 }
 
 /// The blocking client: `-c` threads share the requests.
@@ -192,7 +212,15 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
     if args.requests == 1 && args.concurrency == 1 {
         for url in &args.urls {
             log.clear();
-            single(log, args, fetch_std(client, url))?;
+            let result = (|| {
+                let mut response = client.get(url).send().map_err(Streamed::Call)?;
+                let mut sink = Sink::open(args, response.status(), response.version(), response.headers())?;
+                while let Some(chunk) = response.body_mut().chunk().map_err(Streamed::Call)? {
+                    sink.write(&chunk)?;
+                }
+                sink.finish()
+            })();
+            single(log, args, result)?;
         }
         return Ok(());
     }
@@ -252,8 +280,98 @@ impl Progress {
     }
 }
 
-/// Prints one fetch: its timeline (-v / --json), status, body.
-fn single(log: &EventLog, args: &GetArgs, result: Fetched) -> Result<(), Failed> {
+/// How a streamed fetch failed: the call, or writing its body out.
+enum Streamed {
+    Call(Error),
+    Write(Failed),
+}
+
+impl From<Failed> for Streamed {
+    fn from(f: Failed) -> Streamed {
+        Streamed::Write(f)
+    }
+}
+
+/// Where one fetch's body goes as it arrives: `-o FILE`, stdout, or nowhere
+/// (`--json` without `-o`). Memory stays bounded whatever the body's size;
+/// a long download to a file shows a progress line when stderr is a terminal.
+struct Sink {
+    out: Option<Box<dyn Write>>,
+    what: String,
+    progress: Option<indicatif::ProgressBar>,
+    started: Instant,
+}
+
+impl Sink {
+    /// Says the status (stderr, unless `--json`) and opens the output.
+    fn open(
+        args: &GetArgs,
+        status: http::StatusCode,
+        version: http::Version,
+        headers: &http::HeaderMap,
+    ) -> Result<Sink, Failed> {
+        if !args.json {
+            eprintln!("{version:?} {status}");
+        }
+        let (out, what): (Option<Box<dyn Write>>, String) = match &args.output {
+            Some(path) => {
+                let file = std::fs::File::create(path)
+                    .map_err(|e| Failed(format!("cannot write {}: {e}", path.display())))?;
+                (
+                    Some(Box::new(std::io::BufWriter::with_capacity(256 * 1024, file))),
+                    path.display().to_string(),
+                )
+            }
+            None if !args.json => (
+                Some(Box::new(std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout()))),
+                "stdout".into(),
+            ),
+            None => (None, String::new()),
+        };
+        let progress = (args.output.is_some() && std::io::stderr().is_terminal()).then(|| {
+            let length = headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            let bar =
+                indicatif::ProgressBar::with_draw_target(length, indicatif::ProgressDrawTarget::hidden());
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{bytes}/{total_bytes} {binary_bytes_per_sec} {elapsed} {wide_bar}",
+            ) {
+                bar.set_style(style);
+            }
+            bar
+        });
+        Ok(Sink { out, what, progress, started: Instant::now() })
+    }
+
+    fn write(&mut self, chunk: &[u8]) -> Result<(), Failed> {
+        if let Some(out) = &mut self.out {
+            out.write_all(chunk).map_err(|e| Failed(format!("cannot write {}: {e}", self.what)))?;
+        }
+        if let Some(bar) = &self.progress {
+            bar.inc(chunk.len() as u64);
+            // Shown only for downloads that take longer than a second.
+            if bar.is_hidden() && self.started.elapsed() > Duration::from_secs(1) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), Streamed> {
+        if let Some(bar) = self.progress.take() {
+            bar.finish_and_clear();
+        }
+        if let Some(out) = &mut self.out {
+            out.flush().map_err(|e| Failed(format!("cannot write {}: {e}", self.what)))?;
+        }
+        Ok(())
+    }
+}
+
+/// Ends one streamed fetch: its timeline (-v / --json) and its error, if any.
+fn single(log: &EventLog, args: &GetArgs, result: Result<(), Streamed>) -> Result<(), Failed> {
     let events = log.events();
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -267,20 +385,11 @@ fn single(log: &EventLog, args: &GetArgs, result: Fetched) -> Result<(), Failed>
             eprint!("{}", timeline::render(&events, call));
         }
     }
-    let (status, version, body) = result.map_err(|e| Failed(format!("{e:#}")))?;
-    if !args.json {
-        eprintln!("{version:?} {status}");
+    match result {
+        Ok(()) => Ok(()),
+        Err(Streamed::Call(e)) => Err(Failed(format!("{e:#}"))),
+        Err(Streamed::Write(f)) => Err(f),
     }
-    match &args.output {
-        Some(path) => std::fs::write(path, &body)
-            .map_err(|e| Failed(format!("cannot write {}: {e}", path.display())))?,
-        None if !args.json => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&body).and_then(|()| out.flush()).map_err(|e| Failed(format!("stdout: {e}")))?;
-        }
-        None => {}
-    }
-    Ok(())
 }
 
 /// Prints the -n/-c summary (and, with --json, every event first).

@@ -97,8 +97,8 @@ pub mod tls;
 mod userinfo;
 
 pub use config::{
-    BuilderState, ClientBuilder, Config, FromConfig, HttpVersion, ProxySelector, RequestOptions,
-    DEFAULT_USER_AGENT,
+    BuilderState, ClientBuilder, Config, FromConfig, Http2Settings, HttpVersion, ProxySelector,
+    RequestOptions, DEFAULT_USER_AGENT,
 };
 #[cfg(feature = "json")]
 pub use error::decode_json;

@@ -29,6 +29,7 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             limits: config.limits,
             tls: config.tls_configs.clone(),
             handshake_timeout: config.pool.race.handshake_timeout,
+            http2: config.http2,
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),

@@ -46,6 +46,8 @@ pub(crate) struct Settings {
     pub(crate) tls: switchyard_common::tls::TlsConfigs,
     /// Also bounds how long a new HTTP/2 connection may take to become usable.
     pub(crate) handshake_timeout: std::time::Duration,
+    /// HTTP/2 flow-control windows.
+    pub(crate) http2: switchyard_common::Http2Settings,
 }
 
 pub(crate) struct Shared {

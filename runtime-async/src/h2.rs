@@ -312,6 +312,7 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     };
     let header_limit = u32::try_from(limit.saturating_mul(3).saturating_add(8192)).unwrap_or(u32::MAX);
     let usable_by = std::time::Instant::now() + owner.settings.handshake_timeout;
+    let windows = owner.settings.http2;
     let never_usable = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let never_usable_flag = Arc::clone(&never_usable);
     let rt = Arc::clone(&owner.rt);
@@ -330,6 +331,8 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
         // BEHAVIOUR §4): `h2` would otherwise assume no limit and send a burst
         // the server refuses.
         let handshake = h2::client::Builder::new()
+            .initial_window_size(windows.stream_window)
+            .initial_connection_window_size(windows.connection_window)
             .max_header_list_size(header_limit)
             .initial_max_send_streams(1)
             .handshake::<_, Bytes>(io);
