@@ -135,6 +135,9 @@ fn main() {
     match arg(1) {
         "serve-h1" => return server::serve_h1(arg(2).parse().expect("port"), false),
         "serve-h1-close" => return server::serve_h1(arg(2).parse().expect("port"), true),
+        "serve-h1-large" => {
+            return server::serve_h1_with(arg(2).parse().expect("port"), server::large_response(), false)
+        }
         "serve-h2" => return server::serve_h2(arg(2).parse().expect("port")),
         "measure" => {
             // reqwest is built with `rustls-no-provider`: the process picks ring.
@@ -143,6 +146,7 @@ fn main() {
             let sample = match scenario {
                 "s1" | "s1-pinned" => measure::sequential_client(client, port, n, false),
                 "s4" => measure::sequential_client(client, port, n, true),
+                "s7" => measure::large_body_client(client, port, n),
                 "s2" => measure::concurrent_client(client, port, n, false),
                 "s3" => measure::concurrent_client(client, port, n, true),
                 "s3-tls" => measure::tls_client(client, port, n),
@@ -266,6 +270,24 @@ fn main() {
             srv.name,
             SEQUENTIAL,
             |c| measure("s4", c, port, n / 4, None),
+            o.runs,
+        ));
+    }
+
+    if o.wants("s7") {
+        let srv = Server::start(Kind::Http1Large, None);
+        let port = srv.port;
+        let mib = server::LARGE >> 20;
+        let title = format!(
+            "7. Large bodies: sequential {mib} MiB GETs over HTTP/1.1 cleartext (req/s × {mib} = MiB/s; CPU per request = per {mib} MiB)"
+        );
+        let count = if o.quick { 3 } else { 20 };
+        scenarios.push(run_scenario(
+            "s7",
+            title,
+            srv.name,
+            SEQUENTIAL,
+            |c| measure("s7", c, port, count, None),
             o.runs,
         ));
     }

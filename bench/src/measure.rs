@@ -360,6 +360,100 @@ pub fn sequential_client(client: &str, port: u16, n: usize, close: bool) -> Opti
     })
 }
 
+/// Scenario 7: sequential GETs of a [`LARGE`](crate::server::LARGE) body,
+/// each read chunk by chunk and dropped (what a download to a file costs
+/// the client); `raw` is a plain socket read loop, the limit.
+pub fn large_body_client(client: &str, port: u16, n: usize) -> Option<Sample> {
+    use crate::server::LARGE;
+    let url = format!("http://127.0.0.1:{port}/");
+    let uri: http::Uri = url.parse().ok()?;
+    let check = |got: usize| assert_eq!(got, LARGE, "{client}: the whole body");
+    Some(match client {
+        "raw" => {
+            let expected = crate::server::large_head().len() + LARGE;
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+            let req = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into_bytes();
+            let mut buf = vec![0u8; 64 * 1024];
+            sequential(n, || {
+                s.write_all(&req).expect("write");
+                let mut got = 0;
+                while got < expected {
+                    let n = s.read(&mut buf).expect("read");
+                    assert!(n > 0, "server closed early");
+                    got += n;
+                }
+            })
+        }
+        "switchyard-tokio" => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let c = switchyard_tokio(false);
+            sequential(n, || check(rt.block_on(switchyard_drain(&c, &url))))
+        }
+        "switchyard-smol" => {
+            let c = switchyard_smol(false);
+            sequential(n, || check(smol::block_on(switchyard_drain(&c, &url))))
+        }
+        "switchyard-std" => {
+            let c = switchyard_std::Client::new().ok()?;
+            sequential(n, || {
+                let mut r = c.get(&url).send().expect("switchyard-std");
+                let mut got = 0;
+                while let Some(chunk) = r.body_mut().chunk().expect("body") {
+                    got += chunk.len();
+                }
+                check(got);
+            })
+        }
+        "hyper-util" => {
+            use http_body_util::BodyExt;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let c = hyper(false);
+            sequential(n, || {
+                check(rt.block_on(async {
+                    let mut body = c.get(uri.clone()).await.expect("hyper").into_body();
+                    let mut got = 0;
+                    while let Some(frame) = body.frame().await {
+                        got += frame.expect("body").data_ref().map_or(0, bytes::Bytes::len);
+                    }
+                    got
+                }));
+            })
+        }
+        "reqwest" => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let c = reqwest_client(false);
+            sequential(n, || {
+                check(rt.block_on(async {
+                    let mut r = c.get(&url).send().await.expect("reqwest");
+                    let mut got = 0;
+                    while let Some(chunk) = r.chunk().await.expect("body") {
+                        got += chunk.len();
+                    }
+                    got
+                }));
+            })
+        }
+        "ureq" => {
+            let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+            sequential(n, || {
+                let mut r = agent.get(&url).call().expect("ureq");
+                let got = std::io::copy(&mut r.body_mut().as_reader(), &mut std::io::sink()).expect("body");
+                check(usize::try_from(got).unwrap_or(0));
+            })
+        }
+        _ => return None,
+    })
+}
+
+async fn switchyard_drain<R: switchyard_async::Runtime>(c: &switchyard_async::Client<R>, url: &str) -> usize {
+    let mut r = c.get(url).send().await.expect("switchyard");
+    let mut got = 0;
+    while let Some(chunk) = r.body_mut().chunk().await.expect("body") {
+        got += chunk.len();
+    }
+    got
+}
+
 /// Scenario 2 (HTTP/1.1 through the pool) and 3 (h2c, one connection): 64
 /// concurrent callers.
 pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Option<Sample> {

@@ -22,9 +22,26 @@ pub fn response(close: bool) -> Vec<u8> {
     [head.as_bytes(), BODY].concat()
 }
 
+/// Scenario 7's body: 64 MiB.
+pub const LARGE: usize = 64 << 20;
+
+/// Scenario 7's response head.
+pub fn large_head() -> String {
+    format!("HTTP/1.1 200 OK\r\nContent-Length: {LARGE}\r\n\r\n")
+}
+
+/// Scenario 7's response: `LARGE` bytes of body.
+pub fn large_response() -> Vec<u8> {
+    let mut r = large_head().into_bytes();
+    r.resize(r.len() + LARGE, b'x');
+    r
+}
+
 /// Which server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// HTTP/1.1, keep-alive, every body [`LARGE`].
+    Http1Large,
     /// HTTP/1.1, keep-alive.
     Http1,
     /// HTTP/1.1, every response `Connection: close`.
@@ -119,6 +136,7 @@ impl Server {
         let what = match kind {
             Kind::Http1 => "serve-h1",
             Kind::Http1Close => "serve-h1-close",
+            Kind::Http1Large => "serve-h1-large",
             Kind::H2c => "serve-h2",
         };
         cmd.arg(what).arg(port.to_string()).stdout(Stdio::null());
@@ -192,10 +210,15 @@ fn which(program: &str) -> Option<PathBuf> {
 
 /// The HTTP/1.1 server process: answer every request head with the response.
 pub fn serve_h1(port: u16, close: bool) {
+    serve_h1_with(port, response(close), close);
+}
+
+/// The HTTP/1.1 server process, answering every request with `reply`.
+pub fn serve_h1_with(port: u16, reply: Vec<u8>, close: bool) {
+    let reply = bytes::Bytes::from(reply);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
-        let reply = response(close);
         loop {
             let Ok((mut s, _)) = listener.accept().await else { continue };
             let _ = s.set_nodelay(true);

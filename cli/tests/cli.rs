@@ -308,3 +308,48 @@ fn warm_prints_readiness_as_it_changes() {
     );
     assert!(refused.iter().any(|l| l["readiness"] == "down"), "down after 1 s: {refused:?}");
 }
+
+/// `get` streams the body as it arrives, to `-o FILE` or stdout, on every
+/// runtime, over HTTP/1.1 and HTTP/2 (TLS): 24 MiB arrive whole, byte for
+/// byte; an output it cannot write is an error naming it.
+#[test]
+fn get_streams_large_bodies_to_a_file_and_stdout() {
+    let ca = switchyard_tests::certs::TestCa::new();
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["a.test".into()], ca.leaf(&["a.test"])));
+    let server = TestServer::start(options);
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    let size = 24 << 20;
+    let url = format!("https://a.test:{}/bytes/{size}", server.port());
+    let resolve = format!("a.test:{}:127.0.0.1", server.port());
+    let ca_arg = ca_file.to_str().unwrap();
+    for (runtime, version) in
+        [("tokio", "--http2"), ("smol", "--http2"), ("tokio", "--http1.1"), ("std", "--http1.1")]
+    {
+        let what = format!("{runtime} {version}");
+        let out_file = dir.join(format!("{runtime}{version}.bin"));
+        let args = ["get", "--runtime", runtime, version, "--cacert", ca_arg, "--resolve", &resolve];
+        let out = bin().args(args).args(["-o", out_file.to_str().unwrap(), &url]).output().unwrap();
+        assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        let written = std::fs::read(&out_file).unwrap();
+        assert_eq!(written.len(), size, "{what}");
+        assert!(written.iter().all(|b| *b == b'x'), "{what}");
+        let out = bin().args(args).arg(&url).output().unwrap();
+        assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout.len(), size, "{what}: stdout");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("200 OK"), "{what}: the status on stderr: {stderr}");
+    }
+    let nowhere = dir.join("no/such/dir/out.bin");
+    let out = bin()
+        .args(["get", "--cacert", ca_arg, "--resolve", &resolve, "-o", nowhere.to_str().unwrap(), &url])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot write") && stderr.contains("out.bin"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -49,17 +49,17 @@ pub(crate) fn bound(limit: Option<Duration>, deadline: Option<std::time::Instant
     }
 }
 
-/// An HTTP/1.1 connection's socket side: the stream, whether written bytes
-/// still await a flush (TLS buffers records), and where reads land.
+/// An HTTP/1.1 connection's socket side: the stream, and whether written
+/// bytes still await a flush (TLS buffers records). Reads land in the core
+/// driver's own buffer ([`http1::Driver::read_buffer`]).
 pub(crate) struct Wire {
     io: Io,
     dirty: bool,
-    scratch: Box<[u8]>,
 }
 
 impl Wire {
     pub(crate) fn new(io: Io) -> Wire {
-        Wire { io, dirty: false, scratch: vec![0u8; 16 * 1024].into_boxed_slice() }
+        Wire { io, dirty: false }
     }
 }
 
@@ -154,10 +154,10 @@ async fn pump(
             }
         }
         if driver.wants_read() {
-            let mut read = tokio::io::ReadBuf::new(&mut wire.scratch);
-            match Pin::new(&mut wire.io).poll_read(cx, &mut read) {
-                Poll::Ready(Ok(())) if read.filled().is_empty() => driver.handle_eof(hub.now()),
-                Poll::Ready(Ok(())) => driver.handle_read(hub.now(), read.filled()),
+            // Straight into the driver's buffer: no copy through a scratch.
+            match tokio_util::io::poll_read_buf(Pin::new(&mut wire.io), cx, driver.read_buffer()) {
+                Poll::Ready(Ok(0)) => driver.handle_eof(hub.now()),
+                Poll::Ready(Ok(n)) => driver.handle_appended(hub.now(), n),
                 Poll::Ready(Err(e)) => driver.handle_read_error(hub.now(), &e),
                 Poll::Pending => return Poll::Pending,
             }

@@ -976,7 +976,7 @@ impl Pool {
     /// socket healthy: no EOF, no stray bytes. (A dead one is reported with
     /// [`Pool::connection_closed`].) A new connection to a declared Address
     /// proves usable this way at the end of its probation
-    /// ([`warm`](self::warm)); for others it changes nothing.
+    /// ([`warm`]); for others it changes nothing.
     pub fn probe_passed(&mut self, now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
         self.known(connection)?;
         if self.probation.get(&connection).is_some_and(|p| p.due_by(now)) {
