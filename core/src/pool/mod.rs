@@ -74,7 +74,13 @@
 //! HTTP/2 drivers must report every SETTINGS frame of the server as it arrives
 //! (not only ones that change the limit; [`crate::http2::FrameScanner`] finds
 //! them in the bytes read): a connection whose SETTINGS are never reported
-//! carries one stream and is retired after the handshake timeout.
+//! carries one stream and is retired after the handshake timeout. Answer
+//! [`PoolAction::Probe`] by looking at the idle socket without waiting: a dead
+//! one with [`Pool::connection_closed`], a healthy one with
+//! [`Pool::probe_passed`] (a new HTTP/1.1 connection to a declared Address
+//! proves usable that way; see [`warm`]). Through a proxy, report the tunnel
+//! open with [`Pool::handle_tunnelled`] before TLS starts, so the handshake
+//! timeout, not the connect timeout, bounds TLS.
 //!
 //! # Example: a new connection, a reuse, and keep-alive eviction on time
 //!
