@@ -258,7 +258,8 @@ pub struct Pool {
     conns: FastMap<ConnectionId, Connection>,
     addrs: FastMap<Address, AddrState>,
     coalesce_index: FastMap<IpAddr, BTreeSet<ConnectionId>>,
-    calls: BTreeMap<CallId, Call>,
+    // Boxed: a call moves in and out of the map as a pointer, not a struct.
+    calls: BTreeMap<CallId, Box<Call>>,
     idle_all: BTreeSet<(Instant, ConnectionId)>,
     lifetimes: BTreeSet<(Instant, ConnectionId)>,
     waiters: BTreeMap<u64, CallId>,
@@ -427,7 +428,7 @@ impl Pool {
             self.actions.push_back(PoolAction::AcquireFailed { call: id, error: AcquireError::Shutdown });
             return id;
         }
-        self.calls.insert(id, Call::new(address, options, wait_seq));
+        self.calls.insert(id, Box::new(Call::new(address, options, wait_seq)));
         self.dispatch(now, id);
         id
     }
@@ -537,7 +538,9 @@ impl Pool {
                 }
             }
         }
-        let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) else {
+        let Some(Call { state: CallState::Racing { race, .. }, .. }) =
+            self.calls.get_mut(&call_id).map(|c| &mut **c)
+        else {
             return Ok(());
         };
         race.handle_dns_answer(now, query, answer, source, &mut self.db)?;
@@ -583,7 +586,7 @@ impl Pool {
             return Ok(());
         }
         if let Some(Call { state: CallState::Racing { tls: facts, .. }, .. }) =
-            self.calls.get_mut(&attempt.call())
+            self.calls.get_mut(&attempt.call()).map(|c| &mut **c)
         {
             if let Some(t) = tls {
                 facts.insert(attempt, t);
@@ -615,7 +618,7 @@ impl Pool {
     /// retry closes one connection, so the retries are bounded by the idle count.
     fn make_room(&mut self, now: Instant, attempt: AttemptId) -> bool {
         let Some(&(_, victim)) = self.idle_all.first() else { return false };
-        let route = match self.calls.get(&attempt.call()) {
+        let route = match self.calls.get(&attempt.call()).map(|c| &**c) {
             Some(Call { state: CallState::Racing { race, .. }, .. }) => {
                 race.connecting_route(attempt).cloned()
             }
@@ -686,7 +689,8 @@ impl Pool {
                 break;
             }
             self.race_timers.remove(&(at, call));
-            if let Some(Call { state: CallState::Racing { race, timer, .. }, .. }) = self.calls.get_mut(&call)
+            if let Some(Call { state: CallState::Racing { race, timer, .. }, .. }) =
+                self.calls.get_mut(&call).map(|c| &mut **c)
             {
                 *timer = None;
                 race.handle_timeout(now, &mut self.db);
@@ -1071,7 +1075,7 @@ impl Pool {
         f: impl FnOnce(&mut Race, &mut RouteDatabase) -> Result<(), Misuse>,
     ) -> Result<(), Misuse> {
         let call_id = attempt.call();
-        match self.calls.get_mut(&call_id) {
+        match self.calls.get_mut(&call_id).map(|c| &mut **c) {
             Some(Call { state: CallState::Racing { race, .. }, .. }) => {
                 f(race, &mut self.db)?;
                 self.pump_race(now, call_id);
@@ -1275,7 +1279,7 @@ impl Pool {
         let mut answers: Vec<(QueryId, DnsAnswer, DnsSource)> = Vec::new();
         {
             let Some(Call { state: CallState::Racing { race, timer, direct_queries, .. }, address, .. }) =
-                self.calls.get_mut(&call_id)
+                self.calls.get_mut(&call_id).map(|c| &mut **c)
             else {
                 return;
             };

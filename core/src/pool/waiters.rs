@@ -211,7 +211,9 @@ impl Pool {
             };
             // Its attempt is not thrown away: it joins the pool.
             self.keep_attempt(now, call_id);
-            if let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) {
+            if let Some(Call { state: CallState::Racing { race, .. }, .. }) =
+                self.calls.get_mut(&call_id).map(|c| &mut **c)
+            {
                 let _ = race.adopt_pooled(now, conn);
             }
             self.stop_race(now, call_id);
