@@ -35,6 +35,7 @@ const SEQUENTIAL: &[&str] =
 const CONCURRENT: &[&str] =
     &["raw-tokio", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
 const HTTP2: &[&str] = &["h2", "switchyard-tokio", "switchyard-smol", "hyper-util", "reqwest"];
+const IDLE: &[&str] = &["switchyard-tokio", "switchyard-smol", "hyper-util", "reqwest"];
 const EYEBALLS: &[&str] =
     &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
 
@@ -135,8 +136,17 @@ fn main() {
     match arg(1) {
         "serve-h1" => return server::serve_h1(arg(2).parse().expect("port"), false),
         "serve-h1-close" => return server::serve_h1(arg(2).parse().expect("port"), true),
+        "serve-h1-slow" => {
+            let port = arg(2).parse().expect("port");
+            return server::serve_h1_with(port, server::response(false), false, Some(server::SLOW));
+        }
         "serve-h1-large" => {
-            return server::serve_h1_with(arg(2).parse().expect("port"), server::large_response(), false)
+            return server::serve_h1_with(
+                arg(2).parse().expect("port"),
+                server::large_response(),
+                false,
+                None,
+            )
         }
         "serve-h2" => return server::serve_h2(arg(2).parse().expect("port")),
         "measure" => {
@@ -147,6 +157,7 @@ fn main() {
                 "s1" | "s1-pinned" => measure::sequential_client(client, port, n, false),
                 "s4" => measure::sequential_client(client, port, n, true),
                 "s7" => measure::large_body_client(client, port, n),
+                "s8" => measure::idle_memory(client, port, n),
                 "s2" => measure::concurrent_client(client, port, n, false),
                 "s3" => measure::concurrent_client(client, port, n, true),
                 "s3-tls" => measure::tls_client(client, port, n),
@@ -288,6 +299,23 @@ fn main() {
             srv.name,
             SEQUENTIAL,
             |c| measure("s7", c, port, count, None),
+            o.runs,
+        ));
+    }
+
+    if o.wants("s8") {
+        let srv = Server::start(Kind::Http1Slow, None);
+        let port = srv.port;
+        let count = if o.quick { 200 } else { 1_000 };
+        let title = format!(
+            "8. Memory per idle connection: {count} concurrent HTTP/1.1 calls (each answered 300 ms late), then kept idle by the pool; req/s column = idle connections per MiB of RSS growth (higher is better), RSS = the process's peak"
+        );
+        scenarios.push(run_scenario(
+            "s8",
+            title,
+            srv.name,
+            IDLE,
+            |c| measure("s8", c, port, count, None),
             o.runs,
         ));
     }

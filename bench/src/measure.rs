@@ -445,6 +445,107 @@ pub fn large_body_client(client: &str, port: u16, n: usize) -> Option<Sample> {
     })
 }
 
+/// The process's resident memory now, KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Scenario 8: `n` concurrent GETs to a server that answers each 300 ms
+/// late (so each needs a connection of its own), then the pool keeps the `n`
+/// connections idle; the RSS growth per connection, as idle connections per
+/// MiB in `rps` (higher is better). Every client keeps them all (switchyard
+/// with its idle caps raised to `n`).
+pub fn idle_memory(client: &str, port: u16, n: usize) -> Option<Sample> {
+    let url = format!("http://127.0.0.1:{port}/");
+    let uri: http::Uri = url.parse().ok()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+    let before = rss_kib();
+    let t0 = Instant::now();
+    let c0 = cpu();
+    // The client stays alive (its connections idle) until measured.
+    let _keep: Box<dyn std::any::Any> = match client {
+        "switchyard-tokio" => {
+            let c = switchyard_tokio::Client::builder().max_idle(n).max_idle_per_host(n).build().ok()?;
+            rt.block_on(async {
+                let calls: Vec<_> =
+                    (0..n).map(|_| tokio::spawn(call_tokio(c.clone(), url.clone()))).collect();
+                for call in calls {
+                    call.await.expect("call");
+                }
+            });
+            assert_eq!(c.stats().totals.idle, n, "every connection idle in the pool");
+            Box::new(c)
+        }
+        "switchyard-smol" => {
+            let c = switchyard_smol::Client::builder().max_idle(n).max_idle_per_host(n).build().ok()?;
+            let ex = smol::LocalExecutor::new();
+            smol::block_on(ex.run(async {
+                let calls: Vec<_> = (0..n)
+                    .map(|_| {
+                        let (c, url) = (c.clone(), url.clone());
+                        ex.spawn(async move { switchyard_get(&c, &url).await })
+                    })
+                    .collect();
+                for call in calls {
+                    call.await;
+                }
+            }));
+            assert_eq!(c.stats().totals.idle, n, "every connection idle in the pool");
+            Box::new(c)
+        }
+        "hyper-util" => {
+            let c = hyper(false);
+            rt.block_on(async {
+                let calls: Vec<_> = (0..n)
+                    .map(|_| {
+                        let (c, uri) = (c.clone(), uri.clone());
+                        tokio::spawn(async move { hyper_get(&c, uri).await })
+                    })
+                    .collect();
+                for call in calls {
+                    call.await.expect("call");
+                }
+            });
+            Box::new(c)
+        }
+        "reqwest" => {
+            let c = reqwest_client(false);
+            rt.block_on(async {
+                let calls: Vec<_> = (0..n)
+                    .map(|_| {
+                        let (c, url) = (c.clone(), url.clone());
+                        tokio::spawn(async move { reqwest_get(&c, &url).await })
+                    })
+                    .collect();
+                for call in calls {
+                    call.await.expect("call");
+                }
+            });
+            Box::new(c)
+        }
+        _ => return None,
+    };
+    let grown = rss_kib().saturating_sub(before).max(1);
+    let wall = t0.elapsed();
+    Some(Sample {
+        rps: n as f64 / (grown as f64 / 1024.0),
+        p50_us: wall.as_secs_f64() * 1e6,
+        p99_us: wall.as_secs_f64() * 1e6,
+        cpu_us: (cpu() - c0).as_secs_f64() * 1e6 / n as f64,
+        rss_kib: peak_rss_kib(),
+    })
+}
+
+async fn call_tokio(c: switchyard_tokio::Client, url: String) {
+    switchyard_get(&c, &url).await;
+}
+
 async fn switchyard_drain<R: switchyard_async::Runtime>(c: &switchyard_async::Client<R>, url: &str) -> usize {
     let mut r = c.get(url).send().await.expect("switchyard");
     let mut got = 0;

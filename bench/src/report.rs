@@ -123,7 +123,7 @@ impl Report {
         if counted && self.core.decode.1.is_none() {
             m.push("s6/decode-instructions".into());
         }
-        let mut required = vec!["s1", "s2", "s3", "s4", "s5", "s7"];
+        let mut required = vec!["s1", "s2", "s3", "s4", "s5", "s7", "s8"];
         if crate::server::has("h2o") {
             required.push("s3-tls");
         }

@@ -22,6 +22,9 @@ pub fn response(close: bool) -> Vec<u8> {
     [head.as_bytes(), BODY].concat()
 }
 
+/// How late [`Kind::Http1Slow`] answers.
+pub const SLOW: Duration = Duration::from_millis(300);
+
 /// Scenario 7's body: 64 MiB.
 pub const LARGE: usize = 64 << 20;
 
@@ -42,6 +45,9 @@ pub fn large_response() -> Vec<u8> {
 pub enum Kind {
     /// HTTP/1.1, keep-alive, every body [`LARGE`].
     Http1Large,
+    /// HTTP/1.1, keep-alive, each answer [`SLOW`] late (so concurrent calls
+    /// need a connection each).
+    Http1Slow,
     /// HTTP/1.1, keep-alive.
     Http1,
     /// HTTP/1.1, every response `Connection: close`.
@@ -137,6 +143,7 @@ impl Server {
             Kind::Http1 => "serve-h1",
             Kind::Http1Close => "serve-h1-close",
             Kind::Http1Large => "serve-h1-large",
+            Kind::Http1Slow => "serve-h1-slow",
             Kind::H2c => "serve-h2",
         };
         cmd.arg(what).arg(port.to_string()).stdout(Stdio::null());
@@ -210,11 +217,12 @@ fn which(program: &str) -> Option<PathBuf> {
 
 /// The HTTP/1.1 server process: answer every request head with the response.
 pub fn serve_h1(port: u16, close: bool) {
-    serve_h1_with(port, response(close), close);
+    serve_h1_with(port, response(close), close, None);
 }
 
-/// The HTTP/1.1 server process, answering every request with `reply`.
-pub fn serve_h1_with(port: u16, reply: Vec<u8>, close: bool) {
+/// The HTTP/1.1 server process, answering every request with `reply`
+/// (`delay` after reading it, if given).
+pub fn serve_h1_with(port: u16, reply: Vec<u8>, close: bool, delay: Option<Duration>) {
     let reply = bytes::Bytes::from(reply);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async move {
@@ -234,6 +242,9 @@ pub fn serve_h1_with(port: u16, reply: Vec<u8>, close: bool) {
                     }
                     // Answer each complete head; keep any partial one.
                     while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+                        if let Some(d) = delay {
+                            tokio::time::sleep(d).await;
+                        }
                         if s.write_all(&reply).await.is_err() || close {
                             return;
                         }

@@ -17,14 +17,20 @@ use crate::time::Instant;
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct Route {
     address: Address,
-    proxy: Proxy,
+    /// `None` for [`Proxy::Direct`] (the common case costs nothing to clone);
+    /// a proxy, shared. Either way a route stays small to move.
+    proxy: Option<std::sync::Arc<Proxy>>,
     socket_addr: SocketAddr,
 }
+
+/// What [`Route::proxy`] lends for a direct route.
+static DIRECT: Proxy = Proxy::Direct;
 
 impl Route {
     /// A route to `address` through `proxy`, dialling `socket_addr`.
     #[must_use]
     pub fn new(address: Address, proxy: Proxy, socket_addr: SocketAddr) -> Route {
+        let proxy = (proxy != Proxy::Direct).then(|| std::sync::Arc::new(proxy));
         Route { address, proxy, socket_addr }
     }
     /// The Address this route serves.
@@ -35,7 +41,7 @@ impl Route {
     /// The proxy in use, [`Proxy::Direct`] for none.
     #[must_use]
     pub fn proxy(&self) -> &Proxy {
-        &self.proxy
+        self.proxy.as_deref().unwrap_or(&DIRECT)
     }
     /// The socket address to dial.
     #[must_use]
@@ -50,12 +56,12 @@ impl Route {
     /// Whether an HTTP `CONNECT` tunnel must be opened through the proxy first.
     #[must_use]
     pub fn requires_tunnel(&self) -> bool {
-        matches!(self.proxy, Proxy::Http { .. }) && self.address.is_https()
+        matches!(self.proxy(), Proxy::Http { .. }) && self.address.is_https()
     }
     /// Whether a SOCKS5 handshake must run first.
     #[must_use]
     pub fn requires_socks5(&self) -> bool {
-        matches!(self.proxy, Proxy::Socks5 { .. })
+        matches!(self.proxy(), Proxy::Socks5 { .. })
     }
     /// Whether anything must run after TCP connects (SOCKS5, tunnel, TLS) before the
     /// connection can carry exchanges.
@@ -66,7 +72,7 @@ impl Route {
     /// Whether requests use absolute-form targets (plain http through an HTTP proxy).
     #[must_use]
     pub fn uses_absolute_form(&self) -> bool {
-        matches!(self.proxy, Proxy::Http { .. }) && !self.address.is_https()
+        matches!(self.proxy(), Proxy::Http { .. }) && !self.address.is_https()
     }
 }
 
@@ -92,7 +98,7 @@ impl fmt::Display for Route {
             write!(f, ":{}", self.address.port())?;
         }
         if !same_host {
-            let via = match self.proxy {
+            let via = match self.proxy() {
                 Proxy::Direct => " at ",
                 _ => " via proxy ",
             };

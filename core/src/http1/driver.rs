@@ -174,14 +174,15 @@ pub struct Conn {
     buf: BytesMut,
     exchanges: u64,
     config: DriverConfig,
-    /// How much the next read asks for ([`Driver::read_buffer`]): 16 KiB,
+    /// How much the next read asks for ([`Driver::read_buffer`]): 8 KiB,
     /// doubled (up to 64 KiB) while reads fill it — a large body arrives in
-    /// large chunks — and back to 16 KiB between exchanges.
+    /// large chunks — and back to 8 KiB between exchanges.
     read_size: usize,
 }
 
-/// A read's size before a large body is seen.
-const READ_MIN: usize = 16 * 1024;
+/// A read's size before a large body is seen (and the most an idle
+/// connection's buffer keeps).
+const READ_MIN: usize = 8 * 1024;
 /// The most a read asks for: larger buffers fall out of the CPU's cache and
 /// cost more in copying than they save in calls (measured on 64 MiB bodies).
 const READ_MAX: usize = 64 * 1024;
@@ -628,7 +629,7 @@ impl Driver {
 
     /// The read buffer, for a driver that reads from the socket straight into
     /// it rather than through [`Driver::handle_read`] (one copy fewer), with
-    /// room for the next read reserved (16 KiB, more while a large body
+    /// room for the next read reserved (8 KiB, more while a large body
     /// streams). Append at the end only, then report the count with
     /// [`Driver::handle_appended`].
     ///
@@ -642,7 +643,7 @@ impl Driver {
     /// driver.handle_written(Instant::ZERO, n);
     /// let wire = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi";
     /// let buf = driver.read_buffer();
-    /// assert!(buf.capacity() - buf.len() >= 16 * 1024);
+    /// assert!(buf.capacity() - buf.len() >= 8 * 1024);
     /// buf.extend_from_slice(wire); // a socket read into the spare capacity
     /// driver.handle_appended(Instant::ZERO, wire.len());
     /// assert_eq!(driver.poll_event(), Some(Event::HeadersSent));
@@ -757,7 +758,8 @@ impl Driver {
         match self.outcome {
             Some(Ok(Reuse::Reusable)) => {
                 conn.exchanges += 1;
-                // An idle connection keeps a small buffer, whatever its last body.
+                // An idle connection keeps a small read buffer (reused by the
+                // next exchange without allocating); a large body's goes.
                 conn.read_size = READ_MIN;
                 if conn.buf.is_empty() && conn.buf.capacity() > READ_MIN {
                     conn.buf = BytesMut::new();
