@@ -61,10 +61,15 @@ fn cpu() -> Duration {
 }
 
 fn peak_rss_kib() -> u64 {
+    proc_status_kib("VmHWM:")
+}
+
+/// A KiB figure of this process from /proc (`VmHWM:` peak, `VmRSS:` now).
+fn proc_status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -447,13 +452,7 @@ pub fn large_body_client(client: &str, port: u16, n: usize) -> Option<Sample> {
 
 /// The process's resident memory now, KiB.
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    proc_status_kib("VmRSS:")
 }
 
 /// Scenario 8: `n` concurrent GETs to a server that answers each 300 ms
