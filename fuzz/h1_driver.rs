@@ -169,6 +169,11 @@ pub fn run(data: &[u8]) {
                     if timeout { std::io::ErrorKind::TimedOut } else { std::io::ErrorKind::BrokenPipe };
                 driver.handle_write_error(now, &kind.into());
             }
+            // Even lengths as owned bytes, scaled so many reach 16 KiB (held,
+            // not copied); odd ones copied.
+            Op::Body { len, last } if len % 2 == 0 => {
+                driver.handle_body_bytes(now, vec![b'b'; usize::from(len) * 257].into(), last);
+            }
             Op::Body { len, last } => driver.handle_body_chunk(now, &vec![b'b'; usize::from(len)], last),
             Op::BodyError => driver.handle_body_error(now, "source failed"),
             Op::Advance { ms } => now += Duration::from_millis(u64::from(ms)),

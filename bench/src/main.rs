@@ -19,6 +19,7 @@
 
 mod budget;
 mod core;
+mod large;
 mod measure;
 mod report;
 mod server;
@@ -140,13 +141,9 @@ fn main() {
             let port = arg(2).parse().expect("port");
             return server::serve_h1_with(port, server::response(false), false, Some(server::SLOW));
         }
-        "serve-h1-large" => {
-            return server::serve_h1_with(
-                arg(2).parse().expect("port"),
-                server::large_response(),
-                false,
-                None,
-            )
+        "serve-h1-sized" => {
+            let (port, size) = (arg(2).parse().expect("port"), arg(3).parse().expect("size"));
+            return server::serve_h1_with(port, server::sized_response(size), false, None);
         }
         "serve-h2" => return server::serve_h2(arg(2).parse().expect("port")),
         "measure" => {
@@ -156,7 +153,7 @@ fn main() {
             let sample = match scenario {
                 "s1" | "s1-pinned" => measure::sequential_client(client, port, n, false),
                 "s4" => measure::sequential_client(client, port, n, true),
-                "s7" => measure::large_body_client(client, port, n),
+                id if id.starts_with("s7") => large::spec(id).and_then(|s| large::client(s, client, port, n)),
                 "s8" => measure::idle_memory(client, port, n),
                 "s2" => measure::concurrent_client(client, port, n, false),
                 "s3" => measure::concurrent_client(client, port, n, true),
@@ -248,12 +245,15 @@ fn main() {
     let tls = server::Tls::new();
     let ca_file = o.out.join("bench-ca.der");
     let _ = std::fs::create_dir_all(&o.out);
+    // Children find the CA here.
+    let ca_written = std::fs::write(&ca_file, &tls.ca).is_ok();
+    if ca_written {
+        std::env::set_var("SWITCHYARD_BENCH_CA", &ca_file);
+    }
     let h2o = if o.wants("s3-tls") { Server::h2o_tls(&tls) } else { None };
-    match (std::fs::write(&ca_file, &tls.ca), h2o) {
+    match (ca_written, h2o) {
         _ if !o.wants("s3-tls") => {}
-        (Ok(()), Some(srv)) => {
-            // Children find the CA here.
-            std::env::set_var("SWITCHYARD_BENCH_CA", &ca_file);
+        (true, Some(srv)) => {
             let port = srv.port;
             let title = format!(
                 "3. {} concurrent streams on one HTTP/2 connection over TLS (ALPN h2)",
@@ -285,20 +285,25 @@ fn main() {
         ));
     }
 
-    if o.wants("s7") {
-        let srv = Server::start(Kind::Http1Large, None);
+    for spec in large::SPECS.iter().filter(|s| o.wants(s.id)) {
+        let srv = match spec.wire {
+            large::Wire::Clear if spec.upload => Some(Server::start(Kind::Http1, None)),
+            large::Wire::Clear => Some(Server::start(Kind::Http1Sized(spec.size), None)),
+            _ if ca_written => Server::h2o_tls_files(&tls),
+            _ => None,
+        };
+        let Some(srv) = srv else {
+            eprintln!("{}: skipped (h2o is not installed)", spec.id);
+            continue;
+        };
         let port = srv.port;
-        let mib = server::LARGE >> 20;
-        let title = format!(
-            "7. Large bodies: sequential {mib} MiB GETs over HTTP/1.1 cleartext (req/s × {mib} = MiB/s; CPU per request = per {mib} MiB)"
-        );
-        let count = if o.quick { 3 } else { 20 };
+        let count = spec.requests(o.quick);
         scenarios.push(run_scenario(
-            "s7",
-            title,
+            spec.id,
+            spec.title(),
             srv.name,
-            SEQUENTIAL,
-            |c| measure("s7", c, port, count, None),
+            spec.clients(),
+            |c| measure(spec.id, c, port, count, None),
             o.runs,
         ));
     }

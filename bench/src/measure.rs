@@ -52,7 +52,7 @@ impl Sample {
 }
 
 /// CPU time (user + system) of this process, from /proc (10 ms ticks).
-fn cpu() -> Duration {
+pub(crate) fn cpu() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
@@ -75,7 +75,12 @@ fn proc_status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn summarize(mut lat: Vec<Duration>, wall: Duration, cpu_used: Duration, requests: usize) -> Sample {
+pub(crate) fn summarize(
+    mut lat: Vec<Duration>,
+    wall: Duration,
+    cpu_used: Duration,
+    requests: usize,
+) -> Sample {
     lat.sort();
     let pct = |p: f64| {
         if lat.is_empty() {
@@ -117,13 +122,23 @@ where
     F: Fn() -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
 {
+    tokio_concurrent_with(CONCURRENCY, n, make)
+}
+
+/// `width` tasks on a single-thread tokio runtime, each making `n / width`
+/// calls in turn (after one warm-up call each).
+pub(crate) fn tokio_concurrent_with<F, Fut>(width: usize, n: usize, make: F) -> Sample
+where
+    F: Fn() -> Fut + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
     let make = std::rc::Rc::new(make);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let per = n / CONCURRENCY;
+    let per = n / width;
     // Warm-up: one call per task, so connections exist.
     rt.block_on(async {
         let local = tokio::task::LocalSet::new();
-        for _ in 0..CONCURRENCY {
+        for _ in 0..width {
             local.spawn_local(make());
         }
         local.await;
@@ -131,7 +146,7 @@ where
     let (c0, t0) = (cpu(), Instant::now());
     let lat = rt.block_on(async {
         let local = tokio::task::LocalSet::new();
-        let handles: Vec<_> = (0..CONCURRENCY)
+        let handles: Vec<_> = (0..width)
             .map(|_| {
                 let make = std::rc::Rc::clone(&make);
                 local.spawn_local(async move {
@@ -155,7 +170,7 @@ where
             })
             .await
     });
-    summarize(lat, t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+    summarize(lat, t0.elapsed(), cpu() - c0, per * width)
 }
 
 /// The same on smol: 64 tasks on a local executor on this thread.
@@ -164,18 +179,28 @@ where
     F: Fn() -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
 {
+    smol_concurrent_with(CONCURRENCY, n, make)
+}
+
+/// `width` tasks on a smol local executor on this thread, each making
+/// `n / width` calls in turn (after one warm-up call each).
+pub(crate) fn smol_concurrent_with<F, Fut>(width: usize, n: usize, make: F) -> Sample
+where
+    F: Fn() -> Fut + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
     let make = std::rc::Rc::new(make);
-    let per = n / CONCURRENCY;
+    let per = n / width;
     let ex = smol::LocalExecutor::new();
     smol::block_on(ex.run(async {
-        let warm: Vec<_> = (0..CONCURRENCY).map(|_| ex.spawn(make())).collect();
+        let warm: Vec<_> = (0..width).map(|_| ex.spawn(make())).collect();
         for w in warm {
             w.await;
         }
     }));
     let (c0, t0) = (cpu(), Instant::now());
     let lat = smol::block_on(ex.run(async {
-        let handles: Vec<_> = (0..CONCURRENCY)
+        let handles: Vec<_> = (0..width)
             .map(|_| {
                 let make = std::rc::Rc::clone(&make);
                 ex.spawn(async move {
@@ -195,20 +220,26 @@ where
         }
         all
     }));
-    summarize(lat, t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+    summarize(lat, t0.elapsed(), cpu() - c0, per * width)
 }
 
 /// 64 threads, each making `n / 64` blocking calls in turn.
 fn thread_concurrent(n: usize, one: impl Fn() + Sync) -> Sample {
-    let per = n / CONCURRENCY;
+    thread_concurrent_with(CONCURRENCY, n, one)
+}
+
+/// `width` threads, each making `n / width` blocking calls in turn (after
+/// one warm-up call each, on threads of their own).
+pub(crate) fn thread_concurrent_with(width: usize, n: usize, one: impl Fn() + Sync) -> Sample {
+    let per = n / width;
     std::thread::scope(|s| {
-        for _ in 0..CONCURRENCY {
+        for _ in 0..width {
             s.spawn(&one);
         }
     });
     let (c0, t0) = (cpu(), Instant::now());
     let lat = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..CONCURRENCY)
+        let handles: Vec<_> = (0..width)
             .map(|_| {
                 s.spawn(|| {
                     (0..per)
@@ -223,7 +254,7 @@ fn thread_concurrent(n: usize, one: impl Fn() + Sync) -> Sample {
             .collect();
         handles.into_iter().flat_map(|h| h.join().expect("thread")).collect()
     });
-    summarize(lat, t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+    summarize(lat, t0.elapsed(), cpu() - c0, per * width)
 }
 
 fn raw_loop(port: u16, close: bool) -> impl FnMut() {
@@ -365,91 +396,6 @@ pub fn sequential_client(client: &str, port: u16, n: usize, close: bool) -> Opti
     })
 }
 
-/// Scenario 7: sequential GETs of a [`LARGE`](crate::server::LARGE) body,
-/// each read chunk by chunk and dropped (what a download to a file costs
-/// the client); `raw` is a plain socket read loop, the limit.
-pub fn large_body_client(client: &str, port: u16, n: usize) -> Option<Sample> {
-    use crate::server::LARGE;
-    let url = format!("http://127.0.0.1:{port}/");
-    let uri: http::Uri = url.parse().ok()?;
-    let check = |got: usize| assert_eq!(got, LARGE, "{client}: the whole body");
-    Some(match client {
-        "raw" => {
-            let expected = crate::server::large_head().len() + LARGE;
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-            let req = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into_bytes();
-            let mut buf = vec![0u8; 64 * 1024];
-            sequential(n, || {
-                s.write_all(&req).expect("write");
-                let mut got = 0;
-                while got < expected {
-                    let n = s.read(&mut buf).expect("read");
-                    assert!(n > 0, "server closed early");
-                    got += n;
-                }
-            })
-        }
-        "switchyard-tokio" => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            let c = switchyard_tokio(false);
-            sequential(n, || check(rt.block_on(switchyard_drain(&c, &url))))
-        }
-        "switchyard-smol" => {
-            let c = switchyard_smol(false);
-            sequential(n, || check(smol::block_on(switchyard_drain(&c, &url))))
-        }
-        "switchyard-std" => {
-            let c = switchyard_std::Client::new().ok()?;
-            sequential(n, || {
-                let mut r = c.get(&url).send().expect("switchyard-std");
-                let mut got = 0;
-                while let Some(chunk) = r.body_mut().chunk().expect("body") {
-                    got += chunk.len();
-                }
-                check(got);
-            })
-        }
-        "hyper-util" => {
-            use http_body_util::BodyExt;
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            let c = hyper(false);
-            sequential(n, || {
-                check(rt.block_on(async {
-                    let mut body = c.get(uri.clone()).await.expect("hyper").into_body();
-                    let mut got = 0;
-                    while let Some(frame) = body.frame().await {
-                        got += frame.expect("body").data_ref().map_or(0, bytes::Bytes::len);
-                    }
-                    got
-                }));
-            })
-        }
-        "reqwest" => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            let c = reqwest_client(false);
-            sequential(n, || {
-                check(rt.block_on(async {
-                    let mut r = c.get(&url).send().await.expect("reqwest");
-                    let mut got = 0;
-                    while let Some(chunk) = r.chunk().await.expect("body") {
-                        got += chunk.len();
-                    }
-                    got
-                }));
-            })
-        }
-        "ureq" => {
-            let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
-            sequential(n, || {
-                let mut r = agent.get(&url).call().expect("ureq");
-                let got = std::io::copy(&mut r.body_mut().as_reader(), &mut std::io::sink()).expect("body");
-                check(usize::try_from(got).unwrap_or(0));
-            })
-        }
-        _ => return None,
-    })
-}
-
 /// The process's resident memory now, KiB.
 fn rss_kib() -> u64 {
     proc_status_kib("VmRSS:")
@@ -568,7 +514,10 @@ async fn call_tokio(c: switchyard_tokio::Client, url: String) {
     switchyard_get(&c, &url).await;
 }
 
-async fn switchyard_drain<R: switchyard_async::Runtime>(c: &switchyard_async::Client<R>, url: &str) -> usize {
+pub(crate) async fn switchyard_drain<R: switchyard_async::Runtime>(
+    c: &switchyard_async::Client<R>,
+    url: &str,
+) -> usize {
     let mut r = c.get(url).send().await.expect("switchyard");
     let mut got = 0;
     while let Some(chunk) = r.body_mut().chunk().await.expect("body") {
@@ -797,7 +746,7 @@ impl ureq::unversioned::resolver::Resolver for UreqFixed {
 
 /// A resolver for hyper-util's connector that answers every name with fixed addresses.
 #[derive(Clone)]
-struct Fixed(Vec<SocketAddr>);
+pub(crate) struct Fixed(pub(crate) Vec<SocketAddr>);
 
 impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for Fixed {
     type Response = std::vec::IntoIter<SocketAddr>;
@@ -812,7 +761,12 @@ impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for 
 }
 
 /// The rustls config the TLS peers get: ring, the bench CA only, ALPN h2.
-fn tls_config(ca: &[u8]) -> Option<rustls::ClientConfig> {
+pub(crate) fn tls_config(ca: &[u8]) -> Option<rustls::ClientConfig> {
+    tls_config_alpn(ca, b"h2")
+}
+
+/// The same, offering only `alpn`.
+pub(crate) fn tls_config_alpn(ca: &[u8], alpn: &[u8]) -> Option<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(rustls::pki_types::CertificateDer::from(ca.to_vec())).ok()?;
     let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
@@ -822,7 +776,7 @@ fn tls_config(ca: &[u8]) -> Option<rustls::ClientConfig> {
     .ok()?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Some(config)
 }
 

@@ -25,26 +25,29 @@ pub fn response(close: bool) -> Vec<u8> {
 /// How late [`Kind::Http1Slow`] answers.
 pub const SLOW: Duration = Duration::from_millis(300);
 
-/// Scenario 7's body: 64 MiB.
+/// Scenario 7's large body: 64 MiB.
 pub const LARGE: usize = 64 << 20;
 
-/// Scenario 7's response head.
-pub fn large_head() -> String {
-    format!("HTTP/1.1 200 OK\r\nContent-Length: {LARGE}\r\n\r\n")
+/// Scenario 7's medium body: 1 MiB.
+pub const MEDIUM: usize = 1 << 20;
+
+/// Scenario 7's response head for a body of `size` bytes.
+pub fn sized_head(size: usize) -> String {
+    format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n")
 }
 
-/// Scenario 7's response: `LARGE` bytes of body.
-pub fn large_response() -> Vec<u8> {
-    let mut r = large_head().into_bytes();
-    r.resize(r.len() + LARGE, b'x');
+/// Scenario 7's response: `size` bytes of body.
+pub fn sized_response(size: usize) -> Vec<u8> {
+    let mut r = sized_head(size).into_bytes();
+    r.resize(r.len() + size, b'x');
     r
 }
 
 /// Which server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// HTTP/1.1, keep-alive, every body [`LARGE`].
-    Http1Large,
+    /// HTTP/1.1, keep-alive, every body this many bytes.
+    Http1Sized(usize),
     /// HTTP/1.1, keep-alive, each answer [`SLOW`] late (so concurrent calls
     /// need a connection each).
     Http1Slow,
@@ -142,11 +145,14 @@ impl Server {
         let what = match kind {
             Kind::Http1 => "serve-h1",
             Kind::Http1Close => "serve-h1-close",
-            Kind::Http1Large => "serve-h1-large",
+            Kind::Http1Sized(_) => "serve-h1-sized",
             Kind::Http1Slow => "serve-h1-slow",
             Kind::H2c => "serve-h2",
         };
         cmd.arg(what).arg(port.to_string()).stdout(Stdio::null());
+        if let Kind::Http1Sized(size) = kind {
+            cmd.arg(size.to_string());
+        }
         let child = cmd.spawn().expect("server process");
         assert!(wait_for(port), "the {what} server did not start");
         let name = match kind {
@@ -158,19 +164,29 @@ impl Server {
 
     /// h2o with TLS (ALPN h2), one thread, for [`TLS_HOST`]; `None` without h2o.
     pub fn h2o_tls(tls: &Tls) -> Option<Server> {
-        Self::h2o_with(None, Some(tls))
+        Self::h2o_with(None, Some(tls), false)
+    }
+
+    /// [`Server::h2o_tls`], also serving `/large.bin` ([`LARGE`] bytes) and
+    /// `/medium.bin` ([`MEDIUM`]) for scenario 7 (HTTP/1.1 or HTTP/2 by ALPN).
+    pub fn h2o_tls_files(tls: &Tls) -> Option<Server> {
+        Self::h2o_with(None, Some(tls), true)
     }
 
     /// h2o, one thread, h2c prior knowledge on 127.0.0.1, serving `/` as BODY.
     fn h2o(pin: Option<usize>) -> Option<Server> {
-        Self::h2o_with(pin, None)
+        Self::h2o_with(pin, None, false)
     }
 
-    fn h2o_with(pin: Option<usize>, tls: Option<&Tls>) -> Option<Server> {
+    fn h2o_with(pin: Option<usize>, tls: Option<&Tls>, files: bool) -> Option<Server> {
         let h2o = which("h2o")?;
         let dir = scratch(if tls.is_some() { "h2o-tls" } else { "h2o" });
         let port = free_port();
         std::fs::write(dir.join("index.html"), BODY).ok()?;
+        if files {
+            std::fs::write(dir.join("large.bin"), vec![b'x'; LARGE]).ok()?;
+            std::fs::write(dir.join("medium.bin"), vec![b'x'; MEDIUM]).ok()?;
+        }
         let ssl = match tls {
             Some(t) => {
                 std::fs::write(dir.join("cert.pem"), &t.leaf.chain_pem).ok()?;
@@ -196,7 +212,11 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .ok()?;
-        let name = if tls.is_some() { "h2o (1 thread, TLS, ALPN h2)" } else { "h2o (1 thread, h2c)" };
+        let name = match (tls.is_some(), files) {
+            (true, false) => "h2o (1 thread, TLS, ALPN h2)",
+            (true, true) => "h2o (1 thread, TLS, files; ALPN picks HTTP/1.1 or h2 per row)",
+            _ => "h2o (1 thread, h2c)",
+        };
         let mut server = Server { child, port, name, dir: Some(dir) };
         if !wait_for(port) {
             let _ = server.child.kill();
@@ -233,28 +253,48 @@ pub fn serve_h1_with(port: u16, reply: Vec<u8>, close: bool, delay: Option<Durat
             let reply = reply.clone();
             tokio::spawn(async move {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 8192];
+                let mut buf = vec![0u8; 64 * 1024];
                 let mut have = 0;
                 loop {
                     match s.read(&mut buf[have..]).await {
                         Ok(0) | Err(_) => return,
                         Ok(n) => have += n,
                     }
-                    // Answer each complete head; keep any partial one.
+                    // Answer each complete head (after its body, which is
+                    // read and dropped); keep any partial one.
                     while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+                        let mut skip = content_length(&buf[..end]);
+                        let here = skip.min(have - end - 4);
+                        skip -= here;
+                        buf.copy_within(end + 4 + here..have, 0);
+                        have -= end + 4 + here;
+                        while skip > 0 {
+                            match s.read(&mut buf[..skip.min(64 * 1024)]).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => skip -= n,
+                            }
+                        }
                         if let Some(d) = delay {
                             tokio::time::sleep(d).await;
                         }
                         if s.write_all(&reply).await.is_err() || close {
                             return;
                         }
-                        buf.copy_within(end + 4..have, 0);
-                        have -= end + 4;
                     }
                 }
             });
         }
     });
+}
+
+/// A request head's `Content-Length` (0 without one).
+fn content_length(head: &[u8]) -> usize {
+    String::from_utf8_lossy(head)
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The HTTP/2 fallback server process (h2 crate, h2c prior knowledge).

@@ -507,3 +507,82 @@ proptest! {
         prop_assert_eq!(ev2.last(), Some(&Event::Done(Reuse::Reusable)));
     }
 }
+
+/// Sends `chunks` (sizes) as a body framed by `kind`, each as owned bytes
+/// (`owned`) or copied, writing `step` bytes at a time; returns the wire and
+/// the events.
+fn upload(kind: RequestBody, chunks: &[usize], owned: bool, step: usize) -> (Vec<u8>, Vec<Event>) {
+    let p = parts("POST", &[]);
+    let mut d = start(Conn::new(config()), &p, kind, None);
+    let mut wire = Vec::new();
+    for (i, &len) in chunks.iter().enumerate() {
+        assert!(d.wants_body(), "asked for chunk {i}");
+        let last = i + 1 == chunks.len();
+        // Distinct bytes per chunk, so misordering shows.
+        let data = bytes::Bytes::from(vec![b'a' + (i % 26) as u8; len]);
+        if owned {
+            d.handle_body_bytes(ms(0), data, last);
+        } else {
+            d.handle_body_chunk(ms(0), &data, last);
+        }
+        wire.extend(write_all(&mut d, ms(0), step));
+    }
+    d.handle_read(ms(1), OK_HI);
+    (wire, events(&mut d))
+}
+
+#[test]
+fn a_large_owned_chunk_goes_out_whole_and_in_order() {
+    // 64 KiB in one chunk, written 1000 bytes at a time, after the head.
+    let (wire, ev) = upload(RequestBody::Length(65_536), &[65_536], true, 1000);
+    let head_end = wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(wire.len() - head_end, 65_536);
+    assert!(wire[head_end..].iter().all(|b| *b == b'a'));
+    assert_eq!(ev[..2], [Event::HeadersSent, Event::BodySent { bytes: 65_536 }]);
+    assert_eq!(ev.last(), Some(&Event::Done(Reuse::Reusable)));
+    // Chunked framing around an owned chunk, then the last chunk.
+    let (wire, _) = upload(RequestBody::Chunked, &[20_000, 3], true, usize::MAX);
+    let body = &wire[wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+    let mut expected = b"4e20\r\n".to_vec();
+    expected.extend(std::iter::repeat_n(b'a', 20_000));
+    expected.extend_from_slice(b"\r\n3\r\nbbb\r\n0\r\n\r\n");
+    assert_eq!(body, expected);
+}
+
+#[test]
+fn an_owned_chunk_past_the_declared_length_fails_the_request_like_a_copied_one() {
+    for owned in [false, true] {
+        let p = parts("POST", &[]);
+        let mut d = start(Conn::new(config()), &p, RequestBody::Length(10), None);
+        let data = bytes::Bytes::from(vec![b'x'; 20_000]);
+        if owned {
+            d.handle_body_bytes(ms(0), data, true);
+        } else {
+            d.handle_body_chunk(ms(0), &data, true);
+        }
+        assert!(
+            matches!(events(&mut d).last(), Some(Event::Failed(Failure::Request { .. }))),
+            "owned: {owned}"
+        );
+        assert!(d.poll_transmit().is_none(), "nothing of the refused chunk goes out");
+    }
+}
+
+proptest! {
+    /// Owned chunks (held, not copied, when large) put exactly the bytes of
+    /// copied chunks on the wire, with the same events, whatever the chunk
+    /// sizes, framing and write sizes.
+    #[test]
+    fn owned_and_copied_chunks_write_the_same_bytes(
+        chunks in proptest::collection::vec(0usize..40_000, 1..5),
+        chunked in any::<bool>(),
+        step in prop_oneof![Just(usize::MAX), 1usize..5_000],
+    ) {
+        let total: usize = chunks.iter().sum();
+        let kind = if chunked { RequestBody::Chunked } else { RequestBody::Length(total as u64) };
+        let copied = upload(kind, &chunks, false, step);
+        let owned = upload(kind, &chunks, true, step);
+        prop_assert_eq!(&copied.0, &owned.0);
+        prop_assert_eq!(copied.1, owned.1);
+    }
+}

@@ -115,7 +115,7 @@ async fn pump(
         if driver.wants_body() {
             match body.poll_chunk(cx) {
                 Poll::Ready(Ok((chunk, last))) => {
-                    driver.handle_body_chunk(hub.now(), &chunk, last);
+                    driver.handle_body_bytes(hub.now(), chunk, last);
                     return Poll::Ready(());
                 }
                 Poll::Ready(Err(e)) => {

@@ -74,7 +74,7 @@ impl Source<'_> {
     fn feed(&mut self, hub: &Hub<IoState>, driver: &mut Driver, scratch: &mut [u8]) {
         match self {
             Source::None => {}
-            Source::Full(b) => driver.handle_body_chunk(hub.now(), &b.take().unwrap_or_default(), true),
+            Source::Full(b) => driver.handle_body_bytes(hub.now(), b.take().unwrap_or_default(), true),
             Source::Reader(r) => match r.read(scratch) {
                 Ok(0) => driver.handle_body_chunk(hub.now(), &[], true),
                 Ok(n) => driver.handle_body_chunk(hub.now(), &scratch[..n], false),

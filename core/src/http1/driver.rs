@@ -112,6 +112,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 
+use super::outbox::{Outbox, CARRY_MIN};
 use super::{BodyPermission, Exchange, Frame, Http1Error, Limits, RequestBody, TargetForm};
 use crate::connection::{CloseReason, Reuse};
 use crate::pool::{ExchangeFailureKind, Progress};
@@ -250,8 +251,7 @@ impl Conn {
             conn: self,
             ex,
             phase: Phase::Sending,
-            out: head,
-            pos: 0,
+            out: Outbox::new(head),
             body_pending: false,
             head_len,
             written: 0,
@@ -422,9 +422,8 @@ pub struct Driver {
     conn: Conn,
     ex: Exchange,
     phase: Phase,
-    /// Encoded request bytes; `out[pos..]` is not yet written.
-    out: Vec<u8>,
-    pos: usize,
+    /// Encoded request bytes not yet written.
+    out: Outbox,
     /// `out[pos..]` holds body bytes (the next chunk waits until they are written).
     body_pending: bool,
     head_len: u64,
@@ -452,11 +451,12 @@ impl Driver {
     /// Bytes to write next, if any. Write what the socket takes and report it
     /// with [`Driver::handle_written`]; the rest stays here.
     pub fn poll_transmit(&mut self) -> Option<&[u8]> {
-        if self.phase != Phase::Sending || self.pos >= self.out.len() {
+        if self.phase != Phase::Sending {
             return None;
         }
+        let pending = self.out.pending()?;
         self.handed_out = true;
-        Some(&self.out[self.pos..])
+        Some(pending)
     }
 
     /// Whether the driver wants bytes from the socket now.
@@ -531,8 +531,7 @@ impl Driver {
         if self.phase != Phase::Sending {
             return;
         }
-        let n = n.min(self.out.len() - self.pos);
-        self.pos += n;
+        let n = self.out.advance(n);
         self.written += n as u64;
         if self.written >= self.head_len && self.written - (n as u64) < self.head_len {
             self.events.push_back(Event::HeadersSent);
@@ -540,11 +539,9 @@ impl Driver {
         if self.expired(now) {
             return;
         }
-        if self.pos < self.out.len() {
+        if !self.out.is_empty() {
             self.arm_write(now); // each wait for the socket gets the whole timeout
         } else {
-            self.out.clear();
-            self.pos = 0;
             self.body_pending = false;
             self.after_output(now);
         }
@@ -566,7 +563,6 @@ impl Driver {
         // Whatever the response, part of the request never went out.
         self.ex.abandon_body();
         self.out.clear();
-        self.pos = 0;
         self.write_error = Some(kind);
         self.phase = Phase::Salvage;
         self.step = Some(now + self.conn.config.early_response_grace);
@@ -576,22 +572,50 @@ impl Driver {
     }
 
     /// The next chunk of the request body; `last` ends it (an empty last chunk
-    /// is fine). Ignored unless [`Driver::wants_body`].
+    /// is fine). Ignored unless [`Driver::wants_body`]. The chunk is copied;
+    /// [`Driver::handle_body_bytes`] sends a large one without copying.
     pub fn handle_body_chunk(&mut self, now: Instant, chunk: &[u8], last: bool) {
         if !self.wants_body() {
             return;
         }
         self.body_bytes += chunk.len() as u64;
         let before = self.out.len();
-        let mut encoded = self.ex.encode_body(chunk, &mut self.out);
+        let mut encoded = self.ex.encode_body(chunk, self.out.buffer());
         if last && encoded.is_ok() {
-            encoded = self.ex.finish_body(None, &mut self.out);
+            encoded = self.ex.finish_body(None, self.out.buffer());
         }
+        self.body_encoded(now, encoded, before);
+    }
+
+    /// [`Driver::handle_body_chunk`] for a chunk the caller owns as [`Bytes`]:
+    /// one of 16 KiB or more is written from the caller's buffer as it is
+    /// (only its framing is copied), so a large upload costs no copy here.
+    pub fn handle_body_bytes(&mut self, now: Instant, chunk: Bytes, last: bool) {
+        if chunk.len() < CARRY_MIN {
+            return self.handle_body_chunk(now, &chunk, last);
+        }
+        if !self.wants_body() {
+            return;
+        }
+        self.body_bytes += chunk.len() as u64;
+        let before_len = self.out.len();
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        let mut encoded = self.ex.frame_body(chunk.len(), &mut before, &mut after);
+        if last && encoded.is_ok() {
+            encoded = self.ex.finish_body(None, &mut after);
+        }
+        if encoded.is_ok() {
+            self.out.hold(&before, chunk, &after);
+        }
+        self.body_encoded(now, encoded, before_len);
+    }
+
+    fn body_encoded(&mut self, now: Instant, encoded: Result<(), Http1Error>, before: usize) {
         if let Err(e) = encoded {
             self.fail(Failure::Request { message: e.to_string() });
             return;
         }
-        if self.pos < self.out.len() {
+        if !self.out.is_empty() {
             self.body_pending |= self.out.len() > before;
             self.arm_write(now);
         } else {
@@ -863,14 +887,13 @@ impl Driver {
                     }
                 }
                 Frame::Head(head) => {
-                    let unsent = self.pos < self.out.len()
+                    let unsent = !self.out.is_empty()
                         || (!self.ex.body_sent() && self.ex.body_permission() != BodyPermission::Withheld);
                     if watching && unsent {
                         // An early answer: the rest of the request is not sent.
                         self.ex.abandon_body();
                     }
                     self.out.clear();
-                    self.pos = 0;
                     self.phase = Phase::Body;
                     self.limit = match (self.body_timeout.map(|t| now + t), self.call_deadline) {
                         (Some(a), Some(b)) => Some(a.min(b)),
@@ -930,7 +953,6 @@ impl Driver {
         self.phase = Phase::Finished;
         self.step = None;
         self.out.clear();
-        self.pos = 0;
         self.events.push_back(Event::Failed(failure.clone()));
         self.outcome = Some(Err(failure));
     }

@@ -50,6 +50,7 @@
 
 pub mod driver;
 mod error;
+mod outbox;
 mod request;
 mod response;
 
@@ -158,6 +159,20 @@ impl Exchange {
             return Err(Http1Error::BodyNotAllowed);
         }
         self.body.encode(data, out)
+    }
+
+    /// Frames a `len`-byte body chunk the caller writes itself, between
+    /// `before` and `after`; see [`BodyEncoder::frame`].
+    pub fn frame_body(
+        &mut self,
+        len: usize,
+        before: &mut Vec<u8>,
+        after: &mut Vec<u8>,
+    ) -> Result<(), Http1Error> {
+        if self.send != Send::Sending {
+            return Err(Http1Error::BodyNotAllowed);
+        }
+        self.body.frame(len, before, after)
     }
 
     /// Ends the body (the last chunk and trailers for chunked bodies).

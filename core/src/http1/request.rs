@@ -240,6 +240,34 @@ impl BodyEncoder {
         Ok(())
     }
 
+    /// Frames a `len`-byte chunk the caller writes itself: what goes before it
+    /// into `before`, what goes after into `after` (both empty for a
+    /// `Content-Length` body). The same checks as [`BodyEncoder::encode`].
+    pub fn frame(&mut self, len: usize, before: &mut Vec<u8>, after: &mut Vec<u8>) -> Result<(), Http1Error> {
+        if self.finished {
+            return Err(Http1Error::BodyNotAllowed);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let len = len as u64;
+        match self.kind {
+            RequestBody::None => return Err(Http1Error::BodyNotAllowed),
+            RequestBody::Length(declared) => {
+                if self.sent + len > declared {
+                    return Err(Http1Error::BodyTooLong { declared });
+                }
+            }
+            RequestBody::Chunked => {
+                write_hex(len, before);
+                before.extend_from_slice(b"\r\n");
+                after.extend_from_slice(b"\r\n");
+            }
+        }
+        self.sent += len;
+        Ok(())
+    }
+
     /// Ends the body: checks the length, or writes the last chunk and trailers.
     pub fn finish(&mut self, trailers: Option<&HeaderMap>, out: &mut Vec<u8>) -> Result<(), Http1Error> {
         if self.finished {
