@@ -154,7 +154,8 @@ fn main() {
                 "s1" | "s1-pinned" => measure::sequential_client(client, port, n, false),
                 "s4" => measure::sequential_client(client, port, n, true),
                 id if id.starts_with("s7") => large::spec(id).and_then(|s| large::client(s, client, port, n)),
-                "s8" => measure::idle_memory(client, port, n),
+                "s8" => measure::idle_memory(client, port, n, false),
+                "s8-h2" => measure::idle_memory(client, port, n, true),
                 "s2" => measure::concurrent_client(client, port, n, false),
                 "s3" => measure::concurrent_client(client, port, n, true),
                 "s3-tls" => measure::tls_client(client, port, n),
@@ -308,19 +309,28 @@ fn main() {
         ));
     }
 
-    if o.wants("s8") {
-        let srv = Server::start(Kind::Http1Slow, None);
+    for (id, http2) in [("s8", false), ("s8-h2", true)] {
+        if !o.wants(id) {
+            continue;
+        }
+        let srv = Server::start(if http2 { Kind::H2c } else { Kind::Http1Slow }, None);
         let port = srv.port;
         let count = if o.quick { 200 } else { 1_000 };
-        let title = format!(
-            "8. Memory per idle connection: {count} concurrent HTTP/1.1 calls (each answered 300 ms late), then kept idle by the pool; req/s column = idle connections per MiB of RSS growth (higher is better), RSS = the process's peak"
-        );
+        let title = if http2 {
+            format!(
+                "8. Memory per idle connection: {count} concurrent HTTP/2 calls (h2c), each to a host of its own, then kept idle by the pool; req/s column = idle connections per MiB of RSS growth (higher is better), RSS = the process's peak"
+            )
+        } else {
+            format!(
+                "8. Memory per idle connection: {count} concurrent HTTP/1.1 calls (each answered 300 ms late), then kept idle by the pool; req/s column = idle connections per MiB of RSS growth (higher is better), RSS = the process's peak"
+            )
+        };
         scenarios.push(run_scenario(
-            "s8",
+            id,
             title,
             srv.name,
             IDLE,
-            |c| measure("s8", c, port, count, None),
+            |c| measure(id, c, port, count, None),
             o.runs,
         ));
     }

@@ -401,14 +401,19 @@ fn rss_kib() -> u64 {
     proc_status_kib("VmRSS:")
 }
 
-/// Scenario 8: `n` concurrent GETs to a server that answers each 300 ms
-/// late (so each needs a connection of its own), then the pool keeps the `n`
-/// connections idle; the RSS growth per connection, as idle connections per
-/// MiB in `rps` (higher is better). Every client keeps them all (switchyard
-/// with its idle caps raised to `n`).
-pub fn idle_memory(client: &str, port: u16, n: usize) -> Option<Sample> {
-    let url = format!("http://127.0.0.1:{port}/");
-    let uri: http::Uri = url.parse().ok()?;
+/// Scenario 8: `n` concurrent GETs, then the pool keeps the `n` connections
+/// idle; the RSS growth per connection, as idle connections per MiB in `rps`
+/// (higher is better). Every client keeps them all (switchyard with its idle
+/// caps raised to `n`). Over HTTP/1.1 the server answers each call 300 ms late,
+/// so each needs a connection of its own; over HTTP/2 (h2c prior knowledge)
+/// each call names a host of its own (`h{i}.test`, all mapped to 127.0.0.1),
+/// and each host gets its own connection.
+pub fn idle_memory(client: &str, port: u16, n: usize, http2: bool) -> Option<Sample> {
+    let hosts: Vec<String> =
+        (0..n).map(|i| if http2 { format!("h{i}.test") } else { "127.0.0.1".to_owned() }).collect();
+    let urls: Vec<String> = hosts.iter().map(|h| format!("http://{h}:{port}/")).collect();
+    let socket = SocketAddr::from(([127, 0, 0, 1], port));
+    let local = [IpAddr::from([127u8, 0, 0, 1])];
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
     let before = rss_kib();
     let t0 = Instant::now();
@@ -416,10 +421,17 @@ pub fn idle_memory(client: &str, port: u16, n: usize) -> Option<Sample> {
     // The client stays alive (its connections idle) until measured.
     let _keep: Box<dyn std::any::Any> = match client {
         "switchyard-tokio" => {
-            let c = switchyard_tokio::Client::builder().max_idle(n).max_idle_per_host(n).build().ok()?;
+            let mut b = switchyard_tokio::Client::builder().max_idle(n).max_idle_per_host(n);
+            if http2 {
+                b = b.http_version(switchyard_tokio::HttpVersion::Http2Only);
+                for h in &hosts {
+                    b = b.resolve(&format!("{h}:{port}"), local);
+                }
+            }
+            let c = b.build().ok()?;
             rt.block_on(async {
                 let calls: Vec<_> =
-                    (0..n).map(|_| tokio::spawn(call_tokio(c.clone(), url.clone()))).collect();
+                    urls.iter().map(|u| tokio::spawn(call_tokio(c.clone(), u.clone()))).collect();
                 for call in calls {
                     call.await.expect("call");
                 }
@@ -436,13 +448,21 @@ pub fn idle_memory(client: &str, port: u16, n: usize) -> Option<Sample> {
             Box::new(c)
         }
         "switchyard-smol" => {
-            let c = switchyard_smol::Client::builder().max_idle(n).max_idle_per_host(n).build().ok()?;
+            let mut b = switchyard_smol::Client::builder().max_idle(n).max_idle_per_host(n);
+            if http2 {
+                b = b.http_version(switchyard_smol::HttpVersion::Http2Only);
+                for h in &hosts {
+                    b = b.resolve(&format!("{h}:{port}"), local);
+                }
+            }
+            let c = b.build().ok()?;
             let ex = smol::LocalExecutor::new();
             smol::block_on(ex.run(async {
-                let calls: Vec<_> = (0..n)
-                    .map(|_| {
-                        let (c, url) = (c.clone(), url.clone());
-                        ex.spawn(async move { switchyard_get(&c, &url).await })
+                let calls: Vec<_> = urls
+                    .iter()
+                    .map(|u| {
+                        let (c, u) = (c.clone(), u.clone());
+                        ex.spawn(async move { switchyard_get(&c, &u).await })
                     })
                     .collect();
                 for call in calls {
@@ -457,12 +477,25 @@ pub fn idle_memory(client: &str, port: u16, n: usize) -> Option<Sample> {
             Box::new(c)
         }
         "hyper-util" => {
-            let c = hyper(false);
+            let http =
+                hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(Fixed(vec![socket]));
+            let c: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .http2_only(http2)
+                    .build(http);
             rt.block_on(async {
-                let calls: Vec<_> = (0..n)
-                    .map(|_| {
-                        let (c, uri) = (c.clone(), uri.clone());
-                        tokio::spawn(async move { hyper_get(&c, uri).await })
+                let calls: Vec<_> = urls
+                    .iter()
+                    .map(|u| {
+                        let (c, uri): (_, http::Uri) = (c.clone(), u.parse().expect("uri"));
+                        tokio::spawn(async move {
+                            use http_body_util::BodyExt;
+                            let r = c.get(uri).await.expect("hyper");
+                            assert_eq!(
+                                r.into_body().collect().await.expect("body").to_bytes().as_ref(),
+                                BODY
+                            );
+                        })
                     })
                     .collect();
                 for call in calls {
@@ -472,12 +505,20 @@ pub fn idle_memory(client: &str, port: u16, n: usize) -> Option<Sample> {
             Box::new(c)
         }
         "reqwest" => {
-            let c = reqwest_client(false);
+            let mut b = reqwest::Client::builder();
+            if http2 {
+                b = b.http2_prior_knowledge();
+                for h in &hosts {
+                    b = b.resolve(h, socket);
+                }
+            }
+            let c = b.build().ok()?;
             rt.block_on(async {
-                let calls: Vec<_> = (0..n)
-                    .map(|_| {
-                        let (c, url) = (c.clone(), url.clone());
-                        tokio::spawn(async move { reqwest_get(&c, &url).await })
+                let calls: Vec<_> = urls
+                    .iter()
+                    .map(|u| {
+                        let (c, u) = (c.clone(), u.clone());
+                        tokio::spawn(async move { reqwest_get(&c, &u).await })
                     })
                     .collect();
                 for call in calls {
