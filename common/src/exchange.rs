@@ -159,5 +159,12 @@ pub fn body_error(f: BodyFailure) -> BodyError {
 }
 
 /// Header fields that have no meaning in HTTP/2 and are removed from requests.
-pub const HTTP2_STRIPPED: [&str; 6] =
-    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"];
+/// As header names, so removing them hashes without parsing a string each time.
+pub const HTTP2_STRIPPED: [http::HeaderName; 6] = [
+    http::header::CONNECTION,
+    http::HeaderName::from_static("keep-alive"),
+    http::HeaderName::from_static("proxy-connection"),
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    http::header::HOST,
+];

@@ -51,12 +51,15 @@ macro_rules! adapter_types {
             ///
             /// # Errors
             /// [`Error`]($crate::Error) says what failed and for which URL.
-            pub async fn send(
+            pub fn send(
                 &self,
                 request: $crate::__http::Request<$crate::Body>,
-            ) -> ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error> {
+            ) -> impl ::std::future::Future<
+                Output = ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error>,
+            > + Send
+                   + 'static {
                 let span = $crate::switchyard_common::call_span!(module_path!(), request.method(), request.uri());
-                self.inner.send_in(request, span).await
+                self.inner.send_in(Ok(request), span)
             }
 
             /// The pool's counts and counters.
@@ -120,7 +123,7 @@ macro_rules! adapter_types {
                 let client = self.clone();
                 let (parts, body) = request.into_parts();
                 let request = $crate::__http::Request::from_parts(parts, $crate::Body::__from_any(body));
-                Box::pin(async move { client.send(request).await })
+                Box::pin(client.send(request))
             }
         }
 
@@ -202,11 +205,19 @@ macro_rules! adapter_types {
             ///
             /// # Errors
             /// The first error met while building, or how the call failed.
-            pub async fn send(
+            pub fn send(
                 self,
-            ) -> ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error> {
+            ) -> impl ::std::future::Future<
+                Output = ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error>,
+            > + Send
+                   + 'static {
                 let client = self.client.clone();
-                client.send(self.build()?).await
+                let request = self.build();
+                let span = match &request {
+                    Ok(r) => $crate::switchyard_common::call_span!(module_path!(), r.method(), r.uri()),
+                    Err(_) => $crate::switchyard_common::__tracing::Span::none(),
+                };
+                client.inner.send_in(request, span)
             }
         }
     };

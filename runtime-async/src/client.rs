@@ -2,6 +2,7 @@
 //! [`Runtime`] it runs on. switchyard-tokio and switchyard-smol name it for their
 //! runtime (`switchyard_tokio::Client`, `switchyard_smol::Client`).
 
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -123,8 +124,8 @@ impl<R: Runtime> Sender for Client<R> {
     type Body = Body;
     type Output = BoxFuture<Result<http::Response<ResponseBody>, Error>>;
     fn send_request(&self, request: http::Request<Body>) -> Self::Output {
-        let client = self.clone();
-        Box::pin(async move { client.send(request).await })
+        let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
+        Box::pin(self.send_in(Ok(request), span))
     }
     fn refuse(error: Error) -> Self::Output {
         Box::pin(async move { Err(error) })
@@ -184,30 +185,42 @@ impl<R: Runtime> Client<R> {
     /// status; the call's end (or failure) is an event in it.
     pub async fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
         let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
-        self.send_in(request, span).await
+        self.send_in(Ok(request), span).await
     }
 
-    /// [`Client::send`] inside `span` (an adapter's own, under its crate's target).
+    /// [`Client::send`] inside `span` (an adapter's own, under its crate's
+    /// target), as one future that owns what it needs: a call's state is
+    /// built in place, never copied through layers of futures. A request
+    /// that failed to build fails the future at once, untraced.
     #[doc(hidden)]
-    pub async fn send_in(
+    pub fn send_in(
         &self,
-        request: http::Request<Body>,
+        request: Result<http::Request<Body>, Error>,
+        span: tracing::Span,
+    ) -> impl Future<Output = Result<http::Response<ResponseBody>, Error>> + Send + 'static {
+        use tracing::Instrument as _;
+        self.clone().send_inner(request, span.clone()).instrument(span)
+    }
+
+    async fn send_inner(
+        self,
+        request: Result<http::Request<Body>, Error>,
         span: tracing::Span,
     ) -> Result<http::Response<ResponseBody>, Error> {
-        use tracing::Instrument as _;
-        let uri = request.uri().clone();
-        let result = self.send_inner(request).instrument(span.clone()).await;
-        switchyard_common::call_traced(&span, &result);
-        result.map_err(|e| e.with_url(&uri.to_string()))
-    }
-
-    async fn send_inner(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+        let request = request?;
         self.ensure_timer();
         let shared = Arc::clone(&self.inner.shared);
         let (mut parts, mut body) = request.into_parts();
         // As given (credentials and all): errors show it redacted.
         let original = parts.uri.clone();
-        let plan = CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable())?;
+        let plan = match CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable()) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let result = Err(e.with_url(&original.to_string()));
+                switchyard_common::call_traced(&span, &result);
+                return result;
+            }
+        };
         let (tx, rx) = oneshot::channel();
         let call = shared.start_call(&parts, &plan, tx);
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
@@ -219,8 +232,14 @@ impl<R: Runtime> Client<R> {
         // Whether the call holds a connection: a timeout before then was
         // spent connecting, after it waiting for the head.
         let leased = AtomicBool::new(false);
-        let run = run_call(&shared, call, rx, &parts, &mut body, plan.facts, limits, &leased);
-        let result = match plan.timeout {
+        let (timeout, facts) = (plan.timeout, plan.facts);
+        // Nothing else of the plan is needed across the wait; a local kept
+        // alive there would sit in this future's state.
+        drop(plan);
+        // Boxed: the exchange's state (a few KiB) is built once on the heap,
+        // not moved through this future and the timeout's.
+        let run = Box::pin(run_call(&shared, call, rx, &parts, &mut body, facts, limits, &leased));
+        let result = match timeout {
             Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
                 Err(Error::timeout(if leased.load(Ordering::Acquire) {
                     TimeoutPhase::ResponseHead
@@ -230,20 +249,21 @@ impl<R: Runtime> Client<R> {
             }),
             None => run.await,
         };
-        match result {
+        guard.armed = false;
+        let result = match result {
             Ok(mut response) => {
-                guard.armed = false;
                 // The call ends with its body (`call_end` then).
                 response.body_mut().set_owner(Arc::clone(&shared), call, &original);
                 Ok(response)
             }
             Err(e) => {
-                guard.armed = false;
                 let e = e.with_url(&original.to_string());
                 shared.call_failed(call, &e);
                 Err(e)
             }
-        }
+        };
+        switchyard_common::call_traced(&span, &result);
+        result
     }
 }
 
@@ -277,10 +297,10 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let client = self.clone();
         let (parts, body) = request.into_parts();
         let request = http::Request::from_parts(parts, Body::__from_any(body));
-        Box::pin(async move { client.send(request).await })
+        let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
+        Box::pin(self.send_in(Ok(request), span))
     }
 }
 

@@ -67,19 +67,29 @@ pub trait Runtime: Send + Sync + 'static {
 }
 
 /// Runs `f` until `at`; `None` if `at` came first (or `f` was still not done
-/// when polled at or after `at`).
+/// when polled at or after `at`). An `f` ready at its first poll needs no
+/// timer and wins whatever the time.
 pub(crate) async fn until<T>(
     rt: &dyn Runtime,
     at: std::time::Instant,
     f: impl Future<Output = T>,
 ) -> Option<T> {
     let mut f = std::pin::pin!(f);
-    let mut sleep = rt.sleep_until(at);
+    // No timer for what is ready at once (a stream slot, a buffered frame):
+    // the common case costs no timer registration.
+    let mut sleep = None;
     std::future::poll_fn(|cx| {
-        // The timer first: a busy `f` may exhaust the runtime's cooperative
-        // budget in its poll, and a timer polled after it would then never
-        // see its deadline (tokio's timers honour the budget).
-        if sleep.as_mut().poll(cx).is_ready() {
+        let Some(timer) = sleep.as_mut() else {
+            if let Poll::Ready(v) = f.as_mut().poll(cx) {
+                return Poll::Ready(Some(v));
+            }
+            let timer = sleep.insert(rt.sleep_until(at));
+            return if timer.as_mut().poll(cx).is_ready() { Poll::Ready(None) } else { Poll::Pending };
+        };
+        // Then the timer first: a busy `f` may exhaust the runtime's
+        // cooperative budget in its poll, and a timer polled after it would
+        // then never see its deadline (tokio's timers honour the budget).
+        if timer.as_mut().poll(cx).is_ready() {
             return Poll::Ready(None);
         }
         if let Poll::Ready(v) = f.as_mut().poll(cx) {

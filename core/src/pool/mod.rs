@@ -1137,12 +1137,70 @@ impl Pool {
         }
     }
 
+    /// Changes a connection and moves it between the indices its change
+    /// affects (only those: an acquire or a release touches the idle sets and
+    /// the in-use counts, nothing else). The same result as
+    /// [`Pool::unindex`], the change, then [`Pool::index`].
     fn update(&mut self, id: ConnectionId, f: impl FnOnce(&mut Connection)) {
-        self.unindex(id);
-        if let Some(c) = self.conns.get_mut(&id) {
-            f(c);
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        let before = IndexKeys::of(c);
+        f(c);
+        let after = IndexKeys::of(c);
+        if before == after {
+            return;
         }
-        self.index(id);
+        let a = self.addrs.get_mut(&c.address).expect("address state exists for open connections");
+        if before.idle != after.idle {
+            if let Some(since) = before.idle {
+                a.idle.remove(&(since, id));
+                self.idle_all.remove(&(since, id));
+            }
+            if let Some(since) = after.idle {
+                a.idle.insert((since, id));
+                self.idle_all.insert((since, id));
+                if !c.multiplexed() && self.next_probe.is_none() {
+                    self.next_probe = self.config.probe_interval.map(|every| since + every);
+                }
+            }
+        }
+        if before.shareable != after.shareable {
+            if after.shareable {
+                a.shareable.insert(id);
+            } else {
+                a.shareable.remove(&id);
+            }
+        }
+        if before.multiplexed != after.multiplexed {
+            if after.multiplexed {
+                a.multiplexed.insert(id);
+            } else {
+                a.multiplexed.remove(&id);
+            }
+        }
+        match (before.in_use, after.in_use) {
+            (false, true) => {
+                a.in_use += 1;
+                self.in_use_total += 1;
+            }
+            (true, false) => {
+                a.in_use -= 1;
+                self.in_use_total -= 1;
+            }
+            _ => {}
+        }
+        if before.coalesce != after.coalesce {
+            if let Some(ip) = before.coalesce {
+                if let Some(set) = self.coalesce_index.get_mut(&ip) {
+                    set.remove(&id);
+                    if set.is_empty() {
+                        self.coalesce_index.remove(&ip);
+                    }
+                }
+            }
+            if let Some(ip) = after.coalesce {
+                self.coalesce_index.entry(ip).or_default().insert(id);
+            }
+        }
     }
 
     fn find_pooled(&self, call_id: CallId) -> Option<(ConnectionId, Source)> {
@@ -1605,5 +1663,31 @@ impl Unverified {
             };
         }
         false
+    }
+}
+
+/// Where a connection sits in the pool's indices ([`Pool::index`]).
+#[derive(PartialEq, Eq, Clone, Copy)]
+struct IndexKeys {
+    /// In the idle sets, since then.
+    idle: Option<Instant>,
+    shareable: bool,
+    /// In the multiplexed set (multiplexed and usable).
+    multiplexed: bool,
+    /// Counted in use.
+    in_use: bool,
+    /// In the coalescing index, under this IP.
+    coalesce: Option<IpAddr>,
+}
+
+impl IndexKeys {
+    fn of(c: &Connection) -> IndexKeys {
+        IndexKeys {
+            idle: c.is_idle().then(|| c.idle_since.expect("idle connections have idle_since")),
+            shareable: c.shareable(),
+            multiplexed: c.multiplexed() && c.usable(),
+            in_use: c.in_flight > 0,
+            coalesce: c.coalescable().then(|| c.route.socket_addr().ip()),
+        }
     }
 }

@@ -163,6 +163,10 @@ impl Pool {
     /// Capacity may have freed: serve waiters first come first served, then offer
     /// eligible pooled connections to calls racing for `address`.
     pub(super) fn rebalance(&mut self, now: Instant, address: &Address) {
+        // The common case (a release with nobody waiting or racing): nothing to do.
+        if self.waiters.is_empty() && self.addrs.get(address).is_none_or(|a| a.racing.is_empty()) {
+            return;
+        }
         let queued: Vec<(u64, CallId)> = self.waiters.iter().map(|(s, c)| (*s, *c)).collect();
         // Per Address, the waiters seen so far that stay queued (FIFO order).
         let mut still_waiting: Vec<(Address, usize)> = Vec::new();
