@@ -1,6 +1,7 @@
 //! The driver: the core's [`Pool`](switchyard_core::Pool) in a [`Hub`], with the
-//! shared [`Engine`] beside it, fed by the calling threads and by one
-//! short-lived thread per DNS query and connect attempt. No background thread:
+//! shared [`Engine`] beside it, fed by the calling threads and by job threads
+//! for DNS queries, connect attempts and handshakes (reused: a finished one
+//! waits a few seconds for the next job, then exits). No background thread:
 //! whoever enters the client — a call starting, waiting, finishing, a connect
 //! thread reporting, `stats()` — first fires the core's due timers, and a
 //! waiting call sleeps only until the core's next deadline, so race stagger,
@@ -63,6 +64,8 @@ pub(crate) struct Shared {
     pub(crate) hub: Hub<IoState>,
     resolver: Arc<dyn Resolve>,
     pub(crate) settings: Settings,
+    /// Threads for DNS queries, connects and handshakes, reused.
+    workers: crate::workers::Workers,
 }
 
 /// Fires the core's timers if one is due.
@@ -74,7 +77,7 @@ fn fire_due(st: &mut State, now: Instant) {
 
 impl Shared {
     pub(crate) fn new(hub: Hub<IoState>, resolver: Arc<dyn Resolve>, settings: Settings) -> Arc<Shared> {
-        Arc::new(Shared { hub, resolver, settings })
+        Arc::new(Shared { hub, resolver, settings, workers: crate::workers::Workers::default() })
     }
 
     /// Makes sure a waiting call will wake in time for the core's next
@@ -142,9 +145,10 @@ impl Shared {
         }
     }
 
-    /// Runs `work` on a new thread; `false` if the system refuses one.
-    fn thread(name: &str, work: impl FnOnce() + Send + 'static) -> bool {
-        std::thread::Builder::new().name(name.into()).spawn(work).is_ok()
+    /// Runs `work` on a job thread (reused, or new); `false` if the system
+    /// refuses a thread.
+    fn thread(&self, work: impl FnOnce() + Send + 'static) -> bool {
+        self.workers.run(work)
     }
 }
 
@@ -161,7 +165,7 @@ impl EngineHost for Shared {
         match effect {
             Effect::Resolve { query, name, port } => {
                 let me = Arc::clone(self);
-                let started = Self::thread("switchyard-dns", move || {
+                let started = self.thread(move || {
                     let answer = me.resolver.resolve(&name, port).map_err(|e| DnsError::from_io(&e));
                     me.input(|st, now| {
                         if let Err(misuse) = st.pool.handle_dns(now, query, answer) {
@@ -179,7 +183,7 @@ impl EngineHost for Shared {
                 let addr = route.socket_addr();
                 let limit = self.settings.connect_timeout;
                 let me = Arc::clone(self);
-                let started = Self::thread("switchyard-connect", move || {
+                let started = self.thread(move || {
                     let result = TcpStream::connect_timeout(&addr, limit)
                         .and_then(|s| s.set_nodelay(true).map(|()| Stream::Tcp(s)))
                         .map_err(|e| ConnectError::from_io(&e));
@@ -211,7 +215,7 @@ impl EngineHost for Shared {
                 }
                 let limit = self.settings.handshake_timeout;
                 let me = Arc::clone(self);
-                let started = Self::thread("switchyard-handshake", move || {
+                let started = self.thread(move || {
                     let tunnelled = || {
                         me.input(|st, now| st.io.engine.handle_tunnelled(&mut st.pool, now, attempt));
                     };

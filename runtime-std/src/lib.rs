@@ -67,6 +67,7 @@ mod h1;
 mod manager;
 mod response;
 mod stream;
+mod workers;
 
 pub use body::Body;
 pub use client::{Client, ClientBuilder, RequestBuilder};
