@@ -106,7 +106,16 @@ impl Spec {
             Wire::Tls => {
                 &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"]
             }
-            Wire::H2 => &["raw", "switchyard-tokio", "switchyard-smol", "hyper-util", "reqwest"],
+            // `-adaptive`: switchyard-tokio with the adaptive window (starting
+            // at 64 KiB, growing to the same 16 / 32 MiB).
+            Wire::H2 => &[
+                "raw",
+                "switchyard-tokio",
+                "switchyard-tokio-adaptive",
+                "switchyard-smol",
+                "hyper-util",
+                "reqwest",
+            ],
         }
     }
 
@@ -162,8 +171,10 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             Wire::H2 => h2_raw(w, n, url, socket, Arc::new(tls?), check),
             _ => raw(spec, n, port, tls.map(Arc::new), upload, check),
         },
-        "switchyard-tokio" => {
-            let b = switchyard_tokio::Client::builder().http_version(version);
+        "switchyard-tokio" | "switchyard-tokio-adaptive" => {
+            let b = switchyard_tokio::Client::builder()
+                .http_version(version)
+                .http2_adaptive_window(client.ends_with("-adaptive"));
             let c = match spec.wire {
                 Wire::Clear => b,
                 _ => b.add_root_certificate(ca()?).resolve(&format!("{TLS_HOST}:{port}"), [local()]),

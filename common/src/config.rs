@@ -104,11 +104,18 @@ pub struct Http2Settings {
     pub stream_window: u32,
     /// Per connection, shared by its streams. Default: 32 MiB.
     pub connection_window: u32,
+    /// Start both windows at the protocol's 65,535 bytes and grow them to
+    /// what the path carries (the bytes received in one PING round trip, a
+    /// bandwidth-delay estimate, doubled while the window limits them), up
+    /// to `stream_window` and `connection_window`. Default: off (both start
+    /// at their full size, which costs nothing on a fast path; on with many
+    /// slow-reading streams, where a full window each would buffer more).
+    pub adaptive_window: bool,
 }
 
 impl Default for Http2Settings {
     fn default() -> Self {
-        Http2Settings { stream_window: 16 << 20, connection_window: 32 << 20 }
+        Http2Settings { stream_window: 16 << 20, connection_window: 32 << 20, adaptive_window: false }
     }
 }
 
@@ -701,6 +708,18 @@ macro_rules! __client_builder_methods {
         /// Default: 32 MiB. At most 2^31 − 1.
         pub fn http2_connection_window(mut self, bytes: u32) -> Self {
             self.state.http2.connection_window = bytes;
+            self
+        }
+        /// HTTP/2: start the flow-control windows at the protocol's 65,535
+        /// bytes and grow them, per connection, to the bytes the path carries
+        /// in one PING round trip (doubling while the window is the limit),
+        /// up to [`http2_stream_window`](Self::http2_stream_window) and
+        /// [`http2_connection_window`](Self::http2_connection_window). At most
+        /// one PING is out at a time, and none once the windows are full size
+        /// or while data does not flow. Default: off (full-size windows from
+        /// the start).
+        pub fn http2_adaptive_window(mut self, adaptive: bool) -> Self {
+            self.state.http2.adaptive_window = adaptive;
             self
         }
         /// Which protocols to use. Default: [`HttpVersion::Auto`].

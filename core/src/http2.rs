@@ -50,6 +50,7 @@ pub enum FrameNote {
     },
 }
 
+const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const SETTINGS: u8 = 0x4;
 const GOAWAY: u8 = 0x7;
@@ -72,6 +73,8 @@ pub struct FrameScanner {
     /// The current frame's payload, for SETTINGS and GOAWAY only.
     payload: Vec<u8>,
     frames: u64,
+    /// DATA frame payload bytes seen (padding included: flow control counts it).
+    data: u64,
     /// Header blocks longer than this on the wire are noted.
     header_limit: Option<usize>,
     /// The header block in progress: its stream, its bytes so far, noted.
@@ -103,6 +106,22 @@ impl FrameScanner {
         self.frames
     }
 
+    /// DATA payload bytes seen so far, as flow control counts them (padding
+    /// included): what an adaptive window measures per round trip.
+    ///
+    /// ```
+    /// use switchyard_core::http2::FrameScanner;
+    /// let mut scanner = FrameScanner::default();
+    /// // DATA on stream 1, 3 payload bytes, in two reads.
+    /// scanner.feed(&[0, 0, 3, 0, 0, 0, 0, 0, 1, b'a'], &mut Vec::new());
+    /// scanner.feed(b"bc", &mut Vec::new());
+    /// assert_eq!(scanner.data_bytes(), 3);
+    /// ```
+    #[must_use]
+    pub fn data_bytes(&self) -> u64 {
+        self.data
+    }
+
     /// Feeds the next bytes the server sent (any split); appends a note for each
     /// SETTINGS or GOAWAY frame completed by them.
     pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<FrameNote>) {
@@ -126,6 +145,9 @@ impl FrameScanner {
                 }
             } else {
                 let take = self.remaining.min(bytes.len());
+                if self.kind == DATA {
+                    self.data += take as u64;
+                }
                 if self.keeps_payload() {
                     let room = MAX_KEPT.saturating_sub(self.payload.len()).min(take);
                     self.payload.extend_from_slice(&bytes[..room]);

@@ -28,6 +28,9 @@ pub(crate) struct H2Handle {
     ready: watch::Receiver<Ready>,
     /// The connection's PING sender; taken while a PING is out.
     ping: Arc<std::sync::Mutex<Option<h2::PingPong>>>,
+    /// The pool asked for a PING while the adaptive window's was out: that
+    /// one's PONG answers it.
+    pong_wanted: Arc<std::sync::atomic::AtomicBool>,
     /// Set when the connection was retired as never usable, so its streams'
     /// failures say so rather than "broken pipe".
     never_usable: Arc<std::sync::atomic::AtomicBool>,
@@ -182,7 +185,10 @@ fn stream_stalled(shared: &Arc<Shared>, connection: ConnectionId) {
 /// that never comes, is simply never reported.
 pub(crate) fn ping(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Handle) {
     let Some(mut pong) = handle.ping.lock().ok().and_then(|mut p| p.take()) else {
-        return; // not ready yet, or the connection is gone
+        // Not ready yet, the connection is gone, or the adaptive window's
+        // PING is out (its PONG will answer this one).
+        handle.pong_wanted.store(true, Ordering::Release);
+        return;
     };
     let (me, slot) = (Arc::clone(shared), Arc::clone(&handle.ping));
     let _detached = shared.rt.spawn(Box::pin(async move {
@@ -206,6 +212,64 @@ struct FrameWatcher<T> {
     scanner: FrameScanner,
     notes: Vec<FrameNote>,
     on_note: Box<dyn Fn(FrameNote) + Send>,
+    /// The adaptive window's sampling, when on.
+    adaptive: Option<Adaptive>,
+}
+
+/// The adaptive window's sampling, run as the connection reads: PINGs while
+/// DATA flows, each PONG an estimate; larger windows go to the connection
+/// task (which owns the `h2` connection) through `grow`.
+struct Adaptive {
+    estimator: crate::h2_window::Estimator,
+    /// The connection's PING sender, shared with the pool's health PINGs.
+    slot: Arc<std::sync::Mutex<Option<h2::PingPong>>>,
+    /// Taken from `slot` while our PING is out.
+    out: Option<h2::PingPong>,
+    grow: watch::Sender<(u32, u32)>,
+    pong_wanted: Arc<std::sync::atomic::AtomicBool>,
+    /// Reports a PONG the pool asked for.
+    on_pong: Box<dyn Fn() + Send>,
+}
+
+impl Adaptive {
+    fn poll(&mut self, cx: &mut std::task::Context<'_>, data: u64) {
+        let now = std::time::Instant::now();
+        if let Some(out) = self.out.as_mut() {
+            let std::task::Poll::Ready(pong) = out.poll_pong(cx) else { return };
+            if let (Some(out), Ok(mut slot)) = (self.out.take(), self.slot.lock()) {
+                *slot = Some(out);
+            }
+            if self.pong_wanted.swap(false, Ordering::AcqRel) {
+                (self.on_pong)();
+            }
+            match pong {
+                Ok(_) => {
+                    if let Some(windows) = self.estimator.pong(now, data) {
+                        let _ = self.grow.send(windows);
+                    }
+                }
+                Err(_) => self.estimator.abandoned(),
+            }
+        }
+        if !self.estimator.wants_sample(now, data) {
+            return;
+        }
+        let Some(mut pinger) = self.slot.lock().ok().and_then(|mut s| s.take()) else {
+            return; // the pool's PING is out, or the connection is not ready
+        };
+        if pinger.send_ping(h2::Ping::opaque()).is_ok() {
+            self.estimator.started(now, data);
+            // Registers this task for the PONG.
+            if pinger.poll_pong(cx).is_pending() {
+                self.out = Some(pinger);
+                return;
+            }
+            self.estimator.abandoned();
+        }
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(pinger);
+        }
+    }
 }
 
 impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FrameWatcher<T> {
@@ -220,6 +284,9 @@ impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FrameWatcher<T> {
         me.scanner.feed(&buf.filled()[before..], &mut me.notes);
         for note in me.notes.drain(..) {
             (me.on_note)(note);
+        }
+        if let Some(adaptive) = me.adaptive.as_mut() {
+            adaptive.poll(cx, me.scanner.data_bytes());
         }
         polled
     }
@@ -304,15 +371,42 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     // below our limit) and ours is checked here: a block over it on the wire
     // (the scanner), or a decoded list over it, fails that response.
     let limit = owner.settings.limits.max_head_size;
+    let windows = owner.settings.http2;
+    let pong_wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let estimator = crate::h2_window::Estimator::new(windows.stream_window, windows.connection_window);
+    let (grow_tx, mut grow) = watch::channel(if windows.adaptive_window {
+        estimator.windows()
+    } else {
+        (windows.stream_window, windows.connection_window)
+    });
+    let adaptive = windows.adaptive_window.then(|| {
+        let shared = Weak::clone(&shared);
+        Adaptive {
+            estimator,
+            slot: Arc::clone(&ping),
+            out: None,
+            grow: grow_tx,
+            pong_wanted: Arc::clone(&pong_wanted),
+            on_pong: Box::new(move || {
+                if let Some(shared) = shared.upgrade() {
+                    shared.input(|st, now| {
+                        let _ = st.pool.pong(now, connection);
+                    });
+                }
+            }),
+        }
+    });
+    // Where the windows start: full size, or the protocol's when adaptive.
+    let (stream_window, connection_window) = *grow.borrow();
     let io = FrameWatcher {
         inner: io,
         scanner: FrameScanner::with_header_block_limit(limit),
         notes: Vec::new(),
         on_note: Box::new(on_note),
+        adaptive,
     };
     let header_limit = u32::try_from(limit.saturating_mul(3).saturating_add(8192)).unwrap_or(u32::MAX);
     let usable_by = std::time::Instant::now() + owner.settings.handshake_timeout;
-    let windows = owner.settings.http2;
     let never_usable = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let never_usable_flag = Arc::clone(&never_usable);
     let rt = Arc::clone(&owner.rt);
@@ -331,8 +425,8 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
         // BEHAVIOUR §4): `h2` would otherwise assume no limit and send a burst
         // the server refuses.
         let handshake = h2::client::Builder::new()
-            .initial_window_size(windows.stream_window)
-            .initial_connection_window_size(windows.connection_window)
+            .initial_window_size(stream_window)
+            .initial_connection_window_size(connection_window)
             .max_header_list_size(header_limit)
             .initial_max_send_streams(1)
             .handshake::<_, Bytes>(io);
@@ -349,9 +443,21 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
                 // the connection closes the socket, whoever still holds a sender.
                 let tx = &tx;
                 let mut drive = std::pin::pin!(async {
-                    tokio::select! {
-                        ended = conn.as_mut() => Some(ended),
-                        () = tx.closed() => None,
+                    loop {
+                        tokio::select! {
+                            ended = conn.as_mut() => return Some(ended),
+                            () = tx.closed() => return None,
+                            // The adaptive window grew (never without it: the
+                            // sender is gone and this branch is off).
+                            Ok(()) = grow.changed() => {
+                                let (stream_window, connection_window) = *grow.borrow_and_update();
+                                tracing::trace!(%connection, stream_window, connection_window, "HTTP/2 windows grow");
+                                conn.set_target_window_size(connection_window);
+                                if conn.set_initial_window_size(stream_window).is_err() {
+                                    tracing::debug!(%connection, "HTTP/2 window update refused");
+                                }
+                            }
+                        }
                     }
                 });
                 let outcome = match crate::runtime::until(&*rt, usable_by, drive.as_mut()).await {
@@ -385,7 +491,7 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
         }
     });
     let turns = Arc::new(Turns::new());
-    (H2Handle { ready: rx, ping, never_usable, oversized, turns, turn: None }, job)
+    (H2Handle { ready: rx, ping, pong_wanted, never_usable, oversized, turns, turn: None }, job)
 }
 
 /// How an `h2` error fails the exchange. (A failure before the server's

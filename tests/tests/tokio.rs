@@ -388,3 +388,80 @@ fn a_call_future_stays_small() {
         assert!(size <= LIMIT, "{what}: a {size}-byte future (at most {LIMIT})");
     }
 }
+
+/// Serves one `size`-byte body per request over h2c, asking for 1 MiB of send
+/// capacity at a time; returns the port and the most capacity the client's
+/// windows ever granted at once, and the first grant.
+fn window_watching_h2_server(size: usize) -> (u16, Arc<std::sync::Mutex<(usize, usize)>>) {
+    let seen = Arc::new(std::sync::Mutex::new((0usize, 0usize)));
+    let listener = runtime().block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let record = Arc::clone(&seen);
+    runtime().spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let record = Arc::clone(&record);
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    let record = Arc::clone(&record);
+                    tokio::spawn(async move {
+                        let head = http::Response::builder().status(200).body(()).unwrap();
+                        let Ok(mut send) = respond.send_response(head, false) else { return };
+                        let mut left = size;
+                        while left > 0 {
+                            send.reserve_capacity(left.min(1 << 20));
+                            let Some(Ok(granted)) = std::future::poll_fn(|cx| send.poll_capacity(cx)).await
+                            else {
+                                return;
+                            };
+                            {
+                                let mut r = record.lock().unwrap();
+                                if r.1 == 0 {
+                                    r.1 = granted;
+                                }
+                                r.0 = r.0.max(granted);
+                            }
+                            let n = granted.min(left);
+                            left -= n;
+                            if send.send_data(bytes::Bytes::from(vec![b'w'; n]), left == 0).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// The adaptive HTTP/2 window starts at the protocol's 65,535 bytes and
+/// grows while a large body streams; the body arrives whole either way.
+#[test]
+fn the_adaptive_http2_window_starts_small_and_grows() {
+    const SIZE: usize = 32 << 20;
+    for adaptive in [true, false] {
+        let (port, seen) = window_watching_h2_server(SIZE);
+        let client = Client::builder()
+            .http_version(HttpVersion::Http2Only)
+            .http2_adaptive_window(adaptive)
+            .build()
+            .unwrap();
+        let got = runtime().block_on(async {
+            let mut r = client.get(format!("http://127.0.0.1:{port}/")).send().await.unwrap();
+            let mut got = 0;
+            while let Some(chunk) = r.body_mut().chunk().await.unwrap() {
+                got += chunk.len();
+            }
+            got
+        });
+        assert_eq!(got, SIZE, "adaptive {adaptive}: the whole body");
+        let (most, first) = *seen.lock().unwrap();
+        if adaptive {
+            assert!(first <= 65_535, "starts at the protocol's window: first grant {first}");
+            assert!(most > 65_535, "grows while the window is the limit: at most {most} at once");
+        } else {
+            assert!(first > 65_535, "full-size windows from the start: first grant {first}");
+        }
+    }
+}

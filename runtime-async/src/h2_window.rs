@@ -1,0 +1,186 @@
+//! HTTP/2's adaptive flow-control window ([`Http2Settings::adaptive_window`]):
+//! both windows start at the protocol's 65,535 bytes, and while DATA flows
+//! the connection sends one PING at a time and counts the DATA bytes that
+//! arrive before its PONG: the bytes one round trip carries, an estimate of
+//! the path's bandwidth-delay product. When those bytes fill two thirds of the
+//! window or more, the window was the limit: it grows to twice them (never
+//! shrinking, never past the configured windows). Otherwise the next sample
+//! waits longer (doubling, from 10 ms to 1 s), so an idle or slow transfer
+//! costs almost no PINGs; once both windows are full size, none at all.
+//!
+//! [`Http2Settings::adaptive_window`]: switchyard_common::Http2Settings::adaptive_window
+
+use std::time::{Duration, Instant};
+
+/// The protocol's initial window (RFC 9113 §6.9.2).
+pub(crate) const PROTOCOL_WINDOW: u32 = 65_535;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The estimator: pure arithmetic on times and byte counts.
+#[derive(Debug, Clone)]
+pub(crate) struct Estimator {
+    stream: u32,
+    connection: u32,
+    max_stream: u32,
+    max_connection: u32,
+    /// The sample in flight: when its PING went, and the DATA bytes seen then.
+    sample: Option<(Instant, u64)>,
+    next_at: Option<Instant>,
+    backoff: Duration,
+    /// DATA bytes seen at the last look (a sample starts only while data flows).
+    last_data: u64,
+}
+
+impl Estimator {
+    /// Windows starting at the protocol's size, growing to these at most.
+    pub(crate) fn new(max_stream: u32, max_connection: u32) -> Estimator {
+        Estimator {
+            stream: PROTOCOL_WINDOW.min(max_stream),
+            connection: PROTOCOL_WINDOW.min(max_connection),
+            max_stream,
+            max_connection,
+            sample: None,
+            next_at: None,
+            backoff: Duration::ZERO,
+            last_data: 0,
+        }
+    }
+
+    /// The windows now: (per stream, per connection).
+    pub(crate) fn windows(&self) -> (u32, u32) {
+        (self.stream, self.connection)
+    }
+
+    /// Whether to send a PING now: none in flight, data arrived since the last
+    /// look, the backoff has passed, and a window can still grow.
+    pub(crate) fn wants_sample(&mut self, now: Instant, data: u64) -> bool {
+        let flowing = data > self.last_data;
+        self.last_data = data;
+        flowing
+            && self.sample.is_none()
+            && self.next_at.is_none_or(|t| now >= t)
+            && (self.stream < self.max_stream || self.connection < self.max_connection)
+    }
+
+    /// A sample's PING went out at `now`, with `data` DATA bytes seen so far.
+    pub(crate) fn started(&mut self, now: Instant, data: u64) {
+        self.sample = Some((now, data));
+    }
+
+    /// The sample's PING could not complete (the connection is ending).
+    pub(crate) fn abandoned(&mut self) {
+        self.sample = None;
+    }
+
+    /// Its PONG arrived at `now`, with `data` DATA bytes seen so far: the new
+    /// windows when they grow.
+    pub(crate) fn pong(&mut self, now: Instant, data: u64) -> Option<(u32, u32)> {
+        let (sent, start) = self.sample.take()?;
+        let carried = data.saturating_sub(start);
+        let rtt = now.saturating_duration_since(sent);
+        let limit = u64::from(self.stream.min(self.connection));
+        if carried.saturating_mul(3) >= limit.saturating_mul(2) {
+            let want = u32::try_from(carried.saturating_mul(2)).unwrap_or(u32::MAX);
+            let stream = want.max(self.stream).min(self.max_stream);
+            let connection = want.max(stream).max(self.connection).min(self.max_connection);
+            self.backoff = Duration::ZERO;
+            self.next_at = None;
+            if (stream, connection) != (self.stream, self.connection) {
+                self.stream = stream;
+                self.connection = connection;
+                return Some((stream, connection));
+            }
+            return None;
+        }
+        self.backoff = (self.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+        self.next_at = Some(now + self.backoff.max(rtt));
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_bound_transfer_doubles_its_windows_up_to_the_configured_ones() {
+        let t = Instant::now();
+        let mut e = Estimator::new(16 << 20, 32 << 20);
+        assert_eq!(e.windows(), (65_535, 65_535));
+        let mut data = 0u64;
+        let mut now = t;
+        let mut grown = Vec::new();
+        // Each round trip (10 ms) carries a full window: the window is the limit.
+        for _ in 0..20 {
+            if e.windows() == (16 << 20, 32 << 20) {
+                break;
+            }
+            data += 1;
+            assert!(e.wants_sample(now, data), "a sample while data flows");
+            e.started(now, data);
+            data += u64::from(e.windows().0.min(e.windows().1));
+            now += Duration::from_millis(10);
+            if let Some(w) = e.pong(now, data) {
+                grown.push(w);
+            }
+        }
+        assert_eq!(e.windows(), (16 << 20, 32 << 20), "{grown:?}");
+        assert!(grown.len() <= 10, "doubling: a few round trips, not many: {grown:?}");
+        assert!(grown.windows(2).all(|w| w[1].0 >= w[0].0 && w[1].1 >= w[0].1), "never shrinks: {grown:?}");
+        // Full size: no more PINGs.
+        assert!(!e.wants_sample(now, data + 1));
+    }
+
+    #[test]
+    fn a_transfer_below_the_window_backs_off_and_never_grows() {
+        let t = Instant::now();
+        let mut e = Estimator::new(16 << 20, 32 << 20);
+        let mut data = 0u64;
+        let mut now = t;
+        let mut gaps = Vec::new();
+        let mut last_ping = None;
+        while now < t + Duration::from_secs(10) {
+            data += 100; // a slow trickle
+            if e.wants_sample(now, data) {
+                if let Some(prev) = last_ping {
+                    gaps.push(now - prev);
+                }
+                last_ping = Some(now);
+                e.started(now, data);
+                data += 1_000; // well under two thirds of 65,535
+                now += Duration::from_millis(5);
+                assert_eq!(e.pong(now, data), None);
+            }
+            now += Duration::from_millis(1);
+        }
+        assert_eq!(e.windows(), (65_535, 65_535));
+        assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "the waits only grow: {gaps:?}");
+        assert!(gaps.last().is_some_and(|g| *g >= Duration::from_secs(1)), "up to a second: {gaps:?}");
+        assert!(gaps.len() < 20, "a handful of PINGs in 10 s, not one per round trip: {}", gaps.len());
+    }
+
+    #[test]
+    fn no_sample_without_data_or_with_one_in_flight() {
+        let t = Instant::now();
+        let mut e = Estimator::new(1 << 20, 2 << 20);
+        assert!(!e.wants_sample(t, 0), "no data yet");
+        assert!(e.wants_sample(t, 10));
+        e.started(t, 10);
+        assert!(!e.wants_sample(t, 20), "one PING at a time");
+        e.abandoned();
+        assert!(e.wants_sample(t, 30));
+        assert_eq!(e.pong(t, 40), None, "no sample in flight: nothing to learn");
+    }
+
+    #[test]
+    fn windows_never_pass_the_configured_ones_even_when_small() {
+        let t = Instant::now();
+        let mut e = Estimator::new(100_000, 50_000);
+        assert_eq!(e.windows(), (65_535, 50_000));
+        assert!(e.wants_sample(t, 1));
+        e.started(t, 1);
+        assert_eq!(e.pong(t + Duration::from_millis(1), 1 + 50_000), Some((100_000, 50_000)));
+    }
+}
