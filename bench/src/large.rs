@@ -16,7 +16,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::measure::{
-    cpu, smol_concurrent_with, summarize, switchyard_drain, thread_concurrent_with, tls_config_alpn,
+    cpu, h2_bare, smol_concurrent_with, summarize, switchyard_drain, thread_concurrent_with, tls_config_alpn,
     tokio_concurrent_with, Fixed, Sample,
 };
 use crate::server::{self, LARGE, MEDIUM, TLS_HOST};
@@ -168,7 +168,12 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
     };
     Some(match client {
         "raw" => match spec.wire {
-            Wire::H2 => h2_raw(w, n, url, socket, Arc::new(tls?), check),
+            // The `h2` crate alone, with switchyard's default windows, so the
+            // window is never the limit.
+            Wire::H2 => {
+                let windows = Some((16 << 20, 32 << 20));
+                h2_bare(w, n, url.parse().ok()?, socket, Some(Arc::new(tls?)), windows, spec.size)
+            }
             _ => raw(spec, n, port, tls.map(Arc::new), upload, check),
         },
         "switchyard-tokio" | "switchyard-tokio-adaptive" => {
@@ -435,54 +440,3 @@ fn raw(
 /// A blocking byte stream: a TCP socket or a rustls stream over one.
 trait ReadWrite: Read + Write + Send {}
 impl<T: Read + Write + Send> ReadWrite for T {}
-
-/// The HTTP/2 limit: the `h2` crate alone over tokio-rustls, one connection,
-/// `width` streams at a time, with switchyard's default windows (16 MiB per
-/// stream, 32 MiB per connection) so the window is never the limit.
-fn h2_raw(
-    width: usize,
-    n: usize,
-    url: &'static str,
-    socket: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
-    check: impl Fn(usize) + Copy + 'static,
-) -> Sample {
-    type Send = h2::client::SendRequest<Bytes>;
-    let uri: http::Uri = url.parse().expect("uri");
-    let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
-    tokio_concurrent_with(width, n, move || {
-        let (conn, uri, tls) = (std::rc::Rc::clone(&conn), uri.clone(), Arc::clone(&tls));
-        async move {
-            let send = conn
-                .get_or_init(|| async {
-                    let tcp = tokio::net::TcpStream::connect(socket).await.expect("connect");
-                    tcp.set_nodelay(true).expect("nodelay");
-                    let name = rustls::pki_types::ServerName::try_from(TLS_HOST).expect("name");
-                    let io = tokio_rustls::TlsConnector::from(tls).connect(name, tcp).await.expect("tls");
-                    let (send, connection) = h2::client::Builder::new()
-                        .initial_window_size(16 << 20)
-                        .initial_connection_window_size(32 << 20)
-                        .handshake(io)
-                        .await
-                        .expect("handshake");
-                    tokio::spawn(async move {
-                        let _ = connection.await;
-                    });
-                    send
-                })
-                .await
-                .clone();
-            let mut send = send.ready().await.expect("h2 ready");
-            let req = http::Request::get(uri).body(()).expect("request");
-            let (resp, _) = send.send_request(req, true).expect("send");
-            let mut body = resp.await.expect("response").into_body();
-            let mut got = 0;
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk.expect("data");
-                got += chunk.len();
-                let _ = body.flow_control().release_capacity(chunk.len());
-            }
-            check(got);
-        }
-    })
-}

@@ -637,9 +637,24 @@ fn h2_limit(
     socket: SocketAddr,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> Sample {
+    h2_bare(CONCURRENCY, n, uri, socket, tls, None, BODY.len())
+}
+
+/// The `h2` crate alone on one connection, `width` streams at a time, each
+/// response body `expect` bytes; `windows` (stream, connection) replace h2's
+/// 65,535-byte defaults when given.
+pub(crate) fn h2_bare(
+    width: usize,
+    n: usize,
+    uri: http::Uri,
+    socket: SocketAddr,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    windows: Option<(u32, u32)>,
+    expect: usize,
+) -> Sample {
     type Send = h2::client::SendRequest<bytes::Bytes>;
     let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
-    tokio_concurrent(n, move || {
+    tokio_concurrent_with(width, n, move || {
         let (conn, uri, tls) = (std::rc::Rc::clone(&conn), uri.clone(), tls.clone());
         async move {
             let send = conn
@@ -659,7 +674,11 @@ fn h2_limit(
                             )
                         }
                     };
-                    let (send, connection) = h2::client::handshake(io).await.expect("handshake");
+                    let mut builder = h2::client::Builder::new();
+                    if let Some((stream, connection)) = windows {
+                        builder.initial_window_size(stream).initial_connection_window_size(connection);
+                    }
+                    let (send, connection) = builder.handshake(io).await.expect("handshake");
                     tokio::spawn(async move {
                         let _ = connection.await;
                     });
@@ -677,7 +696,7 @@ fn h2_limit(
                 got += chunk.len();
                 let _ = body.flow_control().release_capacity(chunk.len());
             }
-            assert_eq!(got, BODY.len());
+            assert_eq!(got, expect, "the whole body");
         }
     })
 }
