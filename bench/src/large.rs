@@ -93,9 +93,12 @@ impl Spec {
     /// The clients that apply.
     pub fn clients(&self) -> &'static [&'static str] {
         match self.wire {
+            // `-reader`: switchyard-tokio through `into_reader()` and
+            // `tokio::io::copy` instead of the chunk loop.
             Wire::Clear => &[
                 "raw",
                 "switchyard-tokio",
+                "switchyard-tokio-reader",
                 "switchyard-smol",
                 "switchyard-std",
                 "hyper-util",
@@ -189,6 +192,22 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             tokio_concurrent_with(w, n, move || {
                 let (c, up) = (c.clone(), upload.clone());
                 async move { check(switchyard_call(&c, url, up).await) }
+            })
+        }
+        "switchyard-tokio-reader" if spec.wire == Wire::Clear => {
+            let c = switchyard_tokio::Client::builder().http_version(version).build().ok()?;
+            tokio_concurrent_with(w, n, move || {
+                let (c, up) = (c.clone(), upload.clone());
+                async move {
+                    let req = match up {
+                        Some(body) => c.post(url).body(body),
+                        None => c.get(url),
+                    };
+                    let r = req.send().await.expect("switchyard");
+                    let mut reader = r.into_body().into_reader();
+                    let got = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await.expect("body");
+                    check(usize::try_from(got).unwrap_or(0));
+                }
             })
         }
         "switchyard-smol" => {
