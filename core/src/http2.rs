@@ -24,6 +24,13 @@
 //! scanner.feed(&settings[7..], &mut notes);
 //! assert_eq!(notes, [FrameNote::Settings { max_concurrent_streams: Some(10) }]);
 //! ```
+//!
+//! [`WindowEstimator`] decides the adaptive flow-control window from the DATA
+//! bytes the scanner counts and PING round trips.
+
+mod window;
+
+pub use window::{WindowEstimator, PROTOCOL_WINDOW};
 
 /// A frame the pool must hear about.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

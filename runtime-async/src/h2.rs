@@ -220,7 +220,9 @@ struct FrameWatcher<T> {
 /// DATA flows, each PONG an estimate; larger windows go to the connection
 /// task (which owns the `h2` connection) through `grow`.
 struct Adaptive {
-    estimator: crate::h2_window::Estimator,
+    estimator: switchyard_core::http2::WindowEstimator,
+    /// This connection's clock origin (the estimator needs only relative times).
+    origin: std::time::Instant,
     /// The connection's PING sender, shared with the pool's health PINGs.
     slot: Arc<std::sync::Mutex<Option<h2::PingPong>>>,
     /// Taken from `slot` while our PING is out.
@@ -233,7 +235,7 @@ struct Adaptive {
 
 impl Adaptive {
     fn poll(&mut self, cx: &mut std::task::Context<'_>, data: u64) {
-        let now = std::time::Instant::now();
+        let now = switchyard_core::Instant::from_elapsed(self.origin.elapsed());
         if let Some(out) = self.out.as_mut() {
             let std::task::Poll::Ready(pong) = out.poll_pong(cx) else { return };
             if let (Some(out), Ok(mut slot)) = (self.out.take(), self.slot.lock()) {
@@ -373,7 +375,8 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     let limit = owner.settings.limits.max_head_size;
     let windows = owner.settings.http2;
     let pong_wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let estimator = crate::h2_window::Estimator::new(windows.stream_window, windows.connection_window);
+    let estimator =
+        switchyard_core::http2::WindowEstimator::new(windows.stream_window, windows.connection_window);
     let (grow_tx, mut grow) = watch::channel(if windows.adaptive_window {
         estimator.windows()
     } else {
@@ -383,6 +386,7 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
         let shared = Weak::clone(&shared);
         Adaptive {
             estimator,
+            origin: std::time::Instant::now(),
             slot: Arc::clone(&ping),
             out: None,
             grow: grow_tx,

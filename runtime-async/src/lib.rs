@@ -20,7 +20,6 @@ mod client;
 mod driver;
 mod h1;
 mod h2;
-mod h2_window;
 mod manager;
 mod response;
 mod runtime;

@@ -1,5 +1,5 @@
-//! HTTP/2's adaptive flow-control window ([`Http2Settings::adaptive_window`]):
-//! both windows start at the protocol's 65,535 bytes, and while DATA flows
+//! HTTP/2's adaptive flow-control window, decided here and applied by the
+//! adapter (`http2_adaptive_window` in the client builders): both windows start at the protocol's 65,535 bytes, and while DATA flows
 //! the connection sends one PING at a time and counts the DATA bytes that
 //! arrive before its PONG: the bytes one round trip carries, an estimate of
 //! the path's bandwidth-delay product. When those bytes fill two thirds of the
@@ -8,19 +8,38 @@
 //! waits longer (doubling, from 10 ms to 1 s), so an idle or slow transfer
 //! costs almost no PINGs; once both windows are full size, none at all.
 //!
-//! [`Http2Settings::adaptive_window`]: switchyard_common::Http2Settings::adaptive_window
+//! The adapter feeds it the DATA bytes the connection has read (the frame
+//! scanner's [`FrameScanner::data_bytes`](super::FrameScanner::data_bytes)),
+//! sends a PING when [`WindowEstimator::wants_sample`] says so, reports the
+//! PONG, and applies the windows [`WindowEstimator::pong`] returns.
+//!
+//! ```
+//! use std::time::Duration;
+//! use switchyard_core::http2::WindowEstimator;
+//! use switchyard_core::Instant;
+//! let mut e = WindowEstimator::new(16 << 20, 32 << 20);
+//! assert_eq!(e.windows(), (65_535, 65_535));
+//! let t = Instant::from_millis(0);
+//! assert!(e.wants_sample(t, 100)); // data flows: send a PING
+//! e.started(t, 100);
+//! // A full window arrived before the PONG: the window was the limit.
+//! let grown = e.pong(t + Duration::from_millis(10), 100 + 65_535);
+//! assert_eq!(grown, Some((131_070, 131_070)));
+//! ```
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The protocol's initial window (RFC 9113 §6.9.2).
-pub(crate) const PROTOCOL_WINDOW: u32 = 65_535;
+use crate::time::Instant;
+
+/// The protocol's initial window (RFC 9113 §6.9.2), where both windows start.
+pub const PROTOCOL_WINDOW: u32 = 65_535;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The estimator: pure arithmetic on times and byte counts.
 #[derive(Debug, Clone)]
-pub(crate) struct Estimator {
+pub struct WindowEstimator {
     stream: u32,
     connection: u32,
     max_stream: u32,
@@ -33,10 +52,11 @@ pub(crate) struct Estimator {
     last_data: u64,
 }
 
-impl Estimator {
+impl WindowEstimator {
     /// Windows starting at the protocol's size, growing to these at most.
-    pub(crate) fn new(max_stream: u32, max_connection: u32) -> Estimator {
-        Estimator {
+    #[must_use]
+    pub fn new(max_stream: u32, max_connection: u32) -> WindowEstimator {
+        WindowEstimator {
             stream: PROTOCOL_WINDOW.min(max_stream),
             connection: PROTOCOL_WINDOW.min(max_connection),
             max_stream,
@@ -49,13 +69,14 @@ impl Estimator {
     }
 
     /// The windows now: (per stream, per connection).
-    pub(crate) fn windows(&self) -> (u32, u32) {
+    #[must_use]
+    pub fn windows(&self) -> (u32, u32) {
         (self.stream, self.connection)
     }
 
     /// Whether to send a PING now: none in flight, data arrived since the last
     /// look, the backoff has passed, and a window can still grow.
-    pub(crate) fn wants_sample(&mut self, now: Instant, data: u64) -> bool {
+    pub fn wants_sample(&mut self, now: Instant, data: u64) -> bool {
         let flowing = data > self.last_data;
         self.last_data = data;
         flowing
@@ -65,18 +86,18 @@ impl Estimator {
     }
 
     /// A sample's PING went out at `now`, with `data` DATA bytes seen so far.
-    pub(crate) fn started(&mut self, now: Instant, data: u64) {
+    pub fn started(&mut self, now: Instant, data: u64) {
         self.sample = Some((now, data));
     }
 
     /// The sample's PING could not complete (the connection is ending).
-    pub(crate) fn abandoned(&mut self) {
+    pub fn abandoned(&mut self) {
         self.sample = None;
     }
 
     /// Its PONG arrived at `now`, with `data` DATA bytes seen so far: the new
     /// windows when they grow.
-    pub(crate) fn pong(&mut self, now: Instant, data: u64) -> Option<(u32, u32)> {
+    pub fn pong(&mut self, now: Instant, data: u64) -> Option<(u32, u32)> {
         let (sent, start) = self.sample.take()?;
         let carried = data.saturating_sub(start);
         let rtt = now.saturating_duration_since(sent);
@@ -106,8 +127,8 @@ mod tests {
 
     #[test]
     fn a_window_bound_transfer_doubles_its_windows_up_to_the_configured_ones() {
-        let t = Instant::now();
-        let mut e = Estimator::new(16 << 20, 32 << 20);
+        let t = Instant::from_millis(0);
+        let mut e = WindowEstimator::new(16 << 20, 32 << 20);
         assert_eq!(e.windows(), (65_535, 65_535));
         let mut data = 0u64;
         let mut now = t;
@@ -135,8 +156,8 @@ mod tests {
 
     #[test]
     fn a_transfer_below_the_window_backs_off_and_never_grows() {
-        let t = Instant::now();
-        let mut e = Estimator::new(16 << 20, 32 << 20);
+        let t = Instant::from_millis(0);
+        let mut e = WindowEstimator::new(16 << 20, 32 << 20);
         let mut data = 0u64;
         let mut now = t;
         let mut gaps = Vec::new();
@@ -163,8 +184,8 @@ mod tests {
 
     #[test]
     fn no_sample_without_data_or_with_one_in_flight() {
-        let t = Instant::now();
-        let mut e = Estimator::new(1 << 20, 2 << 20);
+        let t = Instant::from_millis(0);
+        let mut e = WindowEstimator::new(1 << 20, 2 << 20);
         assert!(!e.wants_sample(t, 0), "no data yet");
         assert!(e.wants_sample(t, 10));
         e.started(t, 10);
@@ -176,8 +197,8 @@ mod tests {
 
     #[test]
     fn windows_never_pass_the_configured_ones_even_when_small() {
-        let t = Instant::now();
-        let mut e = Estimator::new(100_000, 50_000);
+        let t = Instant::from_millis(0);
+        let mut e = WindowEstimator::new(100_000, 50_000);
         assert_eq!(e.windows(), (65_535, 50_000));
         assert!(e.wants_sample(t, 1));
         e.started(t, 1);
