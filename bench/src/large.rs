@@ -152,6 +152,32 @@ fn alpn(wire: Wire) -> &'static [u8] {
     }
 }
 
+/// A POST of `upload` when there is one, else a GET (every client's builder
+/// spells it the same way).
+macro_rules! get_or_post {
+    ($client:expr, $url:expr, $upload:expr) => {
+        match $upload {
+            Some(body) => $client.post($url).body(body),
+            None => $client.get($url),
+        }
+    };
+}
+
+/// A switchyard client builder (any adapter) set up for the row: the row's
+/// HTTP version, and on TLS rows the bench CA with [`TLS_HOST`] on 127.0.0.1.
+macro_rules! for_row {
+    ($builder:expr, $spec:expr, $port:expr) => {{
+        let b = $builder.http_version(match $spec.wire {
+            Wire::Clear | Wire::Tls => switchyard_tokio::HttpVersion::Http1Only,
+            Wire::H2 => switchyard_tokio::HttpVersion::Http2Only,
+        });
+        match $spec.wire {
+            Wire::Clear => b,
+            _ => b.add_root_certificate(ca()?).resolve(&format!("{TLS_HOST}:{}", $port), [local()]),
+        }
+    }};
+}
+
 /// One measurement of `client` on this row: `n` requests.
 pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
     let url: &'static str = Box::leak(spec.url(port).into_boxed_str());
@@ -165,10 +191,6 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
         wire => Some(tls_config_alpn(&ca()?, alpn(wire))?),
     };
     let w = spec.width;
-    let version = match spec.wire {
-        Wire::Clear | Wire::Tls => switchyard_tokio::HttpVersion::Http1Only,
-        Wire::H2 => switchyard_tokio::HttpVersion::Http2Only,
-    };
     Some(match client {
         "raw" => match spec.wire {
             // The `h2` crate alone, with switchyard's default windows, so the
@@ -180,30 +202,19 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             _ => raw(spec, n, port, tls.map(Arc::new), upload, check),
         },
         "switchyard-tokio" | "switchyard-tokio-adaptive" => {
-            let b = switchyard_tokio::Client::builder()
-                .http_version(version)
-                .http2_adaptive_window(client.ends_with("-adaptive"));
-            let c = match spec.wire {
-                Wire::Clear => b,
-                _ => b.add_root_certificate(ca()?).resolve(&format!("{TLS_HOST}:{port}"), [local()]),
-            }
-            .build()
-            .ok()?;
+            let b = switchyard_tokio::Client::builder().http2_adaptive_window(client.ends_with("-adaptive"));
+            let c = for_row!(b, spec, port).build().ok()?;
             tokio_concurrent_with(w, n, move || {
                 let (c, up) = (c.clone(), upload.clone());
                 async move { check(switchyard_call(&c, url, up).await) }
             })
         }
         "switchyard-tokio-reader" if spec.wire == Wire::Clear => {
-            let c = switchyard_tokio::Client::builder().http_version(version).build().ok()?;
+            let c = for_row!(switchyard_tokio::Client::builder(), spec, port).build().ok()?;
             tokio_concurrent_with(w, n, move || {
                 let (c, up) = (c.clone(), upload.clone());
                 async move {
-                    let req = match up {
-                        Some(body) => c.post(url).body(body),
-                        None => c.get(url),
-                    };
-                    let r = req.send().await.expect("switchyard");
+                    let r = get_or_post!(c, url, up).send().await.expect("switchyard");
                     let mut reader = r.into_body().into_reader();
                     let got = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await.expect("body");
                     check(usize::try_from(got).unwrap_or(0));
@@ -211,32 +222,16 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             })
         }
         "switchyard-smol" => {
-            let b = switchyard_smol::Client::builder().http_version(version);
-            let c = match spec.wire {
-                Wire::Clear => b,
-                _ => b.add_root_certificate(ca()?).resolve(&format!("{TLS_HOST}:{port}"), [local()]),
-            }
-            .build()
-            .ok()?;
+            let c = for_row!(switchyard_smol::Client::builder(), spec, port).build().ok()?;
             smol_concurrent_with(w, n, move || {
                 let (c, up) = (c.clone(), upload.clone());
                 async move { check(switchyard_call(&c, url, up).await) }
             })
         }
         "switchyard-std" if spec.wire != Wire::H2 => {
-            let b = switchyard_std::Client::builder().http_version(version);
-            let c = match spec.wire {
-                Wire::Clear => b,
-                _ => b.add_root_certificate(ca()?).resolve(&format!("{TLS_HOST}:{port}"), [local()]),
-            }
-            .build()
-            .ok()?;
+            let c = for_row!(switchyard_std::Client::builder(), spec, port).build().ok()?;
             thread_concurrent_with(w, n, || {
-                let req = match &upload {
-                    Some(body) => c.post(url).body(body.clone()),
-                    None => c.get(url),
-                };
-                let mut r = req.send().expect("switchyard-std");
+                let mut r = get_or_post!(c, url, upload.clone()).send().expect("switchyard-std");
                 let mut got = 0;
                 while let Some(chunk) = r.body_mut().chunk().expect("body") {
                     got += chunk.len();
@@ -296,11 +291,7 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             tokio_concurrent_with(w, n, move || {
                 let (c, up) = (c.clone(), upload.clone());
                 async move {
-                    let req = match up {
-                        Some(body) => c.post(url).body(body),
-                        None => c.get(url),
-                    };
-                    let mut r = req.send().await.expect("reqwest");
+                    let mut r = get_or_post!(c, url, up).send().await.expect("reqwest");
                     let mut got = 0;
                     while let Some(chunk) = r.chunk().await.expect("body") {
                         got += chunk.len();
@@ -337,8 +328,8 @@ async fn switchyard_call<R: switchyard_async::Runtime>(
 ) -> usize {
     match upload {
         None => switchyard_drain(c, url).await,
-        Some(body) => {
-            let mut r = c.post(url).body(body).send().await.expect("switchyard");
+        up => {
+            let mut r = get_or_post!(c, url, up).send().await.expect("switchyard");
             let mut got = 0;
             while let Some(chunk) = r.body_mut().chunk().await.expect("body") {
                 got += chunk.len();
