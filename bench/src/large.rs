@@ -1,8 +1,10 @@
 //! Scenario 7: large bodies. Downloads of 64 MiB one at a time and of 1 MiB
 //! eight at a time, over HTTP/1.1 cleartext (the single-thread tokio server),
 //! HTTP/1.1 over TLS and HTTP/2 over TLS (h2o serving files, ALPN picks the
-//! protocol); uploads of 64 MiB over HTTP/1.1 cleartext. Every body is read
-//! chunk by chunk and dropped (what a download to a file costs the client).
+//! protocol); uploads of 64 MiB over each of the three (a single-thread
+//! tokio server reading and dropping the body; over TLS with ALPN). Every
+//! response body is read chunk by chunk and dropped (what a download to a
+//! file costs the client).
 //!
 //! The limit (`raw`) is the least a client can do: a blocking socket read
 //! loop for cleartext, the same over a rustls stream for TLS, and the `h2`
@@ -54,8 +56,10 @@ pub const SPECS: &[Spec] = &[
     Spec { id: "s7-up", wire: Wire::Clear, size: LARGE, width: 1, upload: true },
     Spec { id: "s7-tls", wire: Wire::Tls, size: LARGE, width: 1, upload: false },
     Spec { id: "s7-tls-1m8", wire: Wire::Tls, size: MEDIUM, width: 8, upload: false },
+    Spec { id: "s7-tls-up", wire: Wire::Tls, size: LARGE, width: 1, upload: true },
     Spec { id: "s7-h2", wire: Wire::H2, size: LARGE, width: 1, upload: false },
     Spec { id: "s7-h2-1m8", wire: Wire::H2, size: MEDIUM, width: 8, upload: false },
+    Spec { id: "s7-h2-up", wire: Wire::H2, size: LARGE, width: 1, upload: true },
 ];
 
 /// The row with this id.
@@ -197,7 +201,7 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             // window is never the limit.
             Wire::H2 => {
                 let windows = Some((16 << 20, 32 << 20));
-                h2_bare(w, n, url.parse().ok()?, socket, Some(Arc::new(tls?)), windows, spec.size)
+                h2_bare(w, n, url.parse().ok()?, socket, Some(Arc::new(tls?)), windows, upload, expect)
             }
             _ => raw(spec, n, port, tls.map(Arc::new), upload, check),
         },

@@ -146,6 +146,7 @@ fn main() {
             return server::serve_h1_with(port, server::sized_response(size), false, None);
         }
         "serve-h2" => return server::serve_h2(arg(2).parse().expect("port")),
+        "serve-tls" => return server::serve_tls(arg(2).parse().expect("port"), std::path::Path::new(arg(3))),
         "measure" => {
             // reqwest is built with `rustls-no-provider`: the process picks ring.
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -290,6 +291,7 @@ fn main() {
         let srv = match spec.wire {
             large::Wire::Clear if spec.upload => Some(Server::start(Kind::Http1, None)),
             large::Wire::Clear => Some(Server::start(Kind::Http1Sized(spec.size), None)),
+            _ if spec.upload => Some(Server::tls_uploads(&tls)),
             _ if ca_written => Server::h2o_tls_files(&tls),
             _ => None,
         };

@@ -637,11 +637,11 @@ fn h2_limit(
     socket: SocketAddr,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> Sample {
-    h2_bare(CONCURRENCY, n, uri, socket, tls, None, BODY.len())
+    h2_bare(CONCURRENCY, n, uri, socket, tls, None, None, BODY.len())
 }
 
 /// The `h2` crate alone on one connection, `width` streams at a time, each
-/// response body `expect` bytes; `windows` (stream, connection) replace h2's
+/// a GET or a POST of `upload`, each response body `expect` bytes; `windows` (stream, connection) replace h2's
 /// 65,535-byte defaults when given.
 pub(crate) fn h2_bare(
     width: usize,
@@ -650,12 +650,13 @@ pub(crate) fn h2_bare(
     socket: SocketAddr,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     windows: Option<(u32, u32)>,
+    upload: Option<bytes::Bytes>,
     expect: usize,
 ) -> Sample {
     type Send = h2::client::SendRequest<bytes::Bytes>;
     let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
     tokio_concurrent_with(width, n, move || {
-        let (conn, uri, tls) = (std::rc::Rc::clone(&conn), uri.clone(), tls.clone());
+        let (conn, uri, tls, upload) = (std::rc::Rc::clone(&conn), uri.clone(), tls.clone(), upload.clone());
         async move {
             let send = conn
                 .get_or_init(|| async {
@@ -687,8 +688,20 @@ pub(crate) fn h2_bare(
                 .await
                 .clone();
             let mut send = send.ready().await.expect("h2 ready");
-            let req = http::Request::get(uri).body(()).expect("request");
-            let (resp, _) = send.send_request(req, true).expect("send");
+            let resp = match upload {
+                None => {
+                    send.send_request(http::Request::get(uri).body(()).expect("request"), true)
+                        .expect("send")
+                        .0
+                }
+                Some(body) => {
+                    let req = http::Request::post(uri).body(()).expect("request");
+                    let (resp, mut stream) = send.send_request(req, false).expect("send");
+                    // h2 holds the bytes and sends them as the windows allow.
+                    stream.send_data(body, true).expect("send body");
+                    resp
+                }
+            };
             let mut body = resp.await.expect("response").into_body();
             let mut got = 0;
             while let Some(chunk) = body.data().await {

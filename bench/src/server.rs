@@ -173,6 +173,30 @@ impl Server {
         Self::h2o_with(None, Some(tls), true)
     }
 
+    /// The TLS upload server ([`serve_tls`], this program's `serve-tls PORT
+    /// DIR`) with [`TLS_HOST`]'s certificate, for scenario 7's TLS uploads.
+    pub fn tls_uploads(tls: &Tls) -> Server {
+        let dir = scratch("tls-up");
+        std::fs::write(dir.join("cert.pem"), &tls.leaf.chain_pem).expect("cert.pem");
+        std::fs::write(dir.join("key.pem"), &tls.leaf.key_pem).expect("key.pem");
+        let port = free_port();
+        let exe = std::env::current_exe().expect("own path");
+        let child = Command::new(exe)
+            .arg("serve-tls")
+            .arg(port.to_string())
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("server process");
+        assert!(wait_for(port), "the serve-tls server did not start");
+        Server {
+            child,
+            port,
+            name: "single-thread tokio server, TLS (ALPN picks HTTP/1.1 or h2 per row)",
+            dir: Some(dir),
+        }
+    }
+
     /// h2o, one thread, h2c prior knowledge on 127.0.0.1, serving `/` as BODY.
     fn h2o(pin: Option<usize>) -> Option<Server> {
         Self::h2o_with(pin, None, false)
@@ -248,39 +272,85 @@ pub fn serve_h1_with(port: u16, reply: Vec<u8>, close: bool, delay: Option<Durat
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
         loop {
-            let Ok((mut s, _)) = listener.accept().await else { continue };
+            let Ok((s, _)) = listener.accept().await else { continue };
             let _ = s.set_nodelay(true);
-            let reply = reply.clone();
+            tokio::spawn(h1_connection(s, reply.clone(), close, delay));
+        }
+    });
+}
+
+/// One HTTP/1.1 connection: each complete request head is answered with
+/// `reply` after its body (by `Content-Length`) is read and dropped.
+async fn h1_connection<S>(mut s: S, reply: bytes::Bytes, close: bool, delay: Option<Duration>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut have = 0;
+    loop {
+        match s.read(&mut buf[have..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => have += n,
+        }
+        // Answer each complete head (after its body, which is read and
+        // dropped); keep any partial one.
+        while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+            let mut skip = content_length(&buf[..end]);
+            let here = skip.min(have - end - 4);
+            skip -= here;
+            buf.copy_within(end + 4 + here..have, 0);
+            have -= end + 4 + here;
+            while skip > 0 {
+                match s.read(&mut buf[..skip.min(64 * 1024)]).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => skip -= n,
+                }
+            }
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            if s.write_all(&reply).await.is_err() || s.flush().await.is_err() || close {
+                return;
+            }
+        }
+    }
+}
+
+/// The upload server for scenario 7's TLS rows, one tokio thread: TLS with
+/// ALPN `h2` or `http/1.1` (certificate and key from `dir`'s `cert.pem` and
+/// `key.pem`). Every request body is read and dropped, and answered with
+/// [`BODY`]; HTTP/2 grants switchyard's default windows (16 / 32 MiB) so the
+/// server's window is never the limit.
+pub fn serve_tls(port: u16, dir: &std::path::Path) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("cert.pem"))
+        .expect("cert.pem")
+        .collect::<Result<_, _>>()
+        .expect("cert.pem");
+    let key = PrivateKeyDer::from_pem_file(dir.join("key.pem")).expect("key.pem");
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("tls config");
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let reply = bytes::Bytes::from(response(false));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+        loop {
+            let Ok((s, _)) = listener.accept().await else { continue };
+            let _ = s.set_nodelay(true);
+            let (acceptor, reply) = (acceptor.clone(), reply.clone());
             tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut have = 0;
-                loop {
-                    match s.read(&mut buf[have..]).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => have += n,
-                    }
-                    // Answer each complete head (after its body, which is
-                    // read and dropped); keep any partial one.
-                    while let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
-                        let mut skip = content_length(&buf[..end]);
-                        let here = skip.min(have - end - 4);
-                        skip -= here;
-                        buf.copy_within(end + 4 + here..have, 0);
-                        have -= end + 4 + here;
-                        while skip > 0 {
-                            match s.read(&mut buf[..skip.min(64 * 1024)]).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => skip -= n,
-                            }
-                        }
-                        if let Some(d) = delay {
-                            tokio::time::sleep(d).await;
-                        }
-                        if s.write_all(&reply).await.is_err() || close {
-                            return;
-                        }
-                    }
+                let Ok(tls) = acceptor.accept(s).await else { return };
+                if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    h2_connection(tls, Some((16 << 20, 32 << 20))).await;
+                } else {
+                    h1_connection(tls, reply, false, None).await;
                 }
             });
         }
@@ -305,17 +375,43 @@ pub fn serve_h2(port: u16) {
         loop {
             let Ok((s, _)) = listener.accept().await else { continue };
             let _ = s.set_nodelay(true);
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(s).await else { return };
-                while let Some(Ok((_req, mut respond))) = conn.accept().await {
-                    let response = http::Response::builder().status(200).body(()).expect("response");
-                    if let Ok(mut send) = respond.send_response(response, false) {
-                        let _ = send.send_data(bytes::Bytes::from_static(BODY), true);
-                    }
-                }
-            });
+            tokio::spawn(h2_connection(s, None));
         }
     });
+}
+
+/// One HTTP/2 server connection (the `h2` crate): every request's body is
+/// read and dropped, then answered with [`BODY`]. `windows` (stream,
+/// connection) replace h2's 65,535-byte defaults when given.
+async fn h2_connection<S>(s: S, windows: Option<(u32, u32)>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = h2::server::Builder::new();
+    if let Some((stream, connection)) = windows {
+        builder.initial_window_size(stream).initial_connection_window_size(connection);
+    }
+    let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(s).await else { return };
+    while let Some(Ok((req, mut respond))) = conn.accept().await {
+        let mut body = req.into_body();
+        let ended = body.is_end_stream();
+        let answer = async move {
+            while let Some(Ok(chunk)) = body.data().await {
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            let response = http::Response::builder().status(200).body(()).expect("response");
+            if let Ok(mut send) = respond.send_response(response, false) {
+                let _ = send.send_data(bytes::Bytes::from_static(BODY), true);
+            }
+        };
+        // A body still coming is read on a task of its own while this loop
+        // drives the connection.
+        if ended {
+            answer.await;
+        } else {
+            tokio::spawn(answer);
+        }
+    }
 }
 
 /// Whether `program` is on the PATH.
