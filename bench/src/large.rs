@@ -201,7 +201,7 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             // window is never the limit.
             Wire::H2 => {
                 let windows = Some((16 << 20, 32 << 20));
-                h2_bare(w, n, url.parse().ok()?, socket, Some(Arc::new(tls?)), windows, upload, expect)
+                h2_bare(w, n, url.parse().ok()?, socket, Some(Arc::new(tls?)), windows, (upload, expect))
             }
             _ => raw(spec, n, port, tls.map(Arc::new), upload, check),
         },

@@ -637,12 +637,13 @@ fn h2_limit(
     socket: SocketAddr,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> Sample {
-    h2_bare(CONCURRENCY, n, uri, socket, tls, None, None, BODY.len())
+    h2_bare(CONCURRENCY, n, uri, socket, tls, None, (None, BODY.len()))
 }
 
-/// The `h2` crate alone on one connection, `width` streams at a time, each
-/// a GET or a POST of `upload`, each response body `expect` bytes; `windows` (stream, connection) replace h2's
-/// 65,535-byte defaults when given.
+/// The `h2` crate alone on one connection, `width` streams at a time;
+/// `windows` (stream, connection) replace h2's 65,535-byte defaults when
+/// given. `exchange` is (`upload`, `expect`): each stream is a POST of
+/// `upload` (a GET without one), and its response body `expect` bytes.
 pub(crate) fn h2_bare(
     width: usize,
     n: usize,
@@ -650,8 +651,7 @@ pub(crate) fn h2_bare(
     socket: SocketAddr,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     windows: Option<(u32, u32)>,
-    upload: Option<bytes::Bytes>,
-    expect: usize,
+    (upload, expect): (Option<bytes::Bytes>, usize),
 ) -> Sample {
     type Send = h2::client::SendRequest<bytes::Bytes>;
     let conn: std::rc::Rc<tokio::sync::OnceCell<Send>> = std::rc::Rc::default();
