@@ -5,10 +5,12 @@
 //! lookup table, and an id from one race is never mistaken for another's.
 
 use std::fmt;
+use std::num::NonZeroU64;
 
 /// One call's request for a connection.
+// Never zero: an `Option<CallId>` (every event carries one) is 8 bytes.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CallId(u64);
+pub struct CallId(NonZeroU64);
 
 /// One connection, pooled or not.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,12 +73,12 @@ impl IdAllocator {
     /// A fresh call id.
     pub fn next_call(&mut self) -> CallId {
         self.calls += 1;
-        CallId(self.calls)
+        CallId(NonZeroU64::new(self.calls).expect("counted from 1"))
     }
     /// Whether `id` was handed out by this allocator.
     #[must_use]
     pub fn has_issued_call(&self, id: CallId) -> bool {
-        (1..=self.calls).contains(&id.0)
+        (1..=self.calls).contains(&id.0.get())
     }
     /// Whether `id` was handed out by this allocator.
     #[must_use]
@@ -87,6 +89,14 @@ impl IdAllocator {
     pub fn next_connection(&mut self) -> ConnectionId {
         self.connections += 1;
         ConnectionId(self.connections)
+    }
+}
+
+#[cfg(test)]
+impl ConnectionId {
+    /// The id with this number, for the core's own unit tests.
+    pub(crate) fn from_raw(n: u64) -> ConnectionId {
+        ConnectionId(n)
     }
 }
 

@@ -119,8 +119,9 @@ pub enum PoolAction {
         host: Host,
         /// The port routes will dial.
         port: u16,
-        /// Whose host: [`Proxy::Direct`] for the origin.
-        proxy: Proxy,
+        /// Whose host: [`Proxy::Direct`] for the origin. Boxed: it is the
+        /// largest field of any action, and actions move by value.
+        proxy: Box<Proxy>,
     },
     /// Open TCP to the route; answer with [`Pool::handle_connected`](super::Pool::handle_connected) or [`Pool::handle_failed`](super::Pool::handle_failed).
     Connect {

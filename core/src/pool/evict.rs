@@ -11,7 +11,8 @@ use crate::time::Instant;
 impl Pool {
     /// Closes every idle connection; in-use ones are left alone.
     pub fn evict_all(&mut self, now: Instant) {
-        let idle: Vec<ConnectionId> = self.idle_all.iter().map(|(_, id)| *id).collect();
+        let idle: Vec<ConnectionId> =
+            self.idle_all.iter(|k| super::idle_live(&self.conns, k)).map(|(_, id)| *id).collect();
         for id in idle {
             self.close(now, id, CloseReason::EvictAll);
         }

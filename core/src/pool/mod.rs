@@ -118,6 +118,7 @@ mod action;
 mod coalesce;
 mod config;
 mod evict;
+mod idle;
 mod kept;
 mod retry;
 mod stats;
@@ -154,7 +155,7 @@ use crate::time::{earliest, Instant};
 
 #[derive(Debug, Default)]
 struct AddrState {
-    idle: BTreeSet<(Instant, ConnectionId)>,
+    idle: idle::IdleList,
     shareable: BTreeSet<ConnectionId>,
     multiplexed: BTreeSet<ConnectionId>,
     racing: BTreeSet<CallId>,
@@ -259,8 +260,9 @@ pub struct Pool {
     addrs: FastMap<Address, AddrState>,
     coalesce_index: FastMap<IpAddr, BTreeSet<ConnectionId>>,
     // Boxed: a call moves in and out of the map as a pointer, not a struct.
-    calls: BTreeMap<CallId, Box<Call>>,
-    idle_all: BTreeSet<(Instant, ConnectionId)>,
+    // Lookup only (`shutdown` sorts what it takes from it).
+    calls: FastMap<CallId, Box<Call>>,
+    idle_all: idle::IdleQueue,
     lifetimes: BTreeSet<(Instant, ConnectionId)>,
     waiters: BTreeMap<u64, CallId>,
     wait_deadlines: BTreeSet<(Instant, CallId)>,
@@ -325,8 +327,8 @@ impl Pool {
             conns: FastMap::default(),
             addrs: FastMap::default(),
             coalesce_index: FastMap::default(),
-            calls: BTreeMap::new(),
-            idle_all: BTreeSet::new(),
+            calls: FastMap::default(),
+            idle_all: idle::IdleQueue::default(),
             lifetimes: BTreeSet::new(),
             waiters: BTreeMap::new(),
             wait_deadlines: BTreeSet::new(),
@@ -732,7 +734,7 @@ impl Pool {
         self.next_probe = None;
         let idle: Vec<ConnectionId> = self
             .idle_all
-            .iter()
+            .iter(|k| idle_live(&self.conns, k))
             .map(|&(_, id)| id)
             .filter(|id| self.conns.get(id).is_some_and(|c| !c.multiplexed()))
             .collect();
@@ -1016,12 +1018,14 @@ impl Pool {
     pub fn shutdown(&mut self, now: Instant) {
         self.stop_warming(now);
         self.shutdown = true;
-        let pending: Vec<CallId> = self
+        let mut pending: Vec<CallId> = self
             .calls
             .iter()
             .filter(|(_, c)| !matches!(c.state, CallState::Active { .. }))
             .map(|(id, _)| *id)
             .collect();
+        // In the order the calls were made, not the map's.
+        pending.sort_unstable();
         for call in pending {
             self.end_call_waiting_or_racing(now, call);
             self.calls.remove(&call);
@@ -1092,8 +1096,11 @@ impl Pool {
         let Some(c) = self.conns.get(&id) else { return };
         let a = self.addrs.get_mut(&c.address).expect("address state exists for open connections");
         if let Some(since) = c.idle_since {
-            a.idle.remove(&(since, id));
-            self.idle_all.remove(&(since, id));
+            if a.idle.remove(&(since, id)) {
+                // `id` still looks idle to `idle_live`: the queue forgets it
+                // by its count now, and by its absence once it is closed.
+                self.idle_all.remove(&(since, id), |k| idle_live(&self.conns, k));
+            }
         }
         a.shareable.remove(&id);
         a.multiplexed.remove(&id);
@@ -1116,8 +1123,9 @@ impl Pool {
         let a = self.addrs.get_mut(&c.address).expect("address state exists for open connections");
         if c.is_idle() {
             let since = c.idle_since.expect("idle connections have idle_since");
-            a.idle.insert((since, id));
-            self.idle_all.insert((since, id));
+            if a.idle.insert((since, id)) {
+                self.idle_all.insert((since, id), |k| idle_live(&self.conns, k));
+            }
             if !c.multiplexed() && self.next_probe.is_none() {
                 self.next_probe = self.config.probe_interval.map(|every| since + every);
             }
@@ -1151,16 +1159,20 @@ impl Pool {
         }
         let a = self.addrs.get_mut(&c.address).expect("address state exists for open connections");
         if before.idle != after.idle {
-            if let Some(since) = before.idle {
-                a.idle.remove(&(since, id));
-                self.idle_all.remove(&(since, id));
-            }
+            let left = before.idle.filter(|since| a.idle.remove(&(*since, id)));
+            let joined = after.idle.filter(|since| a.idle.insert((*since, id)));
             if let Some(since) = after.idle {
-                a.idle.insert((since, id));
-                self.idle_all.insert((since, id));
                 if !c.multiplexed() && self.next_probe.is_none() {
                     self.next_probe = self.config.probe_interval.map(|every| since + every);
                 }
+            }
+            // The connection has changed: `idle_live` answers for its new state.
+            let conns = &self.conns;
+            if let Some(since) = left {
+                self.idle_all.remove(&(since, id), |k| idle_live(conns, k));
+            }
+            if let Some(since) = joined {
+                self.idle_all.insert((since, id), |k| idle_live(conns, k));
             }
         }
         if before.shareable != after.shareable {
@@ -1355,7 +1367,12 @@ impl Pool {
                         match self.dns.lookup(key, query, now) {
                             Lookup::Miss => {
                                 self.stats.dns_lookups += 1;
-                                self.actions.push_back(PoolAction::Resolve { query, host, port, proxy });
+                                self.actions.push_back(PoolAction::Resolve {
+                                    query,
+                                    host,
+                                    port,
+                                    proxy: Box::new(proxy),
+                                });
                             }
                             Lookup::Cached(result) => {
                                 self.stats.dns_cache_hits += 1;
@@ -1616,6 +1633,12 @@ impl Pool {
         }
         self.rebalance(now, &address);
     }
+}
+
+/// Whether an entry of the pool's idle queue is live: its connection is open
+/// and idle, since that instant.
+fn idle_live(conns: &FastMap<ConnectionId, Connection>, &(since, id): &idle::IdleKey) -> bool {
+    conns.get(&id).is_some_and(|c| c.is_idle() && c.idle_since == Some(since))
 }
 
 /// Counts an attempt that had finished TCP and was then thrown away (cancelled

@@ -147,7 +147,9 @@ impl Pool {
             }
             let a = &self.addrs[&c.address];
             let idle_key = c.idle_since.map(|s| (s, *id));
-            let indexed_idle = idle_key.is_some_and(|k| a.idle.contains(&k) && self.idle_all.contains(&k));
+            let indexed_idle = idle_key.is_some_and(|k| {
+                a.idle.contains(&k) && self.idle_all.contains(&k, |k| super::idle_live(&self.conns, k))
+            });
             if c.is_idle() != indexed_idle {
                 return Err(format!("{id}: idle index disagrees"));
             }
@@ -155,6 +157,7 @@ impl Pool {
                 return Err(format!("{id}: shareable index disagrees"));
             }
         }
+        self.idle_all.check(|k| super::idle_live(&self.conns, k))?;
         for (address, a) in &self.addrs {
             if let Some(max) = self.config.max_connections_per_address {
                 if a.open + a.racing.len() + a.kept > max {
