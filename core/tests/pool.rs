@@ -1053,6 +1053,23 @@ fn driver_misuse_is_typed() {
 }
 
 #[test]
+fn finishing_a_call_that_has_no_exchange_yet_leaves_it_as_it_was() {
+    let mut sim = PoolSim::new(config());
+    let a = http("127.0.0.1");
+    let c1 = sim.acquire(0, &a);
+    let out = sim.drain();
+    assert!(out[0].starts_with("connect"), "{out:?}");
+    // Connecting: not an exchange. The misuse is typed and the call goes on.
+    assert_eq!(sim.pool.exchange_finished(ms(1), c1, Reuse::Reusable), Err(Misuse::NoExchange(c1)));
+    assert_eq!(sim.pool.stats().calls, 1);
+    let out = sim.connected(2, c1);
+    assert!(out.iter().any(|s| s.starts_with("acquired")), "{out:?}");
+    sim.finish(3, c1);
+    assert_eq!(sim.pool.stats().calls, 0);
+    sim.pool.check_invariants().unwrap();
+}
+
+#[test]
 fn peer_close_while_idle_closes_with_its_reason() {
     let mut sim = PoolSim::new(config());
     let a = http("127.0.0.1");

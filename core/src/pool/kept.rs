@@ -33,7 +33,7 @@ impl Pool {
     /// Takes the attempt worth keeping (if any) out of `call`'s race before the
     /// race is ended for a pooled connection, and keeps it for the pool.
     pub(super) fn keep_attempt(&mut self, now: Instant, call: CallId) {
-        let taken = match self.calls.get_mut(&call).map(|c| &mut **c) {
+        let taken = match self.calls.get_mut(&call) {
             Some(Call { state: CallState::Racing { race, .. }, .. }) => race.take_for_pool(now),
             _ => None,
         };

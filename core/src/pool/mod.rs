@@ -261,7 +261,7 @@ pub struct Pool {
     coalesce_index: FastMap<IpAddr, BTreeSet<ConnectionId>>,
     // Boxed: a call moves in and out of the map as a pointer, not a struct.
     // Lookup only (`shutdown` sorts what it takes from it).
-    calls: FastMap<CallId, Box<Call>>,
+    calls: FastMap<CallId, Call>,
     idle_all: idle::IdleQueue,
     lifetimes: BTreeSet<(Instant, ConnectionId)>,
     waiters: BTreeMap<u64, CallId>,
@@ -430,7 +430,7 @@ impl Pool {
             self.actions.push_back(PoolAction::AcquireFailed { call: id, error: AcquireError::Shutdown });
             return id;
         }
-        self.calls.insert(id, Box::new(Call::new(address, options, wait_seq)));
+        self.calls.insert(id, Call::new(address, options, wait_seq));
         self.dispatch(now, id);
         id
     }
@@ -540,9 +540,7 @@ impl Pool {
                 }
             }
         }
-        let Some(Call { state: CallState::Racing { race, .. }, .. }) =
-            self.calls.get_mut(&call_id).map(|c| &mut **c)
-        else {
+        let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) else {
             return Ok(());
         };
         race.handle_dns_answer(now, query, answer, source, &mut self.db)?;
@@ -588,7 +586,7 @@ impl Pool {
             return Ok(());
         }
         if let Some(Call { state: CallState::Racing { tls: facts, .. }, .. }) =
-            self.calls.get_mut(&attempt.call()).map(|c| &mut **c)
+            self.calls.get_mut(&attempt.call())
         {
             if let Some(t) = tls {
                 facts.insert(attempt, t);
@@ -620,7 +618,7 @@ impl Pool {
     /// retry closes one connection, so the retries are bounded by the idle count.
     fn make_room(&mut self, now: Instant, attempt: AttemptId) -> bool {
         let Some(&(_, victim)) = self.idle_all.first() else { return false };
-        let route = match self.calls.get(&attempt.call()).map(|c| &**c) {
+        let route = match self.calls.get(&attempt.call()) {
             Some(Call { state: CallState::Racing { race, .. }, .. }) => {
                 race.connecting_route(attempt).cloned()
             }
@@ -691,8 +689,7 @@ impl Pool {
                 break;
             }
             self.race_timers.remove(&(at, call));
-            if let Some(Call { state: CallState::Racing { race, timer, .. }, .. }) =
-                self.calls.get_mut(&call).map(|c| &mut **c)
+            if let Some(Call { state: CallState::Racing { race, timer, .. }, .. }) = self.calls.get_mut(&call)
             {
                 *timer = None;
                 race.handle_timeout(now, &mut self.db);
@@ -749,9 +746,13 @@ impl Pool {
     /// The call's exchange ended. `reuse` says whether its connection may carry
     /// another. The call is over.
     pub fn exchange_finished(&mut self, now: Instant, call: CallId, reuse: Reuse) -> Result<(), Misuse> {
-        let conn = self.active_connection(call)?;
-        self.calls.remove(&call);
-        self.release(now, call, conn, reuse, true);
+        // One lookup on the common path; a misuse puts the call back.
+        let c = self.calls.remove(&call).ok_or(Misuse::NoExchange(call))?;
+        let CallState::Active { connection, .. } = c.state else {
+            self.calls.insert(call, c);
+            return Err(Misuse::NoExchange(call));
+        };
+        self.release(now, call, connection, reuse, true);
         Ok(())
     }
 
@@ -1079,7 +1080,7 @@ impl Pool {
         f: impl FnOnce(&mut Race, &mut RouteDatabase) -> Result<(), Misuse>,
     ) -> Result<(), Misuse> {
         let call_id = attempt.call();
-        match self.calls.get_mut(&call_id).map(|c| &mut **c) {
+        match self.calls.get_mut(&call_id) {
             Some(Call { state: CallState::Racing { race, .. }, .. }) => {
                 f(race, &mut self.db)?;
                 self.pump_race(now, call_id);
@@ -1149,14 +1150,19 @@ impl Pool {
     /// affects (only those: an acquire or a release touches the idle sets and
     /// the in-use counts, nothing else). The same result as
     /// [`Pool::unindex`], the change, then [`Pool::index`].
-    fn update(&mut self, id: ConnectionId, f: impl FnOnce(&mut Connection)) {
-        let Some(c) = self.conns.get_mut(&id) else { return };
+    ///
+    /// Returns the Address's idle count when the connection joined or left
+    /// its idle set (`None` otherwise), so a release knows whether any cap
+    /// can be exceeded without another lookup.
+    fn update(&mut self, id: ConnectionId, f: impl FnOnce(&mut Connection)) -> Option<usize> {
+        let c = self.conns.get_mut(&id)?;
         let before = IndexKeys::of(c);
         f(c);
         let after = IndexKeys::of(c);
         if before == after {
-            return;
+            return None;
         }
+        let mut idle_count = None;
         let a = self.addrs.get_mut(&c.address).expect("address state exists for open connections");
         if before.idle != after.idle {
             let left = before.idle.filter(|since| a.idle.remove(&(*since, id)));
@@ -1174,6 +1180,7 @@ impl Pool {
             if let Some(since) = joined {
                 self.idle_all.insert((since, id), |k| idle_live(conns, k));
             }
+            idle_count = Some(a.idle.len());
         }
         if before.shareable != after.shareable {
             if after.shareable {
@@ -1213,6 +1220,7 @@ impl Pool {
                 self.coalesce_index.entry(ip).or_default().insert(id);
             }
         }
+        idle_count
     }
 
     fn find_pooled(&self, call_id: CallId) -> Option<(ConnectionId, Source)> {
@@ -1282,12 +1290,10 @@ impl Pool {
 
     fn assign(&mut self, now: Instant, call_id: CallId, conn: ConnectionId, source: Source) {
         let exclusive = self.calls[&call_id].options.exclusive;
-        let was_idle = self.conns.get(&conn).and_then(|c| c.idle_since.map(|s| (s, c.address.clone())));
-        let early_stream =
-            self.conns.get(&conn).filter(|c| c.multiplexed() && !c.settings).map(|c| c.in_flight + 1);
-        let mut first_use = false;
-        let mut exchange = 0;
+        let (mut first_use, mut exchange, mut was_idle, mut early_stream) = (false, 0, None, None);
         self.update(conn, |c| {
+            was_idle = c.idle_since;
+            early_stream = (c.multiplexed() && !c.settings).then_some(c.in_flight + 1);
             c.in_flight += 1;
             c.idle_since = None;
             first_use = !std::mem::replace(&mut c.used, true);
@@ -1297,10 +1303,13 @@ impl Pool {
         if first_use {
             self.stats.used += 1;
         }
-        if let Some((since, address)) = was_idle {
-            // No longer idle: its trim check (if any) passes to the next oldest.
-            self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn));
-            self.rearm_trim(&address);
+        // No longer idle: its trim check (the oldest over the cap has one)
+        // passes to the next oldest.
+        if was_idle.is_some_and(|since| self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn)))
+        {
+            if let Some(address) = self.conns.get(&conn).map(|c| c.address.clone()) {
+                self.rearm_trim(&address);
+            }
         }
         if exclusive {
             self.mark_no_new(now, conn, CloseReason::Exclusive);
@@ -1349,7 +1358,7 @@ impl Pool {
         let mut answers: Vec<(QueryId, DnsAnswer, DnsSource)> = Vec::new();
         {
             let Some(Call { state: CallState::Racing { race, timer, direct_queries, .. }, address, .. }) =
-                self.calls.get_mut(&call_id).map(|c| &mut **c)
+                self.calls.get_mut(&call_id)
             else {
                 return;
             };
@@ -1602,7 +1611,7 @@ impl Pool {
 
     /// An exchange on `conn` ended (the call already moved on or ended).
     fn release(&mut self, now: Instant, call: CallId, conn: ConnectionId, reuse: Reuse, completed: bool) {
-        self.update(conn, |c| {
+        let idle_here = self.update(conn, |c| {
             c.in_flight -= 1;
             if completed {
                 c.completed += 1;
@@ -1628,7 +1637,10 @@ impl Pool {
             if c.in_flight == 0 {
                 self.close(now, conn, reason);
             }
-        } else if c.in_flight == 0 {
+        } else if c.in_flight == 0
+            && (idle_here.is_some_and(|n| n > self.config.max_idle_per_address)
+                || self.config.max_idle_total.is_some())
+        {
             self.enforce_idle_caps(now, &address);
         }
         self.rebalance(now, &address);

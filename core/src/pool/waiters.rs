@@ -164,7 +164,9 @@ impl Pool {
     /// eligible pooled connections to calls racing for `address`.
     pub(super) fn rebalance(&mut self, now: Instant, address: &Address) {
         // The common case (a release with nobody waiting or racing): nothing to do.
-        if self.waiters.is_empty() && self.addrs.get(address).is_none_or(|a| a.racing.is_empty()) {
+        if self.waiters.is_empty()
+            && (self.racing_total == 0 || self.addrs.get(address).is_none_or(|a| a.racing.is_empty()))
+        {
             return;
         }
         let queued: Vec<(u64, CallId)> = self.waiters.iter().map(|(s, c)| (*s, *c)).collect();
@@ -215,9 +217,7 @@ impl Pool {
             };
             // Its attempt is not thrown away: it joins the pool.
             self.keep_attempt(now, call_id);
-            if let Some(Call { state: CallState::Racing { race, .. }, .. }) =
-                self.calls.get_mut(&call_id).map(|c| &mut **c)
-            {
+            if let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) {
                 let _ = race.adopt_pooled(now, conn);
             }
             self.stop_race(now, call_id);

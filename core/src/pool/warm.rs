@@ -546,7 +546,7 @@ impl Pool {
                 Call::new(address, AcquireOptions { proxies, ..AcquireOptions::default() }, wait_seq);
             // Its own connection: never coalesced, never a pooled one.
             call.fresh_only = true;
-            self.calls.insert(id, Box::new(call));
+            self.calls.insert(id, call);
             self.warm_calls.insert(id, idx);
             self.warm.get_mut(&idx).expect("present").racing.insert(id);
             self.start_race(now, id);
