@@ -73,7 +73,21 @@ impl IdleList {
         self.0.len()
     }
 
+    /// The newest for which `f` holds.
+    pub(super) fn newest_where(&self, mut f: impl FnMut(ConnectionId) -> bool) -> Option<ConnectionId> {
+        let mut at = self.0.len();
+        while at > 0 {
+            at -= 1;
+            let id = self.0[at].1;
+            if f(id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
     /// Oldest first.
+    #[cfg(test)]
     pub(super) fn iter(&self) -> impl DoubleEndedIterator<Item = &IdleKey> {
         self.0.iter()
     }
@@ -194,6 +208,9 @@ mod tests {
         assert!(!list.remove(&key(0, 0)), "already gone");
         assert_eq!(list.iter().copied().collect::<Vec<_>>(), [key(1, 1), key(2, 2)]);
         assert_eq!(list.first(), Some(&key(1, 1)));
+        assert_eq!(list.newest_where(|_| true), Some(key(2, 2).1));
+        assert_eq!(list.newest_where(|id| id == key(0, 1).1), Some(key(1, 1).1));
+        assert_eq!(list.newest_where(|_| false), None);
     }
 
     #[test]

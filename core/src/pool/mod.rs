@@ -1229,11 +1229,11 @@ impl Pool {
             return None;
         }
         let a = self.addrs.get(&call.address)?;
-        let idle = a.idle.iter().rev().map(|(_, id)| *id).find(|id| {
-            let c = &self.conns[id];
+        let idle = a.idle.newest_where(|id| {
+            let c = &self.conns[&id];
             // An HTTP/2 peer may allow zero streams (SETTINGS), idle or not.
             c.limit() > 0
-                && !call.avoid.contains(id)
+                && !call.avoid.contains(&id)
                 && (!call.options.require_multiplexed || c.multiplexed())
         });
         if let Some(id) = idle {
