@@ -31,8 +31,16 @@ use measure::Sample;
 use report::{Row, Scenario};
 use server::{Kind, Server};
 
-const SEQUENTIAL: &[&str] =
-    &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
+const SEQUENTIAL: &[&str] = &[
+    "raw",
+    "switchyard-tokio",
+    "switchyard-smol",
+    "switchyard-smol-local",
+    "switchyard-std",
+    "hyper-util",
+    "reqwest",
+    "ureq",
+];
 const CONCURRENT: &[&str] =
     &["raw-tokio", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
 const HTTP2: &[&str] = &["h2", "switchyard-tokio", "switchyard-smol", "hyper-util", "reqwest"];

@@ -113,6 +113,26 @@ fn sequential(n: usize, mut one: impl FnMut()) -> Sample {
     summarize(lat, t0.elapsed(), cpu() - c0, n)
 }
 
+/// [`sequential`] inside one future: the calls run one after another on
+/// the runtime that polls it.
+async fn sequential_async<F, Fut>(n: usize, mut one: F) -> Sample
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for _ in 0..n / 10 {
+        one().await;
+    }
+    let (c0, t0) = (cpu(), Instant::now());
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        one().await;
+        lat.push(t.elapsed());
+    }
+    summarize(lat, t0.elapsed(), cpu() - c0, n)
+}
+
 /// The number of concurrent callers in scenarios 2 and 3.
 pub const CONCURRENCY: usize = 64;
 
@@ -373,6 +393,20 @@ pub fn sequential_client(client: &str, port: u16, n: usize, close: bool) -> Opti
         "switchyard-smol" => {
             let c = switchyard_smol(false);
             sequential(n, || smol::block_on(switchyard_get(&c, &url)))
+        }
+        // smol as a single-thread program runs: one executor, driven by the
+        // thread that makes the calls (in one `block_on`), with the client's
+        // tasks on it (`Smol::on`). The row above has the client's tasks on
+        // smol's global executor thread and one `block_on` per call: every
+        // call then wakes two other threads (the executor's and async-io's
+        // reactor, which takes over between `block_on`s).
+        "switchyard-smol-local" => {
+            let ex = std::sync::Arc::new(smol::Executor::new());
+            let c = switchyard_smol::Client::builder()
+                .runtime(switchyard_smol::Smol::on(ex.clone()))
+                .build()
+                .expect("switchyard-smol");
+            smol::block_on(ex.run(sequential_async(n, || switchyard_get(&c, &url))))
         }
         "switchyard-std" => {
             let c = switchyard_std::Client::new().ok()?;
