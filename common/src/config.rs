@@ -89,6 +89,8 @@ pub struct Config {
     pub limits: switchyard_core::http1::Limits,
     /// HTTP/2 flow control.
     pub http2: Http2Settings,
+    /// The Addresses built lately, found again by URI scheme and authority.
+    addresses: Arc<AddressCache>,
 }
 
 /// HTTP/2 flow-control windows: how much the server may send before the
@@ -214,6 +216,15 @@ impl Config {
     /// [`ErrorKind::InvalidUrl`](crate::ErrorKind::InvalidUrl) for a relative URI, a bad scheme, host or port, a
     /// cleartext URL when cleartext is off, or HTTP/2 asked of an adapter without it.
     pub fn address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
+        if let Some(found) = self.addresses.find(uri, supports_http2) {
+            return Ok(found);
+        }
+        let address = self.build_address(uri, supports_http2)?;
+        self.addresses.keep(uri, supports_http2, &address);
+        Ok(address)
+    }
+
+    fn build_address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
         let invalid = |error| Error::invalid_url(&uri.to_string(), Some(error));
         let builder = Address::from_uri(uri).map_err(invalid)?;
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
@@ -230,6 +241,57 @@ impl Config {
             .resolver_identity(ResolverIdentity(1))
             .build()
             .map_err(invalid)
+    }
+}
+
+/// The last few Addresses a client built, most recent first, keyed by what
+/// they are built from: the URI's scheme and authority (the rest of the key,
+/// the client's settings, is fixed) and whether the adapter has HTTP/2.
+/// Most clients talk to a few hosts, and finding an Address costs a fraction
+/// of building one (parsing, normalizing, hashing); a call that reuses the
+/// same `Address` also makes the pool's comparisons pointer checks.
+#[derive(Default)]
+struct AddressCache(std::sync::Mutex<Vec<AddressKey>>);
+
+/// A kept Address and what it was built from.
+struct AddressKey {
+    https: bool,
+    authority: http::uri::Authority,
+    http2: bool,
+    address: Address,
+}
+
+impl AddressCache {
+    /// How many Addresses are kept.
+    const KEPT: usize = 8;
+
+    fn find(&self, uri: &http::Uri, http2: bool) -> Option<Address> {
+        let (https, authority) = Self::key(uri)?;
+        let kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // As written: another spelling of the same host builds its own.
+        kept.iter()
+            .find(|k| k.https == https && k.http2 == http2 && k.authority.as_str() == authority.as_str())
+            .map(|k| k.address.clone())
+    }
+
+    fn keep(&self, uri: &http::Uri, http2: bool, address: &Address) {
+        let Some((https, authority)) = Self::key(uri) else { return };
+        let mut kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() == Self::KEPT {
+            kept.pop();
+        }
+        kept.insert(0, AddressKey { https, authority: authority.clone(), http2, address: address.clone() });
+    }
+
+    /// Only `http` and `https` URIs are kept (anything else is an error to
+    /// build each time).
+    fn key(uri: &http::Uri) -> Option<(bool, &http::uri::Authority)> {
+        let https = match uri.scheme_str()? {
+            s if s.eq_ignore_ascii_case("https") => true,
+            s if s.eq_ignore_ascii_case("http") => false,
+            _ => return None,
+        };
+        Some((https, uri.authority()?))
     }
 }
 
@@ -517,6 +579,7 @@ impl BuilderState {
             selector,
             limits: self.limits,
             http2: self.http2,
+            addresses: Arc::default(),
         };
         Ok(config)
     }
@@ -956,6 +1019,60 @@ mod tests {
                 _ => panic!("expected a configuration error, got {e:?}"),
             },
             Ok(_) => panic!("expected a configuration error"),
+        }
+    }
+
+    /// A stand-in adapter that keeps the settings.
+    struct Kept(Config);
+    impl FromConfig for Kept {
+        type Runtime = ();
+        fn from_config(config: Config, (): ()) -> Result<Self, Error> {
+            Ok(Kept(config))
+        }
+    }
+
+    #[test]
+    fn a_kept_address_is_the_one_a_fresh_build_gives() {
+        let Ok(Kept(config)) = ClientBuilder::<Kept>::new().build() else { panic!("builds") };
+        let mut uris: Vec<String> = [
+            "http://a.test:1/x",
+            "http://a.test:1/y?q=1",
+            "https://a.test:1/",
+            "HTTP://A.test:1/",
+            "http://user:secret@a.test:1/",
+            "http://[::1]:8080/",
+            "http://127.0.0.1/",
+            "https://b.test/",
+        ]
+        .map(String::from)
+        .to_vec();
+        // More hosts than are kept: the oldest are built again.
+        uris.extend((0..12).map(|i| format!("http://h{i}.test/")));
+        for _round in 0..3 {
+            for u in &uris {
+                let uri: http::Uri = u.parse().unwrap();
+                for http2 in [false, true] {
+                    let kept = config.address(&uri, http2).unwrap();
+                    let fresh = config.build_address(&uri, http2).unwrap();
+                    assert_eq!(kept, fresh, "{u} (http2 {http2})");
+                    assert_eq!(kept.protocols(), fresh.protocols(), "{u} (http2 {http2})");
+                }
+            }
+        }
+        assert!(config.addresses.0.lock().unwrap().len() <= AddressCache::KEPT);
+        let https: http::Uri = "https://a.test:1/".parse().unwrap();
+        let http: http::Uri = "http://a.test:1/".parse().unwrap();
+        assert_ne!(config.address(&https, true).unwrap(), config.address(&http, true).unwrap());
+        assert_ne!(
+            config.address(&https, true).unwrap().protocols(),
+            config.address(&https, false).unwrap().protocols(),
+            "HTTP/2 support is part of the key"
+        );
+        // Errors are not kept: each asks again.
+        for bad in ["ftp://a.test/", "/relative", "http://a.test:99999/"] {
+            let Ok(uri) = bad.parse::<http::Uri>() else { continue };
+            assert!(config.address(&uri, false).is_err(), "{bad}");
+            assert!(config.address(&uri, false).is_err(), "{bad}, again");
         }
     }
 
