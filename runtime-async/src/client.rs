@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
 use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender, TimeoutPhase};
-use switchyard_core::pool::RequestFacts;
+use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{CallId, FailureOutcome, PoolStats};
 use tokio::sync::oneshot;
 
@@ -241,11 +241,22 @@ impl<R: Runtime> Client<R> {
         let run = Box::pin(run_call(&shared, call, rx, &parts, &mut body, facts, limits, &leased));
         let result = match timeout {
             Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
-                Err(Error::timeout(if leased.load(Ordering::Acquire) {
-                    TimeoutPhase::ResponseHead
+                if leased.load(Ordering::Acquire) {
+                    // Mid-exchange: the pool hears a timeout failure (route
+                    // memory, the connection's verdict), not a cancellation.
+                    // How far the exchange got is not known here: "written" is
+                    // the claim that never wrongly allows a replay.
+                    let failure = ExchangeFailure {
+                        kind: ExchangeFailureKind::Timeout,
+                        progress: Progress::RequestWritten,
+                        request: facts,
+                    };
+                    let (tx, _) = oneshot::channel();
+                    let _ = shared.exchange_failed(call, failure, tx);
+                    Err(Error::timeout(TimeoutPhase::ResponseHead))
                 } else {
-                    TimeoutPhase::Connect
-                }))
+                    Err(Error::timeout(TimeoutPhase::Connect))
+                }
             }),
             None => run.await,
         };
@@ -384,15 +395,19 @@ async fn run_call(
         let failure = match attempt {
             Ok(response) => return Ok(response),
             Err(Attempted::Fatal(e)) => return Err(e),
-            // The call's deadline passed during the exchange: the call timed out
-            // (its guard ends it in the pool), whatever the exchange's own error.
-            Err(Attempted::Failed(_)) if limits.deadline.is_some_and(|d| std::time::Instant::now() >= d) => {
-                return Err(Error::timeout(TimeoutPhase::ResponseHead))
-            }
             Err(Attempted::Failed(f)) => f,
         };
+        // The pool hears every failure first (route memory, the connection's
+        // verdict; its retry rule sees the deadline too).
+        let timed_out = limits.deadline.is_some_and(|d| std::time::Instant::now() >= d);
         let (tx, next) = oneshot::channel();
         let outcome = shared.exchange_failed(call, failure, tx);
+        if timed_out {
+            // The call's deadline passed during the exchange: it timed out,
+            // whatever the exchange's own error (a retry the pool may still
+            // have started ends with the call).
+            return Err(Error::timeout(TimeoutPhase::ResponseHead));
+        }
         match outcome {
             Ok(FailureOutcome::Retrying(reason)) => {
                 tracing::debug!(%call, ?reason, "retrying");

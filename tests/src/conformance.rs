@@ -870,6 +870,74 @@ pub fn a_timeout_marks_the_route(a: &dyn Adapter) {
     drop(held_rx);
 }
 
+/// The call's deadline passing mid-exchange is a failure the pool hears
+/// (BEHAVIOUR §6), as a read timeout is: with proxies [P1, P2], P1 accepting
+/// connections and never answering, the first call times out waiting for its
+/// head, its connection through P1 is closed (not kept as if the call had only
+/// been cancelled), and the next call starts with P2.
+pub fn a_call_deadline_marks_the_route(a: &dyn Adapter) {
+    use crate::proxy::TestProxy;
+    let ca = TestCa::new();
+    let (_tls_origin, plain_origin) = proxy_origins(&ca);
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_port = silent.local_addr().expect("addr").port();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in silent.incoming().flatten() {
+            if held_tx.send(stream).is_err() {
+                return;
+            }
+        }
+    });
+    let p2 = TestProxy::http(proxy_hosts());
+    let proxy = |port: u16| switchyard_core::Proxy::http("127.0.0.1", u32::from(port)).expect("proxy");
+    let config = Config {
+        proxies: vec![proxy(silent_port), proxy(p2.addr.port())],
+        call_timeout: Some(Duration::from_millis(300)),
+        ..Config::default()
+    };
+    let client = a.client(config);
+    let url = format!("http://origin.test:{}/hello", plain_origin.port());
+    let (kind, message) = client.send(Req::get(url.clone())).expect_err("P1 never answers");
+    assert_eq!(kind, Failure::Timeout, "{message}");
+    let events = client.events();
+    let decided = events.iter().find(|e| e.1 == "retry_decision").map(|e| e.2.clone());
+    assert!(decided.is_some(), "the pool heard the failure: {events:?}");
+    let s = client.stats();
+    assert_eq!(s.closed.get(&CloseReason::Failure), Some(&1), "its connection is closed as failed: {s:?}");
+    assert_eq!(s.closed.get(&CloseReason::UnreadBody), None, "not judged as a cancelled call: {s:?}");
+    client.clear_events();
+    assert_eq!(ok(client.send(Req::get(url))).body, b"hello");
+    let first_connect = client.events().into_iter().find(|e| e.1 == "connect_start").map(|e| e.2);
+    let first = first_connect.expect("the second call connects");
+    assert!(first.contains(&format!(":{}", p2.addr.port())), "the second call starts with P2: {first}");
+    drop(held_rx);
+}
+
+/// The same over HTTP/2: the call's deadline passing on a stream is a
+/// failure the pool hears, and the connection stays (a slow stream is not a
+/// dead connection; the PING decides about that): the next call shares it.
+pub fn a_call_deadline_on_http2_keeps_the_connection(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    let server = tls_server(&ca, &["a.test"], ServerOptions::default());
+    let config = Config {
+        version: Version::Http2,
+        call_timeout: Some(Duration::from_millis(300)),
+        ..tls_config(&ca, &["a.test"])
+    };
+    let client = a.client(config);
+    let base = format!("https://a.test:{}", server.port());
+    let (kind, message) = client.send(Req::get(format!("{base}/sleep/5000"))).expect_err("the stream stalls");
+    assert_eq!(kind, Failure::Timeout, "{message}");
+    let events = client.events();
+    assert!(events.iter().any(|e| e.1 == "retry_decision"), "the pool heard the failure: {events:?}");
+    let r = ok(client.send(Req::get(format!("{base}/hello"))));
+    assert_eq!((r.version, r.body.as_slice()), (http::Version::HTTP_2, &b"hello"[..]));
+    let s = client.stats();
+    assert_eq!((s.created, s.reused), (1, 1), "the next call shares the connection: {s:?}");
+    assert!(s.closed.is_empty(), "nothing closed: {s:?}");
+}
+
 /// Through a SOCKS5 proxy: the proxy resolves the origin's name; an origin it
 /// cannot reach is a typed proxy error naming it.
 pub fn socks5_proxy(a: &dyn Adapter) {
@@ -1075,7 +1143,8 @@ macro_rules! conformance_suite {
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
-            events_are_heard_before_send_returns, a_timeout_marks_the_route, event_order_http2,
+            events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route, event_order_http2,
+            a_call_deadline_on_http2_keeps_the_connection,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
             dns_cache);
     };
@@ -1088,12 +1157,12 @@ macro_rules! conformance_suite {
             stale_connection_retries_a_get, stale_connection_never_replays_a_post,
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
-            events_are_heard_before_send_returns, a_timeout_marks_the_route,
+            events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
-            event_order_http2);
+            event_order_http2, a_call_deadline_on_http2_keeps_the_connection);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(
