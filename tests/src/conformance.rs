@@ -832,14 +832,13 @@ pub fn http_proxy(a: &dyn Adapter) {
     assert_eq!(tls_origin.records()[0].sni.as_deref(), Some("origin.test"));
 }
 
-/// A read timeout marks the route (BEHAVIOUR §6): with proxies [P1, P2], P1
-/// accepting connections and never answering, the first call times out, and
-/// the next one starts with P2 (its first connect), not with P1 again.
-pub fn a_timeout_marks_the_route(a: &dyn Adapter) {
-    use crate::proxy::TestProxy;
+/// Proxies [P1, P2] for the route-memory tests: P1 accepts connections and
+/// never reads or answers (its streams are held until the returned receiver
+/// is dropped), P2 is a working HTTP proxy to the plain origin returned.
+fn silent_then_working_proxy(
+) -> (crate::proxy::TestProxy, TestServer, std::sync::mpsc::Receiver<std::net::TcpStream>, Config) {
     let ca = TestCa::new();
     let (_tls_origin, plain_origin) = proxy_origins(&ca);
-    // P1: accepts, reads nothing, answers nothing (kept open by the test).
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let silent_port = silent.local_addr().expect("addr").port();
     let (held_tx, held_rx) = std::sync::mpsc::channel();
@@ -850,13 +849,18 @@ pub fn a_timeout_marks_the_route(a: &dyn Adapter) {
             }
         }
     });
-    let p2 = TestProxy::http(proxy_hosts());
+    let p2 = crate::proxy::TestProxy::http(proxy_hosts());
     let proxy = |port: u16| switchyard_core::Proxy::http("127.0.0.1", u32::from(port)).expect("proxy");
-    let config = Config {
-        proxies: vec![proxy(silent_port), proxy(p2.addr.port())],
-        read_timeout: Some(Duration::from_millis(300)),
-        ..Config::default()
-    };
+    let config = Config { proxies: vec![proxy(silent_port), proxy(p2.addr.port())], ..Config::default() };
+    (p2, plain_origin, held_rx, config)
+}
+
+/// A read timeout marks the route (BEHAVIOUR §6): with proxies [P1, P2], P1
+/// accepting connections and never answering, the first call times out, and
+/// the next one starts with P2 (its first connect), not with P1 again.
+pub fn a_timeout_marks_the_route(a: &dyn Adapter) {
+    let (p2, plain_origin, held_rx, config) = silent_then_working_proxy();
+    let config = Config { read_timeout: Some(Duration::from_millis(300)), ..config };
     let client = a.client(config);
     let url = format!("http://origin.test:{}/hello", plain_origin.port());
     let (kind, message) = client.send(Req::get(url.clone())).expect_err("P1 never answers");
@@ -876,26 +880,8 @@ pub fn a_timeout_marks_the_route(a: &dyn Adapter) {
 /// head, its connection through P1 is closed (not kept as if the call had only
 /// been cancelled), and the next call starts with P2.
 pub fn a_call_deadline_marks_the_route(a: &dyn Adapter) {
-    use crate::proxy::TestProxy;
-    let ca = TestCa::new();
-    let (_tls_origin, plain_origin) = proxy_origins(&ca);
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let silent_port = silent.local_addr().expect("addr").port();
-    let (held_tx, held_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in silent.incoming().flatten() {
-            if held_tx.send(stream).is_err() {
-                return;
-            }
-        }
-    });
-    let p2 = TestProxy::http(proxy_hosts());
-    let proxy = |port: u16| switchyard_core::Proxy::http("127.0.0.1", u32::from(port)).expect("proxy");
-    let config = Config {
-        proxies: vec![proxy(silent_port), proxy(p2.addr.port())],
-        call_timeout: Some(Duration::from_millis(300)),
-        ..Config::default()
-    };
+    let (p2, plain_origin, held_rx, config) = silent_then_working_proxy();
+    let config = Config { call_timeout: Some(Duration::from_millis(300)), ..config };
     let client = a.client(config);
     let url = format!("http://origin.test:{}/hello", plain_origin.port());
     let (kind, message) = client.send(Req::get(url.clone())).expect_err("P1 never answers");
