@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
+use switchyard_core::http2::GoAway;
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{
     AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError,
@@ -259,7 +260,7 @@ pub fn run(data: &[u8]) {
             }
             Op::GoAway { connection } => {
                 if let Some(c) = pick(&ids.connections, &foreign_connections, connection) {
-                    let _ = pool.goaway(now, c);
+                    let _ = pool.goaway(now, c, GoAway::graceful());
                 }
             }
             Op::Cancel { call } => {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use switchyard_core::http1;
 use switchyard_core::{
     AcquireError, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, Host, Instant, Pool,
-    PoolAction, Protocol, QueryId, Reuse, Route, TlsFacts,
+    PoolAction, Protocol, QueryId, Reuse, Route, Source, TlsFacts,
 };
 
 use crate::{Hub, HubState};
@@ -56,10 +56,12 @@ pub trait Adapter: Sized {
     ) -> Option<Installed<Self>>;
 
     /// The handle a call gets when the pool hands it a stream of this HTTP/2
-    /// connection. Runs under the lock, in the order the pool hands streams
-    /// out, so an adapter can open the streams in that order (first come,
-    /// first served on the wire too). Default: a clone.
-    fn lease_h2(&self, handle: &Self::H2) -> Self::H2 {
+    /// connection, and how the pool found it (`source`: the 421 rule needs to
+    /// know a coalesced share). Runs under the lock, in the order the pool
+    /// hands streams out, so an adapter can open the streams in that order
+    /// (first come, first served on the wire too). Default: a clone.
+    fn lease_h2(&self, handle: &Self::H2, source: Source) -> Self::H2 {
+        let _ = source;
         handle.clone()
     }
 }
@@ -162,6 +164,16 @@ pub enum Effect<A: Adapter> {
         connection: ConnectionId,
         /// Its handle.
         handle: A::H2,
+    },
+    /// End this HTTP/2 connection now ([`PoolAction::Abort`]): its streams
+    /// fail and are reported; the pool's close follows the last.
+    End {
+        /// The connection.
+        connection: ConnectionId,
+        /// Its handle.
+        handle: A::H2,
+        /// Why the pool ends it.
+        reason: CloseReason,
     },
     /// Drop these (closing sockets, ending handles) outside the lock.
     Close(Closed<A>),
@@ -304,9 +316,11 @@ impl<A: Adapter> Engine<A> {
                     }
                 }
             }
-            PoolAction::Acquired { call, connection, .. } => {
+            PoolAction::Acquired { call, connection, source } => {
                 let lease = match self.conns.get_mut(&connection) {
-                    Some(Conn::H2(handle)) => Lease::H2 { connection, handle: adapter.lease_h2(handle) },
+                    Some(Conn::H2(handle)) => {
+                        Lease::H2 { connection, handle: adapter.lease_h2(handle, source) }
+                    }
                     Some(slot @ Conn::H1Idle(_)) => match std::mem::replace(slot, Conn::H1Busy) {
                         Conn::H1Idle(c) => Lease::H1 { connection, conn: Some(c) },
                         _ => Lease::H1 { connection, conn: None },
@@ -350,6 +364,10 @@ impl<A: Adapter> Engine<A> {
             },
             PoolAction::Ping { connection } => match self.conns.get(&connection) {
                 Some(Conn::H2(handle)) => Some(Effect::Ping { connection, handle: handle.clone() }),
+                _ => None,
+            },
+            PoolAction::Abort { connection, reason } => match self.conns.get(&connection) {
+                Some(Conn::H2(handle)) => Some(Effect::End { connection, handle: handle.clone(), reason }),
                 _ => None,
             },
             PoolAction::Close { connection, .. } => match self.conns.remove(&connection)? {

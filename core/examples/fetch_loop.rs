@@ -241,7 +241,7 @@ impl Loop {
                 self.calls.get_mut(&call).unwrap().outcome = Some(Err(error.to_string()));
             }
             // No probe interval configured (reuse probes anyway); HTTP/1.1 only: no PING.
-            PoolAction::Probe { .. } | PoolAction::Ping { .. } => {}
+            PoolAction::Probe { .. } | PoolAction::Ping { .. } | PoolAction::Abort { .. } => {}
             PoolAction::Close { connection, .. } => {
                 if let Some(token) = self.conns.remove(&connection) {
                     self.socks.remove(&token);

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
+use switchyard_core::http2::GoAway;
 use switchyard_core::pool::{
     ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryReason,
 };
@@ -126,6 +127,9 @@ impl World {
                 PoolAction::AcquireFailed { call, error } => panic!("{call}: {error}"),
                 PoolAction::CancelAttempt { .. } | PoolAction::Close { .. } => {}
                 PoolAction::Probe { .. } | PoolAction::Ping { .. } => {}
+                PoolAction::Abort { connection, .. } => {
+                    panic!("{connection} aborted: its SETTINGS always come")
+                }
             }
         }
     }
@@ -145,7 +149,7 @@ impl World {
         );
         if !c.going_away && self.server.goaway_after.is_some_and(|n| c.accepted >= n) {
             c.going_away = true;
-            self.pool.goaway(ms(self.now), connection).unwrap();
+            self.pool.goaway(ms(self.now), connection, GoAway::graceful()).unwrap();
         }
         let c = self.conns.get_mut(&connection).unwrap();
         if c.going_away {
@@ -167,7 +171,7 @@ impl World {
         }
         self.at(self.server.exchange, Ev::Finish(call, connection));
         if goaway {
-            self.pool.goaway(ms(self.now), connection).unwrap();
+            self.pool.goaway(ms(self.now), connection, GoAway::graceful()).unwrap();
         }
     }
 
@@ -289,8 +293,10 @@ fn calls_wait_for_settings_and_move_on_when_they_never_come() {
     assert_eq!(pool.poll_timeout(), Some(ms(2) + timeout), "SETTINGS are due by the handshake timeout");
     pool.handle_timeout(ms(2) + timeout);
     assert_eq!(pool.connection(connection).unwrap().no_new_exchanges(), Some(CloseReason::NeverUsable));
-    let connects =
-        std::iter::from_fn(|| pool.poll_action()).filter(|a| matches!(a, PoolAction::Connect { .. })).count();
+    let actions: Vec<_> = std::iter::from_fn(|| pool.poll_action()).collect();
+    // The first call's stream cannot finish: the driver ends the connection now.
+    assert_eq!(actions[0], PoolAction::Abort { connection, reason: CloseReason::NeverUsable });
+    let connects = actions.iter().filter(|a| matches!(a, PoolAction::Connect { .. })).count();
     assert_eq!(connects, 1, "the first waiter races; the others wait for its connect");
     assert_eq!(pool.stats().totals.waiters, waiting.len() - 1);
 }
@@ -428,7 +434,7 @@ fn a_call_turned_away_by_goaway_waits_ahead_of_newer_calls() {
     pool.settings(ms(2), k1, None).unwrap();
     let old = acquire(&mut pool, 3);
     assert!(matches!(pool.poll_action(), Some(PoolAction::Acquired { call, .. }) if call == old));
-    pool.goaway(ms(4), k1).unwrap();
+    pool.goaway(ms(4), k1, GoAway::graceful()).unwrap();
     // Newer calls: one races a new connection, one waits for it.
     let racer = acquire(&mut pool, 5);
     let Some(PoolAction::Connect { attempt, .. }) = pool.poll_action() else { panic!() };

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::{h2c, http, https, ms, tls, PoolSim};
+use switchyard_core::http2::GoAway;
 use switchyard_core::pool::{
     ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryReason,
 };
@@ -642,8 +643,8 @@ fn goaway_retires_once_and_closes_when_streams_end() {
     let (c1, k1) = sim.open(0, &a);
     let c2 = sim.acquire(1, &a);
     sim.drain();
-    sim.pool.goaway(ms(2), k1).unwrap();
-    sim.pool.goaway(ms(3), k1).unwrap();
+    sim.pool.goaway(ms(2), k1, GoAway::graceful()).unwrap();
+    sim.pool.goaway(ms(3), k1, GoAway::graceful()).unwrap();
     assert!(sim.drain().is_empty());
     let no_new = sim.events.iter().filter(|e| matches!(e.kind, EventKind::NoNewExchanges { .. })).count();
     assert_eq!(no_new, 1, "emitted once, on the transition");
@@ -1048,7 +1049,7 @@ fn driver_misuse_is_typed() {
     assert_eq!(sim.pool.exchange_finished(ms(2), c1, Reuse::Reusable), Err(Misuse::NoExchange(c1)));
     sim.pool.evict_all(ms(3));
     sim.drain();
-    assert_eq!(sim.pool.goaway(ms(4), k1), Err(Misuse::ClosedConnection(k1)));
+    assert_eq!(sim.pool.goaway(ms(4), k1, GoAway::graceful()), Err(Misuse::ClosedConnection(k1)));
     sim.pool.check_invariants().unwrap();
 }
 

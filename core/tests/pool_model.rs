@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use switchyard_core::http2::GoAway;
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{
     AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, FailureOutcome,
@@ -149,6 +150,13 @@ impl Model {
                 PoolAction::Ping { connection } => {
                     prop_assert!(self.open.contains_key(&connection), "pinged a closed connection");
                 }
+                PoolAction::Abort { connection, .. } => {
+                    prop_assert!(self.open.contains_key(&connection), "aborted a closed connection");
+                    prop_assert!(
+                        self.active.get(&connection).is_some_and(|a| !a.is_empty()),
+                        "aborted with nothing in flight (it would just close)"
+                    );
+                }
                 PoolAction::Close { connection, .. } => {
                     prop_assert!(self.open.remove(&connection).is_some(), "closed twice");
                     prop_assert!(
@@ -272,7 +280,7 @@ impl Model {
             Op::GoAway(i) => {
                 let open: Vec<ConnectionId> = self.open.keys().copied().collect();
                 if let Some(k) = pick(&open, i) {
-                    self.pool.goaway(now, k).unwrap();
+                    self.pool.goaway(now, k, GoAway::graceful()).unwrap();
                 }
             }
             Op::Advance(ms) => {

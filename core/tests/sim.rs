@@ -15,13 +15,25 @@
 //! resets as an EOF before any response byte; the driver's keep-alive decision
 //! and failure classification are what the pool hears, and are checked.
 //!
+//! HTTP/2 connections run through the core's session (`http2::Session`): the
+//! server's SETTINGS and GOAWAY arrive as frame bytes in random pieces and
+//! reach the pool as the session reports them; each stream has an id; the
+//! server refuses streams (REFUSED_STREAM), resets them before or during the
+//! response, answers GOAWAY with a last stream id below streams still in
+//! flight (which then fail unprocessed), or never makes a connection usable
+//! (no SETTINGS, or a limit of zero: the pool's timer ends it). The
+//! session's verdicts are what the pool hears, and are checked: a request
+//! the server processed is never replayed unless idempotent, a connection a
+//! stream was reset on mid-body takes no new streams, an ended connection's
+//! streams all fail.
+//!
 //! After every step the checker asserts the pool's invariants; per call: every
 //! acquisition ends by the call's deadline; the race keeps its stagger; routes
 //! that failed are tried after the others on the next call; at the end every
 //! call has ended and nothing is left open, waiting, connecting or in flight.
 //!
 //! Replay one seed: `SWITCHYARD_SIM_SEED=<seed> cargo test -p switchyard-core --test sim`.
-//! Change the count: `SWITCHYARD_SIM_SCENARIOS=<n>` (default 20 000).
+//! Change the count: `SWITCHYARD_SIM_SCENARIOS=<n>` (default 100 000, what CI runs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +41,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use switchyard_core::http1::{self, Event as H1Event, Failure as H1Failure, Peek};
+use switchyard_core::http2::{self, Peer, Report, Session, StreamError};
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{
     AcquireOptions, Address, AttemptId, CallId, CloseReason, ConnectError, ConnectionId, DnsError,
@@ -87,6 +100,13 @@ struct Server {
     close_percent: u64,
     stream_limit: Option<u32>,
     goaway_after: Option<u32>,
+    /// HTTP/2: streams refused (REFUSED_STREAM).
+    refuse_percent: u64,
+    /// HTTP/2: streams reset during the response body.
+    body_reset_percent: u64,
+    /// HTTP/2: connections whose server never makes them usable (no
+    /// SETTINGS, or a stream limit of zero).
+    unusable_percent: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -106,6 +126,8 @@ enum Ev {
     Tcp(AttemptId, bool),
     Tls(AttemptId, bool, Protocol),
     Settings(ConnectionId, Option<u32>),
+    /// The server's GOAWAY.
+    GoAway(ConnectionId),
     ExchangeDone(CallId, ConnectionId),
     IdleClose(ConnectionId, u64),
 }
@@ -119,6 +141,14 @@ struct SimConn {
     goaway_sent: bool,
     /// HTTP/2: the server's SETTINGS reached the pool.
     settings_delivered: bool,
+    /// HTTP/2: the core's session, the next stream id, the streams in
+    /// flight (call → id), and the GOAWAY's last stream id once sent.
+    session: Option<Session>,
+    next_stream: u32,
+    streams: BTreeMap<CallId, u32>,
+    goaway_last: Option<u32>,
+    /// The highest stream id the server answered.
+    max_done: u32,
     /// HTTP/1.1: the core's view of the idle connection (read buffer,
     /// history), and the driver of the exchange it carries.
     h1: Option<http1::Conn>,
@@ -187,6 +217,9 @@ fn world(seed: u64) -> World {
         close_percent: rng.range(0, 20),
         stream_limit: rng.chance(50).then(|| u32::try_from(rng.range(1, 4)).unwrap()),
         goaway_after: rng.chance(30).then(|| u32::try_from(rng.range(1, 5)).unwrap()),
+        refuse_percent: if rng.chance(30) { rng.range(1, 30) } else { 0 },
+        body_reset_percent: if rng.chance(30) { rng.range(1, 20) } else { 0 },
+        unusable_percent: if rng.chance(15) { rng.range(5, 60) } else { 0 },
     };
     let mut config = PoolConfig {
         keep_alive: Duration::from_millis(rng.range(100, 5000)),
@@ -231,6 +264,14 @@ struct Counters {
     h1_exchanges: u64,
     /// Stale connections the driver's probe caught before writing.
     probe_caught: u64,
+    /// HTTP/2 streams the server refused.
+    refused: u64,
+    /// HTTP/2 streams above a GOAWAY's last stream id, failed unprocessed.
+    unprocessed: u64,
+    /// HTTP/2 streams reset during the response body.
+    body_resets: u64,
+    /// HTTP/2 connections the pool ended as never usable with a stream on them.
+    aborted: u64,
 }
 
 struct Sim {
@@ -245,6 +286,14 @@ struct Sim {
     calls: BTreeMap<CallId, SimCall>,
     trace: u64,
     steps: u64,
+}
+
+/// An HTTP/2 frame on stream 0 (RFC 9113 §4.1).
+fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags, 0, 0, 0, 0];
+    f.extend_from_slice(payload);
+    f
 }
 
 fn ms(t: u64) -> Duration {
@@ -335,6 +384,7 @@ impl Sim {
                     return Err(format!("probe or ping of unknown {connection}"));
                 }
             }
+            PoolAction::Abort { connection, reason } => self.abort(connection, reason)?,
             PoolAction::Established { attempt, connection, protocol } => {
                 self.attempts.remove(&attempt);
                 if let Some(c) = self.calls.get_mut(&attempt.call()) {
@@ -344,9 +394,17 @@ impl Sim {
                     (protocol == Protocol::Http1).then(|| http1::Conn::new(http1::DriverConfig::default()));
                 self.conns.insert(connection, SimConn { protocol: Some(protocol), h1, ..SimConn::default() });
                 if protocol.is_multiplexed() {
-                    // Every HTTP/2 server opens with SETTINGS; some set a limit.
+                    let c = self.conns.get_mut(&connection).unwrap();
+                    c.session = Some(Session::new(64 * 1024));
+                    c.next_stream = 1;
+                    // Every usable HTTP/2 server opens with SETTINGS; some set
+                    // a limit. Some never make the connection usable.
                     let limit = self.w.server.stream_limit;
-                    self.at(ms(1), Ev::Settings(connection, limit));
+                    if !self.w.rng.chance(self.w.server.unusable_percent) {
+                        self.at(ms(1), Ev::Settings(connection, limit));
+                    } else if self.w.rng.chance(50) {
+                        self.at(ms(1), Ev::Settings(connection, Some(0)));
+                    }
                 }
             }
             PoolAction::Acquired { call, connection, source } => {
@@ -382,6 +440,14 @@ impl Sim {
                     if streams > allowed {
                         return Err(format!("{connection}: {streams} streams, the server allowed {allowed}"));
                     }
+                    let k = self.conns.get_mut(&connection).unwrap();
+                    if let Some(last) = k.goaway_last {
+                        return Err(format!(
+                            "{call} opened a stream on {connection} after its GOAWAY ({last})"
+                        ));
+                    }
+                    k.streams.insert(call, k.next_stream);
+                    k.next_stream += 2;
                 }
                 if self.start_h1(call, connection)? {
                     self.at(ms(t), Ev::ExchangeDone(call, connection));
@@ -532,17 +598,140 @@ impl Sim {
             let broken = stale || self.w.rng.chance(self.w.server.reset_percent);
             return self.finish_h1(call, connection, broken);
         }
-        // HTTP/2 (no driver): a stale or reset connection fails the stream.
-        let stale = self.conns.get(&connection).is_some_and(|c| c.stale);
-        if stale || self.w.rng.chance(self.w.server.reset_percent) {
-            let kind = ExchangeFailureKind::Io {
-                kind: std::io::ErrorKind::ConnectionReset,
-                message: "reset".into(),
-            };
-            return self
-                .failed(call, ExchangeFailure { kind, progress: Progress::RequestWritten, request: facts });
+        let Some(k) = self.conns.get_mut(&connection) else {
+            return self.complete(call, connection, Reuse::Reusable);
+        };
+        let Some(stream) = k.streams.remove(&call) else {
+            return Err(format!("{call} finished on {connection} without a stream"));
+        };
+        // HTTP/2: the server decides the stream's fate; the session judges it.
+        let (stale, last) = (k.stale, k.goaway_last);
+        let answered = !stale && last.is_none_or(|l| stream <= l);
+        if answered {
+            k.max_done = k.max_done.max(stream);
         }
-        self.complete(call, connection, Reuse::Reusable)
+        let server = self.w.server.clone();
+        let rng = &mut self.w.rng;
+        let (error, processed) = if stale {
+            (StreamError::Io { message: "connection reset".into() }, true)
+        } else if last.is_some_and(|l| stream > l) {
+            self.counters.unprocessed += 1;
+            (StreamError::GoAway { code: http2::session::code::NO_ERROR, by: Peer::Server }, false)
+        } else if rng.chance(server.refuse_percent) {
+            self.counters.refused += 1;
+            (StreamError::Reset { code: http2::session::code::REFUSED_STREAM, by: Peer::Server }, false)
+        } else if rng.chance(server.reset_percent) {
+            (StreamError::Reset { code: 0x2, by: Peer::Server }, true)
+        } else if rng.chance(server.body_reset_percent) {
+            // The head arrived; the body is cut by a reset.
+            self.counters.body_resets += 1;
+            let k = &self.conns[&connection];
+            let reset = StreamError::Reset { code: 0x2, by: Peer::Server };
+            let reuse = k.session.as_ref().unwrap().body_failed(&reset);
+            if reuse != Reuse::Retire(CloseReason::StreamReset) {
+                return Err(format!("{connection}: a reset mid-body left it reusable"));
+            }
+            self.complete(call, connection, reuse)?;
+            if self.pool.connection(connection).is_some_and(|c| c.no_new_exchanges().is_none()) {
+                return Err(format!("{connection} takes new streams after a reset mid-body"));
+            }
+            return Ok(());
+        } else {
+            return self.complete(call, connection, Reuse::Reusable);
+        };
+        let k = &self.conns[&connection];
+        let failure =
+            k.session.as_ref().unwrap().stream_failed(Some(stream), &error, Progress::RequestWritten, facts);
+        self.h2_failed(call, failure, processed)
+    }
+
+    /// An HTTP/2 stream failed with the session's verdict; `processed`: the
+    /// simulated server did act on the request. A processed request that is
+    /// not idempotent is never sent again.
+    fn h2_failed(&mut self, call: CallId, failure: ExchangeFailure, processed: bool) -> Result<(), String> {
+        let kind = failure.kind.clone();
+        let unprocessed_verdict =
+            matches!(kind, ExchangeFailureKind::GoAwayUnprocessed | ExchangeFailureKind::RefusedStream);
+        if processed && unprocessed_verdict {
+            return Err(format!("{call}: a processed request judged unprocessed ({kind})"));
+        }
+        let idempotent = failure.request.idempotent;
+        self.calls.get_mut(&call).unwrap().holding = None;
+        match self.pool.exchange_failed(self.now, call, failure).map_err(|e| e.to_string())? {
+            FailureOutcome::Retrying(reason) => {
+                if processed && !idempotent {
+                    return Err(format!("{call}: a processed POST is replayed ({kind}, {reason:?})"));
+                }
+                self.counters.retries += 1;
+                self.calls.get_mut(&call).unwrap().acquiring_since = Some(self.now);
+            }
+            FailureOutcome::Failed(e) => {
+                if processed && !e.may_have_been_sent {
+                    return Err(format!("{call}: a processed request failed as never sent ({kind})"));
+                }
+                self.calls.get_mut(&call).unwrap().ended = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pool ends an HTTP/2 connection now: every stream on it fails, as
+    /// the session judges after hearing why.
+    fn abort(&mut self, connection: ConnectionId, reason: CloseReason) -> Result<(), String> {
+        if reason != CloseReason::NeverUsable {
+            return Err(format!("{connection} aborted as {reason}"));
+        }
+        let k = self.conns.get_mut(&connection).ok_or_else(|| format!("abort of unknown {connection}"))?;
+        let session = k.session.as_mut().ok_or_else(|| format!("{connection}: abort of HTTP/1.1"))?;
+        session.end(reason);
+        let streams: Vec<(CallId, u32)> = std::mem::take(&mut k.streams).into_iter().collect();
+        if streams.is_empty() {
+            return Err(format!("{connection} aborted with no stream in flight"));
+        }
+        self.counters.aborted += 1;
+        for (call, stream) in streams {
+            let facts = self.facts(call);
+            let error = StreamError::Other { message: "connection closed".into() };
+            let session = self.conns[&connection].session.as_ref().unwrap();
+            let failure = session.stream_failed(Some(stream), &error, Progress::RequestWritten, facts);
+            let aborted = std::io::ErrorKind::ConnectionAborted;
+            if !matches!(failure.kind, ExchangeFailureKind::Io { kind, .. } if kind == aborted) {
+                return Err(format!("{call}: never-usable verdict {:?}", failure.kind));
+            }
+            // The server never made the connection usable: it processed nothing.
+            self.h2_failed(call, failure, false)?;
+        }
+        Ok(())
+    }
+
+    /// The server's frames reach the session as bytes, in random pieces; what
+    /// it reports goes to the pool.
+    fn frames(&mut self, connection: ConnectionId, bytes: &[u8]) -> Result<(), String> {
+        let mut reports = Vec::new();
+        let Some(k) = self.conns.get_mut(&connection) else { return Ok(()) };
+        let Some(session) = k.session.as_mut() else {
+            return Err(format!("{connection}: frames on HTTP/1.1"));
+        };
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = (self.w.rng.range(1, 16) as usize).min(rest.len());
+            session.read(&rest[..n], &mut reports);
+            rest = &rest[n..];
+        }
+        for report in reports {
+            if self.pool.connection(connection).is_none() {
+                continue;
+            }
+            match report {
+                Report::Settings { max_concurrent_streams } => {
+                    k.settings_delivered = true;
+                    self.pool.settings(self.now, connection, max_concurrent_streams)
+                }
+                Report::GoAway(g) => self.pool.goaway(self.now, connection, g),
+            }
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// The exchange ended with a response: the pool gets the connection back.
@@ -565,7 +754,8 @@ impl Sim {
                     if exchanges >= limit && !c.goaway_sent && self.pool.connection(connection).is_some() {
                         c.goaway_sent = true;
                         self.counters.goaways += 1;
-                        self.pool.goaway(self.now, connection).map_err(|e| e.to_string())?;
+                        let delay = ms(self.w.rng.range(0, 5));
+                        self.at(delay, Ev::GoAway(connection));
                     }
                 }
             }
@@ -664,13 +854,30 @@ impl Sim {
                 r.map_err(|e| e.to_string())?;
             }
             Ev::Settings(c, limit) => {
-                if let Some(k) = self.conns.get_mut(&c) {
-                    k.settings_delivered = true;
+                // SETTINGS: MAX_CONCURRENT_STREAMS when the server sets one,
+                // and an INITIAL_WINDOW_SIZE entry either way.
+                let mut payload = vec![0, 4, 0, 1, 0, 0];
+                if let Some(limit) = limit {
+                    payload.extend([0, 3]);
+                    payload.extend(limit.to_be_bytes());
                 }
-                if self.pool.connection(c).is_some() {
-                    self.pool.settings(now, c, limit).map_err(|e| e.to_string())?;
-                }
+                self.frames(c, &frame(4, 0, &payload))?;
             }
+            Ev::GoAway(c) => {
+                // The last stream it will process: at least every one it
+                // answered, sometimes below streams still in flight (those
+                // then fail unprocessed).
+                let Some(k) = self.conns.get_mut(&c) else { return self.drain() };
+                let highest = k.next_stream.saturating_sub(2);
+                let last = self.w.rng.range(u64::from(k.max_done), u64::from(highest.max(k.max_done)));
+                let last = u32::try_from(last).unwrap();
+                k.goaway_last = Some(last);
+                let mut payload = last.to_be_bytes().to_vec();
+                payload.extend(0u32.to_be_bytes());
+                self.frames(c, &frame(7, 0, &payload))?;
+            }
+            // A stream the pool's abort already failed is over.
+            Ev::ExchangeDone(call, c) if self.calls[&call].holding != Some(c) => {}
             Ev::ExchangeDone(call, c) => self.exchange_done(call, c)?,
             Ev::IdleClose(c, generation) => {
                 let idle = self.pool.connection(c).is_some_and(|k| k.in_flight() == 0);
@@ -775,7 +982,7 @@ fn seeded_scenarios() {
         return;
     }
     let count: u64 =
-        std::env::var("SWITCHYARD_SIM_SCENARIOS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+        std::env::var("SWITCHYARD_SIM_SCENARIOS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let started = std::time::Instant::now();
     let mut total = Counters::default();
     for seed in 0..count {
@@ -791,6 +998,10 @@ fn seeded_scenarios() {
                 total.races_lost += c.races_lost;
                 total.h1_exchanges += c.h1_exchanges;
                 total.probe_caught += c.probe_caught;
+                total.refused += c.refused;
+                total.unprocessed += c.unprocessed;
+                total.body_resets += c.body_resets;
+                total.aborted += c.aborted;
                 // Same seed, same run.
                 if seed % 97 == 0 {
                     assert_eq!(Sim::run(seed), Ok(trace), "seed {seed} is not deterministic");
@@ -816,6 +1027,10 @@ fn seeded_scenarios() {
             ("GOAWAYs", t.goaways),
             ("coalesced calls", t.coalesced),
             ("cancelled attempts", t.races_lost),
+            ("HTTP/2 streams refused", t.refused),
+            ("HTTP/2 streams above GOAWAY's last stream id", t.unprocessed),
+            ("HTTP/2 streams reset mid-body", t.body_resets),
+            ("HTTP/2 connections ended as never usable with a stream on them", t.aborted),
         ] {
             assert!(n > 0, "no {what} in {count} scenarios");
         }

@@ -14,6 +14,7 @@ mod support;
 use std::time::Duration;
 
 use support::{http, ms, tls, PoolSim};
+use switchyard_core::http2::GoAway;
 use switchyard_core::{
     Backoff, CloseReason, ConnectError, EventKind, Misuse, PoolConfig, Protocol, Readiness, Reuse, WarmPolicy,
 };
@@ -388,7 +389,7 @@ fn a_server_that_accepts_and_closes_is_never_ready_and_never_stormed() {
         for k in sim.open_connections() {
             sim.pool.settings(ms(t), k, Some(100)).unwrap();
             sim.drain();
-            sim.pool.goaway(ms(t), k).unwrap();
+            sim.pool.goaway(ms(t), k, GoAway::graceful()).unwrap();
             sim.drain();
         }
     });

@@ -29,7 +29,6 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             driver: config.driver_config(),
             limits: config.limits,
             tls: config.tls_configs.clone(),
-            handshake_timeout: config.pool.race.handshake_timeout,
             http2: config.http2,
         };
         let hub = Hub::new(

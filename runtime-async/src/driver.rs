@@ -44,8 +44,6 @@ pub(crate) struct Settings {
     pub(crate) driver: switchyard_core::http1::DriverConfig,
     pub(crate) limits: switchyard_core::http1::Limits,
     pub(crate) tls: switchyard_common::tls::TlsConfigs,
-    /// Also bounds how long a new HTTP/2 connection may take to become usable.
-    pub(crate) handshake_timeout: std::time::Duration,
     /// HTTP/2 flow-control windows.
     pub(crate) http2: switchyard_common::Http2Settings,
 }
@@ -84,8 +82,8 @@ impl Adapter for Shared {
         })
     }
 
-    fn lease_h2(&self, handle: &H2Handle) -> H2Handle {
-        handle.leased()
+    fn lease_h2(&self, handle: &H2Handle, source: switchyard_core::Source) -> H2Handle {
+        handle.leased(source)
     }
 }
 
@@ -165,6 +163,7 @@ impl EngineHost for Shared {
                 }
             }
             Effect::Ping { connection, handle } => crate::h2::ping(self, connection, &handle),
+            Effect::End { handle, reason, .. } => crate::h2::end(&handle, reason),
             Effect::Probe { .. } => {} // judged in `carry_out`
             // Dropping the socket (or the HTTP/2 handle) closes it.
             Effect::Close(closed) => drop::<Closed<Self>>(closed),

@@ -1,16 +1,22 @@
-//! HTTP/2 through the `h2` crate: one connection task per connection; streams
-//! for exchanges; SETTINGS (max concurrent streams), GOAWAY, REFUSED_STREAM and
-//! other resets reported to the core.
+//! HTTP/2 through the `h2` crate: the bridge. One connection task per
+//! connection, one stream per exchange. It only pumps `h2` and reports facts:
+//! the server's bytes go through the core's [`Session`] (SETTINGS and GOAWAY
+//! reach the pool as they are read), and each `h2` error is turned into a
+//! [`StreamError`] fact (who reset what, with which code). The session decides
+//! what a failure means for the call and the connection, when a head is too
+//! large, when a 421 is retried and why the connection ended; the pool keeps
+//! the one timer an HTTP/2 connection has (usable within the handshake
+//! timeout) and ends it through [`end`] when a stream still waits on it.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
-use switchyard_core::http2::{FrameNote, FrameScanner};
-use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
-use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
-use tokio::sync::watch;
+use switchyard_core::http2::{ConnectionEnd, Peer, Report, Session, StreamError};
+use switchyard_core::pool::{Progress, RequestFacts};
+use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse, Source};
+use tokio::sync::{watch, Notify};
 
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::{Attempted, HTTP2_STRIPPED};
@@ -20,7 +26,7 @@ use crate::body::{Body, Kind};
 use crate::driver::Shared;
 use crate::runtime::{within, BoxFuture, Io};
 
-type Ready = Option<Result<SendRequest<Bytes>, String>>;
+type Ready = Option<Result<SendRequest<Bytes>, StreamError>>;
 
 /// A shared HTTP/2 connection: its request sender, once the handshake is done.
 #[derive(Clone)]
@@ -31,58 +37,53 @@ pub(crate) struct H2Handle {
     /// The pool asked for a PING while the adaptive window's was out: that
     /// one's PONG answers it.
     pong_wanted: Arc<std::sync::atomic::AtomicBool>,
-    /// Set when the connection was retired as never usable, so its streams'
-    /// failures say so rather than "broken pipe".
-    never_usable: Arc<std::sync::atomic::AtomicBool>,
-    /// Streams whose response head or trailers passed the head limit on the
-    /// wire (the frame scanner's notes): their response fails.
-    oversized: Oversized,
+    /// The connection's rules (the core's): frames read, verdicts.
+    session: Arc<std::sync::Mutex<Session>>,
+    /// Ends the connection's task now (the pool's [`end`]).
+    end: Arc<Notify>,
     /// The order streams open in.
     turns: Arc<Turns>,
     /// A leased handle's place in that order.
     turn: Option<Arc<Turn>>,
+    /// How the pool found this connection for a leased stream.
+    source: Source,
 }
 
 impl H2Handle {
     /// The handle for one stream the pool handed out (under the engine's
-    /// lock, in the pool's order): it carries the stream's turn.
-    pub(crate) fn leased(&self) -> H2Handle {
-        H2Handle { turn: Some(Arc::new(self.turns.issue())), ..self.clone() }
+    /// lock, in the pool's order): it carries the stream's turn and how the
+    /// pool found the connection.
+    pub(crate) fn leased(&self, source: Source) -> H2Handle {
+        H2Handle { turn: Some(Arc::new(self.turns.issue())), source, ..self.clone() }
+    }
+
+    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
-/// Streams with a header block over the limit, as the frame scanner saw
-/// them (bounded: the oldest go first past 1,024).
-#[derive(Clone, Debug, Default)]
-struct Oversized(Arc<std::sync::Mutex<std::collections::BTreeSet<u32>>>);
-
-impl Oversized {
-    fn note(&self, stream_id: u32) {
-        if let Ok(mut set) = self.0.lock() {
-            set.insert(stream_id);
-            while set.len() > 1024 {
-                set.pop_first();
-            }
-        }
-    }
-
-    /// Whether `stream` had a header block over the limit (forgotten once asked).
-    fn take(&self, stream: h2::StreamId) -> bool {
-        self.0.lock().is_ok_and(|mut set| set.remove(&u32::from(stream)))
+/// What an `h2` error says happened (facts only; the [`Session`] judges).
+fn fact(e: &h2::Error) -> StreamError {
+    let by = if e.is_remote() { Peer::Server } else { Peer::Us };
+    match e.reason() {
+        Some(reason) if e.is_go_away() => StreamError::GoAway { code: reason.into(), by },
+        Some(reason) if e.is_reset() => StreamError::Reset { code: reason.into(), by },
+        _ if e.is_io() => StreamError::Io { message: e.to_string() },
+        _ => StreamError::Other { message: e.to_string() },
     }
 }
 
-/// A header list's size as HTTP/2 counts it (RFC 9113 §6.5.2: each field's
-/// name and value, plus 32), `extra` for pseudo-fields.
-fn header_list_size(fields: &http::HeaderMap, extra: usize) -> usize {
-    fields.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum::<usize>() + extra
+/// Each name's and value's length, as the session counts a header list.
+fn field_sizes(fields: &http::HeaderMap) -> impl Iterator<Item = (usize, usize)> + '_ {
+    fields.iter().map(|(n, v)| (n.as_str().len(), v.len()))
 }
 
-/// How long a stream waits for the streams handed out before it to open.
-/// Only a caller that holds a send future without polling it delays the ones
-/// behind it; past this they go ahead (the order is a fairness rule, not a
-/// safety one).
-const TURN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+/// How many times a stream yields to the tasks of the streams handed out
+/// before it, so they open first. Only a caller that holds a send future
+/// without polling it delays the ones behind it; past this they go ahead (the
+/// order is a fairness rule, not a safety one). Yields, not a clock: a task
+/// woken but not yet run gets its turn within one pass of the run queue.
+const TURN_YIELDS: u32 = 64;
 
 /// Streams open (HEADERS sent, stream ids assigned) in the order the pool
 /// handed them out, not in the order the runtime happens to run the calls'
@@ -142,19 +143,23 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
-    /// Waits (at most [`TURN_WAIT`]) until every earlier stream has opened.
-    async fn wait(&self, rt: &dyn crate::runtime::Runtime) {
+    /// Waits (at most [`TURN_YIELDS`] yields) until every earlier stream
+    /// has opened.
+    async fn wait(&self) {
         let mine = self.n;
         if *self.turns.next.borrow() >= mine {
-            return; // the common case: no timer, no receiver
+            return; // the common case: no receiver, no yield
         }
-        let mut next = self.turns.next.subscribe();
-        let _ = within(rt, TURN_WAIT, async move {
-            while *next.borrow_and_update() < mine {
-                if next.changed().await.is_err() {
-                    return;
-                }
+        let next = self.turns.next.subscribe();
+        let mut yields = 0;
+        std::future::poll_fn(|cx| {
+            if *next.borrow() >= mine || yields >= TURN_YIELDS {
+                return std::task::Poll::Ready(());
             }
+            yields += 1;
+            // Back of the run queue: the earlier streams' tasks run first.
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
         })
         .await;
     }
@@ -205,13 +210,15 @@ pub(crate) fn ping(shared: &Arc<Shared>, connection: ConnectionId, handle: &H2Ha
 
 /// The server's frames as they arrive: the `h2` crate does not say when the
 /// server's SETTINGS or GOAWAY arrive, so the connection's reads pass through
-/// the core's [`FrameScanner`] (frame headers only), and each note goes to the
+/// the core's [`Session`] (frame headers only), and each report goes to the
 /// pool at once: the stream limit, and no new exchanges after GOAWAY.
 struct FrameWatcher<T> {
     inner: T,
-    scanner: FrameScanner,
-    notes: Vec<FrameNote>,
-    on_note: Box<dyn Fn(FrameNote) + Send>,
+    session: Arc<std::sync::Mutex<Session>>,
+    reports: Vec<Report>,
+    on_report: Box<dyn Fn(Report) + Send>,
+    /// DATA bytes read so far (the session's count).
+    data: u64,
     /// The adaptive window's sampling, when on.
     adaptive: Option<Adaptive>,
 }
@@ -283,12 +290,17 @@ impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FrameWatcher<T> {
         let before = buf.filled().len();
         let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         let me = &mut *self;
-        me.scanner.feed(&buf.filled()[before..], &mut me.notes);
-        for note in me.notes.drain(..) {
-            (me.on_note)(note);
+        let fresh = &buf.filled()[before..];
+        if !fresh.is_empty() {
+            let mut session = me.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            session.read(fresh, &mut me.reports);
+            me.data = session.data_bytes();
+        }
+        for report in me.reports.drain(..) {
+            (me.on_report)(report);
         }
         if let Some(adaptive) = me.adaptive.as_mut() {
-            adaptive.poll(cx, me.scanner.data_bytes());
+            adaptive.poll(cx, me.data);
         }
         polled
     }
@@ -330,49 +342,40 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FrameWatcher<T>
 /// task (handshake, then driving the connection, reporting its end to the
 /// core) for the caller to spawn once the lock is released.
 ///
-/// A connection the server never makes usable is retired once the handshake
-/// timeout has passed since it started: no SETTINGS frame by then, or a stream
-/// limit still at zero ([`CloseReason::NeverUsable`]). Its streams fail and
-/// their calls move on per the retry rules; it never sits idle in the pool.
-/// Response header blocks are bounded like HTTP/1.1 heads (the same setting).
+/// A connection the server never makes usable (no SETTINGS, or a stream
+/// limit of zero, within the handshake timeout) is the pool's to retire
+/// ([`CloseReason::NeverUsable`]): it closes it, or, when a stream waits on
+/// it, ends it through [`end`]. Response header blocks are bounded like
+/// HTTP/1.1 heads (the same setting; the session checks them).
 pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Handle, BoxFuture<()>) {
     let shared: Weak<Shared> = Weak::clone(&owner.me);
     let (tx, rx) = watch::channel(None);
     let ping = Arc::new(std::sync::Mutex::new(None));
     let ping_slot = Arc::clone(&ping);
-    let settings_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let oversized = Oversized::default();
-    let on_note = {
-        let (shared, seen, oversized) = (Weak::clone(&shared), Arc::clone(&settings_seen), oversized.clone());
-        move |note: FrameNote| {
-            if matches!(note, FrameNote::Settings { .. }) {
-                seen.store(true, Ordering::Release);
-            }
-            if let FrameNote::HeaderBlockTooLarge { stream_id } = note {
-                oversized.note(stream_id);
-                return;
-            }
-            let Some(shared) = shared.upgrade() else { return };
-            match note {
-                // Every SETTINGS frame, with or without a limit: the first one
-                // lets the connection carry more than one stream.
-                FrameNote::Settings { max_concurrent_streams } => shared.input(|st, now| {
-                    let _ = st.pool.settings(now, connection, max_concurrent_streams);
-                }),
-                FrameNote::GoAway { .. } => shared.input(|st, now| {
-                    let _ = st.pool.goaway(now, connection);
-                }),
-                FrameNote::HeaderBlockTooLarge { .. } => {}
-            }
-        }
-    };
     // The head limit bounds a response head and its trailers alike, as on
     // HTTP/1.1. `h2` cuts the fields of a header list over its own limit
     // silently for trailers, so its limit is set well above ours (3× plus
     // 8 KiB: no single field, literal or from the HPACK table, can hide a cut
-    // below our limit) and ours is checked here: a block over it on the wire
-    // (the scanner), or a decoded list over it, fails that response.
+    // below our limit) and the session checks ours: a block over it on the
+    // wire, or a decoded list over it, fails that response.
     let limit = owner.settings.limits.max_head_size;
+    let session = Arc::new(std::sync::Mutex::new(Session::new(limit)));
+    let on_report = {
+        let shared = Weak::clone(&shared);
+        move |report: Report| {
+            let Some(shared) = shared.upgrade() else { return };
+            shared.input(|st, now| {
+                let _ = match report {
+                    // Every SETTINGS frame, with or without a limit: the first
+                    // one lets the connection carry more than one stream.
+                    Report::Settings { max_concurrent_streams } => {
+                        st.pool.settings(now, connection, max_concurrent_streams)
+                    }
+                    Report::GoAway(goaway) => st.pool.goaway(now, connection, goaway),
+                };
+            });
+        }
+    };
     let windows = owner.settings.http2;
     let pong_wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let estimator =
@@ -404,20 +407,21 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     let (stream_window, connection_window) = *grow.borrow();
     let io = FrameWatcher {
         inner: io,
-        scanner: FrameScanner::with_header_block_limit(limit),
-        notes: Vec::new(),
-        on_note: Box::new(on_note),
+        session: Arc::clone(&session),
+        reports: Vec::new(),
+        on_report: Box::new(on_report),
+        data: 0,
         adaptive,
     };
     let header_limit = u32::try_from(limit.saturating_mul(3).saturating_add(8192)).unwrap_or(u32::MAX);
-    let usable_by = std::time::Instant::now() + owner.settings.handshake_timeout;
-    let never_usable = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let never_usable_flag = Arc::clone(&never_usable);
-    let rt = Arc::clone(&owner.rt);
+    let end = Arc::new(Notify::new());
+    let (ends, judge) = (Arc::clone(&end), Arc::clone(&session));
     let job: BoxFuture<()> = Box::pin(async move {
-        // Tells the core why the connection ended, while its streams are still
-        // waiting: the pool hears the connection's own reason first.
-        let report = |reason: CloseReason| {
+        // Tells the core why the connection ended (the session's verdict),
+        // while its streams are still waiting: the pool hears the
+        // connection's own reason first.
+        let report = |end: ConnectionEnd| {
+            let reason = judge.lock().unwrap_or_else(std::sync::PoisonError::into_inner).ended(&end);
             if let Some(shared) = shared.upgrade() {
                 shared.input(|st, now| {
                     // Already closed by the pool: nothing to report.
@@ -439,89 +443,54 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
                 if let (Some(p), Ok(mut slot)) = (conn.ping_pong(), ping_slot.lock()) {
                     *slot = Some(p);
                 }
-                let probe = send.clone();
                 let _ = tx.send(Some(Ok(send)));
                 let mut conn = std::pin::pin!(conn);
-                // Drives the connection until it ends, or until every handle is
-                // gone (the pool closed it and no stream holds it): then dropping
-                // the connection closes the socket, whoever still holds a sender.
+                // Drives the connection until it ends, until every handle is
+                // gone (the pool closed it and no stream holds it), or until
+                // the pool ends it: then dropping the connection closes the
+                // socket (and fails its streams), whoever still holds a sender.
                 let tx = &tx;
-                let mut drive = std::pin::pin!(async {
-                    loop {
-                        tokio::select! {
-                            ended = conn.as_mut() => return Some(ended),
-                            () = tx.closed() => return None,
-                            // The adaptive window grew (never without it: the
-                            // sender is gone and this branch is off).
-                            Ok(()) = grow.changed() => {
-                                let (stream_window, connection_window) = *grow.borrow_and_update();
-                                tracing::trace!(%connection, stream_window, connection_window, "HTTP/2 windows grow");
-                                conn.set_target_window_size(connection_window);
-                                if conn.set_initial_window_size(stream_window).is_err() {
-                                    tracing::debug!(%connection, "HTTP/2 window update refused");
-                                }
+                let ended = loop {
+                    tokio::select! {
+                        ended = conn.as_mut() => break Some(ended),
+                        () = tx.closed() => break None,
+                        () = ends.notified() => break None,
+                        // The adaptive window grew (never without it: the
+                        // sender is gone and this branch is off).
+                        Ok(()) = grow.changed() => {
+                            let (stream_window, connection_window) = *grow.borrow_and_update();
+                            tracing::trace!(%connection, stream_window, connection_window, "HTTP/2 windows grow");
+                            conn.set_target_window_size(connection_window);
+                            if conn.set_initial_window_size(stream_window).is_err() {
+                                tracing::debug!(%connection, "HTTP/2 window update refused");
                             }
                         }
                     }
+                };
+                report(match ended {
+                    None => ConnectionEnd::Released,
+                    Some(Ok(())) => ConnectionEnd::Closed,
+                    Some(Err(e)) => ConnectionEnd::Failed(fact(&e)),
                 });
-                let outcome = match crate::runtime::until(&*rt, usable_by, drive.as_mut()).await {
-                    Some(done) => done.map(Ok).unwrap_or(Err(false)),
-                    None if !settings_seen.load(Ordering::Acquire) => Err(true),
-                    None if probe.current_max_send_streams() == 0 => Err(true),
-                    None => {
-                        drop(probe);
-                        drive.await.map(Ok).unwrap_or(Err(false))
-                    }
-                };
-                let reason = match outcome {
-                    Err(true) => {
-                        tracing::debug!(%connection, "HTTP/2 connection not usable within the handshake timeout");
-                        never_usable_flag.store(true, Ordering::Release);
-                        CloseReason::NeverUsable
-                    }
-                    // Closed by the pool: it knows why already.
-                    Err(false) => CloseReason::Shutdown,
-                    Ok(Ok(())) => CloseReason::ServerClose,
-                    Ok(Err(e)) if e.is_go_away() => CloseReason::GoAway,
-                    Ok(Err(_)) => CloseReason::Failure,
-                };
-                report(reason);
                 // Dropping the connection now fails its remaining streams.
             }
             Err(e) => {
-                let _ = tx.send(Some(Err(e.to_string())));
-                report(CloseReason::Failure);
+                let e = fact(&e);
+                let _ = tx.send(Some(Err(e.clone())));
+                report(ConnectionEnd::Failed(e));
             }
         }
     });
     let turns = Arc::new(Turns::new());
-    (H2Handle { ready: rx, ping, pong_wanted, never_usable, oversized, turns, turn: None }, job)
+    let source = Source::New;
+    (H2Handle { ready: rx, ping, pong_wanted, session, end, turns, turn: None, source }, job)
 }
 
-/// How an `h2` error fails the exchange. (A failure before the server's
-/// first SETTINGS is classified by the core: `Pool::exchange_failed`.)
-fn failure(e: &h2::Error, progress: Progress, facts: RequestFacts) -> ExchangeFailure {
-    let kind = if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-        ExchangeFailureKind::RefusedStream
-    } else if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) {
-        // Streams above the GOAWAY's last-stream-id were not processed.
-        ExchangeFailureKind::GoAwayUnprocessed
-    } else if e.is_io() {
-        ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionReset, message: e.to_string() }
-    } else if let (true, Some(reason)) = (e.is_reset(), e.reason()) {
-        ExchangeFailureKind::StreamReset { code: u32::from(reason) }
-    } else {
-        ExchangeFailureKind::Protocol { message: e.to_string() }
-    };
-    ExchangeFailure { kind, progress, request: facts }
-}
-
-fn io_failure(message: String, facts: RequestFacts) -> Attempted {
-    Attempted::Failed(ExchangeFailure {
-        kind: ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionAborted, message },
-        progress: Progress::NothingWritten,
-        request: facts,
-    })
+/// The pool ends the connection now ([`PoolAction::Abort`](switchyard_core::PoolAction::Abort)):
+/// the session hears why first, so its streams' failures say so.
+pub(crate) fn end(handle: &H2Handle, reason: CloseReason) {
+    handle.session().end(reason);
+    handle.end.notify_one();
 }
 
 /// What one HTTP/2 exchange sends, and its bounds.
@@ -541,6 +510,10 @@ pub(crate) async fn exchange(
     req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let Request { parts, body, facts, limits } = req;
+    // Every failure is the session's verdict on a fact.
+    let failed = |stream: Option<u32>, e: &StreamError, progress: Progress| {
+        Attempted::Failed(handle.session().stream_failed(stream, e, progress, facts))
+    };
     // This stream's turn is given up however the exchange ends before its
     // HEADERS go (the handle's clones outlive it, in the body).
     let turn = handle.turn.clone();
@@ -551,21 +524,15 @@ pub(crate) async fn exchange(
             break r;
         }
         if ready.changed().await.is_err() {
-            break Err("the HTTP/2 connection ended during its handshake".into());
+            let message = "the HTTP/2 connection ended during its handshake".into();
+            break Err(StreamError::Io { message });
         }
     };
-    let send = send.map_err(|e| io_failure(e, facts))?;
+    let send = send.map_err(|e| failed(None, &e, Progress::NothingWritten))?;
     // A stream the server never allows (a limit of zero that is never raised)
-    // must not hold the call forever: the handshake timeout bounds the wait.
-    let mut send = match within(&*shared.rt, shared.settings.handshake_timeout, send.ready()).await {
-        Some(ready) => ready.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?,
-        None => {
-            return Err(io_failure(
-                "the HTTP/2 connection allowed no stream within the handshake timeout".into(),
-                facts,
-            ))
-        }
-    };
+    // does not hold the call forever: the pool retires the connection at the
+    // handshake timeout and ends it, which fails this wait.
+    let mut send = send.ready().await.map_err(|e| failed(None, &fact(&e), Progress::NothingWritten))?;
     let mut request = http::Request::from_parts(parts.clone(), ());
     *request.version_mut() = http::Version::HTTP_2;
     for name in HTTP2_STRIPPED {
@@ -573,7 +540,7 @@ pub(crate) async fn exchange(
     }
     let end_of_stream = body.is_empty();
     if let Some(turn) = &turn {
-        turn.wait(&*shared.rt).await;
+        turn.wait().await;
     }
     let at = shared.now();
     shared.emit(move |l| l.request_headers_start(call, at));
@@ -581,23 +548,11 @@ pub(crate) async fn exchange(
     if let Some(turn) = &turn {
         turn.finish();
     }
-    let (response, mut stream) =
-        opened.map_err(|e| Attempted::Failed(failure(&e, Progress::NothingWritten, facts)))?;
+    let (response, mut stream) = opened.map_err(|e| failed(None, &fact(&e), Progress::NothingWritten))?;
+    let stream_id = u32::from(stream.stream_id());
     let at = shared.now();
     shared.emit(move |l| switchyard_common::request_head_written(l, call, at, !end_of_stream));
-    let never_usable = Arc::clone(&handle.never_usable);
-    let written = |e: h2::Error| {
-        let mut f = failure(&e, Progress::RequestWritten, facts);
-        if never_usable.load(Ordering::Acquire) {
-            f.kind = ExchangeFailureKind::Io {
-                kind: std::io::ErrorKind::ConnectionAborted,
-                message: "the server never made the HTTP/2 connection usable (no SETTINGS, or no stream \
-                          allowed, within the handshake timeout)"
-                    .into(),
-            };
-        }
-        Attempted::Failed(f)
-    };
+    let written = |e: h2::Error| failed(Some(stream_id), &fact(&e), Progress::RequestWritten);
     if !end_of_stream {
         match &mut body.kind {
             Kind::Full(bytes) => stream.send_data(bytes.clone(), true).map_err(written)?,
@@ -609,8 +564,10 @@ pub(crate) async fn exchange(
                             // The caller's body failed: only this stream ends (as on
                             // HTTP/1.1, an invalid request, never retried).
                             stream.send_reset(h2::Reason::CANCEL);
+                            let ours = StreamError::Reset { code: h2::Reason::CANCEL.into(), by: Peer::Us };
+                            let reuse = handle.session().body_failed(&ours);
                             shared.input(|st, now| {
-                                let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
+                                let _ = st.pool.exchange_finished(now, call, reuse);
                             });
                             return Err(Attempted::Fatal(Error::invalid_request(format!(
                                 "reading the request body failed: {e}"
@@ -631,43 +588,22 @@ pub(crate) async fn exchange(
             Some(r) => r,
             None => {
                 stream_stalled(shared, connection);
-                return Err(Attempted::Failed(ExchangeFailure {
-                    kind: ExchangeFailureKind::Timeout,
-                    progress: Progress::RequestWritten,
-                    request: facts,
-                }));
+                return Err(failed(Some(stream_id), &StreamError::ReadTimeout, Progress::RequestWritten));
             }
         },
         None => response.await,
     };
     let response = response.map_err(written)?;
-    let limit = shared.settings.limits.max_head_size;
-    let stream_id = stream.stream_id();
-    // `:status` and its 3 digits count as a field too.
-    if handle.oversized.take(stream_id) || header_list_size(response.headers(), 7 + 3 + 32) > limit {
-        return Err(Attempted::Failed(ExchangeFailure {
-            kind: ExchangeFailureKind::Protocol {
-                message: format!("response head larger than {limit} bytes"),
-            },
-            progress: Progress::ResponseStarted,
-            request: facts,
-        }));
-    }
-    // 421 on a connection coalesced from another host: the core's rule retries
-    // the call on a fresh connection of its own (and stops coalescing onto this
-    // one), when the request can be sent again. Anywhere else, or when it cannot,
-    // the 421 is the caller's answer (RFC 9110 §15.5.20).
-    if response.status() == http::StatusCode::MISDIRECTED_REQUEST && facts.body_replayable {
-        let coalesced = shared.lock_state().pool.connection(connection).is_some_and(|c| {
-            !c.address().host().to_string().eq_ignore_ascii_case(parts.uri.host().unwrap_or_default())
-        });
-        if coalesced {
-            return Err(Attempted::Failed(ExchangeFailure {
-                kind: ExchangeFailureKind::Misdirected,
-                progress: Progress::ResponseStarted,
-                request: facts,
-            }));
-        }
+    handle
+        .session()
+        .response_head(stream_id, field_sizes(response.headers()), facts)
+        .map_err(Attempted::Failed)?;
+    // 421 on a connection the pool coalesced this call onto: the core's rule
+    // retries the call on a fresh connection of its own (and stops coalescing
+    // onto this one), when the request can be sent again. Anywhere else, or
+    // when it cannot, the 421 is the caller's answer (RFC 9110 §15.5.20).
+    if let Some(misdirected) = Session::misdirected(response.status().as_u16(), handle.source, facts) {
+        return Err(Attempted::Failed(misdirected));
     }
     let (at, status) = (shared.now(), response.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
@@ -684,7 +620,6 @@ pub(crate) async fn exchange(
         connection,
         handle,
         stream_id,
-        limit,
         recv: Some(recv),
         trailers: None,
         deadline,
@@ -712,9 +647,7 @@ pub(crate) struct H2Body {
     /// Held while the body streams: the connection task runs while any
     /// handle is alive.
     handle: H2Handle,
-    stream_id: h2::StreamId,
-    /// The head limit, which bounds the trailers too.
-    limit: usize,
+    stream_id: u32,
     recv: Option<h2::RecvStream>,
     pub(crate) trailers: Option<http::HeaderMap>,
     /// When the whole body must have arrived (the body timeout).
@@ -731,12 +664,14 @@ impl H2Body {
                 Some(n) => n,
                 None => {
                     // The body timeout says nothing about the connection; a
-                    // read timeout may mean a stalled peer.
+                    // read timeout may mean a stalled peer (the pool's PING
+                    // decides).
                     let body_deadline = self.deadline.is_some_and(|t| std::time::Instant::now() >= t);
                     if !body_deadline {
                         stream_stalled(&self.shared, self.connection);
                     }
-                    self.end(Reuse::Reusable);
+                    let reuse = self.handle.session().body_failed(&StreamError::ReadTimeout);
+                    self.end(reuse);
                     return Err(BodyError::Timeout);
                 }
             },
@@ -752,11 +687,14 @@ impl H2Body {
                 Ok(trailers) => {
                     // Over the head limit on the wire, or decoded: a typed
                     // error, never fields cut silently. The connection is fine.
-                    let over = self.handle.oversized.take(self.stream_id)
-                        || trailers.as_ref().is_some_and(|t| header_list_size(t, 0) > self.limit);
-                    if over {
+                    let fits = {
+                        let mut session = self.handle.session();
+                        let fields = trailers.iter().flat_map(field_sizes);
+                        session.trailers_fit(self.stream_id, fields).then_some(()).ok_or(session.head_limit())
+                    };
+                    if let Err(limit) = fits {
                         self.end(Reuse::Reusable);
-                        return Err(BodyError::TrailersTooLarge { limit: self.limit });
+                        return Err(BodyError::TrailersTooLarge { limit });
                     }
                     self.trailers = trailers;
                     Ok(None)
@@ -767,18 +705,9 @@ impl H2Body {
     }
 
     /// The stream failed mid-body or in its trailers: ends the exchange with
-    /// what that says about the connection.
+    /// what the session says that means for the connection.
     fn stream_failed(&mut self, e: &h2::Error) -> BodyError {
-        // The peer reset the stream (not our own CANCEL): what state it left
-        // the connection in is unknown, so it takes no new exchanges
-        // (BEHAVIOUR: StreamReset). A broken connection fails.
-        let reuse = if e.is_reset() && e.is_remote() && e.reason() != Some(h2::Reason::CANCEL) {
-            Reuse::Retire(CloseReason::StreamReset)
-        } else if e.is_io() {
-            Reuse::Retire(CloseReason::Failure)
-        } else {
-            Reuse::Reusable
-        };
+        let reuse = self.handle.session().body_failed(&fact(e));
         self.end(reuse);
         BodyError::Http2(e.to_string())
     }

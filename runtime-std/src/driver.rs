@@ -236,7 +236,9 @@ impl EngineHost for Shared {
                 let _ = tcp.shutdown(std::net::Shutdown::Both);
             }
             Effect::Abort(None) => {}
-            Effect::Start(never) | Effect::Ping { handle: never, .. } => match never {},
+            Effect::Start(never) | Effect::Ping { handle: never, .. } | Effect::End { handle: never, .. } => {
+                match never {}
+            }
             Effect::Answer { call, waiter, answer } => {
                 if let Err(mpsc::SendError(Msg::Answer(Ok(lease)))) = waiter.send(Msg::Answer(answer)) {
                     self.give_back(call, lease);

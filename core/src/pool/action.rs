@@ -187,6 +187,18 @@ pub enum PoolAction {
         /// The HTTP/2 connection.
         connection: ConnectionId,
     },
+    /// End this connection now, without waiting for the exchanges it
+    /// carries: they cannot finish (an HTTP/2 connection the server never made
+    /// usable within the handshake timeout). Each exchange in flight then
+    /// fails; report it with [`Pool::exchange_failed`](super::Pool::exchange_failed)
+    /// (an HTTP/2 bridge tells its [`Session`](crate::http2::Session::end)
+    /// first, so the failure says why). [`PoolAction::Close`] follows the last.
+    Abort {
+        /// The connection.
+        connection: ConnectionId,
+        /// Why (also its close reason).
+        reason: CloseReason,
+    },
     /// Close this connection's socket.
     Close {
         /// The connection.

@@ -72,9 +72,13 @@
 //! [`Pool::exchange_finished`] or [`Pool::exchange_failed`]; report what the peer
 //! does with [`Pool::connection_closed`], [`Pool::settings`] and [`Pool::goaway`].
 //! HTTP/2 drivers must report every SETTINGS frame of the server as it arrives
-//! (not only ones that change the limit; [`crate::http2::FrameScanner`] finds
-//! them in the bytes read): a connection whose SETTINGS are never reported
-//! carries one stream and is retired after the handshake timeout. Answer
+//! (not only ones that change the limit; [`crate::http2::Session::read`] finds
+//! them, and GOAWAY with its last stream id, in the bytes read): a connection
+//! whose SETTINGS are never reported carries one stream and is retired after
+//! the handshake timeout; when a stream still waits on it, the pool asks for
+//! [`PoolAction::Abort`] (end it now: its streams fail and are reported). The
+//! same session turns each stream's failure into the [`ExchangeFailure`] to
+//! report. Answer
 //! [`PoolAction::Probe`] by looking at the idle socket without waiting: a dead
 //! one with [`Pool::connection_closed`], a healthy one with
 //! [`Pool::probe_passed`] (a new HTTP/1.1 connection to a declared Address
@@ -148,6 +152,7 @@ use crate::connection::{CloseReason, Reuse, TlsFacts};
 use crate::dns::{DnsAnswer, DnsCache, DnsSource, Lookup};
 use crate::error::{ConnectError, DnsError, Misuse};
 use crate::event::{Event, EventKind};
+use crate::http2::GoAway;
 use crate::id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
 use crate::race::{Action, Race, RaceRequest, Sequence};
 use crate::route::{Route, RouteDatabase};
@@ -713,9 +718,14 @@ impl Pool {
                 break;
             }
             self.settings_due.remove(&(at, id));
-            if let Some(address) = self.conns.get(&id).map(|c| c.address.clone()) {
-                // Calls that waited for its SETTINGS go elsewhere.
+            if let Some((address, busy)) = self.conns.get(&id).map(|c| (c.address.clone(), c.in_flight > 0)) {
+                // Calls that waited for its SETTINGS go elsewhere; a stream on
+                // it cannot finish, so the driver ends it now.
                 self.retire(now, id, CloseReason::NeverUsable);
+                if busy {
+                    let reason = CloseReason::NeverUsable;
+                    self.actions.push_back(PoolAction::Abort { connection: id, reason });
+                }
                 self.rebalance(now, &address);
             }
         }
@@ -886,7 +896,11 @@ impl Pool {
                 let still_usable =
                     self.conns.get(&conn_id).is_some_and(|c| c.usable() && c.in_flight < c.limit());
                 if still_usable {
-                    self.assign(now, call, conn_id, Source::Shared);
+                    // Still a coalesced share when the connection was made for
+                    // another Address (the 421 rule reads it).
+                    let coalesced = self.calls[&call].address != self.conns[&conn_id].address;
+                    let source = if coalesced { Source::Coalesced } else { Source::Shared };
+                    self.assign(now, call, conn_id, source);
                 } else {
                     if !reason.is_free() {
                         self.calls.get_mut(&call).expect("call exists").avoid.push(conn_id);
@@ -1005,11 +1019,22 @@ impl Pool {
         Ok(())
     }
 
-    /// HTTP/2 GOAWAY: no new exchanges from this moment; closes once in-flight
-    /// streams end. Streams above its last stream id, reported failed as
-    /// [`ExchangeFailureKind::GoAwayUnprocessed`], are retried elsewhere
-    /// without counting toward the call's retry cap (BEHAVIOUR §6).
-    pub fn goaway(&mut self, now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
+    /// HTTP/2 GOAWAY, with its last stream id and error code
+    /// ([`crate::http2::Session::read`] reports it as read): no new exchanges
+    /// from this moment; closes once in-flight streams end. Streams above its
+    /// last stream id, reported failed as
+    /// [`ExchangeFailureKind::GoAwayUnprocessed`] (the
+    /// [`Session`](crate::http2::Session::stream_failed) decides), are retried
+    /// elsewhere without counting toward the call's retry cap (BEHAVIOUR §6).
+    /// The connection remembers it ([`Connection::goaway`]); a later one may
+    /// only lower the last stream id.
+    pub fn goaway(&mut self, now: Instant, connection: ConnectionId, goaway: GoAway) -> Result<(), Misuse> {
+        self.known(connection)?;
+        self.update(connection, |c| {
+            let last =
+                c.goaway.map_or(goaway.last_stream_id, |g| g.last_stream_id.min(goaway.last_stream_id));
+            c.goaway = Some(GoAway { last_stream_id: last, error_code: goaway.error_code });
+        });
         self.connection_closed(now, connection, CloseReason::GoAway)
     }
 
@@ -1585,6 +1610,7 @@ impl Pool {
             assigned: 0,
             tls,
             lifetime_deadline,
+            goaway: None,
         };
         self.conns.insert(id, conn);
         if !self.warm.is_empty() {

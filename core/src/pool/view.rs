@@ -2,6 +2,7 @@
 
 use crate::address::{Address, Protocol, Proxy};
 use crate::connection::{CloseReason, TlsFacts};
+use crate::http2::GoAway;
 use crate::id::ConnectionId;
 use crate::route::Route;
 use crate::time::Instant;
@@ -32,6 +33,8 @@ pub struct Connection {
     pub(super) assigned: u64,
     pub(super) tls: Option<TlsFacts>,
     pub(super) lifetime_deadline: Option<Instant>,
+    /// HTTP/2: the server's GOAWAY, once heard.
+    pub(super) goaway: Option<GoAway>,
 }
 
 impl Connection {
@@ -87,6 +90,12 @@ impl Connection {
     #[must_use]
     pub fn no_new_exchanges(&self) -> Option<CloseReason> {
         self.no_new
+    }
+    /// HTTP/2: the server's GOAWAY (last stream id and error code), once
+    /// reported with [`Pool::goaway`](crate::Pool::goaway).
+    #[must_use]
+    pub fn goaway(&self) -> Option<GoAway> {
+        self.goaway
     }
     /// Whether a 421 forbade coalescing onto it.
     #[must_use]

@@ -78,6 +78,7 @@ impl PoolSim {
                 PoolAction::Close { connection, reason } => format!("close {connection} {reason}"),
                 PoolAction::Probe { connection } => format!("probe {connection}"),
                 PoolAction::Ping { connection } => format!("ping {connection}"),
+                PoolAction::Abort { connection, reason } => format!("abort {connection} {reason}"),
             });
         }
         while let Some(e) = self.pool.poll_event() {
