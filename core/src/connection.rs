@@ -118,3 +118,24 @@ pub struct TlsFacts {
     /// the verifier leaves this `false`.
     pub caller_verifier: bool,
 }
+
+/// Where an acquired connection came from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Source {
+    /// An idle pooled connection.
+    Pooled,
+    /// A share of an HTTP/2 connection already carrying exchanges.
+    Shared,
+    /// An HTTP/2 connection to another host, coalesced.
+    Coalesced,
+    /// Newly connected by this call's race.
+    New,
+}
+
+impl Source {
+    /// Whether the connection existed before this call.
+    #[must_use]
+    pub fn is_reused(self) -> bool {
+        self != Source::New
+    }
+}

@@ -44,8 +44,28 @@ use std::time::Duration;
 use crate::address::{Host, ResolverIdentity};
 use crate::error::DnsError;
 use crate::id::QueryId;
-use crate::plan::Family;
 use crate::time::Instant;
+
+/// An IP address family.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum Family {
+    /// IPv6 (RFC 8305's default preference).
+    #[default]
+    V6,
+    /// IPv4.
+    V4,
+}
+
+impl Family {
+    /// The family of `ip`.
+    #[must_use]
+    pub fn of(ip: &IpAddr) -> Family {
+        match ip {
+            IpAddr::V6(_) => Family::V6,
+            IpAddr::V4(_) => Family::V4,
+        }
+    }
+}
 
 /// Where a DNS answer came from, in `DnsStart`, `DnsEnd` and `DnsFailed` events.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]

@@ -13,10 +13,9 @@
 use std::net::IpAddr;
 
 use crate::address::{Address, Host, Protocol, Proxy};
-use crate::dns::DnsSource;
+use crate::dns::{DnsSource, Family};
 use crate::error::{ConnectError, DnsError};
 use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
-use crate::plan::Family;
 use crate::route::Route;
 use crate::time::Instant;
 
@@ -137,7 +136,7 @@ pub enum EventKind {
         /// The Address.
         address: Address,
         /// Where it stands now.
-        readiness: crate::pool::Readiness,
+        readiness: crate::readiness::Readiness,
         /// Open connections taking new exchanges.
         open: usize,
         /// Connections its policy wants.
@@ -198,7 +197,7 @@ pub enum EventKind {
         /// The connection.
         connection: ConnectionId,
         /// Where it came from (pooled, shared, coalesced, new).
-        source: crate::pool::Source,
+        source: crate::connection::Source,
         /// The exchange's ordinal on this connection: 0 for its first exchange
         /// (a new connection), 1 for the next, and so on.
         exchange: u64,
@@ -227,7 +226,7 @@ pub enum EventKind {
         /// The connection it failed on.
         connection: ConnectionId,
         /// The verdict.
-        decision: crate::pool::RetryDecision,
+        decision: crate::retry::RetryDecision,
     },
     /// The call took a pooled connection that became eligible mid-race.
     PooledConnectionTaken {

@@ -182,6 +182,8 @@ pub mod id;
 pub mod plan;
 pub mod pool;
 pub mod race;
+pub mod readiness;
+pub mod retry;
 pub mod route;
 pub mod time;
 

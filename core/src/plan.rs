@@ -20,31 +20,11 @@ use std::time::Duration;
 
 use crate::address::{Address, Host, Proxy};
 use crate::dns::DnsAnswer;
+pub use crate::dns::Family;
 use crate::error::{DnsError, Misuse};
 use crate::id::{CallId, QueryId};
 use crate::route::{dial_target, routes_for, Route, RouteDatabase};
 use crate::time::Instant;
-
-/// An IP address family.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
-pub enum Family {
-    /// IPv6 (RFC 8305's default preference).
-    #[default]
-    V6,
-    /// IPv4.
-    V4,
-}
-
-impl Family {
-    /// The family of `ip`.
-    #[must_use]
-    pub fn of(ip: &IpAddr) -> Family {
-        match ip {
-            IpAddr::V6(_) => Family::V6,
-            IpAddr::V4(_) => Family::V4,
-        }
-    }
-}
 
 /// Orders resolved addresses per RFC 8305 §4: when both families are present,
 /// alternate them starting with `preferred` (v6₀, v4₀, v6₁, v4₁, …), then the rest

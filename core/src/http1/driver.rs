@@ -115,7 +115,7 @@ use http::HeaderMap;
 use super::outbox::{Outbox, CARRY_MIN};
 use super::{BodyPermission, Exchange, Frame, Http1Error, Limits, RequestBody, TargetForm};
 use crate::connection::{CloseReason, Reuse};
-use crate::pool::{ExchangeFailureKind, Progress};
+use crate::retry::{ExchangeFailureKind, Progress};
 use crate::time::Instant;
 
 /// What the driver needs to know about timing and limits. Every default is stated
@@ -371,7 +371,7 @@ impl Eq for Event {}
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// Before the response head: the connection or the peer failed. With the
-    /// request's facts this is the pool's [`ExchangeFailure`](crate::pool::ExchangeFailure).
+    /// request's facts this is the pool's [`ExchangeFailure`](crate::retry::ExchangeFailure).
     Exchange {
         /// What failed.
         kind: ExchangeFailureKind,

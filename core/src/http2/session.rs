@@ -54,8 +54,8 @@ use std::fmt;
 use std::io;
 
 use super::frame::{FrameNote, FrameScanner};
-use crate::connection::{CloseReason, Reuse};
-use crate::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts, Source};
+use crate::connection::{CloseReason, Reuse, Source};
+use crate::retry::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 
 /// HTTP/2 error codes the rules name (RFC 9113 §7).
 pub mod code {

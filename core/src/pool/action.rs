@@ -7,30 +7,10 @@ use std::time::Duration;
 use super::{ExchangeFailureKind, NoRetry, RetryReason};
 use crate::address::{Address, Host, Protocol, Proxy};
 use crate::connection::CloseReason;
+pub use crate::connection::Source;
 use crate::error::RaceError;
 use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
 use crate::route::Route;
-
-/// Where an acquired connection came from.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Source {
-    /// An idle pooled connection.
-    Pooled,
-    /// A share of an HTTP/2 connection already carrying exchanges.
-    Shared,
-    /// An HTTP/2 connection to another host, coalesced.
-    Coalesced,
-    /// Newly connected by this call's race.
-    New,
-}
-
-impl Source {
-    /// Whether the connection existed before this call.
-    #[must_use]
-    pub fn is_reused(self) -> bool {
-        self != Source::New
-    }
-}
 
 /// Why an acquisition failed.
 #[derive(Clone, PartialEq, Eq, Debug)]

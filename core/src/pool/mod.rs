@@ -124,7 +124,6 @@ mod config;
 mod evict;
 mod idle;
 mod kept;
-mod retry;
 mod stats;
 mod view;
 mod waiters;
@@ -136,11 +135,11 @@ pub use stats::{AddressStats, PoolStats};
 pub use view::Connection;
 pub use warm::{Backoff, Readiness, WarmPolicy, WarmStatus};
 
-pub use coalesce::{certificate_covers, CertificatePins};
-pub use retry::{
+pub use crate::retry::{
     decide, may_have_been_sent, ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts,
     RetryContext, RetryDecision, RetryReason,
 };
+pub use coalesce::{certificate_covers, CertificatePins};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -78,7 +78,6 @@
 //! ```
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::time::Duration;
 
 use super::{AcquireOptions, Call, Pool, PoolAction};
@@ -87,6 +86,7 @@ use crate::connection::CloseReason;
 use crate::error::{Misuse, RaceError};
 use crate::event::EventKind;
 use crate::id::{AttemptId, CallId, ConnectionId};
+pub use crate::readiness::Readiness;
 use crate::route::Route;
 use crate::time::Instant;
 
@@ -175,42 +175,6 @@ impl Default for WarmPolicy {
             proxies: Vec::new(),
             probation: Duration::from_millis(500),
         }
-    }
-}
-
-/// Where a declared Address stands.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum Readiness {
-    /// Below the minimum, which it has never reached.
-    Warming,
-    /// The minimum is open.
-    Ready,
-    /// Below the minimum after having met it, or connects are failing.
-    Degraded,
-    /// No connection open, and connects have failed for longer than
-    /// [`WarmPolicy::down_after`].
-    Down,
-    /// Warming stopped ([`Pool::stop_warming`]).
-    ShutDown,
-}
-
-impl Readiness {
-    /// `warming`, `ready`, `degraded`, `down`, `shut down`.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Readiness::Warming => "warming",
-            Readiness::Ready => "ready",
-            Readiness::Degraded => "degraded",
-            Readiness::Down => "down",
-            Readiness::ShutDown => "shut down",
-        }
-    }
-}
-
-impl fmt::Display for Readiness {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -266,11 +266,11 @@ pub struct RetryContext {
     pub beyond_limit: bool,
     /// Retries this call made that counted, and their cap.
     pub retries: u32,
-    /// The cap on counted retries ([`PoolConfig::max_retries`](super::PoolConfig::max_retries)).
+    /// The cap on counted retries ([`PoolConfig::max_retries`](crate::pool::PoolConfig::max_retries)).
     pub max_retries: u32,
     /// Free retries this call made (see [`RetryReason::is_free`]).
     pub free_retries: u32,
-    /// Their cap ([`PoolConfig::max_free_retries`](super::PoolConfig::max_free_retries)).
+    /// Their cap ([`PoolConfig::max_free_retries`](crate::pool::PoolConfig::max_free_retries)).
     pub max_free_retries: u32,
 }
 
