@@ -4,6 +4,7 @@
 //! tasks, probing sockets, answering waiting calls, closing sockets), and their
 //! results come back as new inputs. Listeners run outside the lock too.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, EngineState, Installed};
@@ -52,6 +53,11 @@ pub(crate) struct Shared {
     pub(crate) hub: Hub<IoState>,
     pub(crate) rt: Arc<dyn Runtime>,
     pub(crate) timer: Arc<Notify>,
+    /// Woken after every input while someone waits on the pool's state
+    /// ([`Shared::wait_for`]: the Manager's `ready` and `shutdown`).
+    changed: Notify,
+    /// How many wait in [`Shared::wait_for`]; no wake-ups are sent without one.
+    watching: AtomicUsize,
     resolver: Arc<dyn Resolve>,
     /// Used instead of `resolver` when set.
     async_resolver: Option<Arc<dyn AsyncResolve>>,
@@ -171,6 +177,9 @@ impl EngineHost for Shared {
     }
 
     fn after_input(&self, st: &mut State) -> bool {
+        if self.watching.load(Ordering::Relaxed) > 0 {
+            self.changed.notify_waiters();
+        }
         self.timer_needed(st)
     }
 
@@ -200,6 +209,8 @@ impl Shared {
             hub,
             rt,
             timer: Arc::new(Notify::new()),
+            changed: Notify::new(),
+            watching: AtomicUsize::new(0),
             resolver,
             async_resolver,
             settings,
@@ -263,6 +274,45 @@ impl Shared {
 
     pub(crate) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
         self.hub.lock()
+    }
+
+    /// Waits until `done` holds for the pool's state, or `deadline` passes
+    /// (`false`). Looks again after every input — the pool's state changes
+    /// only in one — instead of polling on a timer.
+    pub(crate) async fn wait_for(
+        &self,
+        deadline: std::time::Instant,
+        mut done: impl FnMut(&State, Instant) -> bool,
+    ) -> bool {
+        self.watching.fetch_add(1, Ordering::Relaxed);
+        let _unwatch = Unwatch(&self.watching);
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the state is read: a change made after the
+            // read wakes it.
+            changed.as_mut().enable();
+            let holds = {
+                let st = self.hub.lock();
+                done(&st, self.hub.now())
+            };
+            if holds {
+                return true;
+            }
+            if crate::runtime::until(&*self.rt, deadline, changed).await.is_none() {
+                let st = self.hub.lock();
+                return done(&st, self.hub.now());
+            }
+        }
+    }
+}
+
+/// Ends one [`Shared::wait_for`]'s watch, however it returns.
+struct Unwatch<'a>(&'a AtomicUsize);
+
+impl Drop for Unwatch<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

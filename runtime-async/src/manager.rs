@@ -8,6 +8,7 @@ use std::time::Duration;
 use switchyard_common::engine::EngineHost;
 use switchyard_common::manager::{self, Declared, ServerStatus};
 use switchyard_common::{ClientBuilder, Error};
+use switchyard_core::Readiness;
 
 use crate::client::{Client, RequestBuilder};
 use crate::runtime::Runtime;
@@ -143,19 +144,20 @@ impl<R: Runtime> Manager<R> {
     pub async fn ready(&self) -> Result<(), Error> {
         let start = std::time::Instant::now();
         self.client.ensure_timer();
-        loop {
-            let statuses = self.status();
-            if statuses.iter().all(|s| s.readiness == switchyard_core::Readiness::Ready) {
-                return Ok(());
-            }
-            let waited = start.elapsed();
-            if waited >= self.ready_timeout {
-                return Err(manager::not_ready(&statuses, waited));
-            }
-            // Readiness changes on connects the pool runs itself; look again soon.
-            let step = Duration::from_millis(10).min(self.ready_timeout - waited);
-            self.client.inner.shared.rt.sleep_until(std::time::Instant::now() + step).await;
+        // Readiness changes on connects the pool runs itself: looked at again
+        // after each of the pool's inputs, never on a timer.
+        let servers = &self.servers;
+        let shared = &self.client.inner.shared;
+        shared
+            .wait_for(start + self.ready_timeout, |st, now| {
+                manager::statuses(&st.pool, now, servers).iter().all(|s| s.readiness == Readiness::Ready)
+            })
+            .await;
+        let statuses = self.status();
+        if statuses.iter().all(|s| s.readiness == Readiness::Ready) {
+            return Ok(());
         }
+        Err(manager::not_ready(&statuses, start.elapsed()))
     }
 
     /// Each server's readiness, connections (open, idle, in use, connecting)
@@ -189,10 +191,8 @@ impl<R: Runtime> Manager<R> {
     pub async fn shutdown(&self) {
         let shared = &self.client.inner.shared;
         shared.input(|st, now| st.pool.shutdown(now));
-        let start = std::time::Instant::now();
-        while self.client.stats().totals.in_use > 0 && start.elapsed() < self.ready_timeout {
-            shared.rt.sleep_until(std::time::Instant::now() + Duration::from_millis(10)).await;
-        }
+        let deadline = std::time::Instant::now() + self.ready_timeout;
+        shared.wait_for(deadline, |st, _| st.pool.stats().totals.in_use == 0).await;
     }
 }
 

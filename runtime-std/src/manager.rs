@@ -44,11 +44,17 @@ impl std::fmt::Debug for Manager {
 }
 
 /// Stops the clock thread when the last Manager handle goes.
-struct Keeper(Arc<AtomicBool>);
+struct Keeper {
+    stop: Arc<AtomicBool>,
+    shared: Weak<Shared>,
+}
 
 impl Drop for Keeper {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        if let Some(shared) = self.shared.upgrade() {
+            shared.wake_clock();
+        }
     }
 }
 
@@ -62,13 +68,18 @@ impl manager::Managed for Client {
     fn manage(client: Client, servers: Vec<Declared>, ready_timeout: Duration) -> Result<Manager, Error> {
         let stop = Arc::new(AtomicBool::new(false));
         let weak = Arc::downgrade(&client.inner.shared);
+        let weak_shared = Weak::clone(&weak);
         let flag = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("switchyard-warm".into())
-            .spawn(move || keep_clock(&weak, &flag))
+            .spawn(move || crate::driver::keep_clock(&weak, &flag))
             .map_err(|e| Error::config(format!("cannot start the Manager's clock thread: {e}")))?;
-        let manager =
-            Manager { client, servers: Arc::new(servers), ready_timeout, _keeper: Arc::new(Keeper(stop)) };
+        let manager = Manager {
+            client,
+            servers: Arc::new(servers),
+            ready_timeout,
+            _keeper: Arc::new(Keeper { stop, shared: Weak::clone(&weak_shared) }),
+        };
         let shared = &manager.client.inner.shared;
         for d in manager.servers.iter() {
             shared
@@ -76,20 +87,6 @@ impl manager::Managed for Client {
                 .map_err(|m| Error::config(m.to_string()).with_url(&d.url))?;
         }
         Ok(manager)
-    }
-}
-
-/// Fires the pool's due timers until the Manager is gone: sleeps until the
-/// next deadline, at most 100 ms (deadlines other threads set are seen then).
-fn keep_clock(shared: &Weak<Shared>, stop: &AtomicBool) {
-    while !stop.load(Ordering::Acquire) {
-        let Some(s) = shared.upgrade() else { return };
-        // Entering the client fires the due timers.
-        let next = s.input(|st, _| st.pool.poll_timeout()).map(|t| s.hub.to_std(t));
-        drop(s);
-        let cap = Duration::from_millis(100);
-        let nap = next.map_or(cap, |t| t.saturating_duration_since(std::time::Instant::now()).min(cap));
-        std::thread::sleep(nap.max(Duration::from_millis(1)));
     }
 }
 
@@ -108,17 +105,17 @@ impl Manager {
     /// Not every server was ready in time.
     pub fn ready(&self) -> Result<(), Error> {
         let start = std::time::Instant::now();
-        loop {
-            let statuses = self.status();
-            if statuses.iter().all(|s| s.readiness == Readiness::Ready) {
-                return Ok(());
-            }
-            let waited = start.elapsed();
-            if waited >= self.ready_timeout {
-                return Err(manager::not_ready(&statuses, waited));
-            }
-            std::thread::sleep(Duration::from_millis(10).min(self.ready_timeout - waited));
+        // Readiness changes on connects the pool runs itself: looked at again
+        // after each of the pool's inputs, never on a timer.
+        let servers = &self.servers;
+        self.client.inner.shared.wait_for(start + self.ready_timeout, |st, now| {
+            manager::statuses(&st.pool, now, servers).iter().all(|s| s.readiness == Readiness::Ready)
+        });
+        let statuses = self.status();
+        if statuses.iter().all(|s| s.readiness == Readiness::Ready) {
+            return Ok(());
         }
+        Err(manager::not_ready(&statuses, start.elapsed()))
     }
 
     /// Each server's readiness, connections and last error, in declaration order.
@@ -150,10 +147,8 @@ impl Manager {
     pub fn shutdown(&self) {
         let shared = &self.client.inner.shared;
         shared.input(|st, now| st.pool.shutdown(now));
-        let start = std::time::Instant::now();
-        while self.client.stats().totals.in_use > 0 && start.elapsed() < self.ready_timeout {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let deadline = std::time::Instant::now() + self.ready_timeout;
+        shared.wait_for(deadline, |st, _| st.pool.stats().totals.in_use == 0);
     }
 }
 

@@ -1,7 +1,8 @@
 //! The Manager's scenarios, run on every adapter (`manager_suite!`): `ready()`
 //! opens the minimum before any request (the server counts the connections),
 //! the first request opens nothing (events prove it), a restarted server is
-//! re-warmed, an undeclared host is refused without a connection, and a server
+//! re-warmed, `shutdown()` waits for a call in flight, an undeclared host is
+//! refused without a connection, and a server
 //! that refuses connections is degraded, then down, with its error.
 
 use std::net::TcpListener;
@@ -205,6 +206,25 @@ pub fn manager_rewarms_a_restarted_server(a: &dyn ManagerAdapter) {
     );
 }
 
+/// `shutdown()` lets a call in flight finish and returns once it has (it waits
+/// on the pool's state, not on a timer): the call gets its whole body, nothing
+/// is in use when `shutdown()` returns, and warming has stopped.
+pub fn manager_shutdown_waits_for_calls_in_flight(a: &dyn ManagerAdapter) {
+    let server = TestServer::start(ServerOptions::default());
+    let host = format!("127.0.0.1:{}", server.port());
+    let m: std::sync::Arc<dyn TestManager> =
+        std::sync::Arc::from(one(a, &format!("http://{host}"), 1, Duration::from_secs(20)));
+    m.ready().expect("ready");
+    let (caller, to) = (std::sync::Arc::clone(&m), host.clone());
+    let call = std::thread::spawn(move || caller.get(&to, "/slow-body/400"));
+    eventually("the call holds a connection", Duration::from_secs(5), || m.stats().totals.in_use == 1);
+    m.shutdown();
+    assert_eq!(m.stats().totals.in_use, 0, "shutdown() returned before the call in flight finished");
+    let r = call.join().expect("the caller did not panic").expect("the call in flight finished");
+    assert_eq!(r.body, b"late");
+    assert_eq!(m.status()[0].readiness, Readiness::ShutDown);
+}
+
 /// An undeclared host is a typed error, and no connection is opened for it.
 pub fn manager_refuses_an_undeclared_host(a: &dyn ManagerAdapter) {
     let server = TestServer::start(ServerOptions::default());
@@ -271,6 +291,10 @@ macro_rules! manager_suite {
             #[test]
             fn manager_never_storms_a_server_that_accepts_and_closes() {
                 $crate::manager::manager_never_storms_a_server_that_accepts_and_closes(&$adapter);
+            }
+            #[test]
+            fn manager_shutdown_waits_for_calls_in_flight() {
+                $crate::manager::manager_shutdown_waits_for_calls_in_flight(&$adapter);
             }
             #[test]
             fn manager_reports_a_refusing_server_degraded_then_down() {
