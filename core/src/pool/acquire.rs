@@ -1,0 +1,149 @@
+//! How a call asks for a connection and stops asking: an idle pooled one, a
+//! share of an HTTP/2 connection, a coalesced one, or a race; and cancellation.
+
+use super::*;
+
+impl Pool {
+    // ------------------------------------------------------------------ inputs
+
+    /// A call asks for a connection to `address`. Answered later by
+    /// [`PoolAction::Acquired`] or [`PoolAction::AcquireFailed`] for the returned id
+    /// (possibly already queued when this returns).
+    pub fn acquire(&mut self, now: Instant, address: Address, options: AcquireOptions) -> CallId {
+        let id = self.ids.next_call();
+        let wait_seq = self.next_wait_seq;
+        self.next_wait_seq += 1;
+        if self.shutdown {
+            self.actions.push_back(PoolAction::AcquireFailed { call: id, error: AcquireError::Shutdown });
+            return id;
+        }
+        self.calls.insert(id, Call::new(address, options, wait_seq));
+        self.dispatch(now, id);
+        id
+    }
+
+    /// The call gives up. A waiter leaves the queue; a race is cancelled; a call
+    /// holding a connection releases it (an HTTP/1 connection mid-exchange is
+    /// retired: its framing position is unknown). Unknown or ended calls: no-op.
+    pub fn cancel(&mut self, now: Instant, call: CallId) {
+        let Some(c) = self.calls.get(&call) else {
+            return;
+        };
+        match &c.state {
+            CallState::Active { connection, .. } => {
+                let multiplexed = self.conns.get(connection).is_some_and(Connection::multiplexed);
+                let reuse =
+                    if multiplexed { Reuse::Reusable } else { Reuse::Retire(CloseReason::UnreadBody) };
+                let _ = self.exchange_finished(now, call, reuse);
+            }
+            _ => {
+                let address = c.address.clone();
+                self.end_call_waiting_or_racing(now, call);
+                self.calls.remove(&call);
+                self.rebalance(now, &address);
+            }
+        }
+    }
+
+    pub(super) fn find_pooled(&self, call_id: CallId) -> Option<(ConnectionId, Source)> {
+        let call = &self.calls[&call_id];
+        if call.fresh_only {
+            return None;
+        }
+        let a = self.addrs.get(&call.address)?;
+        let idle = a.idle.newest_where(|id| {
+            let c = &self.conns[&id];
+            // An HTTP/2 peer may allow zero streams (SETTINGS), idle or not.
+            c.limit() > 0
+                && !call.avoid.contains(&id)
+                && (!call.options.require_multiplexed || c.multiplexed())
+        });
+        if let Some(id) = idle {
+            return Some((id, Source::Pooled));
+        }
+        if call.options.exclusive {
+            return None;
+        }
+        a.shareable.iter().find(|id| !call.avoid.contains(id)).map(|id| (*id, Source::Shared))
+    }
+
+    /// An IP-literal origin needs no DNS, so its "answer" is the literal: an
+    /// HTTP/2 connection to that IP whose certificate covers it (an
+    /// IP-address SAN) serves the call, coalesced (BEHAVIOUR §5).
+    pub(super) fn find_coalescable_literal(&self, call_id: CallId) -> Option<(ConnectionId, Source)> {
+        let call = &self.calls[&call_id];
+        let Host::Ip(ip) = call.address.host() else { return None };
+        if call.options.exclusive || call.fresh_only {
+            return None;
+        }
+        self.find_coalescable(&call.address, &[*ip], &call.avoid).map(|c| (c, Source::Coalesced))
+    }
+
+    pub(super) fn find_coalescable(
+        &self,
+        address: &Address,
+        ips: &[IpAddr],
+        avoid: &[ConnectionId],
+    ) -> Option<ConnectionId> {
+        if !address.is_https() || address.proxy().is_some_and(|p| *p != Proxy::Direct) {
+            return None;
+        }
+        for ip in ips {
+            let Some(candidates) = self.coalesce_index.get(ip) else {
+                continue;
+            };
+            for id in candidates {
+                let c = &self.conns[id];
+                let facts = c.tls.as_ref().expect("coalescable connections have TLS facts");
+                if avoid.contains(id)
+                    || !c.address.equal_except_host(address)
+                    || c.in_flight >= c.limit()
+                    || !coalesce::ip_matches(ips, c.route.socket_addr().ip())
+                    || !certificate_covers(facts, address.host())
+                    || !self.config.pins.check(address.host(), facts)
+                {
+                    continue;
+                }
+                return Some(*id);
+            }
+        }
+        None
+    }
+
+    pub(super) fn assign(&mut self, now: Instant, call_id: CallId, conn: ConnectionId, source: Source) {
+        let exclusive = self.calls[&call_id].options.exclusive;
+        let (mut first_use, mut exchange, mut was_idle, mut early_stream) = (false, 0, None, None);
+        self.update(conn, |c| {
+            was_idle = c.idle_since;
+            early_stream = (c.multiplexed() && !c.settings).then_some(c.in_flight + 1);
+            c.in_flight += 1;
+            c.idle_since = None;
+            first_use = !std::mem::replace(&mut c.used, true);
+            exchange = c.assigned;
+            c.assigned += 1;
+        });
+        if first_use {
+            self.stats.used += 1;
+        }
+        // No longer idle: its trim check (the oldest over the cap has one)
+        // passes to the next oldest.
+        if was_idle.is_some_and(|since| self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn)))
+        {
+            if let Some(address) = self.conns.get(&conn).map(|c| c.address.clone()) {
+                self.rearm_trim(&address);
+            }
+        }
+        if exclusive {
+            self.mark_no_new(now, conn, CloseReason::Exclusive);
+        }
+        match source {
+            Source::Pooled | Source::Shared => self.stats.reused += 1,
+            Source::Coalesced => self.stats.coalesced += 1,
+            Source::New => {}
+        }
+        self.calls.get_mut(&call_id).expect("call exists").state =
+            CallState::Active { connection: conn, early_stream };
+        self.emit(now, Some(call_id), EventKind::ConnectionAcquired { connection: conn, source, exchange });
+        self.actions.push_back(PoolAction::Acquired { call: call_id, connection: conn, source });
+    }
+}

@@ -1,0 +1,261 @@
+//! How an exchange ends: finished (the connection's reuse verdict), failed (the
+//! retry decision, route memory, the connection's fate), or its connection
+//! closed by the peer; and the release that follows.
+
+use super::*;
+
+impl Pool {
+    /// The call's exchange ended. `reuse` says whether its connection may carry
+    /// another. The call is over.
+    pub fn exchange_finished(&mut self, now: Instant, call: CallId, reuse: Reuse) -> Result<(), Misuse> {
+        // One lookup on the common path; a misuse puts the call back.
+        let c = self.calls.remove(&call).ok_or(Misuse::NoExchange(call))?;
+        let CallState::Active { connection, .. } = c.state else {
+            self.calls.insert(call, c);
+            return Err(Misuse::NoExchange(call));
+        };
+        self.release(now, call, connection, reuse, true);
+        Ok(())
+    }
+
+    /// The call's exchange failed. The pool updates the connection (failed route,
+    /// REFUSED_STREAM count, no-coalescing after 421, no new exchanges after a
+    /// failure) and decides: retry (a new [`PoolAction::Acquired`] follows for the
+    /// same call) or fail with an error that says whether the request may have been
+    /// sent.
+    pub fn exchange_failed(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        failure: ExchangeFailure,
+    ) -> Result<FailureOutcome, Misuse> {
+        let conn_id = self.active_connection(call)?;
+        let mut failure = failure;
+        self.never_answered_as_http2(conn_id, &mut failure);
+        let (ctx, route) = self.retry_context(call, conn_id);
+        let mut decision = decide(&failure, &ctx);
+        // A retry that cannot finish before the call's deadline is not started.
+        let deadline_passed = self.calls[&call].options.deadline.is_some_and(|d| now >= d);
+        if deadline_passed && !matches!(decision, RetryDecision::Fail { .. }) {
+            decision = RetryDecision::Fail {
+                why: NoRetry::DeadlinePassed,
+                may_have_been_sent: may_have_been_sent(&failure),
+            };
+        }
+        let retire = self.judge_connection(now, call, conn_id, &failure.kind, &ctx);
+        self.emit(now, Some(call), EventKind::RetryDecision { connection: conn_id, decision });
+        let reuse = retire.map_or(Reuse::Reusable, Reuse::Retire);
+        let (reason, same_connection, fresh) = match decision {
+            RetryDecision::Fail { why, may_have_been_sent } => {
+                self.calls.remove(&call);
+                self.release(now, call, conn_id, reuse, false);
+                return Ok(FailureOutcome::Failed(ExchangeError {
+                    kind: failure.kind,
+                    may_have_been_sent,
+                    why,
+                    connection: conn_id,
+                    route,
+                    retries: ctx.retries,
+                }));
+            }
+            RetryDecision::SameConnection(reason) => (reason, true, false),
+            RetryDecision::NewConnection { reason, fresh } => (reason, false, fresh),
+        };
+        self.release(now, call, conn_id, reuse, false);
+        self.retry(now, call, conn_id, reason, same_connection, fresh);
+        Ok(FailureOutcome::Retrying(reason))
+    }
+
+    /// A connection that failed before the server's first SETTINGS never
+    /// answered as an HTTP/2 server (an HTTP/1.1 server given prior knowledge
+    /// answers with a 400, or closes). The first stream goes out right after
+    /// the handshake, so whether it had been written when the failure surfaced
+    /// is only timing: one classification for it, a protocol error, not
+    /// retried, "may have been sent" (the safe claim).
+    fn never_answered_as_http2(&self, conn_id: ConnectionId, failure: &mut ExchangeFailure) {
+        use ExchangeFailureKind as K;
+        let c = &self.conns[&conn_id];
+        if c.multiplexed() && !c.settings && matches!(failure.kind, K::Io { .. } | K::Protocol { .. }) {
+            let message = format!(
+                "the server did not answer as an HTTP/2 server (no SETTINGS frame before: {})",
+                failure.kind
+            );
+            failure.kind = K::Protocol { message };
+            failure.progress = Progress::RequestWritten;
+        }
+    }
+
+    /// What [`decide`] needs besides the failure, with the connection's route.
+    fn retry_context(&self, call: CallId, conn_id: ConnectionId) -> (RetryContext, Route) {
+        let conn = &self.conns[&conn_id];
+        let c = &self.calls[&call];
+        let early_stream = match c.state {
+            CallState::Active { early_stream, .. } => early_stream,
+            _ => None,
+        };
+        // Opened before SETTINGS, beyond the limit those SETTINGS then set.
+        let beyond_limit = early_stream.is_some_and(|n| conn.settings && n > conn.stream_limit);
+        let ctx = RetryContext {
+            reused: conn.completed > 0,
+            refusals_before: conn.refusals,
+            refused_elsewhere: c.refused_on.iter().any(|c| *c != conn_id),
+            beyond_limit,
+            retries: c.retries,
+            max_retries: self.config.max_retries,
+            free_retries: c.free_retries,
+            max_free_retries: self.config.max_free_retries,
+        };
+        (ctx, conn.route.clone())
+    }
+
+    /// What the failure says about the connection (`Some`: it retires, for
+    /// that reason) and its route (marked failed in the route database when
+    /// the connection never completed an exchange).
+    fn judge_connection(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        conn_id: ConnectionId,
+        kind: &ExchangeFailureKind,
+        ctx: &RetryContext,
+    ) -> Option<CloseReason> {
+        use ExchangeFailureKind as K;
+        let (route, multiplexed) = {
+            let c = &self.conns[&conn_id];
+            (c.route.clone(), c.multiplexed())
+        };
+        match kind {
+            K::Io { .. } | K::Protocol { .. } => {
+                if !ctx.reused {
+                    // Never completed an exchange: the route is suspect.
+                    self.db.failed(&route, now);
+                }
+                Some(CloseReason::Failure)
+            }
+            K::Timeout => {
+                if !ctx.reused {
+                    // A connection that never completed an exchange and timed
+                    // out: its route is as suspect as after an I/O failure.
+                    self.db.failed(&route, now);
+                }
+                // HTTP/2: the PING decides about the connection (stream_stalled).
+                (!multiplexed).then_some(CloseReason::Failure)
+            }
+            // A stream opened before the server's SETTINGS: not the server's fault.
+            K::RefusedStream if ctx.beyond_limit => None,
+            K::RefusedStream => {
+                self.update(conn_id, |c| c.refusals += 1);
+                let c = self.calls.get_mut(&call).expect("call exists");
+                if !c.refused_on.contains(&conn_id) {
+                    c.refused_on.push(conn_id);
+                }
+                // Refused twice here: the call's next race tries other routes first.
+                let twice = ctx.refusals_before >= 1;
+                if twice && !c.avoid_routes.contains(&route) {
+                    c.avoid_routes.push(route);
+                }
+                twice.then_some(CloseReason::RefusedStreams)
+            }
+            K::StreamReset { .. } => Some(CloseReason::StreamReset),
+            K::GoAwayUnprocessed => Some(CloseReason::GoAway),
+            K::Misdirected => {
+                self.update(conn_id, |c| c.no_coalescing = true);
+                None
+            }
+        }
+    }
+
+    /// Sends the call again once its failed exchange was released: on the
+    /// same connection (`same_connection`) while it still takes a stream,
+    /// otherwise to another one (`fresh`: only a new connection will do).
+    fn retry(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        conn_id: ConnectionId,
+        reason: RetryReason,
+        same_connection: bool,
+        fresh: bool,
+    ) {
+        let c = self.calls.get_mut(&call).expect("call exists");
+        c.state = CallState::Pending;
+        c.count_retry(reason);
+        let share = same_connection
+            && self.conns.get(&conn_id).is_some_and(|c| c.usable() && c.in_flight < c.limit());
+        if share {
+            // Still a coalesced share when the connection was made for another
+            // Address (the 421 rule reads it).
+            let coalesced = self.calls[&call].address != self.conns[&conn_id].address;
+            let source = if coalesced { Source::Coalesced } else { Source::Shared };
+            self.assign(now, call, conn_id, source);
+            return;
+        }
+        let c = self.calls.get_mut(&call).expect("call exists");
+        if !same_connection || !reason.is_free() {
+            c.avoid.push(conn_id);
+        }
+        c.fresh_only |= fresh;
+        self.dispatch(now, call);
+    }
+
+    /// The peer closed the connection, or it failed or proved unhealthy. It takes no
+    /// new exchanges and closes as soon as none is in flight (exchanges on it should
+    /// be reported failed).
+    pub fn connection_closed(
+        &mut self,
+        now: Instant,
+        connection: ConnectionId,
+        reason: CloseReason,
+    ) -> Result<(), Misuse> {
+        self.known(connection)?;
+        let address = self.conns[&connection].address.clone();
+        self.retire(now, connection, reason);
+        // Calls waiting for its SETTINGS (or a stream) go elsewhere.
+        self.rebalance(now, &address);
+        Ok(())
+    }
+
+    /// An exchange on `conn` ended (the call already moved on or ended).
+    pub(super) fn release(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        conn: ConnectionId,
+        reuse: Reuse,
+        completed: bool,
+    ) {
+        let idle_here = self.update(conn, |c| {
+            c.in_flight -= 1;
+            if completed {
+                c.completed += 1;
+            }
+            if c.in_flight == 0 {
+                c.idle_since = Some(now);
+            }
+        });
+        if completed && !self.probation.is_empty() {
+            self.warm_served(now, conn);
+        }
+        // A connection that will carry no new exchanges says so first, then the
+        // release, then (if nothing else is in flight) its close.
+        if let Reuse::Retire(reason) = reuse {
+            self.mark_no_new(now, conn, reason);
+        }
+        self.emit(now, Some(call), EventKind::ConnectionReleased { connection: conn });
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let address = c.address.clone();
+        if let Some(reason) = c.no_new {
+            if c.in_flight == 0 {
+                self.close(now, conn, reason);
+            }
+        } else if c.in_flight == 0
+            && (idle_here.is_some_and(|n| n > self.config.max_idle_per_address)
+                || self.config.max_idle_total.is_some())
+        {
+            self.enforce_idle_caps(now, &address);
+        }
+        self.rebalance(now, &address);
+    }
+}

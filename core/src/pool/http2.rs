@@ -1,0 +1,122 @@
+//! What an HTTP/2 connection's peer reports: SETTINGS (the stream limit),
+//! stalled streams, PONGs and GOAWAY.
+
+use super::*;
+
+impl Pool {
+    /// HTTP/2 SETTINGS from the server (not an acknowledgement), with its
+    /// MAX_CONCURRENT_STREAMS when the frame carried one (`None`: unchanged;
+    /// unlimited if the first SETTINGS set none).
+    ///
+    /// Until the first SETTINGS arrive a connection carries one stream, and
+    /// calls that would share it wait for them (up to the handshake timeout,
+    /// then it is retired as [`CloseReason::NeverUsable`]); from then on it
+    /// carries up to the limit. A higher limit may wake waiters at once; a lower
+    /// one stops new streams until enough finish (BEHAVIOUR §4).
+    pub fn settings(
+        &mut self,
+        now: Instant,
+        connection: ConnectionId,
+        max_concurrent_streams: Option<u32>,
+    ) -> Result<(), Misuse> {
+        self.known(connection)?;
+        if !self.conns[&connection].multiplexed() {
+            return Ok(());
+        }
+        self.update(connection, |c| {
+            c.settings = true;
+            if let Some(limit) = max_concurrent_streams {
+                c.stream_limit = limit;
+            }
+        });
+        let (address, limit, created) = {
+            let c = &self.conns[&connection];
+            (c.address.clone(), c.stream_limit, c.created)
+        };
+        if limit > 0 {
+            self.settings_due.remove(&(created + self.config.race.handshake_timeout, connection));
+        }
+        if let Some(known) = self.known_protocol.get_mut(&address) {
+            known.2 = Some(limit);
+        }
+        if limit > 0 && !self.probation.is_empty() {
+            self.warm_usable(now, connection);
+        }
+        self.rebalance(now, &address);
+        // A warm minimum in streams may need more connections at this limit.
+        self.rewarm_address(now, &address);
+        Ok(())
+    }
+
+    /// A stream's read on this HTTP/2 connection timed out: the peer may have
+    /// stalled. The pool sends one PING ([`PoolAction::Ping`]) unless one is
+    /// out already; no PONG within [`PoolConfig::pong_timeout`] marks the
+    /// connection unhealthy, so a stalled peer stops receiving calls
+    /// (BEHAVIOUR §4). Ignored for HTTP/1.1 connections (the read timeout
+    /// retires those).
+    pub fn stream_stalled(&mut self, now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
+        self.known(connection)?;
+        let outstanding = self.pongs_due.iter().any(|(_, id)| *id == connection);
+        if self.conns[&connection].multiplexed() && !outstanding {
+            self.pongs_due.insert((now + self.config.pong_timeout, connection));
+            self.actions.push_back(PoolAction::Ping { connection });
+        }
+        Ok(())
+    }
+
+    /// The PONG for the connection's PING arrived: it is alive.
+    pub fn pong(&mut self, _now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
+        self.known(connection)?;
+        self.pongs_due.retain(|(_, id)| *id != connection);
+        Ok(())
+    }
+
+    /// HTTP/2 GOAWAY, with its last stream id and error code
+    /// ([`crate::http2::Session::read`] reports it as read): no new exchanges
+    /// from this moment; closes once in-flight streams end. Streams above its
+    /// last stream id, reported failed as
+    /// [`ExchangeFailureKind::GoAwayUnprocessed`] (the
+    /// [`Session`](crate::http2::Session::stream_failed) decides), are retried
+    /// elsewhere without counting toward the call's retry cap (BEHAVIOUR §6).
+    /// The connection remembers it ([`Connection::goaway`]); a later one may
+    /// only lower the last stream id.
+    pub fn goaway(&mut self, now: Instant, connection: ConnectionId, goaway: GoAway) -> Result<(), Misuse> {
+        self.known(connection)?;
+        self.update(connection, |c| {
+            let last =
+                c.goaway.map_or(goaway.last_stream_id, |g| g.last_stream_id.min(goaway.last_stream_id));
+            c.goaway = Some(GoAway { last_stream_id: last, error_code: goaway.error_code });
+        });
+        self.connection_closed(now, connection, CloseReason::GoAway)
+    }
+
+    /// HTTP/2 connections whose PONG is overdue (unhealthy), and new ones whose
+    /// SETTINGS never came (never usable: a stream still on one is aborted).
+    pub(super) fn http2_timeouts(&mut self, now: Instant) {
+        while let Some(&(at, id)) = self.pongs_due.first() {
+            if at > now {
+                break;
+            }
+            self.pongs_due.remove(&(at, id));
+            if self.conns.contains_key(&id) {
+                self.retire(now, id, CloseReason::Unhealthy);
+            }
+        }
+        while let Some(&(at, id)) = self.settings_due.first() {
+            if at > now {
+                break;
+            }
+            self.settings_due.remove(&(at, id));
+            if let Some((address, busy)) = self.conns.get(&id).map(|c| (c.address.clone(), c.in_flight > 0)) {
+                // Calls that waited for its SETTINGS go elsewhere; a stream on
+                // it cannot finish, so the driver ends it now.
+                self.retire(now, id, CloseReason::NeverUsable);
+                if busy {
+                    let reason = CloseReason::NeverUsable;
+                    self.actions.push_back(PoolAction::Abort { connection: id, reason });
+                }
+                self.rebalance(now, &address);
+            }
+        }
+    }
+}
