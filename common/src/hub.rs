@@ -243,3 +243,34 @@ impl<S> Hub<S> {
         }
     }
 }
+
+/// How many wait on the pool's state (a Manager's `ready` or `shutdown`): an
+/// adapter wakes them after each input only while [`Watchers::any`] says so,
+/// so ordinary calls pay one relaxed load.
+#[derive(Default, Debug)]
+pub struct Watchers(std::sync::atomic::AtomicUsize);
+
+impl Watchers {
+    /// Whether anyone waits.
+    #[must_use]
+    pub fn any(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
+    /// Counts one waiter until the returned guard drops (however the wait ends).
+    #[must_use]
+    pub fn watch(&self) -> Watch<'_> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Watch(&self.0)
+    }
+}
+
+/// One waiter counted by [`Watchers::watch`].
+#[derive(Debug)]
+pub struct Watch<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -107,7 +107,7 @@ pub use event::{
     call_traced, describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener,
     Recorded,
 };
-pub use hub::{Hub, HubState, Note};
+pub use hub::{Hub, HubState, Note, Watch, Watchers};
 pub use request::{BodyKind, BodyLedger, Collector, IntoUri, Notes, RequestBuilder, Sender};
 
 #[doc(hidden)]

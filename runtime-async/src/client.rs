@@ -6,7 +6,6 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
 use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender, TimeoutPhase};
@@ -15,9 +14,10 @@ use switchyard_core::{CallId, FailureOutcome, PoolStats};
 use tokio::sync::oneshot;
 
 use crate::body::Body;
-use crate::driver::{self, Lease, Settings, Shared};
 use crate::h1;
 use crate::runtime::{within, BoxFuture, Runtime};
+use crate::shared::CallLimits;
+use crate::shared::{self, Lease, Settings, Shared};
 use crate::ResponseBody;
 use switchyard_common::exchange::Attempted;
 
@@ -163,7 +163,7 @@ impl<R: Runtime> Client<R> {
     pub(crate) fn ensure_timer(&self) {
         if !self.inner.timer_started.swap(true, Ordering::AcqRel) {
             let shared = &self.inner.shared;
-            let timer = driver::timer_task(
+            let timer = shared::timer_task(
                 Arc::downgrade(shared),
                 Arc::clone(&shared.timer),
                 Arc::clone(&self.inner.closed),
@@ -331,17 +331,6 @@ impl Drop for CallGuard {
             });
         }
     }
-}
-
-/// A call's time bounds, as the exchanges apply them.
-#[derive(Clone, Copy)]
-pub(crate) struct CallLimits {
-    /// Until the response head.
-    pub(crate) deadline: Option<std::time::Instant>,
-    /// The whole call, its body included.
-    pub(crate) call_deadline: Option<std::time::Instant>,
-    /// The response body, from its head.
-    pub(crate) body_timeout: Option<Duration>,
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -11,18 +11,20 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use switchyard_common::engine::{self, H1Exchange, Next, Step};
 use switchyard_common::exchange::Attempted;
 use switchyard_common::{BodyError, Hub};
-use switchyard_core::handshake::{Handshake, ProxyHandshake};
 use switchyard_core::http1::{Driver, Peek};
-use switchyard_core::{CloseReason, ConnectError};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use switchyard_core::CloseReason;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::body::{Body, Kind};
-use crate::driver::{H1Conn, IoState, Shared};
 use crate::runtime::{Io, Runtime};
+use crate::shared::{IoState, Shared};
+
+/// An idle HTTP/1.1 connection: its socket and the core's view of it.
+pub(crate) type H1Conn = engine::H1Conn<Wire>;
 
 /// Asks an idle connection's socket, without waiting, what it holds; the
 /// core judges ([`http1::Conn::check`]). A read that would wait registers a
@@ -216,25 +218,6 @@ impl Drop for H1Body {
             // No executor here (dropped outside the runtime): the unspawned drain
             // dropped the socket; tell the pool it is gone.
             lost();
-        }
-    }
-}
-
-/// Runs a proxy handshake (the core's state machine) on `io`: writes what it
-/// asks, reads what the proxy answers, until the tunnel is open.
-pub(crate) async fn proxy_handshake(io: &mut Io, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
-    let io_err = |e: io::Error| ConnectError::from_io(&e);
-    let mut buf = BytesMut::with_capacity(512);
-    let mut eof = false;
-    loop {
-        while let Some(out) = hs.poll_transmit() {
-            io.write_all(&out).await.map_err(io_err)?;
-        }
-        if hs.handle_read(&mut buf, eof)? == Handshake::Done {
-            return Ok(());
-        }
-        if !hs.wants_write() && io.read_buf(&mut buf).await.map_err(io_err)? == 0 {
-            eof = true;
         }
     }
 }

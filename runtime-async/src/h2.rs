@@ -23,8 +23,8 @@ use switchyard_common::exchange::{Attempted, HTTP2_STRIPPED};
 use switchyard_common::{BodyError, Error};
 
 use crate::body::{Body, Kind};
-use crate::driver::Shared;
 use crate::runtime::{within, BoxFuture, Io};
+use crate::shared::Shared;
 
 type Ready = Option<Result<SendRequest<Bytes>, StreamError>>;
 
@@ -498,7 +498,7 @@ pub(crate) struct Request<'a> {
     pub(crate) parts: &'a http::request::Parts,
     pub(crate) body: &'a mut Body,
     pub(crate) facts: RequestFacts,
-    pub(crate) limits: crate::client::CallLimits,
+    pub(crate) limits: crate::shared::CallLimits,
 }
 
 /// Runs one exchange on a stream of the connection.

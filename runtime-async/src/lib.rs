@@ -17,12 +17,13 @@
 mod adapter;
 mod body;
 mod client;
-mod driver;
+mod connect;
 mod h1;
 mod h2;
 mod manager;
 mod response;
 mod runtime;
+mod shared;
 
 pub use body::{Body, BodyClosed, BodySender, BoxError};
 pub use client::{Client, RequestBuilder};

@@ -12,9 +12,9 @@ use bytes::Bytes;
 use switchyard_common::{BodyLedger, Collector, Error};
 use switchyard_core::{CallId, ConnectionId};
 
-use crate::driver::Shared;
 use crate::h1::H1Body;
 use crate::h2::H2Body;
+use crate::shared::Shared;
 
 /// A streaming response body. Read it with [`chunk`](ResponseBody::chunk) /
 /// [`bytes`](ResponseBody::bytes) / [`text`](ResponseBody::text), or hand it

@@ -12,7 +12,7 @@ use switchyard_core::pool::RequestFacts;
 use switchyard_core::{AcquireError, CallId, FailureOutcome, PoolStats};
 
 use crate::body::Body;
-use crate::driver::{Lease, Msg, Settings, Shared};
+use crate::shared::{Lease, Msg, Settings, Shared};
 use crate::{h1, ResponseBody};
 
 impl FromConfig for Client {

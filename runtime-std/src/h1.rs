@@ -6,20 +6,17 @@
 //! time.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use switchyard_common::engine::{self, H1Exchange, Next};
 use switchyard_common::exchange::Attempted;
 use switchyard_common::{BodyError, Hub};
-use switchyard_core::handshake::{Handshake, ProxyHandshake};
 use switchyard_core::http1::Driver;
-use switchyard_core::ConnectError;
 
 use crate::body::{Body, Kind};
-use crate::driver::{IoState, Shared};
+use crate::shared::{IoState, Shared};
 use crate::stream::{read_available, read_direct, Stream, Timeouts};
 
 /// A connection's socket, its current socket timeouts, and where reads land.
@@ -210,29 +207,5 @@ impl Drop for H1Body {
             pump(&drain.shared.hub, &mut drain.wire, &mut drain.driver, &mut Source::None);
         }
         drain.release();
-    }
-}
-
-/// Runs a proxy handshake (the core's state machine) on `tcp`: writes what it
-/// asks, reads what the proxy answers, until the tunnel is open. The socket's
-/// timeouts bound each step.
-pub(crate) fn proxy_handshake(tcp: &mut TcpStream, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
-    let io = |e: io::Error| ConnectError::from_io(&e);
-    let mut buf = BytesMut::with_capacity(512);
-    let mut scratch = [0u8; 512];
-    let mut eof = false;
-    loop {
-        while let Some(out) = hs.poll_transmit() {
-            tcp.write_all(&out).map_err(io)?;
-        }
-        if hs.handle_read(&mut buf, eof)? == Handshake::Done {
-            return Ok(());
-        }
-        if !hs.wants_write() {
-            match tcp.read(&mut scratch).map_err(io)? {
-                0 => eof = true,
-                n => buf.extend_from_slice(&scratch[..n]),
-            }
-        }
     }
 }

@@ -62,10 +62,11 @@
 
 mod body;
 mod client;
-mod driver;
+mod connect;
 mod h1;
 mod manager;
 mod response;
+mod shared;
 mod stream;
 mod workers;
 

@@ -12,7 +12,7 @@ use switchyard_common::Error;
 use switchyard_core::Readiness;
 
 use crate::client::{Client, RequestBuilder};
-use crate::driver::Shared;
+use crate::shared::Shared;
 use crate::{Body, ResponseBody};
 
 /// Warm connections to a declared set of servers, blocking: each server's
@@ -72,7 +72,7 @@ impl manager::Managed for Client {
         let flag = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("switchyard-warm".into())
-            .spawn(move || crate::driver::keep_clock(&weak, &flag))
+            .spawn(move || crate::shared::keep_clock(&weak, &flag))
             .map_err(|e| Error::config(format!("cannot start the Manager's clock thread: {e}")))?;
         let manager = Manager {
             client,

@@ -10,8 +10,8 @@ use bytes::{Buf, Bytes};
 use switchyard_common::{BodyLedger, Collector, Error};
 use switchyard_core::CallId;
 
-use crate::driver::Shared;
 use crate::h1::H1Body;
+use crate::shared::Shared;
 
 /// A streaming response body.
 ///

@@ -1,70 +1,27 @@
-//! The driver: the core's [`Pool`](switchyard_core::Pool) in a [`Hub`], with the
-//! shared [`Engine`] beside it. An input runs under the lock and collects the
-//! engine's effects; they are carried out once the lock is released (spawning
-//! tasks, probing sockets, answering waiting calls, closing sockets), and their
-//! results come back as new inputs. Listeners run outside the lock too.
+//! Carrying out the engine's effects: DNS lookups and connect attempts spawned
+//! as tasks, SOCKS5 / `CONNECT` / TLS set up on the race's winner, sockets
+//! installed as HTTP/1.1 or HTTP/2 connections, waiting calls answered, idle
+//! sockets probed and closed. Results come back to the pool as new inputs.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::io;
+use std::sync::Arc;
 
-use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, EngineState, Installed};
-use switchyard_common::{AsyncResolve, Hub, HubState, Resolve, Resolved};
+use bytes::BytesMut;
+use switchyard_core::handshake::{Handshake, ProxyHandshake};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+use switchyard_common::engine::{Adapter, Closed, Effect, EngineHost, Installed};
+use switchyard_common::{Hub, Resolved};
 use switchyard_core::{
-    AcquireError, CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError, Family, Instant, Protocol,
-    QueryId, TlsFacts,
+    AcquireError, CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError, Family, Protocol, QueryId,
+    TlsFacts,
 };
-use tokio::sync::{oneshot, Notify};
 
-use crate::h1::Wire;
+use crate::h1::{H1Conn, Wire};
 use crate::h2::H2Handle;
-use crate::runtime::{BoxFuture, Io, Runtime, Task};
-
-/// An idle HTTP/1.1 connection: its socket and the core's view of it.
-pub(crate) type H1Conn = engine::H1Conn<Wire>;
-/// A connection handed to a call for one exchange.
-pub(crate) type Lease = engine::Lease<Shared>;
-
-/// The engine's state beside the pool under the hub's lock.
-pub(crate) type IoState = EngineState<Shared>;
-
-/// The timer task's plan.
-#[derive(Default)]
-pub(crate) struct TimerPlan {
-    /// The core instant the timer task sleeps until (`None`: indefinitely); an
-    /// input wakes it only when the next deadline moves earlier than this.
-    until: Option<Instant>,
-}
-
-pub(crate) type State = HubState<IoState>;
-
-/// Timeouts and limits the exchange code needs.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) read_timeout: Option<std::time::Duration>,
-    /// The HTTP/1.1 connection driver's timeouts and limits.
-    pub(crate) driver: switchyard_core::http1::DriverConfig,
-    pub(crate) limits: switchyard_core::http1::Limits,
-    pub(crate) tls: switchyard_common::tls::TlsConfigs,
-    /// HTTP/2 flow-control windows.
-    pub(crate) http2: switchyard_common::Http2Settings,
-}
-
-pub(crate) struct Shared {
-    pub(crate) hub: Hub<IoState>,
-    pub(crate) rt: Arc<dyn Runtime>,
-    pub(crate) timer: Arc<Notify>,
-    /// Woken after every input while someone waits on the pool's state
-    /// ([`Shared::wait_for`]: the Manager's `ready` and `shutdown`).
-    changed: Notify,
-    /// How many wait in [`Shared::wait_for`]; no wake-ups are sent without one.
-    watching: AtomicUsize,
-    resolver: Arc<dyn Resolve>,
-    /// Used instead of `resolver` when set.
-    async_resolver: Option<Arc<dyn AsyncResolve>>,
-    pub(crate) settings: Settings,
-    /// This `Shared`, for tasks that must not keep the client alive.
-    pub(crate) me: Weak<Shared>,
-}
+use crate::runtime::{BoxFuture, Io, Task};
+use crate::shared::{IoState, Lease, Shared, State, TimerPlan};
 
 impl Adapter for Shared {
     type Socket = Io;
@@ -177,7 +134,7 @@ impl EngineHost for Shared {
     }
 
     fn after_input(&self, st: &mut State) -> bool {
-        if self.watching.load(Ordering::Relaxed) > 0 {
+        if self.watching.any() {
             self.changed.notify_waiters();
         }
         self.timer_needed(st)
@@ -198,26 +155,6 @@ fn answer(family: Option<Family>, answer: std::io::Result<Resolved>) -> DnsAnswe
 }
 
 impl Shared {
-    pub(crate) fn new(
-        hub: Hub<IoState>,
-        rt: Arc<dyn Runtime>,
-        resolver: Arc<dyn Resolve>,
-        async_resolver: Option<Arc<dyn AsyncResolve>>,
-        settings: Settings,
-    ) -> Arc<Shared> {
-        Arc::new_cyclic(|me| Shared {
-            hub,
-            rt,
-            timer: Arc::new(Notify::new()),
-            changed: Notify::new(),
-            watching: AtomicUsize::new(0),
-            resolver,
-            async_resolver,
-            settings,
-            me: Weak::clone(me),
-        })
-    }
-
     /// Runs a lookup as a task and feeds its answer to the pool (a failure to
     /// spawn is a failed lookup, never a call left waiting).
     fn spawn_lookup(self: &Arc<Self>, query: QueryId, lookup: BoxFuture<DnsAnswer>) {
@@ -237,27 +174,6 @@ impl Shared {
         }
     }
 
-    /// The core's notion of now.
-    pub(crate) fn now(&self) -> Instant {
-        self.hub.now()
-    }
-
-    /// Whether the timer task must be woken: it would sleep past the core's
-    /// next deadline. Most inputs (a release pushing a keep-alive 90 s out)
-    /// leave it asleep.
-    fn timer_needed(&self, st: &mut State) -> bool {
-        let Some(wanted) = st.pool.poll_timeout() else { return false };
-        if st.io.local.until.is_none_or(|sleeping| wanted < sleeping) {
-            st.io.local.until = Some(wanted);
-            return true;
-        }
-        false
-    }
-
-    pub(crate) fn emit(&self, note: impl FnOnce(&dyn switchyard_common::EventListener) + Send + 'static) {
-        self.hub.emit(note);
-    }
-
     /// Spawns an attempt's task and tells the engine its handle (aborting it
     /// when the attempt was cancelled meanwhile); without an executor, the
     /// attempt fails.
@@ -270,49 +186,6 @@ impl Shared {
             }
             None => self.attempt_not_started(attempt, ConnectError::from_io(&no_executor())),
         }
-    }
-
-    pub(crate) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.hub.lock()
-    }
-
-    /// Waits until `done` holds for the pool's state, or `deadline` passes
-    /// (`false`). Looks again after every input — the pool's state changes
-    /// only in one — instead of polling on a timer.
-    pub(crate) async fn wait_for(
-        &self,
-        deadline: std::time::Instant,
-        mut done: impl FnMut(&State, Instant) -> bool,
-    ) -> bool {
-        self.watching.fetch_add(1, Ordering::Relaxed);
-        let _unwatch = Unwatch(&self.watching);
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            // Registered before the state is read: a change made after the
-            // read wakes it.
-            changed.as_mut().enable();
-            let holds = {
-                let st = self.hub.lock();
-                done(&st, self.hub.now())
-            };
-            if holds {
-                return true;
-            }
-            if crate::runtime::until(&*self.rt, deadline, changed).await.is_none() {
-                let st = self.hub.lock();
-                return done(&st, self.hub.now());
-            }
-        }
-    }
-}
-
-/// Ends one [`Shared::wait_for`]'s watch, however it returns.
-struct Unwatch<'a>(&'a AtomicUsize);
-
-impl Drop for Unwatch<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -332,7 +205,7 @@ async fn establish(
     use switchyard_core::handshake::ProxyHandshake;
     // SOCKS5, or a CONNECT tunnel for an https origin, with the proxy's credentials.
     if let Some(hs) = ProxyHandshake::for_route(route)? {
-        crate::h1::proxy_handshake(&mut io, hs).await?;
+        proxy_handshake(&mut io, hs).await?;
         if route.requires_tls() {
             tunnelled();
         }
@@ -351,36 +224,21 @@ async fn establish(
     Ok((io, None, None))
 }
 
-/// Runs the core's timers: sleeps until the next deadline, is woken early only
-/// when an input moves that earlier, and ends when the client is dropped.
-pub(crate) async fn timer_task(
-    shared: Weak<Shared>,
-    notify: Arc<Notify>,
-    closed: Arc<std::sync::atomic::AtomicBool>,
-) {
-    use std::sync::atomic::Ordering;
+/// Runs a proxy handshake (the core's state machine) on `io`: writes what it
+/// asks, reads what the proxy answers, until the tunnel is open.
+async fn proxy_handshake(io: &mut Io, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
+    let io_err = |e: io::Error| ConnectError::from_io(&e);
+    let mut buf = BytesMut::with_capacity(512);
+    let mut eof = false;
     loop {
-        if closed.load(Ordering::Acquire) {
-            return;
+        while let Some(out) = hs.poll_transmit() {
+            io.write_all(&out).await.map_err(io_err)?;
         }
-        let plan = {
-            let Some(me) = shared.upgrade() else { return };
-            let mut st = me.hub.lock();
-            let wake = st.pool.poll_timeout();
-            st.io.local.until = wake;
-            wake.map(|at| (me.hub.to_std(at), Arc::clone(&me.rt)))
-        };
-        match plan {
-            Some((at, rt)) => {
-                tokio::select! {
-                    () = rt.sleep_until(at) => {
-                        let Some(me) = shared.upgrade() else { return };
-                        me.input(|st, now| st.pool.handle_timeout(now));
-                    }
-                    () = notify.notified() => {}
-                }
-            }
-            None => notify.notified().await,
+        if hs.handle_read(&mut buf, eof)? == Handshake::Done {
+            return Ok(());
+        }
+        if !hs.wants_write() && io.read_buf(&mut buf).await.map_err(io_err)? == 0 {
+            eof = true;
         }
     }
 }

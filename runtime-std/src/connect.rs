@@ -1,0 +1,223 @@
+//! Carrying out the engine's effects on threads: DNS queries, connects and
+//! handshakes as jobs, waiting calls answered, sockets probed and closed; and
+//! setting up a connection on the race's winner: SOCKS5 or an HTTP `CONNECT`
+//! tunnel (the core's proxy handshake, driven on the blocking socket), then
+//! TLS, each step bounded by the handshake timeout.
+
+use std::convert::Infallible;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, Installed};
+use switchyard_common::Hub;
+use switchyard_core::handshake::{Handshake, ProxyHandshake};
+use switchyard_core::{CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol, TlsFacts};
+
+use crate::h1::Wire;
+use crate::shared::{fire_due, IoState, Keeper, Msg, Shared, State};
+use crate::stream::{peek, Stream};
+
+/// An idle HTTP/1.1 connection: its socket and the core's view of it.
+pub(crate) type H1Conn = engine::H1Conn<Wire>;
+
+impl EngineHost for Shared {
+    fn hub(&self) -> &Hub<IoState> {
+        &self.hub
+    }
+
+    fn check(conn: &mut H1Conn) -> Result<(), CloseReason> {
+        conn.conn.check(peek(&mut conn.wire.stream))
+    }
+
+    fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>) {
+        match effect {
+            Effect::Resolve { query, name, port } => {
+                let me = Arc::clone(self);
+                let started = self.thread(move || {
+                    let answer = me.resolver.resolve(&name, port).map_err(|e| DnsError::from_io(&e));
+                    me.input(|st, now| {
+                        if let Err(misuse) = st.pool.handle_dns(now, query, answer) {
+                            tracing::warn!("{misuse}");
+                        }
+                    });
+                });
+                if !started {
+                    self.input(|st, now| {
+                        let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_thread())));
+                    });
+                }
+            }
+            Effect::Connect { attempt, route } => {
+                let addr = route.socket_addr();
+                let limit = self.settings.connect_timeout;
+                let me = Arc::clone(self);
+                let started = self.thread(move || {
+                    let result = TcpStream::connect_timeout(&addr, limit)
+                        .and_then(|s| s.set_nodelay(true).map(|()| Stream::Tcp(s)))
+                        .map_err(|e| ConnectError::from_io(&e));
+                    // A cancelled attempt's socket comes back and closes here.
+                    drop(
+                        me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result)),
+                    );
+                });
+                if !started {
+                    self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
+                }
+            }
+            Effect::Handshake { attempt, route, socket } => {
+                let Stream::Tcp(tcp) = socket else {
+                    tracing::warn!("handshake for {attempt} on a socket that is not plain TCP");
+                    return;
+                };
+                // Built with the client: a lookup, nothing built here.
+                let config = self.settings.tls.get(route.address().protocols());
+                let verification = self.settings.tls.verification;
+                // A clone of the socket, so cancelling shuts it down and the
+                // thread's I/O ends at once. Registered before the thread
+                // starts: once the handshake is done the attempt is gone, and a
+                // handle registered late would look cancelled and shut down the
+                // new connection.
+                if let Some(Some(orphan)) = self.attempt_running(attempt, tcp.try_clone().ok()) {
+                    let _ = orphan.shutdown(std::net::Shutdown::Both); // cancelled already
+                    return;
+                }
+                let limit = self.settings.handshake_timeout;
+                let me = Arc::clone(self);
+                let started = self.thread(move || {
+                    let tunnelled = || {
+                        me.input(|st, now| st.io.engine.handle_tunnelled(&mut st.pool, now, attempt));
+                    };
+                    let result =
+                        crate::connect::establish(tcp, &route, (config, verification), limit, tunnelled);
+                    drop(me.input(|st, now| {
+                        st.io.engine.handle_established(&mut st.pool, now, attempt, result)
+                    }));
+                });
+                if !started {
+                    self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
+                }
+            }
+            // A handshake's socket is shut down, ending its thread's I/O now; a
+            // TCP connect in progress cannot be interrupted in std: its thread
+            // closes the socket the moment the connect returns (at the latest
+            // after the connect timeout).
+            Effect::Abort(Some(tcp)) => {
+                let _ = tcp.shutdown(std::net::Shutdown::Both);
+            }
+            Effect::Abort(None) => {}
+            Effect::Start(never) | Effect::Ping { handle: never, .. } | Effect::End { handle: never, .. } => {
+                match never {}
+            }
+            Effect::Answer { call, waiter, answer } => {
+                if let Err(mpsc::SendError(Msg::Answer(Ok(lease)))) = waiter.send(Msg::Answer(answer)) {
+                    self.give_back(call, lease);
+                }
+            }
+            Effect::Probe { .. } => {} // judged in `carry_out`
+            Effect::Close(closed) => drop::<Closed<Self>>(closed),
+        }
+    }
+
+    /// Whoever enters the client first fires the core's due timers.
+    fn before_input(&self, st: &mut State, now: Instant) {
+        fire_due(st, now);
+    }
+
+    fn after_input(&self, st: &mut State) -> bool {
+        if self.watching.any() {
+            self.changed.notify_all();
+        }
+        self.mind_the_clock_locked(st);
+        false
+    }
+}
+
+impl Adapter for Shared {
+    type Socket = Stream;
+    type Wire = Wire;
+    /// For a handshake, a clone of its socket (cancelling shuts it down).
+    type Task = Option<TcpStream>;
+    type H2 = Infallible;
+    type Job = Infallible;
+    type Waiter = mpsc::Sender<Msg>;
+    type Local = Keeper;
+
+    fn install(&self, _: ConnectionId, protocol: Protocol, socket: Stream) -> Option<Installed<Self>> {
+        // Only HTTP/1.1 is ever offered (Address protocols), so anything else
+        // is a peer that ignored ALPN: refused.
+        (protocol == Protocol::Http1).then(|| {
+            Installed::Http1(Box::new(H1Conn {
+                wire: Wire::new(socket),
+                conn: switchyard_core::http1::Conn::new(self.settings.driver),
+            }))
+        })
+    }
+}
+
+fn no_thread() -> std::io::Error {
+    std::io::Error::other("the system refused a thread for the connection attempt")
+}
+
+/// SOCKS5, `CONNECT` and TLS, as the route requires, on the race's winner;
+/// every read and write bounded by the handshake timeout (the core's own
+/// deadline — the connect timeout for a tunnel — cancels sooner, shutting the
+/// socket down). `tunnelled` runs between a tunnel and TLS.
+pub(crate) fn establish(
+    tcp: TcpStream,
+    route: &switchyard_core::Route,
+    (config, verification): (Arc<rustls::ClientConfig>, switchyard_common::tls::Verification),
+    limit: Duration,
+    tunnelled: impl FnOnce(),
+) -> Result<(Stream, Option<Protocol>, Option<TlsFacts>), ConnectError> {
+    let io = |e: std::io::Error| ConnectError::from_io(&e);
+    tcp.set_read_timeout(Some(limit)).map_err(io)?;
+    tcp.set_write_timeout(Some(limit)).map_err(io)?;
+    let mut tcp = tcp;
+    // SOCKS5, or a CONNECT tunnel for an https origin, with the proxy's credentials.
+    if let Some(hs) = ProxyHandshake::for_route(route)? {
+        proxy_handshake(&mut tcp, hs)?;
+        if route.requires_tls() {
+            tunnelled();
+        }
+    }
+    let direct = (*route.proxy() == switchyard_core::Proxy::Direct).then(|| route.socket_addr().ip());
+    let established = if route.requires_tls() {
+        let (stream, alpn, facts) =
+            crate::stream::handshake(tcp, config, route.address().host(), (verification, direct))?;
+        (stream, alpn, Some(facts))
+    } else {
+        (Stream::Tcp(tcp), None, None)
+    };
+    // Exchanges set their own timeouts.
+    established.0.tcp().set_read_timeout(None).map_err(io)?;
+    established.0.tcp().set_write_timeout(None).map_err(io)?;
+    Ok(established)
+}
+
+/// Runs a proxy handshake (the core's state machine) on `tcp`: writes what it
+/// asks, reads what the proxy answers, until the tunnel is open. The socket's
+/// timeouts bound each step.
+fn proxy_handshake(tcp: &mut TcpStream, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
+    let io = |e: io::Error| ConnectError::from_io(&e);
+    let mut buf = BytesMut::with_capacity(512);
+    let mut scratch = [0u8; 512];
+    let mut eof = false;
+    loop {
+        while let Some(out) = hs.poll_transmit() {
+            tcp.write_all(&out).map_err(io)?;
+        }
+        if hs.handle_read(&mut buf, eof)? == Handshake::Done {
+            return Ok(());
+        }
+        if !hs.wants_write() {
+            match tcp.read(&mut scratch).map_err(io)? {
+                0 => eof = true,
+                n => buf.extend_from_slice(&scratch[..n]),
+            }
+        }
+    }
+}
