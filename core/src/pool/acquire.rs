@@ -127,7 +127,8 @@ impl Pool {
         }
         // No longer idle: its trim check (the oldest over the cap has one)
         // passes to the next oldest.
-        if was_idle.is_some_and(|since| self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn)))
+        if was_idle
+            .is_some_and(|since| self.timers.remove(since + self.config.idle_cap_grace, Timer::Trim(conn)))
         {
             if let Some(address) = self.conns.get(&conn).map(|c| c.address.clone()) {
                 self.rearm_trim(&address);

@@ -295,12 +295,12 @@ impl Pool {
                 self.events.push_back(e);
             }
             if let Some(t) = timer.take() {
-                self.race_timers.remove(&(t, call_id));
+                self.timers.remove(t, Timer::Race(call_id));
             }
             if finished.is_none() {
                 *timer = race.poll_timeout();
                 if let Some(t) = *timer {
-                    self.race_timers.insert((t, call_id));
+                    self.timers.insert(t, Timer::Race(call_id));
                 }
             }
         }
@@ -373,7 +373,7 @@ impl Pool {
             }
         }
         if let Some(t) = timer.take() {
-            self.race_timers.remove(&(t, call_id));
+            self.timers.remove(t, Timer::Race(call_id));
         }
         call.state = CallState::Pending;
         call.sequence = sequence;
@@ -480,10 +480,10 @@ impl Pool {
         self.open_total += 1;
         self.stats.created += 1;
         if let Some(t) = lifetime_deadline {
-            self.lifetimes.insert((t, id));
+            self.timers.insert(t, Timer::Lifetime(id));
         }
         if protocol.is_multiplexed() {
-            self.settings_due.insert((now + self.config.race.handshake_timeout, id));
+            self.timers.insert(now + self.config.race.handshake_timeout, Timer::Settings(id));
         }
         let limit = self.known_protocol.get(address).and_then(|k| k.2).filter(|_| protocol.is_multiplexed());
         self.known_protocol.insert(address.clone(), (protocol, now + self.config.route_ttl, limit));

@@ -1,6 +1,7 @@
 //! Retiring and closing connections: no-new-exchanges transitions, closes with a
 //! reason, idle caps, `evict_all`.
 
+use super::timers::Timer;
 use super::{AddrState, Pool, PoolAction};
 use crate::address::Address;
 use crate::connection::CloseReason;
@@ -31,7 +32,7 @@ impl Pool {
             let Some((since, id)) = over else { break };
             // A cap of zero keeps none: no grace (BEHAVIOUR §4).
             if since + grace > now && self.config.max_idle_per_address > 0 {
-                self.trim_checks.insert((since + grace, id));
+                self.timers.insert(since + grace, Timer::Trim(id));
                 break;
             }
             self.close(now, id, CloseReason::OverIdleCap);
@@ -52,7 +53,7 @@ impl Pool {
         let Some(a) = self.addrs.get(address) else { return };
         if a.idle.len() > self.config.max_idle_per_address {
             if let Some(&(since, id)) = a.idle.first() {
-                self.trim_checks.insert((since + self.config.idle_cap_grace, id));
+                self.timers.insert(since + self.config.idle_cap_grace, Timer::Trim(id));
             }
         }
     }
@@ -91,21 +92,21 @@ impl Pool {
             return;
         };
         debug_assert_eq!(c.in_flight, 0, "closing a connection in use");
-        self.pongs_due.retain(|(_, id)| *id != conn);
+        self.timers.cancel_pong(conn);
         if !self.probation.is_empty() {
             // Closed by the pool's own choice (idle, caps, duplicate): not the
             // server's doing.
             self.warm_ended(now, conn, reason);
         }
         if c.multiplexed() {
-            self.settings_due.remove(&(c.created + self.config.race.handshake_timeout, conn));
+            self.timers.remove(c.created + self.config.race.handshake_timeout, Timer::Settings(conn));
         }
         if let Some(since) = c.idle_since {
-            self.trim_checks.remove(&(since + self.config.idle_cap_grace, conn));
+            self.timers.remove(since + self.config.idle_cap_grace, Timer::Trim(conn));
             self.rearm_trim(&c.address);
         }
         if let Some(t) = c.lifetime_deadline {
-            self.lifetimes.remove(&(t, conn));
+            self.timers.remove(t, Timer::Lifetime(conn));
         }
         if let Some(a) = self.addrs.get_mut(&c.address) {
             a.open -= 1;

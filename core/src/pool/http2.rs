@@ -34,7 +34,7 @@ impl Pool {
             (c.address.clone(), c.stream_limit, c.created)
         };
         if limit > 0 {
-            self.settings_due.remove(&(created + self.config.race.handshake_timeout, connection));
+            self.timers.remove(created + self.config.race.handshake_timeout, Timer::Settings(connection));
         }
         if let Some(known) = self.known_protocol.get_mut(&address) {
             known.2 = Some(limit);
@@ -56,9 +56,9 @@ impl Pool {
     /// retires those).
     pub fn stream_stalled(&mut self, now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
         self.known(connection)?;
-        let outstanding = self.pongs_due.iter().any(|(_, id)| *id == connection);
+        let outstanding = self.timers.pong_pending(connection);
         if self.conns[&connection].multiplexed() && !outstanding {
-            self.pongs_due.insert((now + self.config.pong_timeout, connection));
+            self.timers.insert(now + self.config.pong_timeout, Timer::Pong(connection));
             self.actions.push_back(PoolAction::Ping { connection });
         }
         Ok(())
@@ -67,7 +67,7 @@ impl Pool {
     /// The PONG for the connection's PING arrived: it is alive.
     pub fn pong(&mut self, _now: Instant, connection: ConnectionId) -> Result<(), Misuse> {
         self.known(connection)?;
-        self.pongs_due.retain(|(_, id)| *id != connection);
+        self.timers.cancel_pong(connection);
         Ok(())
     }
 
@@ -90,33 +90,25 @@ impl Pool {
         self.connection_closed(now, connection, CloseReason::GoAway)
     }
 
-    /// HTTP/2 connections whose PONG is overdue (unhealthy), and new ones whose
-    /// SETTINGS never came (never usable: a stream still on one is aborted).
-    pub(super) fn http2_timeouts(&mut self, now: Instant) {
-        while let Some(&(at, id)) = self.pongs_due.first() {
-            if at > now {
-                break;
-            }
-            self.pongs_due.remove(&(at, id));
-            if self.conns.contains_key(&id) {
-                self.retire(now, id, CloseReason::Unhealthy);
-            }
+    /// The connection's PONG is overdue: it is unhealthy.
+    pub(super) fn pong_overdue(&mut self, now: Instant, id: ConnectionId) {
+        if self.conns.contains_key(&id) {
+            self.retire(now, id, CloseReason::Unhealthy);
         }
-        while let Some(&(at, id)) = self.settings_due.first() {
-            if at > now {
-                break;
-            }
-            self.settings_due.remove(&(at, id));
-            if let Some((address, busy)) = self.conns.get(&id).map(|c| (c.address.clone(), c.in_flight > 0)) {
-                // Calls that waited for its SETTINGS go elsewhere; a stream on
-                // it cannot finish, so the driver ends it now.
-                self.retire(now, id, CloseReason::NeverUsable);
-                if busy {
-                    let reason = CloseReason::NeverUsable;
-                    self.actions.push_back(PoolAction::Abort { connection: id, reason });
-                }
-                self.rebalance(now, &address);
-            }
+    }
+
+    /// A new HTTP/2 connection's SETTINGS never came: it is never usable.
+    /// Calls that waited for them go elsewhere; a stream on it cannot finish,
+    /// so the driver ends it now ([`PoolAction::Abort`]).
+    pub(super) fn settings_overdue(&mut self, now: Instant, id: ConnectionId) {
+        let Some((address, busy)) = self.conns.get(&id).map(|c| (c.address.clone(), c.in_flight > 0)) else {
+            return;
+        };
+        self.retire(now, id, CloseReason::NeverUsable);
+        if busy {
+            let reason = CloseReason::NeverUsable;
+            self.actions.push_back(PoolAction::Abort { connection: id, reason });
         }
+        self.rebalance(now, &address);
     }
 }

@@ -6,6 +6,7 @@
 //! `ConnectFailed`) are reported under the call that started it, though that
 //! call has moved on.
 
+use super::timers::Timer;
 use super::{Call, CallState, Pool, PoolAction};
 use crate::address::Address;
 use crate::connection::{CloseReason, TlsFacts};
@@ -40,7 +41,7 @@ impl Pool {
         let Some((attempt, route, deadline, handshaking, tunnelling)) = taken else { return };
         let address = self.calls[&call].address.clone();
         self.addrs.entry(address.clone()).or_default().kept += 1;
-        self.kept_deadlines.insert((deadline, attempt));
+        self.timers.insert(deadline, Timer::Kept(attempt));
         self.kept.insert(attempt, Kept { address, route, deadline, handshaking, tunnelling });
     }
 
@@ -66,8 +67,8 @@ impl Pool {
             k.deadline = now + self.config.race.handshake_timeout;
         }
         let deadline = k.deadline;
-        self.kept_deadlines.remove(&(old, attempt));
-        self.kept_deadlines.insert((deadline, attempt));
+        self.timers.remove(old, Timer::Kept(attempt));
+        self.timers.insert(deadline, Timer::Kept(attempt));
         self.handshaking.insert(attempt);
         if route.requires_tls() {
             self.stats.tls_handshakes += 1;
@@ -86,13 +87,13 @@ impl Pool {
         let old = k.deadline;
         k.deadline = now + self.config.race.handshake_timeout;
         let deadline = k.deadline;
-        self.kept_deadlines.remove(&(old, attempt));
-        self.kept_deadlines.insert((deadline, attempt));
+        self.timers.remove(old, Timer::Kept(attempt));
+        self.timers.insert(deadline, Timer::Kept(attempt));
     }
 
     fn unkeep(&mut self, attempt: AttemptId) -> Option<Kept> {
         let k = self.kept.remove(&attempt)?;
-        self.kept_deadlines.remove(&(k.deadline, attempt));
+        self.timers.remove(k.deadline, Timer::Kept(attempt));
         if let Some(a) = self.addrs.get_mut(&k.address) {
             a.kept -= 1;
         }
@@ -180,23 +181,19 @@ impl Pool {
         self.rebalance(now, &address);
     }
 
-    /// Kept attempts past their handshake deadline fail as handshake timeouts.
-    pub(super) fn kept_timeouts(&mut self, now: Instant) {
-        while let Some(&(at, attempt)) = self.kept_deadlines.first() {
-            if at > now {
-                break;
-            }
-            if let Some(k) = self.unkeep(attempt) {
-                let error = if !k.handshaking {
-                    ConnectError::ConnectTimeout { after: self.config.race.connect_timeout }
-                } else if k.tunnelling {
-                    ConnectError::TunnelTimeout { after: self.config.race.connect_timeout }
-                } else {
-                    ConnectError::HandshakeTimeout { after: self.config.race.handshake_timeout }
-                };
-                // Still running in the driver: it is cancelled.
-                self.kept_failed_with(now, attempt, k, error, true);
-            }
+    /// A kept attempt is past its deadline: it fails as a connect, tunnel or
+    /// handshake timeout.
+    pub(super) fn kept_timed_out(&mut self, now: Instant, attempt: AttemptId) {
+        if let Some(k) = self.unkeep(attempt) {
+            let error = if !k.handshaking {
+                ConnectError::ConnectTimeout { after: self.config.race.connect_timeout }
+            } else if k.tunnelling {
+                ConnectError::TunnelTimeout { after: self.config.race.connect_timeout }
+            } else {
+                ConnectError::HandshakeTimeout { after: self.config.race.handshake_timeout }
+            };
+            // Still running in the driver: it is cancelled.
+            self.kept_failed_with(now, attempt, k, error, true);
         }
     }
 

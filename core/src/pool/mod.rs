@@ -129,6 +129,7 @@ mod http2;
 mod idle;
 mod kept;
 mod stats;
+mod timers;
 mod view;
 mod waiters;
 pub mod warm;
@@ -160,6 +161,7 @@ use crate::id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
 use crate::race::{Action, Race, RaceRequest, Sequence};
 use crate::route::{Route, RouteDatabase};
 use crate::time::{earliest, Instant};
+use timers::{Timer, Timers};
 
 #[derive(Debug, Default)]
 struct AddrState {
@@ -271,14 +273,12 @@ pub struct Pool {
     // Lookup only (`shutdown` sorts what it takes from it).
     calls: FastMap<CallId, Call>,
     idle_all: idle::IdleQueue,
-    lifetimes: BTreeSet<(Instant, ConnectionId)>,
+    /// Every deadline but idle expiry (the idle queue orders those).
+    timers: Timers,
     waiters: BTreeMap<u64, CallId>,
-    wait_deadlines: BTreeSet<(Instant, CallId)>,
-    race_timers: BTreeSet<(Instant, CallId)>,
     /// Attempts kept for the pool (handshaking, or a call's only attempt), and
     /// their deadlines.
     kept: BTreeMap<AttemptId, kept::Kept>,
-    kept_deadlines: BTreeSet<(Instant, AttemptId)>,
     /// Attempts past TCP, for counting the ones thrown away.
     handshaking: BTreeSet<AttemptId>,
     /// Attempts and connections whose certificate was not verified: their
@@ -287,15 +287,8 @@ pub struct Pool {
     /// Per Address, the protocol its last connection negotiated, until when,
     /// and (HTTP/2) the stream limit its last SETTINGS advertised.
     known_protocol: FastMap<Address, (Protocol, Instant, Option<u32>)>,
-    /// HTTP/2 connections not usable yet (no SETTINGS, or a limit of zero), and
-    /// when the handshake timeout retires them ([`CloseReason::NeverUsable`]).
-    settings_due: BTreeSet<(Instant, ConnectionId)>,
-    /// When an over-cap idle connection has been idle for the grace period.
-    trim_checks: BTreeSet<(Instant, ConnectionId)>,
-    /// When idle HTTP/1.1 connections are next probed.
+    /// When idle HTTP/1.1 connections are next probed (armed in `timers`).
     next_probe: Option<Instant>,
-    /// HTTP/2 connections with a PING out, and when its PONG is due.
-    pongs_due: BTreeSet<(Instant, ConnectionId)>,
     next_wait_seq: u64,
     open_total: usize,
     racing_total: usize,
@@ -310,12 +303,9 @@ pub struct Pool {
     next_warm: u64,
     /// Warm connects in flight (calls without a caller) → their Address.
     warm_calls: BTreeMap<CallId, u64>,
-    /// Backoff ends and `Down` deadlines.
-    warm_timers: BTreeSet<(Instant, u64)>,
     /// Connections to declared Addresses that have not settled yet, and when
-    /// their probation ends.
+    /// their probation ends (armed in `timers`).
     probation: BTreeMap<ConnectionId, warm::Probation>,
-    probation_due: BTreeSet<(Instant, ConnectionId)>,
     jitter: warm::Jitter,
     actions: VecDeque<PoolAction>,
     events: VecDeque<Event>,
@@ -337,19 +327,13 @@ impl Pool {
             coalesce_index: FastMap::default(),
             calls: FastMap::default(),
             idle_all: idle::IdleQueue::default(),
-            lifetimes: BTreeSet::new(),
             waiters: BTreeMap::new(),
-            wait_deadlines: BTreeSet::new(),
-            race_timers: BTreeSet::new(),
             kept: BTreeMap::new(),
-            kept_deadlines: BTreeSet::new(),
             handshaking: BTreeSet::new(),
             unverified: Unverified::default(),
             known_protocol: FastMap::default(),
-            settings_due: BTreeSet::new(),
-            trim_checks: BTreeSet::new(),
             next_probe: None,
-            pongs_due: BTreeSet::new(),
+            timers: Timers::default(),
             next_wait_seq: 0,
             open_total: 0,
             racing_total: 0,
@@ -361,9 +345,7 @@ impl Pool {
             warm_of: FastMap::default(),
             next_warm: 0,
             warm_calls: BTreeMap::new(),
-            warm_timers: BTreeSet::new(),
             probation: BTreeMap::new(),
-            probation_due: BTreeSet::new(),
             jitter,
             actions: VecDeque::new(),
             events: VecDeque::new(),
@@ -414,32 +396,34 @@ impl Pool {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let idle = self.idle_all.first().map(|(since, _)| *since + self.config.keep_alive);
-        let mut t = earliest(idle, self.lifetimes.first().map(|(t, _)| *t));
-        t = earliest(t, self.wait_deadlines.first().map(|(t, _)| *t));
-        t = earliest(t, self.kept_deadlines.first().map(|(t, _)| *t));
-        t = earliest(t, self.trim_checks.first().map(|(t, _)| *t));
-        t = earliest(t, self.next_probe);
-        t = earliest(t, self.pongs_due.first().map(|(t, _)| *t));
-        t = earliest(t, self.settings_due.first().map(|(t, _)| *t));
-        t = earliest(t, self.warm_deadline());
-        earliest(t, self.race_timers.first().map(|(t, _)| *t))
+        earliest(idle, self.timers.first())
     }
 
-    /// Acts on every deadline `<= now`.
+    /// Acts on every deadline `<= now`: idle expiry, then the timer table's
+    /// due entries in time order.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.idle_timeouts(now);
-        self.wait_timeouts(now);
-        self.kept_timeouts(now);
-        self.trim_timeouts(now);
-        self.race_timeouts(now);
-        self.probe_idle(now);
-        self.warm_timeouts(now);
-        self.probation_timeouts(now);
-        self.http2_timeouts(now);
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::Lifetime(id) => self.retire(now, id, CloseReason::MaxLifetime),
+                Timer::Wait(call) => self.wait_timed_out(now, call),
+                Timer::Kept(attempt) => self.kept_timed_out(now, attempt),
+                Timer::Trim(id) => {
+                    if let Some(address) = self.conns.get(&id).map(|c| c.address.clone()) {
+                        self.enforce_idle_caps(now, &address);
+                    }
+                }
+                Timer::Race(call) => self.race_step(now, call),
+                Timer::Probe => self.probe_idle(now),
+                Timer::Warm(idx) => self.rewarm(now, idx),
+                Timer::Probation(conn) => self.probation_ended(now, conn),
+                Timer::Pong(id) => self.pong_overdue(now, id),
+                Timer::Settings(id) => self.settings_overdue(now, id),
+            }
+        }
     }
 
-    /// Idle connections past the keep-alive (a warm minimum's stay), and
-    /// connections past their max lifetime.
+    /// Idle connections past the keep-alive close (a warm minimum's stay).
     fn idle_timeouts(&mut self, now: Instant) {
         // Idle expiry, oldest first.
         while let Some(&(since, id)) = self.idle_all.first() {
@@ -449,7 +433,7 @@ impl Pool {
             if self.warm_protects(id) {
                 // A warm minimum's connection: it stays, idle from now (its
                 // idle-cap check moves with it).
-                self.trim_checks.remove(&(since + self.config.idle_cap_grace, id));
+                self.timers.remove(since + self.config.idle_cap_grace, Timer::Trim(id));
                 self.update(id, |c| c.idle_since = Some(now));
                 if let Some(address) = self.conns.get(&id).map(|c| c.address.clone()) {
                     self.rearm_trim(&address);
@@ -458,73 +442,36 @@ impl Pool {
             }
             self.close(now, id, CloseReason::IdleTimeout);
         }
-        while let Some(&(at, id)) = self.lifetimes.first() {
-            if at > now {
-                break;
-            }
-            self.lifetimes.remove(&(at, id));
-            self.retire(now, id, CloseReason::MaxLifetime);
+    }
+
+    /// A call that waited for capacity past the acquire timeout fails.
+    fn wait_timed_out(&mut self, now: Instant, call: CallId) {
+        let Some(c) = self.calls.get(&call) else { return };
+        if let CallState::Waiting { since, .. } = c.state {
+            let address = c.address.clone();
+            self.end_call_waiting_or_racing(now, call);
+            self.calls.remove(&call);
+            self.actions.push_back(PoolAction::AcquireFailed {
+                call,
+                error: AcquireError::Timeout { address, waited: now - since },
+            });
         }
     }
 
-    /// Calls that waited for capacity past the acquire timeout fail.
-    fn wait_timeouts(&mut self, now: Instant) {
-        while let Some(&(at, call)) = self.wait_deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.wait_deadlines.remove(&(at, call));
-            if let Some(c) = self.calls.get(&call) {
-                if let CallState::Waiting { since, .. } = c.state {
-                    let address = c.address.clone();
-                    self.end_call_waiting_or_racing(now, call);
-                    self.calls.remove(&call);
-                    self.actions.push_back(PoolAction::AcquireFailed {
-                        call,
-                        error: AcquireError::Timeout { address, waited: now - since },
-                    });
-                }
-            }
-        }
-    }
-
-    /// Idle-cap checks whose grace has passed.
-    fn trim_timeouts(&mut self, now: Instant) {
-        while let Some(&(at, id)) = self.trim_checks.first() {
-            if at > now {
-                break;
-            }
-            self.trim_checks.remove(&(at, id));
-            if let Some(address) = self.conns.get(&id).map(|c| c.address.clone()) {
-                self.enforce_idle_caps(now, &address);
-            }
-        }
-    }
-
-    /// Races whose timer is due.
-    fn race_timeouts(&mut self, now: Instant) {
-        while let Some(&(at, call)) = self.race_timers.first() {
-            if at > now {
-                break;
-            }
-            self.race_timers.remove(&(at, call));
-            if let Some(Call { state: CallState::Racing { race, timer, .. }, .. }) = self.calls.get_mut(&call)
-            {
-                *timer = None;
-                race.handle_timeout(now, &mut self.db);
-                self.pump_race(now, call);
-            }
+    /// A race's timer is due: it takes its next step.
+    fn race_step(&mut self, now: Instant, call: CallId) {
+        if let Some(Call { state: CallState::Racing { race, timer, .. }, .. }) = self.calls.get_mut(&call) {
+            *timer = None;
+            race.handle_timeout(now, &mut self.db);
+            self.pump_race(now, call);
         }
     }
 
     /// Asks the driver to probe every idle HTTP/1.1 connection when the probe
     /// interval has passed (oldest idle first), and re-arms while any remain.
     fn probe_idle(&mut self, now: Instant) {
-        let (Some(at), Some(every)) = (self.next_probe, self.config.probe_interval) else { return };
-        if at > now {
-            return;
-        }
         self.next_probe = None;
+        let Some(every) = self.config.probe_interval else { return };
         let idle: Vec<ConnectionId> = self
             .idle_all
             .iter(|k| idle_live(&self.conns, k))
@@ -533,6 +480,7 @@ impl Pool {
             .collect();
         if !idle.is_empty() {
             self.next_probe = Some(now + every);
+            self.timers.insert(now + every, Timer::Probe);
         }
         for connection in idle {
             self.actions.push_back(PoolAction::Probe { connection });
@@ -648,7 +596,10 @@ impl Pool {
                 self.idle_all.insert((since, id), |k| idle_live(&self.conns, k));
             }
             if !c.multiplexed() && self.next_probe.is_none() {
-                self.next_probe = self.config.probe_interval.map(|every| since + every);
+                if let Some(every) = self.config.probe_interval {
+                    self.next_probe = Some(since + every);
+                    self.timers.insert(since + every, Timer::Probe);
+                }
             }
         }
         if c.shareable() {
@@ -689,7 +640,10 @@ impl Pool {
             let joined = after.idle.filter(|since| a.idle.insert((*since, id)));
             if let Some(since) = after.idle {
                 if !c.multiplexed() && self.next_probe.is_none() {
-                    self.next_probe = self.config.probe_interval.map(|every| since + every);
+                    if let Some(every) = self.config.probe_interval {
+                        self.next_probe = Some(since + every);
+                        self.timers.insert(since + every, Timer::Probe);
+                    }
                 }
             }
             // The connection has changed: `idle_live` answers for its new state.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::timers::Timer;
 use super::{CallState, Pool};
 use crate::address::Address;
 use crate::connection::CloseReason;
@@ -173,7 +174,7 @@ impl Pool {
             if a.idle.len() > self.config.max_idle_per_address {
                 // The oldest has a check scheduled; each check handles the next.
                 let (since, id) = a.idle.first().copied().expect("over the cap: not empty");
-                if !self.trim_checks.contains(&(since + grace, id)) {
+                if !self.timers.contains(since + grace, Timer::Trim(id)) {
                     return Err(format!("{address}: {id} idle over the cap without a trim check"));
                 }
             }

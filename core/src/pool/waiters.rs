@@ -2,6 +2,7 @@
 //! come first served until capacity frees (a connection closes, an exchange ends,
 //! a race ends, SETTINGS raise a stream limit).
 
+use super::timers::Timer;
 use super::{Call, CallState, Pool, StreamLimitPolicy};
 use crate::address::Address;
 use crate::address::Protocol;
@@ -33,7 +34,7 @@ impl Pool {
                 (c.address.clone(), c.options.deadline.map_or(wait, |d| d.min(wait)), c.wait_seq)
             };
             self.waiters.insert(seq, call_id);
-            self.wait_deadlines.insert((deadline, call_id));
+            self.timers.insert(deadline, Timer::Wait(call_id));
             self.addrs.entry(address).or_default().waiters += 1;
             self.calls.get_mut(&call_id).expect("call exists").state =
                 CallState::Waiting { seq, since: now, deadline };
@@ -193,7 +194,7 @@ impl Pool {
             let ahead = slot.map_or(0, |i| still_waiting[i].1);
             if self.try_serve(now, call_id, ahead) {
                 self.waiters.remove(&seq);
-                self.wait_deadlines.remove(&(deadline, call_id));
+                self.timers.remove(deadline, Timer::Wait(call_id));
                 self.gc_address(&waiter_address);
             } else {
                 match slot {
@@ -239,7 +240,7 @@ impl Pool {
             CallState::Waiting { seq, deadline, .. } => {
                 let address = call.address.clone();
                 self.waiters.remove(&seq);
-                self.wait_deadlines.remove(&(deadline, call_id));
+                self.timers.remove(deadline, Timer::Wait(call_id));
                 if let Some(a) = self.addrs.get_mut(&address) {
                     a.waiters -= 1;
                 }

@@ -80,6 +80,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use super::timers::Timer;
 use super::{AcquireOptions, Call, Pool, PoolAction};
 use crate::address::{Address, Protocol, Proxy};
 use crate::connection::CloseReason;
@@ -387,9 +388,8 @@ impl Pool {
             }
             self.report(now, idx);
         }
-        self.warm_timers.clear();
         self.probation.clear();
-        self.probation_due.clear();
+        self.timers.retain(|t| !matches!(t, Timer::Warm(_) | Timer::Probation(_)));
     }
 
     /// Whether `call` is a warm connect (no caller).
@@ -548,7 +548,7 @@ impl Pool {
         }
         let due = now + w.policy.probation;
         self.probation.insert(conn, Probation { idx, due, usable: false });
-        self.probation_due.insert((due, conn));
+        self.timers.insert(due, Timer::Probation(conn));
     }
 
     /// The connection proved usable (HTTP/2 SETTINGS, a passing probe): it
@@ -575,7 +575,7 @@ impl Pool {
     /// a successful connect, which resets the backoff.
     fn warm_settle(&mut self, now: Instant, conn: ConnectionId) {
         let Some(p) = self.probation.remove(&conn) else { return };
-        self.probation_due.remove(&(p.due, conn));
+        self.timers.remove(p.due, Timer::Probation(conn));
         let Some(w) = self.warm.get_mut(&p.idx) else { return };
         w.failures = 0;
         w.next_retry = None;
@@ -589,7 +589,7 @@ impl Pool {
     /// the server (or a failure) ended it, it died young — a failed connect.
     pub(super) fn warm_ended(&mut self, now: Instant, conn: ConnectionId, reason: CloseReason) {
         let Some(p) = self.probation.remove(&conn) else { return };
-        self.probation_due.remove(&(p.due, conn));
+        self.timers.remove(p.due, Timer::Probation(conn));
         if !server_ended(reason) {
             return;
         }
@@ -600,21 +600,15 @@ impl Pool {
         self.warm_backoff(now, p.idx, error);
     }
 
-    /// Probations that end at `now`: a usable connection settles; an idle
-    /// HTTP/1.1 connection is probed (its verdict decides); others wait for
-    /// their SETTINGS or their exchange.
-    pub(super) fn probation_timeouts(&mut self, now: Instant) {
-        while let Some(&(at, conn)) = self.probation_due.first() {
-            if at > now {
-                break;
-            }
-            self.probation_due.remove(&(at, conn));
-            let Some(p) = self.probation.get(&conn) else { continue };
-            if p.usable {
-                self.warm_settle(now, conn);
-            } else if self.conns.get(&conn).is_some_and(|c| !c.multiplexed() && c.is_idle()) {
-                self.actions.push_back(PoolAction::Probe { connection: conn });
-            }
+    /// A probation ends: a usable connection settles; an idle HTTP/1.1
+    /// connection is probed (its verdict decides); others wait for their
+    /// SETTINGS or their exchange.
+    pub(super) fn probation_ended(&mut self, now: Instant, conn: ConnectionId) {
+        let Some(p) = self.probation.get(&conn) else { return };
+        if p.usable {
+            self.warm_settle(now, conn);
+        } else if self.conns.get(&conn).is_some_and(|c| !c.multiplexed() && c.is_idle()) {
+            self.actions.push_back(PoolAction::Probe { connection: conn });
         }
     }
 
@@ -666,33 +660,13 @@ impl Pool {
             w.failures += 1;
             let delay = w.policy.backoff.delay(w.failures, draw);
             w.next_retry = Some(now + delay);
-            self.warm_timers.insert((now + delay, idx));
+            self.timers.insert(now + delay, Timer::Warm(idx));
         }
         let since = *w.failing_since.get_or_insert(now);
         let down_at = since + w.policy.down_after;
         if down_at > now {
-            self.warm_timers.insert((down_at, idx));
+            self.timers.insert(down_at, Timer::Warm(idx));
         }
         self.report(now, idx);
-    }
-
-    /// Backoff ends and `Down` deadlines due at `now`.
-    pub(super) fn warm_timeouts(&mut self, now: Instant) {
-        while let Some(&(at, idx)) = self.warm_timers.first() {
-            if at > now {
-                break;
-            }
-            self.warm_timers.remove(&(at, idx));
-            self.rewarm(now, idx);
-        }
-    }
-
-    /// The next warm deadline: a backoff end, a `Down` deadline or a
-    /// probation's end.
-    pub(super) fn warm_deadline(&self) -> Option<Instant> {
-        crate::time::earliest(
-            self.warm_timers.first().map(|(t, _)| *t),
-            self.probation_due.first().map(|(t, _)| *t),
-        )
     }
 }
