@@ -83,6 +83,7 @@
 //!   header list size is the head limit (64 KiB by default,
 //!   [`ClientBuilder::max_response_head_size`]).
 
+pub mod call;
 mod config;
 pub mod engine;
 mod error;

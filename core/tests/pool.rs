@@ -927,6 +927,36 @@ fn no_retry_after_the_call_deadline() {
     assert_eq!(outcome, FailureOutcome::Retrying(RetryReason::StaleConnection));
 }
 
+/// Past the call's deadline the verdict's reason is the deadline, whatever
+/// else the failure would have said (a timeout, which is never retried
+/// anyway): the adapters report the call's timeout on that verdict alone.
+/// Before the deadline the failure's own reason stands; `may_have_been_sent`
+/// is the failure's either way.
+#[test]
+fn past_the_deadline_every_failure_says_deadline() {
+    let a = http("127.0.0.1");
+    let options = AcquireOptions { deadline: Some(ms(50)), ..AcquireOptions::default() };
+    let timeout = || ExchangeFailure {
+        kind: ExchangeFailureKind::Timeout,
+        progress: Progress::RequestWritten,
+        request: facts(true),
+    };
+    for (at, why) in [(ms(50), NoRetry::DeadlinePassed), (ms(49), NoRetry::Timeout)] {
+        let mut sim = PoolSim::new(config());
+        let (c1, _) = sim.open(0, &a);
+        sim.finish(1, c1);
+        let c2 = sim.acquire_with(2, &a, options.clone());
+        sim.drain();
+        match sim.pool.exchange_failed(at, c2, timeout()).unwrap() {
+            FailureOutcome::Failed(e) => {
+                assert_eq!(e.why, why, "at {at:?}");
+                assert!(e.may_have_been_sent);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_stale_pooled_connection_does_not_replay_a_post() {
     let mut sim = PoolSim::new(config());

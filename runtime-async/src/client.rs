@@ -7,10 +7,11 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
+use switchyard_common::call::CallOwner;
+use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
 use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender, TimeoutPhase};
-use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
-use switchyard_core::{CallId, FailureOutcome, PoolStats};
+use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress};
+use switchyard_core::{CallId, PoolStats};
 use tokio::sync::oneshot;
 
 use crate::body::Body;
@@ -19,7 +20,6 @@ use crate::runtime::{within, BoxFuture, Runtime};
 use crate::shared::CallLimits;
 use crate::shared::{self, Lease, Settings, Shared};
 use crate::ResponseBody;
-use switchyard_common::exchange::Attempted;
 
 impl<R: Runtime + Default> FromConfig for Client<R> {
     type Runtime = R;
@@ -223,21 +223,17 @@ impl<R: Runtime> Client<R> {
         let (tx, rx) = oneshot::channel();
         let call = shared.start_call(&parts, &plan, tx);
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
-        let limits = CallLimits {
-            deadline: plan.deadline,
-            call_deadline: plan.call_deadline,
-            body_timeout: plan.body_timeout,
-        };
+        let owner = CallOwner::new(call, &plan);
         // Whether the call holds a connection: a timeout before then was
         // spent connecting, after it waiting for the head.
         let leased = AtomicBool::new(false);
-        let (timeout, facts) = (plan.timeout, plan.facts);
+        let (timeout, facts) = (plan.timeout, owner.facts());
         // Nothing else of the plan is needed across the wait; a local kept
         // alive there would sit in this future's state.
         drop(plan);
         // Boxed: the exchange's state (a few KiB) is built once on the heap,
         // not moved through this future and the timeout's.
-        let run = Box::pin(run_call(&shared, call, rx, &parts, &mut body, facts, limits, &leased));
+        let run = Box::pin(run_call(&shared, &owner, rx, &parts, &mut body, &leased));
         let result = match timeout {
             Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
                 if leased.load(Ordering::Acquire) {
@@ -333,17 +329,15 @@ impl Drop for CallGuard {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn run_call(
     shared: &Arc<Shared>,
-    call: CallId,
+    owner: &CallOwner,
     mut rx: oneshot::Receiver<Result<Lease, switchyard_core::AcquireError>>,
     parts: &http::request::Parts,
     body: &mut Body,
-    facts: RequestFacts,
-    limits: CallLimits,
     leased: &AtomicBool,
 ) -> Result<http::Response<ResponseBody>, Error> {
+    let call = owner.call();
     loop {
         leased.store(false, Ordering::Release);
         let lease = match rx.await {
@@ -352,57 +346,31 @@ async fn run_call(
             Err(_) => return Err(Error::connect(switchyard_core::AcquireError::Shutdown)),
         };
         leased.store(true, Ordering::Release);
-        let attempt = match lease {
+        let answered = match lease {
             Lease::H1 { connection, conn } => {
-                let (form, head, via) = {
-                    let st = shared.lock_state();
-                    switchyard_common::engine::target_form(&st.pool, connection, parts)
-                };
-                let request = Call {
-                    parts: &head,
-                    form,
-                    body_len: body.len(),
-                    facts,
-                    deadline: limits.deadline,
-                    call_deadline: limits.call_deadline,
-                    body_timeout: limits.body_timeout,
-                };
-                match H1Exchange::start(shared, call, connection, conn, &request) {
-                    // A 407 from the proxy itself is a typed error naming it.
-                    Ok(exchange) => h1::exchange(exchange, body).await.and_then(|r| {
-                        switchyard_common::engine::proxy_answer(r, via.as_ref()).map_err(Attempted::Fatal)
-                    }),
+                let target = owner.h1_target(&shared.lock_state().pool, connection, parts);
+                let request = owner.h1_call(&target, body.len());
+                let attempt = match H1Exchange::start(shared, call, connection, conn, &request) {
+                    Ok(exchange) => h1::exchange(exchange, body).await,
                     Err(e) => Err(e),
-                }
+                };
+                owner.answered(attempt, target.via())
             }
             Lease::H2 { connection, handle } => {
-                let req = crate::h2::Request { parts, body, facts, limits };
-                crate::h2::exchange(shared, call, connection, handle, req).await
+                let limits =
+                    CallLimits { call_deadline: owner.call_deadline(), body_timeout: owner.body_timeout() };
+                let req = crate::h2::Request { parts, body, facts: owner.facts(), limits };
+                owner.answered(crate::h2::exchange(shared, call, connection, handle, req).await, None)
             }
         };
-        let failure = match attempt {
-            Ok(response) => return Ok(response),
-            Err(Attempted::Fatal(e)) => return Err(e),
-            Err(Attempted::Failed(f)) => f,
+        let failure = match answered {
+            Ok(done) => return done,
+            Err(failure) => failure,
         };
         // The pool hears every failure first (route memory, the connection's
-        // verdict; its retry rule sees the deadline too).
-        let timed_out = limits.deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        // verdict); its verdict says whether the call's deadline passed.
         let (tx, next) = oneshot::channel();
-        let outcome = shared.exchange_failed(call, failure, tx);
-        if timed_out {
-            // The call's deadline passed during the exchange: it timed out,
-            // whatever the exchange's own error (a retry the pool may still
-            // have started ends with the call).
-            return Err(Error::timeout(TimeoutPhase::ResponseHead));
-        }
-        match outcome {
-            Ok(FailureOutcome::Retrying(reason)) => {
-                tracing::debug!(%call, ?reason, "retrying");
-                rx = next;
-            }
-            Ok(FailureOutcome::Failed(e)) => return Err(Error::exchange(e)),
-            Err(misuse) => return Err(Error::internal(misuse)),
-        }
+        owner.after_failure(shared.exchange_failed(call, failure, tx))?;
+        rx = next;
     }
 }

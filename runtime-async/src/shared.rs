@@ -173,8 +173,6 @@ pub(crate) async fn timer_task(
 /// A call's time bounds, as the exchanges apply them.
 #[derive(Clone, Copy)]
 pub(crate) struct CallLimits {
-    /// Until the response head.
-    pub(crate) deadline: Option<std::time::Instant>,
     /// The whole call, its body included.
     pub(crate) call_deadline: Option<std::time::Instant>,
     /// The response body, from its head.

@@ -3,13 +3,11 @@
 
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
 
-use switchyard_common::engine::{Call, CallPlan, EngineHost, H1Exchange};
-use switchyard_common::exchange::Attempted;
+use switchyard_common::call::CallOwner;
+use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
 use switchyard_common::{Config, Error, FromConfig, HttpVersion, Hub, Sender, TimeoutPhase};
-use switchyard_core::pool::RequestFacts;
-use switchyard_core::{AcquireError, CallId, FailureOutcome, PoolStats};
+use switchyard_core::{AcquireError, CallId, PoolStats};
 
 use crate::body::Body;
 use crate::shared::{Lease, Msg, Settings, Shared};
@@ -212,8 +210,8 @@ impl Client {
             .map_err(|e| e.with_url(&uri.to_string()))?;
         let (tx, rx) = mpsc::channel();
         let call = shared.start_call(&parts, &plan, tx);
-        let limits = (plan.deadline, plan.call_deadline, plan.body_timeout);
-        match run_call(&shared, call, rx, &parts, &mut body, plan.facts, limits) {
+        let owner = CallOwner::new(call, &plan);
+        match run_call(&shared, &owner, rx, &parts, &mut body) {
             Ok(mut response) => {
                 // The call ends with its body (`call_end` then).
                 response.body_mut().set_owner(Arc::clone(&shared), call, &uri);
@@ -264,55 +262,29 @@ fn wait_for_lease(
 
 fn run_call(
     shared: &Arc<Shared>,
-    call: CallId,
+    owner: &CallOwner,
     rx: mpsc::Receiver<Msg>,
     parts: &http::request::Parts,
     body: &mut Body,
-    facts: RequestFacts,
-    (deadline, call_deadline, body_timeout): (
-        Option<std::time::Instant>,
-        Option<std::time::Instant>,
-        Option<Duration>,
-    ),
 ) -> Result<http::Response<ResponseBody>, Error> {
-    let mut rx = rx;
+    let (call, mut rx) = (owner.call(), rx);
     loop {
-        let (connection, conn) = match wait_for_lease(shared, call, &rx, deadline)? {
+        let (connection, conn) = match wait_for_lease(shared, call, &rx, owner.deadline())? {
             Lease::H1 { connection, conn } => (connection, conn),
             Lease::H2 { handle, .. } => match handle {},
         };
-        let (form, head, via) = {
-            let st = shared.hub.lock();
-            switchyard_common::engine::target_form(&st.pool, connection, parts)
+        let target = owner.h1_target(&shared.hub.lock().pool, connection, parts);
+        let request = owner.h1_call(&target, body.len());
+        let attempt = H1Exchange::start(shared, call, connection, conn, &request)
+            .and_then(|exchange| h1::exchange(exchange, body));
+        let failure = match owner.answered(attempt, target.via()) {
+            Ok(done) => return done,
+            Err(failure) => failure,
         };
-        let request =
-            Call { parts: &head, form, body_len: body.len(), facts, deadline, call_deadline, body_timeout };
-        let started = H1Exchange::start(shared, call, connection, conn, &request);
-        // A 407 from the proxy itself is a typed error naming it.
-        let answered = started
-            .and_then(|exchange| h1::exchange(exchange, body))
-            .and_then(|r| switchyard_common::engine::proxy_answer(r, via.as_ref()).map_err(Attempted::Fatal));
-        let failure = match answered {
-            Ok(response) => return Ok(response),
-            Err(Attempted::Fatal(e)) => return Err(e),
-            Err(Attempted::Failed(f)) => f,
-        };
-        let timed_out = deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        // The pool hears every failure first (route memory, the connection's
+        // verdict); its verdict says whether the call's deadline passed.
         let (tx, next) = mpsc::channel();
-        let outcome = shared.exchange_failed(call, failure, tx);
-        match outcome {
-            Ok(FailureOutcome::Retrying(_)) if timed_out => {
-                return Err(Error::timeout(TimeoutPhase::ResponseHead))
-            }
-            Ok(FailureOutcome::Retrying(reason)) => {
-                tracing::debug!(%call, ?reason, "retrying");
-                rx = next;
-            }
-            Ok(FailureOutcome::Failed(_)) if timed_out => {
-                return Err(Error::timeout(TimeoutPhase::ResponseHead))
-            }
-            Ok(FailureOutcome::Failed(e)) => return Err(Error::exchange(e)),
-            Err(misuse) => return Err(Error::internal(misuse)),
-        }
+        owner.after_failure(shared.exchange_failed(call, failure, tx))?;
+        rx = next;
     }
 }

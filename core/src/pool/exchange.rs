@@ -34,13 +34,16 @@ impl Pool {
         self.never_answered_as_http2(conn_id, &mut failure);
         let (ctx, route) = self.retry_context(call, conn_id);
         let mut decision = decide(&failure, &ctx);
-        // A retry that cannot finish before the call's deadline is not started.
+        // The call's deadline passed: no retry is started, and that is why the
+        // call fails, whatever else the failure says (the adapters report it
+        // as the call's timeout on this verdict alone).
         let deadline_passed = self.calls[&call].options.deadline.is_some_and(|d| now >= d);
-        if deadline_passed && !matches!(decision, RetryDecision::Fail { .. }) {
-            decision = RetryDecision::Fail {
-                why: NoRetry::DeadlinePassed,
-                may_have_been_sent: may_have_been_sent(&failure),
+        if deadline_passed {
+            let may_have_been_sent = match decision {
+                RetryDecision::Fail { may_have_been_sent, .. } => may_have_been_sent,
+                _ => may_have_been_sent(&failure),
             };
+            decision = RetryDecision::Fail { why: NoRetry::DeadlinePassed, may_have_been_sent };
         }
         let retire = self.judge_connection(now, call, conn_id, &failure.kind, &ctx);
         self.emit(now, Some(call), EventKind::RetryDecision { connection: conn_id, decision });
