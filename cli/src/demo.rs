@@ -68,7 +68,9 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
     let server = TestServer::start_on(listener, options);
     let port = server.port();
     let log = EventLog::default();
+    // The demo's servers are embedded: never through a proxy from the environment.
     let client = Client::builder()
+        .no_proxy()
         .event_listener(log.clone())
         .add_root_certificate(ca.cert.clone())
         .resolve(&format!("demo.test:{port}"), ["::1".parse().expect("ip"), "127.0.0.1".parse().expect("ip")])
@@ -129,6 +131,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
     n.say("   and the server never sees more than 4 connections.");
     let plain = TestServer::start(ServerOptions::default());
     let capped = Client::builder()
+        .no_proxy()
         .http_version(HttpVersion::Http1Only)
         .max_connections_per_host(4)
         .build()
@@ -161,8 +164,11 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
         vec![Step::Respond(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond".to_vec())],
     ]);
     let rlog = EventLog::default();
-    let retrying =
-        Client::builder().event_listener(rlog.clone()).build().map_err(|e| Failed(format!("{e:#}")))?;
+    let retrying = Client::builder()
+        .no_proxy()
+        .event_listener(rlog.clone())
+        .build()
+        .map_err(|e| Failed(format!("{e:#}")))?;
     get(&retrying, &format!("http://{}/", raw.addr)).await?;
     rlog.clear();
     let (_, body) = get(&retrying, &format!("http://{}/", raw.addr)).await?;
@@ -219,7 +225,7 @@ async fn manager_step(n: &Narrator) -> Result<(), Failed> {
     let manager = switchyard_tokio::Manager::builder()
         .server(&url_a, 2)
         .server(&url_b, 1)
-        .client(|c| c.event_listener(log.clone()))
+        .client(|c| c.no_proxy().event_listener(log.clone()))
         .ready_timeout(std::time::Duration::from_secs(10))
         .build()
         .map_err(|e| Failed(format!("{e:#}")))?;

@@ -60,7 +60,9 @@ fn client<C: FromConfig>(
         let proxy =
             switchyard_common::parse_proxy_url(url).map_err(|why| Failed(format!("--proxy: {why}")))?;
         b = b.proxies([proxy]);
-    } else if !args.no_proxy_env {
+    } else if args.no_proxy_env {
+        b = b.no_proxy();
+    } else {
         b = b.proxy_from_env();
     }
     for r in &args.resolve {

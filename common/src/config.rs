@@ -387,7 +387,8 @@ impl Default for BuilderState {
             overrides: HashMap::new(),
             proxies: Vec::new(),
             selector: None,
-            proxy_env: false,
+            // As reqwest and curl: proxies from the environment unless told otherwise.
+            proxy_env: true,
             limits: switchyard_core::http1::Limits::default(),
             http2: Http2Settings::default(),
             errors: Vec::new(),
@@ -543,7 +544,9 @@ impl BuilderState {
         let tls_configs = crate::tls::TlsConfigs::build(&self.tls).map_err(Error::config)?;
         // The environment is read now; a malformed variable fails the build.
         let selector = if self.proxy_env {
-            Some(Arc::new(crate::ProxyEnv::from_env()?) as Arc<dyn ProxySelector>)
+            let env = crate::ProxyEnv::from_env()?;
+            // No proxy variable set: nothing to ask per call.
+            (!env.is_empty()).then(|| Arc::new(env) as Arc<dyn ProxySelector>)
         } else {
             self.selector
         };
@@ -952,7 +955,9 @@ macro_rules! __client_builder_methods {
         /// proxy has credentials; SOCKS5 with username/password when it has
         /// them, the origin's name resolved by the proxy). A proxy listed twice is
         /// used once, at its first place (the route planner drops duplicates).
-        /// Replaces `proxy_selector` and `proxy_from_env`. Default: direct.
+        /// Replaces `proxy_selector` and the environment's proxies (an empty list
+        /// is [`no_proxy`](Self::no_proxy)). Default: the environment's
+        /// ([`proxy_from_env`](Self::proxy_from_env)).
         pub fn proxies(mut self, proxies: impl IntoIterator<Item = $crate::__private::Proxy>) -> Self {
             self.state.selector = None;
             self.state.proxy_env = false;
@@ -974,10 +979,30 @@ macro_rules! __client_builder_methods {
         /// and `socks5://` / `socks5h://` schemes
         /// ([`ProxyEnv`](crate::ProxyEnv) has the rules). A malformed variable
         /// makes `build` fail with an error naming it. Replaces `proxies` and
-        /// `proxy_selector` (the last call wins). Default: off.
+        /// `proxy_selector` (the last call wins). **Default: on**, as in reqwest
+        /// and curl; [`no_proxy`](Self::no_proxy) turns it off.
         pub fn proxy_from_env(mut self) -> Self {
             self.state.proxy_env = true;
             self.state.selector = None;
+            self.state.proxies.clear();
+            self
+        }
+        /// Every call goes direct: no proxy, and none from the environment
+        /// (`HTTP_PROXY` and the rest are not read). Replaces `proxies`,
+        /// `proxy_selector` and `proxy_from_env`.
+        pub fn no_proxy(mut self) -> Self {
+            self.state.proxy_env = false;
+            self.state.selector = None;
+            self.state.proxies.clear();
+            self
+        }
+        /// One more proxy after those given before (reqwest's habit; see
+        /// [`proxies`](Self::proxies) for how proxies are used). The first call
+        /// replaces the environment's proxies.
+        pub fn proxy(mut self, proxy: $crate::__private::Proxy) -> Self {
+            self.state.selector = None;
+            self.state.proxy_env = false;
+            self.state.proxies.push(proxy);
             self
         }
         /// Largest response head accepted, and largest trailer section (HTTP/1.1:

@@ -695,6 +695,7 @@ pub trait EngineHost: Adapter + Send + Sync + 'static {
         let address = plan.address.clone();
         self.input(|st, now| {
             let id = st.pool.acquire(now, address, acquire);
+            self.hub().trace_call(st, id);
             st.io.engine.wait(id, waiter);
             // Queued before the acquisition's own events, so listeners hear it first.
             if let Some(head) = head {
@@ -711,6 +712,7 @@ pub trait EngineHost: Adapter + Send + Sync + 'static {
             st.io.engine.stop_waiting(call);
             st.pool.cancel(now, call);
         });
+        self.hub().untrace_call(call);
         let (at, err) = (self.hub().now(), error.clone());
         self.hub().emit(move |l| l.call_failed(call, &err, at));
         // Every event of the call is heard before `send` returns its error.

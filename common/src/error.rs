@@ -33,8 +33,10 @@ pub struct Error {
     url: Option<Arc<str>>,
 }
 
-/// What failed (see [`Error::kind`]).
-#[derive(Debug, Clone)]
+/// What failed (see [`Error::kind`]). Its `Debug` is short: the variant and
+/// a one-line summary (`Connect("connect refused")`, `Timeout(ResponseBody)`);
+/// the whole chain is the [`Error`]'s `{:#}`.
+#[derive(Clone)]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// The URL is not an absolute `http(s)` URL this client may call (no
@@ -77,6 +79,10 @@ pub enum ErrorKind {
     NotDeclared {
         /// The host (or URL) asked for.
         host: String,
+        /// When a server handle was asked for another server's URL: the
+        /// handle's server (the URL goes elsewhere; that server may still be
+        /// declared, and reached through its own handle).
+        handle: Option<String>,
     },
     /// A Manager's servers did not all reach their minimum in time; the text
     /// gives each server's readiness and last error.
@@ -167,10 +173,16 @@ impl Error {
     pub fn exchange(e: ExchangeError) -> Error {
         Error::from(ErrorKind::Exchange(Box::new(e)))
     }
-    /// A failed response body.
+    /// A failed response body. A body that timed out (the call's deadline,
+    /// the body's or a read timeout) is
+    /// [`ErrorKind::Timeout`]`(`[`TimeoutPhase::ResponseBody`]`)`, as every
+    /// timeout is a `Timeout` of its phase.
     #[must_use]
     pub fn body(e: BodyError) -> Error {
-        Error::from(ErrorKind::Body(e))
+        match e {
+            BodyError::Timeout => Error::timeout(TimeoutPhase::ResponseBody),
+            e => Error::from(ErrorKind::Body(e)),
+        }
     }
     /// A timeout in `phase`.
     #[must_use]
@@ -298,6 +310,46 @@ impl Error {
         matches!(self.kind, ErrorKind::Status(_))
     }
 
+    /// No connection because every route's server refused it (TCP RST on
+    /// connect: nothing listens there), so the request was never sent.
+    ///
+    /// ```
+    /// # use switchyard_common::Error;
+    /// assert!(!Error::config("x").is_refused());
+    /// ```
+    #[must_use]
+    pub fn is_refused(&self) -> bool {
+        let failures = self.race_failures();
+        !failures.is_empty()
+            && failures.iter().all(|f| {
+                matches!(
+                    f,
+                    RaceFailure::Connect {
+                        error: ConnectError::Io { kind: std::io::ErrorKind::ConnectionRefused, .. },
+                        ..
+                    }
+                )
+            })
+    }
+
+    /// The connection was reset, or the HTTP/2 stream was reset, during the
+    /// exchange or the response body (TCP RST, `RST_STREAM`, a refused stream).
+    #[must_use]
+    pub fn is_reset(&self) -> bool {
+        use std::io::ErrorKind as Io;
+        let reset = |k: Io| matches!(k, Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe);
+        match &self.kind {
+            ErrorKind::Exchange(e) => match &e.kind {
+                ExchangeFailureKind::Io { kind, .. } => reset(*kind),
+                ExchangeFailureKind::RefusedStream | ExchangeFailureKind::StreamReset { .. } => true,
+                _ => false,
+            },
+            ErrorKind::Body(BodyError::Io(e)) => reset(e.kind()),
+            ErrorKind::Body(BodyError::Http2(_)) => true,
+            _ => false,
+        }
+    }
+
     /// Whether a timeout ended the call (the call's, the head's or the body's,
     /// a read, a connect, or the pool's wait).
     #[must_use]
@@ -398,9 +450,14 @@ impl fmt::Display for Error {
                 on(f, "from")?;
                 write!(f, " could not be decoded: {why}")?;
             }
-            ErrorKind::NotDeclared { host } => write!(
+            ErrorKind::NotDeclared { host, handle: None } => write!(
                 f,
                 "{host} is not a server this manager was built with (no connection is opened for it)"
+            )?,
+            ErrorKind::NotDeclared { host, handle: Some(server) } => write!(
+                f,
+                "{host} is not this handle's server ({server}); a handle sends only to its own server \
+                 (for another declared server, ask the manager for its handle: connection(host))"
             )?,
             ErrorKind::NotReady(why) => write!(f, "the manager's servers are not ready: {why}")?,
             ErrorKind::Internal(why) => {
@@ -440,6 +497,56 @@ impl fmt::Debug for Error {
     }
 }
 
+impl fmt::Debug for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, summary): (&str, Option<String>) = match self {
+            ErrorKind::InvalidUrl(e) => ("InvalidUrl", e.as_ref().map(ToString::to_string)),
+            ErrorKind::InvalidRequest(why) => ("InvalidRequest", Some(why.clone())),
+            ErrorKind::Connect(AcquireError::Shutdown) => ("Connect", Some("shut down".into())),
+            ErrorKind::Connect(AcquireError::Timeout { .. }) => {
+                ("Connect", Some("pool wait timed out".into()))
+            }
+            ErrorKind::Connect(AcquireError::Connect(race)) => {
+                let first = race.failures.first().map_or_else(|| "no route".to_owned(), short_failure);
+                let more = race.failures.len().saturating_sub(1);
+                ("Connect", Some(if more > 0 { format!("{first} (+{more} more)") } else { first }))
+            }
+            ErrorKind::Connect(e) => ("Connect", Some(e.to_string())),
+            ErrorKind::Exchange(e) => ("Exchange", Some(e.kind.to_string())),
+            ErrorKind::Body(e) => ("Body", Some(e.to_string())),
+            ErrorKind::Timeout(phase) => return write!(f, "Timeout({phase:?})"),
+            ErrorKind::Status(s) => return write!(f, "Status({})", s.as_u16()),
+            ErrorKind::Config(why) => ("Config", Some(why.clone())),
+            ErrorKind::Decode(why) => ("Decode", Some(why.clone())),
+            ErrorKind::ProxyAuth { proxy, credentials_refused } => {
+                return write!(
+                    f,
+                    "ProxyAuth {{ proxy: {proxy:?}, credentials_refused: {credentials_refused} }}"
+                )
+            }
+            ErrorKind::NotDeclared { host, .. } => return write!(f, "NotDeclared {{ host: {host:?} }}"),
+            ErrorKind::NotReady(why) => ("NotReady", Some(why.clone())),
+            ErrorKind::Internal(why) => ("Internal", Some(why.clone())),
+        };
+        match summary {
+            Some(s) => write!(f, "{name}({s:?})"),
+            None => f.write_str(name),
+        }
+    }
+}
+
+/// One route failure in a few words, for [`ErrorKind`]'s `Debug`.
+fn short_failure(f: &RaceFailure) -> String {
+    match f {
+        RaceFailure::Connect { error: ConnectError::Io { kind, .. }, .. } => match kind {
+            std::io::ErrorKind::ConnectionRefused => "connect refused".into(),
+            k => format!("connect failed: {k:?}"),
+        },
+        RaceFailure::Connect { error, .. } => error.to_string(),
+        RaceFailure::Dns { host, .. } => format!("DNS failed for {host}"),
+    }
+}
+
 impl fmt::Display for BodyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -474,6 +581,21 @@ impl std::error::Error for BodyError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_debug_in_a_few_words_and_resets_are_recognisable() {
+        let reset = Error::body(BodyError::Io(std::sync::Arc::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        ))));
+        assert!(reset.is_reset() && !reset.is_refused() && !reset.is_timeout());
+        assert_eq!(format!("{:?}", reset.kind()), r#"Body("connection failed: reset by peer")"#);
+        assert!(Error::body(BodyError::Http2("stream reset: CANCEL".into())).is_reset());
+        let late = Error::body(BodyError::Timeout);
+        assert!(matches!(late.kind(), ErrorKind::Timeout(TimeoutPhase::ResponseBody)) && !late.is_reset());
+        assert_eq!(format!("{:?}", Error::status(http::StatusCode::NOT_FOUND).kind()), "Status(404)");
+        assert_eq!(format!("{:?}", Error::config("no roots").kind()), r#"Config("no roots")"#);
+    }
 
     #[test]
     fn display_is_one_layer_and_the_chain_prints_each_cause_once() {

@@ -345,8 +345,9 @@ macro_rules! call_span {
     };
 }
 
-/// Records how a call's `send` ended in its span: the call id and status, then
-/// an event (`debug` for a response, `info` with the error chain for a failure).
+/// Records how a call's `send` ended in its span: the status, then an event
+/// (`debug` for a response, `warn` with the whole error chain for a failure).
+/// The call id is in the span from the call's start.
 pub fn call_traced<B>(span: &tracing::Span, result: &Result<http::Response<B>, Error>) {
     match result {
         Ok(response) => {
@@ -357,7 +358,7 @@ pub fn call_traced<B>(span: &tracing::Span, result: &Result<http::Response<B>, E
             tracing::debug!(target: "switchyard", parent: span, status = response.status().as_u16(), "response head");
         }
         Err(e) => {
-            tracing::info!(target: "switchyard", parent: span, error = %format_args!("{e:#}"), "call failed");
+            tracing::warn!(target: "switchyard", parent: span, error = %format_args!("{e:#}"), "call failed");
         }
     }
 }

@@ -7,11 +7,12 @@
 //! never held while a listener runs or while I/O waits.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use switchyard_core::{Instant, Pool, PoolAction};
+use switchyard_core::{CallId, Instant, Pool, PoolAction};
 
 use crate::event::{EventListener, NoopListener};
 
@@ -31,7 +32,14 @@ pub struct HubState<S> {
     /// Notes ever queued, and ever delivered (for [`Hub::flush`]).
     queued: u64,
     delivered: u64,
+    /// The `tracing` span of each call in flight, while `debug` is on: the
+    /// core's events for a call are logged inside it, on whichever task
+    /// delivers them.
+    spans: BTreeMap<CallId, tracing::Span>,
 }
+
+/// Spans kept at most (a call whose end was never heard cannot grow the map).
+const SPANS_KEPT: usize = 4096;
 
 thread_local! {
     /// Whether this thread is delivering notes (a listener calling back into
@@ -54,6 +62,9 @@ pub struct Hub<S> {
     /// Whether anyone listens (a listener was configured): when not, and tracing
     /// is off, events are dropped without building notes for them.
     listening: bool,
+    /// Whether a call's span was ever kept (when not, a call's end takes no lock
+    /// to forget it).
+    traced: AtomicBool,
 }
 
 impl<S> std::fmt::Debug for Hub<S> {
@@ -73,12 +84,46 @@ impl<S> Hub<S> {
                 delivering: false,
                 queued: 0,
                 delivered: 0,
+                spans: BTreeMap::new(),
             }),
             delivered: Condvar::new(),
             origin: std::time::Instant::now(),
             listening: listener.is_some(),
             listener: listener.unwrap_or_else(|| Arc::new(NoopListener)),
+            traced: AtomicBool::new(false),
         }
+    }
+
+    /// `call` has started inside the current `tracing` span: the span records
+    /// its id at once, and while `debug` is on the core's events for the call
+    /// are logged inside it, whichever task delivers them.
+    pub fn trace_call(&self, st: &mut HubState<S>, call: CallId) {
+        let span = tracing::Span::current();
+        if span.is_disabled() {
+            return;
+        }
+        span.record("call", tracing::field::display(call));
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            st.spans.insert(call, span);
+            if st.spans.len() > SPANS_KEPT {
+                st.spans.pop_first();
+            }
+            self.traced.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// `call` is over: its span is no longer kept.
+    pub fn untrace_call(&self, call: CallId) {
+        if self.traced.load(Ordering::Relaxed) {
+            // Dropped after the lock (a subscriber may act on a span's close).
+            let span = self.lock().spans.remove(&call);
+            drop(span);
+        }
+    }
+
+    /// Whether calls' spans are kept (a body must then say when its call ends).
+    pub fn is_tracing_calls(&self) -> bool {
+        self.traced.load(Ordering::Relaxed)
     }
 
     /// Whether a listener was configured (when not, callers skip building notes).
@@ -134,32 +179,55 @@ impl<S> Hub<S> {
             perform(&mut st, now, action);
         }
         then(&mut st, now);
-        let wanted = self.listening || tracing::enabled!(tracing::Level::DEBUG);
+        let wanted = self.listening || !st.spans.is_empty() || tracing::enabled!(tracing::Level::DEBUG);
         while let Some(e) = st.pool.poll_event() {
             if !wanted {
                 continue;
             }
             st.queued += 1;
+            let span = match e.call {
+                Some(call) if !st.spans.is_empty() => st.spans.get(&call).cloned(),
+                _ => None,
+            };
             st.notes.push_back(Box::new(move |l: &dyn EventListener| {
-                if tracing::enabled!(tracing::Level::DEBUG) {
-                    let (name, detail) = crate::event::describe(&e);
-                    match e.call {
-                        Some(call) => tracing::debug!(
-                            target: "switchyard",
-                            event = name,
-                            call = %call,
-                            at = %e.at,
-                            unverified_tls = e.unverified_tls,
-                            "{detail}"
-                        ),
-                        None => tracing::debug!(
-                            target: "switchyard",
-                            event = name,
-                            at = %e.at,
-                            unverified_tls = e.unverified_tls,
-                            "{detail}"
-                        ),
+                // A call's events go to the subscriber its span belongs to (a
+                // thread's own default as well as the global one), whichever
+                // thread delivers them.
+                let dispatch = span.as_ref().and_then(|s| s.with_subscriber(|(_, d)| d.clone()));
+                let log = || {
+                    if tracing::enabled!(tracing::Level::DEBUG) {
+                        let (name, detail) = crate::event::describe(&e);
+                        match (e.call, span) {
+                            (Some(call), Some(span)) => tracing::debug!(
+                                target: "switchyard",
+                                parent: &span,
+                                event = name,
+                                call = %call,
+                                at = %e.at,
+                                unverified_tls = e.unverified_tls,
+                                "{detail}"
+                            ),
+                            (Some(call), None) => tracing::debug!(
+                                target: "switchyard",
+                                event = name,
+                                call = %call,
+                                at = %e.at,
+                                unverified_tls = e.unverified_tls,
+                                "{detail}"
+                            ),
+                            (None, _) => tracing::debug!(
+                                target: "switchyard",
+                                event = name,
+                                at = %e.at,
+                                unverified_tls = e.unverified_tls,
+                                "{detail}"
+                            ),
+                        }
                     }
+                };
+                match &dispatch {
+                    Some(d) => tracing::dispatcher::with_default(d, log),
+                    None => log(),
                 }
                 l.core_event(&e);
             }));

@@ -142,7 +142,7 @@ pub fn find<'a>(declared: &'a [Declared], host: &str) -> Result<&'a Declared, Er
         .collect();
     match matches.as_slice() {
         [one] => Ok(one),
-        _ => Err(Error::from(crate::ErrorKind::NotDeclared { host: host.to_owned() })),
+        _ => Err(Error::from(crate::ErrorKind::NotDeclared { host: host.to_owned(), handle: None })),
     }
 }
 
@@ -161,7 +161,7 @@ pub fn check_target(server: &Declared, uri: &http::Uri) -> Result<(), Error> {
         Ok(())
     } else {
         let host = uri.authority().map_or_else(|| uri.to_string(), |a| a.to_string());
-        Err(Error::from(crate::ErrorKind::NotDeclared { host }))
+        Err(Error::from(crate::ErrorKind::NotDeclared { host, handle: Some(server.url.clone()) }))
     }
 }
 

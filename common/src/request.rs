@@ -504,6 +504,14 @@ pub trait Notes: Send + Sync {
     /// Returns once every note queued so far has reached the listener (see
     /// [`Hub::flush`](crate::Hub::flush)).
     fn flush(&self);
+    /// Whether calls' `tracing` spans are kept ([`Hub::trace_call`](crate::Hub::trace_call)).
+    fn tracing_calls(&self) -> bool {
+        false
+    }
+    /// The call is over (its span is no longer kept).
+    fn call_over(&self, call: CallId) {
+        let _ = call;
+    }
 }
 
 impl<T: crate::engine::EngineHost> Notes for T {
@@ -518,6 +526,12 @@ impl<T: crate::engine::EngineHost> Notes for T {
     }
     fn listening(&self) -> bool {
         self.hub().is_listening()
+    }
+    fn tracing_calls(&self) -> bool {
+        self.hub().is_tracing_calls()
+    }
+    fn call_over(&self, call: CallId) {
+        self.hub().untrace_call(call);
     }
 }
 
@@ -562,6 +576,9 @@ impl BodyLedger {
                 notes.note(Box::new(move |l| l.response_body_start(call, at)));
             }
             notes.flush();
+            self.owner = Some((notes, call));
+        } else if notes.tracing_calls() {
+            // No listener, but the call's span is kept until the body ends.
             self.owner = Some((notes, call));
         }
     }
@@ -618,6 +635,7 @@ impl BodyLedger {
                 release();
                 tracing::debug!(target: "switchyard", parent: &self.span, bytes = self.received, "call end");
                 if let Some((notes, call)) = self.owner.take() {
+                    notes.call_over(call);
                     let at = notes.now();
                     notes.note(Box::new(move |l| l.call_end(call, at)));
                     // Every event of the call is heard before its end is handed out.
@@ -632,6 +650,7 @@ impl BodyLedger {
                     e = e.with_url(&uri.to_string());
                 }
                 if let Some((notes, call)) = self.owner.take() {
+                    notes.call_over(call);
                     let (at, err) = (notes.now(), e.clone());
                     notes.note(Box::new(move |l| l.call_failed(call, &err, at)));
                     notes.flush();
@@ -646,6 +665,7 @@ impl Drop for BodyLedger {
     /// Dropped before the end: the call is over either way.
     fn drop(&mut self) {
         if let Some((notes, call)) = self.owner.take() {
+            notes.call_over(call);
             let at = notes.now();
             notes.note(Box::new(move |l| l.call_end(call, at)));
         }

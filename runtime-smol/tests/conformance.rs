@@ -132,10 +132,10 @@ mod ecosystem {
     fn a_tracing_span_per_call() {
         smol::block_on(ecosystem::tracing_spans("switchyard_smol", async |url| {
             let client = switchyard_smol::Client::new().unwrap();
-            let r = client.get(url).send().await.unwrap();
+            let r = client.get(url).send().await.map_err(|e| format!("{e:#}"))?;
             let status = r.status().as_u16();
-            let _ = switchyard_smol::ResponseExt::text(r).await.unwrap();
-            status
+            let _ = switchyard_smol::ResponseExt::text(r).await.map_err(|e| format!("{e:#}"))?;
+            Ok(status)
         }));
     }
     #[test]

@@ -186,10 +186,10 @@ fn a_tracing_span_per_call() {
         "switchyard_std",
         async |url| {
             let client = Client::new().unwrap();
-            let r = client.get(url).send().unwrap();
+            let r = client.get(url).send().map_err(|e| format!("{e:#}"))?;
             let status = r.status().as_u16();
-            let _ = r.text().unwrap();
-            status
+            let _ = r.text().map_err(|e| format!("{e:#}"))?;
+            Ok(status)
         },
     ));
 }

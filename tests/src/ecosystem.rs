@@ -246,6 +246,9 @@ pub async fn timeouts<R: Runtime + Default>() {
     let r = client.get(format!("{b}/slow-body/1500")).send().await.expect("the head is in time");
     let e = r.text().await.expect_err("the body is late");
     assert!(e.is_timeout() && e.is_body(), "{e:?}");
+    // Every timeout is a Timeout of its phase, whatever the phase.
+    assert!(matches!(e.kind(), ErrorKind::Timeout(TimeoutPhase::ResponseBody)), "{e:?}");
+    assert_eq!(format!("{:?}", e.kind()), "Timeout(ResponseBody)");
     assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseBody), "{e:?}");
     let e = client.get(format!("{b}/sleep/1500")).send().await.expect_err("the head is late");
     assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseHead), "{e:?}");
@@ -262,6 +265,7 @@ pub async fn timeouts<R: Runtime + Default>() {
     let r = client.get(format!("{b}/slow-body/1500")).timeout(Duration::from_millis(300)).send().await;
     let e = r.expect("head").text().await.expect_err("per-request timeout covers the body");
     assert_eq!(e.timeout_phase(), Some(TimeoutPhase::ResponseBody), "{e:?}");
+    assert!(matches!(e.kind(), ErrorKind::Timeout(TimeoutPhase::ResponseBody)), "{e:?}");
 }
 
 /// Errors one can match: connect (refused), DNS, TLS; `Display` is one layer,
@@ -274,6 +278,8 @@ pub async fn errors<R: Runtime + Default>() {
     let url = format!("http://127.0.0.1:{port}/x");
     let e = client.get(&url).send().await.expect_err("refused");
     assert!(e.is_connect() && !e.is_dns() && !e.is_tls() && !e.is_timeout(), "{e:?}");
+    assert!(e.is_refused() && !e.is_reset(), "a refused connect is recognisable: {e:?}");
+    assert_eq!(format!("{:?}", e.kind()), r#"Connect("connect refused")"#);
     assert_eq!(e.url(), Some(url.as_str()));
     assert_eq!(e.to_string(), format!("no connection to {url}"));
     let source = std::error::Error::source(&e).expect("a source").to_string();
@@ -412,12 +418,20 @@ pub async fn tls_inputs<R: Runtime + Default>() {
 }
 
 /// What a `tracing` subscriber saw: spans (name, target, fields as recorded)
-/// and events (target, fields).
+/// and events (target, level, fields, the span they are in).
 #[derive(Default)]
 struct Seen {
     spans: std::sync::Mutex<Vec<(String, String, FieldList)>>,
-    events: std::sync::Mutex<Vec<(String, FieldList)>>,
+    events: std::sync::Mutex<Vec<SeenEvent>>,
+    /// Each span's metadata, by id - 1 (for `current_span`).
+    metadata: std::sync::Mutex<Vec<&'static tracing::Metadata<'static>>>,
+    /// Each thread's entered spans, innermost last.
+    entered: std::sync::Mutex<std::collections::BTreeMap<String, Vec<u64>>>,
 }
+
+/// An event: target, level, fields, and the span it is in (explicit parent,
+/// or the thread's current span).
+type SeenEvent = (String, tracing::Level, FieldList, Option<u64>);
 
 /// Recorded fields: name, value.
 type FieldList = Vec<(String, String)>;
@@ -435,6 +449,10 @@ impl tracing::field::Visit for Fields {
 
 struct Recorder(std::sync::Arc<Seen>);
 
+fn thread_key() -> String {
+    format!("{:?}", std::thread::current().id())
+}
+
 impl tracing::Subscriber for Recorder {
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
         true
@@ -444,6 +462,7 @@ impl tracing::Subscriber for Recorder {
         span.record(&mut f);
         let mut spans = self.0.spans.lock().expect("lock");
         spans.push((span.metadata().name().to_owned(), span.metadata().target().to_owned(), f.0));
+        self.0.metadata.lock().expect("lock").push(span.metadata());
         tracing::span::Id::from_u64(spans.len() as u64)
     }
     fn record(&self, id: &tracing::span::Id, values: &tracing::span::Record<'_>) {
@@ -459,36 +478,120 @@ impl tracing::Subscriber for Recorder {
     fn event(&self, event: &tracing::Event<'_>) {
         let mut f = Fields(Vec::new());
         event.record(&mut f);
-        self.0.events.lock().expect("lock").push((event.metadata().target().to_owned(), f.0));
+        let parent = match event.parent() {
+            Some(id) => Some(id.into_u64()),
+            None if event.is_contextual() => {
+                self.0.entered.lock().expect("lock").get(&thread_key()).and_then(|s| s.last().copied())
+            }
+            None => None,
+        };
+        let level = *event.metadata().level();
+        self.0.events.lock().expect("lock").push((event.metadata().target().to_owned(), level, f.0, parent));
     }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
+    fn current_span(&self) -> tracing_core::span::Current {
+        let top = self.0.entered.lock().expect("lock").get(&thread_key()).and_then(|s| s.last().copied());
+        let metadata = top.and_then(|id| {
+            let index = usize::try_from(id).ok()?.checked_sub(1)?;
+            Some((id, *self.0.metadata.lock().expect("lock").get(index)?))
+        });
+        match metadata {
+            Some((id, m)) => tracing_core::span::Current::new(tracing::span::Id::from_u64(id), m),
+            None => tracing_core::span::Current::none(),
+        }
+    }
+    fn enter(&self, id: &tracing::span::Id) {
+        self.0.entered.lock().expect("lock").entry(thread_key()).or_default().push(id.into_u64());
+    }
+    fn exit(&self, id: &tracing::span::Id) {
+        if let Some(stack) = self.0.entered.lock().expect("lock").get_mut(&thread_key()) {
+            if let Some(at) = stack.iter().rposition(|s| *s == id.into_u64()) {
+                stack.remove(at);
+            }
+        }
+    }
 }
 
 /// One `tracing` span per call under the adapter's crate name, with the
-/// method, the URI without its userinfo, the call id and the status; the
-/// call's end is an event.
-pub async fn tracing_spans(target: &str, send: impl AsyncFnOnce(String) -> u16) {
+/// method, the URI without its userinfo, the call id (from the call's start,
+/// so a failed call has it too) and the status; every core event of the call
+/// (DNS, connects, the connection acquired and released) is logged inside the
+/// call's span, whichever task delivers it; a failure is a `warn` event with
+/// the whole error chain. `send` makes one call and says its status, or how it
+/// failed.
+pub async fn tracing_spans(target: &str, send: impl AsyncFn(String) -> Result<u16, String>) {
     let server = TestServer::start(ServerOptions::default());
     let seen = std::sync::Arc::new(Seen::default());
     let _guard = tracing::subscriber::set_default(Recorder(std::sync::Arc::clone(&seen)));
-    let url = format!("http://ann:secret@127.0.0.1:{}/hello", server.port());
-    assert_eq!(send(url).await, 200);
+    // `localhost`: a DNS lookup (the system's), and on most machines an IPv6
+    // attempt that is refused (the server listens on 127.0.0.1 only).
+    let url = format!("http://ann:secret@localhost:{}/hello", server.port());
+    assert_eq!(send(url).await, Ok(200));
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let refused = format!("http://127.0.0.1:{}/x", closed.local_addr().expect("addr").port());
+    drop(closed);
+    let failure = send(refused.clone()).await.expect_err("nothing listens there");
+
     let spans = seen.spans.lock().expect("lock");
-    let call = spans.iter().find(|(name, t, _)| name == "call" && t == target);
-    let (_, _, fields) = call.unwrap_or_else(|| panic!("a `call` span under {target}: {:?}", *spans));
-    let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    assert_eq!(get("method").as_deref(), Some("GET"));
-    assert_eq!(get("uri"), Some(format!("http://127.0.0.1:{}/hello", server.port())), "no userinfo");
-    assert_eq!(get("status").as_deref(), Some("200"));
-    assert!(get("call").is_some_and(|c| !c.is_empty()), "{fields:?}");
-    assert!(!format!("{:?}", *spans).contains("secret"));
-    let events = seen.events.lock().expect("lock");
+    let calls: Vec<(u64, &FieldList)> = spans
+        .iter()
+        .enumerate()
+        .filter(|(_, (name, t, _))| name == "call" && t == target)
+        .map(|(i, (_, _, f))| (i as u64 + 1, f))
+        .collect();
+    let [(ok_span, fields), (failed_span, failed_fields)] = calls[..] else {
+        panic!("two `call` spans under {target}: {:?}", *spans)
+    };
+    let get = |fields: &FieldList, k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get(fields, "method").as_deref(), Some("GET"));
+    assert_eq!(get(fields, "uri"), Some(format!("http://localhost:{}/hello", server.port())), "no userinfo");
+    assert_eq!(get(fields, "status").as_deref(), Some("200"));
+    assert!(get(fields, "call").is_some_and(|c| !c.is_empty()), "{fields:?}");
     assert!(
-        events.iter().any(|(t, f)| t == "switchyard" && f.iter().any(|(_, v)| v == "call end")),
+        get(failed_fields, "call").is_some_and(|c| !c.is_empty()),
+        "a failed call has its id: {failed_fields:?}"
+    );
+    assert!(!format!("{:?}", *spans).contains("secret"));
+
+    let events = seen.events.lock().expect("lock");
+    let named = |name: &str| -> Vec<&SeenEvent> {
+        events
+            .iter()
+            .filter(|(t, _, f, _)| t == "switchyard" && f.iter().any(|(k, v)| k == "event" && v == name))
+            .collect()
+    };
+    for name in
+        ["dns_start", "dns_end", "connect_start", "connect_end", "connection_acquired", "connection_released"]
+    {
+        let found = named(name);
+        assert!(!found.is_empty(), "a {name} event: {:?}", *events);
+        assert!(
+            found.iter().filter(|e| e.3 == Some(ok_span) || e.3 == Some(failed_span)).count() == found.len(),
+            "every {name} is inside a call's span: {found:?}"
+        );
+    }
+    for e in named("connect_failed") {
+        assert!(
+            e.3 == Some(ok_span) || e.3 == Some(failed_span),
+            "connect_failed inside its call's span: {e:?}"
+        );
+    }
+    assert!(
+        events.iter().any(|(t, _, f, p)| t == "switchyard"
+            && *p == Some(ok_span)
+            && f.iter().any(|(_, v)| v == "call end")),
         "{:?}",
         *events
     );
+    let warned: Vec<&SeenEvent> = events
+        .iter()
+        .filter(|(t, level, f, p)| {
+            t == "switchyard"
+                && *level == tracing::Level::WARN
+                && *p == Some(failed_span)
+                && f.iter().any(|(k, v)| k == "error" && v.contains(&refused) && v.contains("refused"))
+        })
+        .collect();
+    assert_eq!(warned.len(), 1, "the failure at WARN with its chain, in its span ({failure}): {:?}", *events);
 }
 
 /// Runs a future that never waits (a blocking adapter's calls inside an async

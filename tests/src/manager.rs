@@ -239,7 +239,10 @@ pub fn manager_refuses_an_undeclared_host(a: &dyn ManagerAdapter) {
     // A URL to another server through a declared server's handle is refused too.
     let (kind, msg) =
         m.get(&format!("127.0.0.1:{}", server.port()), "http://other.test/x").expect_err("refused");
-    assert!(msg.contains("other.test") && msg.contains("not a server"), "{kind:?}: {msg}");
+    assert!(
+        msg.contains("other.test") && msg.contains("not this handle's server") && msg.contains("127.0.0.1"),
+        "names the URL, and the handle's own server: {kind:?}: {msg}"
+    );
     assert_eq!(m.stats().tcp_connects, before, "nothing was dialled");
 }
 
