@@ -1005,6 +1005,30 @@ macro_rules! __client_builder_methods {
             self.state.proxies.push(proxy);
             self
         }
+        /// reqwest's name for
+        /// [`danger_accept_invalid_certificates`](Self::danger_accept_invalid_certificates).
+        pub fn danger_accept_invalid_certs(self, accept: bool) -> Self {
+            self.danger_accept_invalid_certificates(accept)
+        }
+        /// reqwest's name for [`idle_timeout`](Self::idle_timeout). `None`
+        /// (reqwest: keep idle connections forever) is a configuration error
+        /// here: an idle connection is always closed in the end; give a duration.
+        pub fn pool_idle_timeout(mut self, d: impl Into<Option<$crate::__private::Duration>>) -> Self {
+            match d.into() {
+                Some(d) => self.idle_timeout(d),
+                None => {
+                    self.state.errors.push(
+                        "pool_idle_timeout(None): idle connections are always closed in the end; give a duration"
+                            .into(),
+                    );
+                    self
+                }
+            }
+        }
+        /// reqwest's name for [`max_idle_per_host`](Self::max_idle_per_host).
+        pub fn pool_max_idle_per_host(self, n: usize) -> Self {
+            self.max_idle_per_host(n)
+        }
         /// Largest response head accepted, and largest trailer section (HTTP/1.1:
         /// bytes as received; HTTP/2: the header block on the wire, and the
         /// decoded header list as RFC 9113 counts it). Over it the call (or, for

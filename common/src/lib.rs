@@ -117,6 +117,19 @@ pub use bytes as __bytes;
 /// that expand them.
 #[doc(hidden)]
 pub mod __private {
+    /// No type has it: a method whose feature is off asks for it, so the
+    /// compiler's error says which feature to turn on.
+    #[diagnostic::on_unimplemented(
+        message = "`json` needs the `json` feature: switchyard-tokio = {{ version = \"0.1\", features = [\"json\"] }} (or switchyard-smol, switchyard-std)",
+        label = "the `json` feature is off"
+    )]
+    pub trait NeedsJsonFeature {}
+    /// As [`NeedsJsonFeature`], for `query`.
+    #[diagnostic::on_unimplemented(
+        message = "`query` needs the `query` feature: switchyard-tokio = {{ version = \"0.1\", features = [\"query\"] }} (or switchyard-smol, switchyard-std)",
+        label = "the `query` feature is off"
+    )]
+    pub trait NeedsQueryFeature {}
     pub use crate::event::EventListener;
     pub use crate::request::header_error;
     pub use crate::resolve::Resolve;

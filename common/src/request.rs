@@ -284,6 +284,22 @@ macro_rules! __request_builder_methods {
             })
         }
 
+        /// Without the `query` feature: a compile error saying to turn it on.
+        #[cfg(not(feature = "query"))]
+        #[doc(hidden)]
+        pub fn query<T: $crate::__private::NeedsQueryFeature + ?Sized>(self, query: &T) -> Self {
+            let _ = query;
+            self
+        }
+
+        /// Without the `json` feature: a compile error saying to turn it on.
+        #[cfg(not(feature = "json"))]
+        #[doc(hidden)]
+        pub fn json<T: $crate::__private::NeedsJsonFeature + ?Sized>(self, value: &T) -> Self {
+            let _ = value;
+            self
+        }
+
         /// Sends `value` as JSON (feature `json`): the body, and
         /// `Content-Type: application/json` unless one is set.
         ///

@@ -51,15 +51,46 @@ macro_rules! adapter_types {
             ///
             /// # Errors
             /// [`Error`]($crate::Error) says what failed and for which URL.
-            pub fn send(
+            pub fn send<B: Into<$crate::Body>>(
                 &self,
-                request: $crate::__http::Request<$crate::Body>,
+                request: $crate::__http::Request<B>,
             ) -> impl ::std::future::Future<
                 Output = ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error>,
             > + Send
                    + 'static {
+                let request = request.map(Into::into);
                 let span = $crate::switchyard_common::call_span!(module_path!(), request.method(), request.uri());
                 self.inner.send_in(Ok(request), span)
+            }
+
+            /// reqwest's name for [`send`](Self::send).
+            ///
+            /// # Errors
+            /// As [`send`](Self::send).
+            pub fn execute<B: Into<$crate::Body>>(
+                &self,
+                request: $crate::__http::Request<B>,
+            ) -> impl ::std::future::Future<
+                Output = ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error>,
+            > + Send
+                   + 'static {
+                self.send(request)
+            }
+
+            /// This client as a `tower::Service<http::Request<Body>>` of one
+            /// request type, so `ServiceExt::ready` and layers infer without
+            /// naming the body type (the client itself is a `Service` for every
+            /// `http_body::Body`). Shares the pool.
+            ///
+            /// ```ignore
+            /// let mut service = tower::ServiceBuilder::new()
+            ///     .layer(tower_http::timeout::TimeoutLayer::new(Duration::from_secs(5)))
+            ///     .service(client.service());
+            /// let response = service.ready().await?.call(request).await?;
+            /// ```
+            #[must_use]
+            pub fn service(&self) -> ClientService {
+                ClientService { client: self.clone() }
             }
 
             /// The pool's counts and counters.
@@ -124,6 +155,35 @@ macro_rules! adapter_types {
                 let (parts, body) = request.into_parts();
                 let request = $crate::__http::Request::from_parts(parts, $crate::Body::__from_any(body));
                 Box::pin(client.send(request))
+            }
+        }
+
+        /// What a program imports to read responses as reqwest's do:
+        /// `use <adapter>::prelude::*;` brings the response methods (`text`,
+        /// `bytes`, `json`, `error_for_status`, …) into scope.
+        pub mod prelude {
+            pub use $crate::ResponseExt as _;
+        }
+
+        /// A [`Client`] as a `tower::Service<http::Request<Body>>` (see
+        /// [`Client::service`]). Cheap to clone.
+        #[derive(Clone, Debug)]
+        pub struct ClientService {
+            client: Client,
+        }
+
+        impl $crate::__tower_service::Service<$crate::__http::Request<$crate::Body>> for ClientService {
+            type Response = $crate::__http::Response<$crate::ResponseBody>;
+            type Error = $crate::Error;
+            type Future = $crate::BoxFuture<::std::result::Result<Self::Response, $crate::Error>>;
+            fn poll_ready(
+                &mut self,
+                _: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::result::Result<(), $crate::Error>> {
+                ::std::task::Poll::Ready(Ok(()))
+            }
+            fn call(&mut self, request: $crate::__http::Request<$crate::Body>) -> Self::Future {
+                Box::pin(self.client.send(request))
             }
         }
 

@@ -66,6 +66,13 @@ impl Inner {
     }
 }
 
+impl Default for ResponseBody {
+    /// An empty body (what tower-http's `TimeoutLayer` answers with).
+    fn default() -> Self {
+        ResponseBody::empty()
+    }
+}
+
 impl std::fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseBody").field("ledger", &self.ledger).finish_non_exhaustive()
@@ -311,6 +318,21 @@ pub trait ResponseExt: Sized {
     /// # Errors
     /// A 4xx or 5xx status.
     fn error_for_status(self) -> Result<Self, Error>;
+    /// As [`error_for_status`](Self::error_for_status), by reference (the
+    /// response stays usable either way).
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    fn error_for_status_ref(&self) -> Result<&Self, Error>;
+    /// Without the `json` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "json"))]
+    #[doc(hidden)]
+    fn json<T: switchyard_common::__private::NeedsJsonFeature>(
+        self,
+    ) -> impl Future<Output = Result<T, Error>> + Send {
+        drop(self);
+        std::future::ready(Err(Error::config("the json feature is off")))
+    }
     /// The whole body as text (invalid UTF-8 replaced).
     fn text(self) -> impl Future<Output = Result<String, Error>> + Send;
     /// The whole body.
@@ -326,6 +348,10 @@ pub trait ResponseExt: Sized {
 
 impl ResponseExt for http::Response<ResponseBody> {
     fn error_for_status(self) -> Result<Self, Error> {
+        self.body().ledger.check_status(self.status())?;
+        Ok(self)
+    }
+    fn error_for_status_ref(&self) -> Result<&Self, Error> {
         self.body().ledger.check_status(self.status())?;
         Ok(self)
     }

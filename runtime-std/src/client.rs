@@ -178,6 +178,17 @@ impl Client {
         self.inner.shared.input(|st, _| st.pool.stats())
     }
 
+    /// reqwest's name for [`send`](Self::send).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn execute<B: Into<Body>>(
+        &self,
+        request: http::Request<B>,
+    ) -> Result<http::Response<ResponseBody>, Error> {
+        self.send(request)
+    }
+
     /// Closes every idle connection.
     pub fn evict_idle(&self) {
         self.inner.shared.input(|st, now| st.pool.evict_all(now));
@@ -195,7 +206,11 @@ impl Client {
     /// Each call is a `tracing` span named `call` (target `switchyard_std`) with
     /// the method, the URI without userinfo, the call id and, once known, the
     /// status; the call's end (or failure) is an event in it.
-    pub fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+    pub fn send<B: Into<Body>>(
+        &self,
+        request: http::Request<B>,
+    ) -> Result<http::Response<ResponseBody>, Error> {
+        let request = request.map(Into::into);
         let span = switchyard_common::call_span!("switchyard_std", request.method(), request.uri());
         let result = span.in_scope(|| self.send_inner(request));
         switchyard_common::call_traced(&span, &result);

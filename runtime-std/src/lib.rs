@@ -71,6 +71,13 @@ mod stream;
 mod workers;
 
 pub use body::Body;
+
+/// What a program imports to read responses as reqwest's do:
+/// `use switchyard_std::prelude::*;` brings the response methods (`text`,
+/// `bytes`, `json`, `error_for_status`, …) into scope.
+pub mod prelude {
+    pub use crate::ResponseExt as _;
+}
 pub use client::{Client, ClientBuilder, RequestBuilder};
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{ResponseBody, ResponseExt};

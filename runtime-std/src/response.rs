@@ -34,6 +34,13 @@ pub struct ResponseBody {
     pending: Bytes,
 }
 
+impl Default for ResponseBody {
+    /// An empty body (what tower-http's `TimeoutLayer` answers with).
+    fn default() -> Self {
+        ResponseBody::empty()
+    }
+}
+
 impl std::fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseBody").field("ledger", &self.ledger).finish_non_exhaustive()
@@ -157,6 +164,19 @@ pub trait ResponseExt: Sized {
     /// # Errors
     /// A 4xx or 5xx status.
     fn error_for_status(self) -> Result<Self, Error>;
+    /// As [`error_for_status`](Self::error_for_status), by reference (the
+    /// response stays usable either way).
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    fn error_for_status_ref(&self) -> Result<&Self, Error>;
+    /// Without the `json` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "json"))]
+    #[doc(hidden)]
+    fn json<T: switchyard_common::__private::NeedsJsonFeature>(self) -> Result<T, Error> {
+        drop(self);
+        Err(Error::config("the json feature is off"))
+    }
     /// The whole body as text (invalid UTF-8 replaced).
     ///
     /// # Errors
@@ -181,6 +201,10 @@ pub trait ResponseExt: Sized {
 
 impl ResponseExt for http::Response<ResponseBody> {
     fn error_for_status(self) -> Result<Self, Error> {
+        self.body().ledger.check_status(self.status())?;
+        Ok(self)
+    }
+    fn error_for_status_ref(&self) -> Result<&Self, Error> {
         self.body().ledger.check_status(self.status())?;
         Ok(self)
     }
