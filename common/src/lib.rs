@@ -82,6 +82,7 @@
 //! - **Header blocks are bounded** on HTTP/2 as on HTTP/1.1: h2's maximum
 //!   header list size is the head limit (64 KiB by default,
 //!   [`ClientBuilder::max_response_head_size`]).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod call;
 mod config;

@@ -13,6 +13,7 @@
 //! tokio runtime), idle connections probed before reuse and swept on the core's
 //! probe timer (`PoolAction::Probe`, every second by default),
 //! HTTP/2 liveness PINGs, the abandoned-body drain, and the core's timers.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod adapter;
 mod body;

@@ -35,6 +35,7 @@
 //! })
 //! .unwrap();
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};

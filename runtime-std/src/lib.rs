@@ -59,6 +59,7 @@
 //! response smuggling, no leaked URL credentials, deadlines that hold, early
 //! responses, bounded idle sockets, …) is listed in
 //! [`switchyard_common`'s docs](switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
 mod client;

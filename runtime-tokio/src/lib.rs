@@ -51,6 +51,7 @@
 //! assert_eq!((stats.created, stats.reused), (1, 2));
 //! # Ok::<(), switchyard_tokio::Error>(()) }).unwrap();
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
