@@ -21,3 +21,9 @@ pub mod net;
 pub mod proxy;
 pub mod reliability;
 pub mod server;
+
+/// The README's quick start, compiled as doc tests (`cargo test --workspace`
+/// runs them): the programs a new user copies first must build as written.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeQuickStart;
