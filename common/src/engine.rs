@@ -1018,7 +1018,8 @@ impl<A: EngineHost> H1Exchange<A> {
             }
         }
         let hub = shared.hub();
-        let start = http1::Request::new(request.parts, request.form, body_kind(request.body_len))
+        let framing = body_kind(request.body_len, &request.parts.headers);
+        let start = http1::Request::new(request.parts, request.form, framing)
             .deadline(request.deadline.map(|d| hub.from_std(d)))
             .call_deadline(request.call_deadline.map(|d| hub.from_std(d)))
             .body_timeout(request.body_timeout);

@@ -44,13 +44,28 @@ pub fn stale_after(reason: CloseReason, facts: RequestFacts) -> Attempted {
     }
 }
 
-/// The framing for a request body of this length (`None`: unknown, chunked).
+/// The framing for a request body of this length. A stream (`None`) whose
+/// request declares one valid `Content-Length` is sent with that length, and
+/// held to it (the driver fails the exchange on a body that ends short or runs
+/// long, and the connection is not reused); any other stream is chunked.
 #[must_use]
-pub fn body_kind(len: Option<u64>) -> RequestBody {
+pub fn body_kind(len: Option<u64>, headers: &http::HeaderMap) -> RequestBody {
     match len {
         Some(0) => RequestBody::None,
         Some(n) => RequestBody::Length(n),
-        None => RequestBody::Chunked,
+        // None, malformed or repeated: chunked (and the encoder says what is wrong).
+        None => declared_length(headers).map_or(RequestBody::Chunked, RequestBody::Length),
+    }
+}
+
+/// The one valid `Content-Length` a request declares (`None`: none, several,
+/// or not a number).
+#[must_use]
+pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    let mut declared = headers.get_all(http::header::CONTENT_LENGTH).iter();
+    match (declared.next().and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok()), declared.next()) {
+        (Some(n), None) => Some(n),
+        _ => None,
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
+use switchyard_core::http1::Http1Error;
 use switchyard_core::http2::{ConnectionEnd, Peer, Report, Session, StreamError};
 use switchyard_core::pool::{Progress, RequestFacts};
 use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse, Source};
@@ -557,23 +558,40 @@ pub(crate) async fn exchange(
         match &mut body.kind {
             Kind::Full(bytes) => stream.send_data(bytes.clone(), true).map_err(written)?,
             Kind::Stream(source) => {
+                // A stream with a Content-Length is held to it, as on HTTP/1.1
+                // (in the same words: the core's).
+                let declared = switchyard_common::exchange::declared_length(&parts.headers);
+                let mut sent = 0u64;
+                let mut failure = None;
                 while let Some(next) = std::future::poll_fn(|cx| source.poll_chunk(cx)).await {
                     match next {
-                        Ok(chunk) => stream.send_data(chunk, false).map_err(written)?,
+                        Ok(chunk) => {
+                            sent += chunk.len() as u64;
+                            if let Some(declared) = declared.filter(|d| sent > *d) {
+                                failure = Some(Http1Error::BodyTooLong { declared }.to_string());
+                                break;
+                            }
+                            stream.send_data(chunk, false).map_err(written)?;
+                        }
                         Err(e) => {
-                            // The caller's body failed: only this stream ends (as on
-                            // HTTP/1.1, an invalid request, never retried).
-                            stream.send_reset(h2::Reason::CANCEL);
-                            let ours = StreamError::Reset { code: h2::Reason::CANCEL.into(), by: Peer::Us };
-                            let reuse = handle.session().body_failed(&ours);
-                            shared.input(|st, now| {
-                                let _ = st.pool.exchange_finished(now, call, reuse);
-                            });
-                            return Err(Attempted::Fatal(Error::invalid_request(format!(
-                                "reading the request body failed: {e}"
-                            ))));
+                            failure = Some(format!("reading the request body failed: {e}"));
+                            break;
                         }
                     }
+                }
+                if let Some(declared) = declared.filter(|d| failure.is_none() && sent != *d) {
+                    failure = Some(Http1Error::BodyTooShort { declared, sent }.to_string());
+                }
+                if let Some(why) = failure {
+                    // The caller's body failed: only this stream ends (as on
+                    // HTTP/1.1, an invalid request, never retried).
+                    stream.send_reset(h2::Reason::CANCEL);
+                    let ours = StreamError::Reset { code: h2::Reason::CANCEL.into(), by: Peer::Us };
+                    let reuse = handle.session().body_failed(&ours);
+                    shared.input(|st, now| {
+                        let _ = st.pool.exchange_finished(now, call, reuse);
+                    });
+                    return Err(Attempted::Fatal(Error::invalid_request(why)));
                 }
                 stream.send_data(Bytes::new(), true).map_err(written)?;
             }

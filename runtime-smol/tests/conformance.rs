@@ -117,6 +117,10 @@ mod ecosystem {
         smol::block_on(ecosystem::body_traits::<Smol>());
     }
     #[test]
+    fn sized_streamed_uploads() {
+        smol::block_on(ecosystem::sized_streams::<Smol>());
+    }
+    #[test]
     fn timeouts_cover_the_body() {
         smol::block_on(ecosystem::timeouts::<Smol>());
     }

@@ -25,6 +25,35 @@ fn a_reader_body_is_sent_chunked_and_the_response_reads_as_io_read() {
     assert_eq!(server.records()[0].body_len, payload.len());
 }
 
+/// A reader body with a `Content-Length` goes out with that length (not
+/// chunked); a reader that ends short of it, or runs past it, is a typed error
+/// naming both numbers, and its connection is not reused.
+#[test]
+fn a_sized_reader_body_is_sent_with_its_length_and_held_to_it() {
+    use switchyard_std::ResponseExt;
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::new().unwrap();
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", server.port());
+    let sized = |path: &str, len: &str, bytes: &'static [u8]| {
+        http::Request::post(url(path))
+            .header("content-length", len)
+            .body(Body::from_reader(std::io::Cursor::new(bytes)))
+            .unwrap()
+    };
+    let seen = client.send(sized("/headers", "4", b"abcd")).unwrap().text().unwrap();
+    assert!(seen.contains("content-length: 4") && !seen.contains("transfer-encoding"), "{seen}");
+    assert_eq!(client.send(sized("/echo", "4", b"abcd")).unwrap().text().unwrap(), "abcd");
+    for (len, says) in [("10", "4 of 10"), ("2", "longer than")] {
+        let created = client.stats().created;
+        let e = client.send(sized("/echo", len, b"abcd")).expect_err("the length does not hold");
+        let text = format!("{e:#}");
+        assert!(text.contains(says), "length {len}: {text}");
+        assert!(matches!(e.kind(), switchyard_std::ErrorKind::InvalidRequest(_)), "{e:?}");
+        assert_eq!(client.get(url("/hello")).send().unwrap().text().unwrap(), "hello");
+        assert_eq!(client.stats().created, created + 1, "the broken connection was not reused");
+    }
+}
+
 /// A reader that fails half-way: the call fails with a typed error (never a
 /// retry: the body cannot be replayed) and the connection is not reused.
 #[test]

@@ -174,6 +174,66 @@ impl futures_core::Stream for Chunks {
     }
 }
 
+/// A streamed request body with a `Content-Length` the caller set goes out
+/// with that length (not chunked), on HTTP/1.1 and HTTP/2; a stream that ends
+/// short of it or runs past it is a typed error naming both numbers, and the
+/// connection it broke is not reused.
+pub async fn sized_streams<R: Runtime + Default>() {
+    for h2 in [false, true] {
+        let server =
+            TestServer::start(ServerOptions { http2_only: h2, http1_only: !h2, ..Default::default() });
+        let version = if h2 {
+            switchyard_async::HttpVersion::Http2Only
+        } else {
+            switchyard_async::HttpVersion::Http1Only
+        };
+        let client: Client<R> = ClientBuilder::new().http_version(version).build().expect("client");
+        let b = base(&server);
+        let sized = |len: &str, parts: Vec<&'static str>| {
+            client
+                .post(format!("{b}/echo"))
+                .header("content-length", len)
+                .body(Body::from_stream(Chunks { parts, fail: false }))
+        };
+        let r = sized("4", vec!["ab", "cd"]).send().await.expect("a sized stream");
+        assert_eq!(r.text().await.expect("echo"), "abcd", "h2={h2}");
+        let r = client
+            .post(format!("{b}/headers"))
+            .header("content-length", "4")
+            .body(Body::from_stream(Chunks { parts: vec!["ab", "cd"], fail: false }))
+            .send()
+            .await
+            .expect("headers");
+        let seen = r.text().await.expect("headers");
+        assert!(seen.contains("content-length: 4") && !seen.contains("transfer-encoding"), "h2={h2}: {seen}");
+
+        for (len, parts, says) in
+            [("10", vec!["ab", "cd"], "4 of 10"), ("2", vec!["ab", "cd"], "longer than")]
+        {
+            let created = client.stats().created;
+            let e = match sized(len, parts).send().await {
+                Err(e) => e,
+                Ok(r) => r.text().await.expect_err("the length does not hold"),
+            };
+            let text = format!("{e:#}");
+            assert!(!e.is_timeout(), "h2={h2}, length {len}: {text}");
+            assert!(text.contains(says), "h2={h2}, length {len}: says what is wrong: {text}");
+            assert!(matches!(e.kind(), ErrorKind::InvalidRequest(_)), "h2={h2}, length {len}: {e:?}");
+            let r = client.get(format!("{b}/hello")).send().await.expect("the client goes on");
+            assert_eq!(r.text().await.expect("hello"), "hello");
+            if !h2 {
+                assert_eq!(
+                    client.stats().created,
+                    created + 1,
+                    "the broken connection was not reused: {text}"
+                );
+            }
+        }
+        let s = client.stats();
+        assert_eq!((s.calls, s.totals.in_use), (0, 0), "h2={h2}: {s:?}");
+    }
+}
+
 /// The response body as `http_body::Body` (collect with trailers), as a
 /// `Stream`, as an `AsyncRead`; request bodies from an `http_body::Body` and
 /// a `Stream`, and a failing request body as a typed error, on HTTP/1.1 and

@@ -291,6 +291,10 @@ mod ecosystem {
         runtime().block_on(ecosystem::body_traits::<Tokio>());
     }
     #[test]
+    fn sized_streamed_uploads() {
+        runtime().block_on(ecosystem::sized_streams::<Tokio>());
+    }
+    #[test]
     fn timeouts_cover_the_body() {
         runtime().block_on(ecosystem::timeouts::<Tokio>());
     }
