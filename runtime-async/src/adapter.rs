@@ -158,6 +158,211 @@ macro_rules! adapter_types {
             }
         }
 
+        /// Warm connections to a declared set of servers: each server's minimum
+        /// is connected before the first request and kept as connections close
+        /// (with backoff after failures); requests go through a server's
+        /// [`ServerHandle`]. Cheap to clone; clones share the pool.
+        ///
+        /// ```no_run
+        #[doc = concat!("# async fn run() -> Result<(), switchyard_", $name, "::Error> {")]
+        #[doc = concat!("let manager = switchyard_", $name, "::Manager::builder()")]
+        ///     .server("https://api.internal:8443", 2)
+        ///     .build()?;
+        /// manager.ready().await?;
+        /// let response = manager.connection("api.internal")?.get("/health").send().await?;
+        /// # drop(response); Ok(()) }
+        /// ```
+        #[derive(Clone)]
+        pub struct Manager {
+            inner: $crate::Manager<$rt>,
+            client: Client,
+        }
+
+        impl ::std::fmt::Debug for Manager {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                self.inner.fmt(f)
+            }
+        }
+
+        impl Manager {
+            /// A builder with no server yet.
+            pub fn builder() -> ManagerBuilder {
+                ManagerBuilder { inner: $crate::Manager::<$rt>::builder() }
+            }
+
+            /// Waits until every server has its minimum open. Fails after the
+            /// ready timeout with every server that is not ready, its readiness
+            /// and last error ([`ErrorKind::NotReady`]($crate::ErrorKind::NotReady)).
+            ///
+            /// # Errors
+            /// Not every server was ready in time.
+            pub async fn ready(&self) -> ::std::result::Result<(), $crate::Error> {
+                self.inner.ready().await
+            }
+
+            /// Each server's readiness, connections (open, idle, in use,
+            /// connecting) and last error, in declaration order.
+            #[must_use]
+            pub fn status(&self) -> Vec<$crate::ServerStatus> {
+                self.inner.status()
+            }
+
+            /// The handle for one declared server (`host`, `host:port` or its
+            /// URL): requests through it use that server's warm connections.
+            ///
+            /// # Errors
+            /// [`ErrorKind::NotDeclared`]($crate::ErrorKind::NotDeclared): not a
+            /// server this manager was built with. No connection is opened.
+            pub fn connection(&self, host: &str) -> ::std::result::Result<ServerHandle, $crate::Error> {
+                let inner = self.inner.connection(host)?;
+                Ok(ServerHandle { inner, client: self.client.clone() })
+            }
+
+            /// The client underneath (its stats, its listeners' events).
+            #[must_use]
+            pub fn client(&self) -> &Client {
+                &self.client
+            }
+
+            /// Stops re-warming at once, fails calls waiting for a connection,
+            /// closes idle connections, and lets calls in flight finish (their
+            /// connections close then). Waits (up to the ready timeout) for them.
+            pub async fn shutdown(&self) {
+                self.inner.shutdown().await;
+            }
+
+            /// The engine's generic Manager underneath (for code written over
+            /// every runtime).
+            #[must_use]
+            pub fn into_generic(self) -> $crate::Manager<$rt> {
+                self.inner
+            }
+        }
+
+        /// Builds a [`Manager`]: servers, minimums, the client settings they share.
+        #[must_use]
+        pub struct ManagerBuilder {
+            inner: $crate::ManagerBuilder<$rt>,
+        }
+
+        impl ::std::fmt::Debug for ManagerBuilder {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                self.inner.fmt(f)
+            }
+        }
+
+        impl ManagerBuilder {
+            /// Declares a server (`scheme://host[:port]`) with at least
+            /// `min_warm` connections open.
+            pub fn server(self, url: &str, min_warm: usize) -> Self {
+                ManagerBuilder { inner: self.inner.server(url, min_warm) }
+            }
+
+            /// Declares a server with a whole policy (an HTTP/2 minimum in
+            /// concurrent streams, its own backoff, proxies).
+            pub fn server_with(self, url: &str, policy: $crate::WarmPolicy) -> Self {
+                ManagerBuilder { inner: self.inner.server_with(url, policy) }
+            }
+
+            /// The client settings every server's connections use (every
+            /// [`ClientBuilder`] knob).
+            pub fn client(self, settings: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Self {
+                ManagerBuilder {
+                    inner: self.inner.client(|mut generic| {
+                        let ours = ClientBuilder {
+                            state: ::std::mem::take(generic.state_mut()),
+                            runtime: Default::default(),
+                        };
+                        let ours = settings(ours);
+                        *generic.state_mut() = ours.state;
+                        generic.runtime(ours.runtime)
+                    }),
+                }
+            }
+
+            /// Backoff for failed connects. Default: 1 s, ×1.6, ±20 %, at most 120 s.
+            pub fn backoff(self, backoff: $crate::Backoff) -> Self {
+                ManagerBuilder { inner: self.inner.backoff(backoff) }
+            }
+
+            /// How long [`Manager::ready`] waits, and how long a server may fail
+            /// with no connection open before it is `down`. Default: 30 s.
+            pub fn ready_timeout(self, timeout: ::std::time::Duration) -> Self {
+                ManagerBuilder { inner: self.inner.ready_timeout(timeout) }
+            }
+
+            /// Builds the client and starts warming every server. Call it within
+            /// the runtime (the connects are its tasks).
+            ///
+            /// # Errors
+            /// A configuration error: no server, a server URL with a path or
+            /// declared twice, or a client setting's error.
+            pub fn build(self) -> ::std::result::Result<Manager, $crate::Error> {
+                let inner = self.inner.build()?;
+                let client = Client { inner: inner.client().clone() };
+                Ok(Manager { inner, client })
+            }
+        }
+
+        /// Requests to one declared server ([`Manager::connection`]): paths, or
+        /// URLs to that server only.
+        #[derive(Clone)]
+        pub struct ServerHandle {
+            inner: $crate::ServerHandle<$rt>,
+            client: Client,
+        }
+
+        impl ::std::fmt::Debug for ServerHandle {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                self.inner.fmt(f)
+            }
+        }
+
+        impl ServerHandle {
+            /// The server's URL.
+            #[must_use]
+            pub fn url(&self) -> &str {
+                self.inner.url()
+            }
+
+            /// A request with `method` to `path` (or a URL to this server; a URL
+            /// to another is an [`ErrorKind::NotDeclared`]($crate::ErrorKind::NotDeclared)
+            /// at `send`).
+            pub fn request(&self, method: $crate::__http::Method, path: &str) -> RequestBuilder {
+                match self.inner.__target(path) {
+                    Ok(uri) => RequestBuilder::new(self.client.clone(), method, uri),
+                    Err(e) => RequestBuilder {
+                        client: self.client.clone(),
+                        request: Err(e),
+                        body: Default::default(),
+                        options: Default::default(),
+                    },
+                }
+            }
+
+            /// `GET path`.
+            pub fn get(&self, path: &str) -> RequestBuilder {
+                self.request($crate::__http::Method::GET, path)
+            }
+
+            /// `POST path`.
+            pub fn post(&self, path: &str) -> RequestBuilder {
+                self.request($crate::__http::Method::POST, path)
+            }
+
+            /// Sends a request whose URI is this server's.
+            ///
+            /// # Errors
+            /// [`ErrorKind::NotDeclared`]($crate::ErrorKind::NotDeclared) for a
+            /// URI to another server; otherwise as [`Client::send`].
+            pub async fn send(
+                &self,
+                request: $crate::__http::Request<$crate::Body>,
+            ) -> ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error> {
+                self.inner.send(request).await
+            }
+        }
+
         /// What a program imports to read responses as reqwest's do:
         /// `use <adapter>::prelude::*;` brings the response methods (`text`,
         /// `bytes`, `json`, `error_for_status`, …) into scope.

@@ -216,6 +216,13 @@ impl<R: Runtime> std::fmt::Debug for ServerHandle<R> {
 }
 
 impl<R: Runtime> ServerHandle<R> {
+    /// `path` (or a URL to this server) as a full URI on it (for the adapters'
+    /// own handle types).
+    #[doc(hidden)]
+    pub fn __target(&self, path: &str) -> Result<http::Uri, Error> {
+        manager::target(&self.server, path)
+    }
+
     /// The server's URL.
     #[must_use]
     pub fn url(&self) -> &str {

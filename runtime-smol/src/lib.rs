@@ -54,25 +54,6 @@ pub use switchyard_async::{
     AsyncResolve, Backoff, DnsSource, Family, Readiness, Resolved, ServerStatus, WarmPolicy,
 };
 
-/// Warm connections to a declared set of servers (see
-/// `switchyard_async::Manager` for every method): each server's minimum is
-/// connected before the first request and kept as connections close.
-///
-/// ```no_run
-/// # async fn run() -> Result<(), switchyard_smol::Error> {
-/// let manager = switchyard_smol::Manager::builder()
-///     .server("https://api.internal:8443", 2)
-///     .build()?;
-/// manager.ready().await?;
-/// let body = manager.connection("api.internal")?.get("/health").send().await?;
-/// # drop(body); Ok(()) }
-/// ```
-pub type Manager = switchyard_async::Manager<Smol>;
-/// Builds a [`Manager`].
-pub type ManagerBuilder = switchyard_async::ManagerBuilder<Smol>;
-/// Requests to one of a [`Manager`]'s servers.
-pub type ServerHandle = switchyard_async::ServerHandle<Smol>;
-
 #[cfg(feature = "hickory")]
 mod hickory;
 #[cfg(feature = "hickory")]

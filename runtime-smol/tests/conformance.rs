@@ -167,7 +167,11 @@ impl switchyard_tests::manager::ManagerAdapter for SmolManagers {
             b = b.server(url, *min);
         }
         let manager = b.build().expect("manager");
-        Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnSmol })
+        Box::new(switchyard_tests::manager::AsyncTestManager {
+            manager: manager.into_generic(),
+            log: log.clone(),
+            exec: OnSmol,
+        })
     }
 
     fn h2c_manager(
@@ -186,7 +190,7 @@ impl switchyard_tests::manager::ManagerAdapter for SmolManagers {
         }
         let manager = b.build().expect("manager");
         Some(Box::new(switchyard_tests::manager::AsyncTestManager {
-            manager,
+            manager: manager.into_generic(),
             log: log.clone(),
             exec: OnSmol,
         }))

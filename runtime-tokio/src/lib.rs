@@ -68,25 +68,6 @@ pub use switchyard_async::{
     AsyncResolve, Backoff, DnsSource, Family, Readiness, Resolved, ServerStatus, WarmPolicy,
 };
 
-/// Warm connections to a declared set of servers (see
-/// `switchyard_async::Manager` for every method): each server's minimum is
-/// connected before the first request and kept as connections close.
-///
-/// ```no_run
-/// # async fn run() -> Result<(), switchyard_tokio::Error> {
-/// let manager = switchyard_tokio::Manager::builder()
-///     .server("https://api.internal:8443", 2)
-///     .build()?;
-/// manager.ready().await?;
-/// let body = manager.connection("api.internal")?.get("/health").send().await?;
-/// # drop(body); Ok(()) }
-/// ```
-pub type Manager = switchyard_async::Manager<Tokio>;
-/// Builds a [`Manager`].
-pub type ManagerBuilder = switchyard_async::ManagerBuilder<Tokio>;
-/// Requests to one of a [`Manager`]'s servers.
-pub type ServerHandle = switchyard_async::ServerHandle<Tokio>;
-
 /// hickory-resolver on tokio: A and AAAA asked separately (the race starts on
 /// the first useful answer, RFC 8305 §3), TTLs into the client's DNS cache,
 /// hickory's own cache off. Needs the `hickory` feature.

@@ -342,7 +342,11 @@ impl switchyard_tests::manager::ManagerAdapter for TokioManagers {
         }
         // Built inside the runtime: the warm connects are its tasks.
         let manager = runtime().block_on(async { b.build() }).expect("manager");
-        Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnTokio })
+        Box::new(switchyard_tests::manager::AsyncTestManager {
+            manager: manager.into_generic(),
+            log: log.clone(),
+            exec: OnTokio,
+        })
     }
 
     fn h2c_manager(
@@ -362,7 +366,7 @@ impl switchyard_tests::manager::ManagerAdapter for TokioManagers {
         // Built inside the runtime: the warm connects are its tasks.
         let manager = runtime().block_on(async { b.build() }).expect("manager");
         Some(Box::new(switchyard_tests::manager::AsyncTestManager {
-            manager,
+            manager: manager.into_generic(),
             log: log.clone(),
             exec: OnTokio,
         }))
@@ -468,4 +472,36 @@ fn the_adaptive_http2_window_starts_small_and_grows() {
             assert!(first > 65_535, "full-size windows from the start: first grant {first}");
         }
     }
+}
+
+/// The adapter's own Manager types: the builder's client settings reach the
+/// client, a handle's requests use its server, and a URL to another server
+/// through a handle names both.
+#[test]
+fn the_adapters_manager_types_carry_every_call() {
+    use switchyard_tests::server::{ServerOptions, TestServer};
+    use switchyard_tokio::ResponseExt;
+    let a = TestServer::start(ServerOptions::default());
+    let b = TestServer::start(ServerOptions::default());
+    runtime().block_on(async {
+        let log = EventLog::default();
+        let manager = switchyard_tokio::Manager::builder()
+            .server(&format!("http://127.0.0.1:{}", a.port()), 1)
+            .server(&format!("http://localhost:{}", b.port()), 0)
+            .client(|c| c.event_listener(log.clone()).no_proxy())
+            .build()
+            .expect("manager");
+        manager.ready().await.expect("ready");
+        let handle = manager.connection(&format!("127.0.0.1:{}", a.port())).expect("declared");
+        let text = handle.get("/hello").send().await.expect("through the handle").text().await.unwrap();
+        assert_eq!(text, "hello");
+        assert_eq!(a.records().len(), 1);
+        assert!(!log.events().is_empty(), "the builder's listener heard the calls");
+        let other = format!("http://localhost:{}/hello", b.port());
+        let e = handle.get(&other).send().await.expect_err("another server's URL");
+        let text = e.to_string();
+        assert!(text.contains("not this handle's server") && text.contains(&a.port().to_string()), "{text}");
+        assert_eq!(manager.client().stats().totals.in_use, 0);
+        manager.shutdown().await;
+    });
 }
