@@ -98,6 +98,10 @@ impl<S> Hub<S> {
     /// its id at once, and while `debug` is on the core's events for the call
     /// are logged inside it, whichever task delivers them.
     pub fn trace_call(&self, st: &mut HubState<S>, call: CallId) {
+        // No subscriber was ever set: no span to find (one atomic load).
+        if !tracing::dispatcher::has_been_set() {
+            return;
+        }
         let span = tracing::Span::current();
         if span.is_disabled() {
             return;

@@ -210,17 +210,20 @@ impl Client {
         &self,
         request: http::Request<B>,
     ) -> Result<http::Response<ResponseBody>, Error> {
-        let request = request.map(Into::into);
-        let span = switchyard_common::call_span!("switchyard_std", request.method(), request.uri());
-        let result = span.in_scope(|| self.send_inner(request));
+        let (parts, body) = request.into_parts();
+        let span = switchyard_common::call_span!("switchyard_std", &parts.method, &parts.uri);
+        let result = span.in_scope(|| self.send_inner(parts, body.into()));
         switchyard_common::call_traced(&span, &result);
         result
     }
 
-    fn send_inner(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+    fn send_inner(
+        &self,
+        mut parts: http::request::Parts,
+        mut body: Body,
+    ) -> Result<http::Response<ResponseBody>, Error> {
         let shared = Arc::clone(&self.inner.shared);
-        let uri = request.uri().clone();
-        let (mut parts, mut body) = request.into_parts();
+        let uri = parts.uri.clone();
         let plan = CallPlan::new(&self.inner.config, &mut parts, false, body.is_replayable())
             .map_err(|e| e.with_url(&uri.to_string()))?;
         let (tx, rx) = mpsc::channel();
