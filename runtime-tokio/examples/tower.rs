@@ -22,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = Client::builder().build()?;
     // `client.service()` is a Service of one request type, so `ready()` infers.
     let mut service = ServiceBuilder::new()
-        .layer(TimeoutLayer::with_status_code(http::StatusCode::GATEWAY_TIMEOUT, Duration::from_millis(500)))
+        .layer(TimeoutLayer::with_status_code(http::StatusCode::GATEWAY_TIMEOUT, Duration::from_secs(2)))
         .layer(FollowRedirectLayer::new())
         .layer(DecompressionLayer::new())
         .service(client.service());
@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         ("/redirect/2", 200, &b"hello"[..]),
         ("/gzip", 200, b"hello, gzip"),
         // Late: TimeoutLayer answers 504 with an empty (Default) body.
-        ("/sleep/1500", 504, b""),
+        ("/sleep/6000", 504, b""),
     ] {
         let request = http::Request::get(format!("{base}{path}")).body(Body::empty())?;
         let response = service.ready().await?.call(request).await?;
