@@ -9,14 +9,9 @@
 # Scenarios: s1 (sequential), s2 (64 concurrent), s3 (64 h2c streams, h2-crate server), s4 (churn). Needs taskset and python3.
 set -euo pipefail
 old=$1 new=$2 sc=$3 client=$4 n=$5 rounds=${6:-5}
-port=$((20000 + RANDOM % 10000))
-serve=serve-h1
-[ "$sc" = s4 ] && serve=serve-h1-close
-[ "$sc" = s3 ] && serve=serve-h2
-taskset -c 1 "$new" "$serve" "$port" >/dev/null 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null' EXIT
-sleep 0.5
+# shellcheck source=bench/serve.sh
+. "$(dirname "$0")/serve.sh"
+start_server "$new" "$sc"
 out=$(for _ in $(seq "$rounds"); do
     echo "old $(taskset -c 0 "$old" measure "$sc" "$client" "$port" "$n" 2>/dev/null)"
     echo "new $(taskset -c 0 "$new" measure "$sc" "$client" "$port" "$n" 2>/dev/null)"

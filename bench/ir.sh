@@ -11,14 +11,9 @@
 # Needs valgrind and taskset.
 set -euo pipefail
 old=$1 new=$2 sc=$3 client=$4 n=${5:-5000}
-port=$((20000 + RANDOM % 10000))
-serve=serve-h1
-[ "$sc" = s4 ] && serve=serve-h1-close
-[ "$sc" = s3 ] && serve=serve-h2
-taskset -c 1 "$new" "$serve" "$port" >/dev/null 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null' EXIT
-sleep 0.5
+# shellcheck source=bench/serve.sh
+. "$(dirname "$0")/serve.sh"
+start_server "$new" "$sc"
 count() { # BIN REQUESTS -> instructions collected
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" measure "$sc" "$client" "$port" "$2" 2>&1 >/dev/null |
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p'

@@ -174,20 +174,23 @@ impl futures_core::Stream for Chunks {
     }
 }
 
+/// A server speaking only HTTP/2 (prior knowledge) or only HTTP/1.1, and a
+/// client that speaks only the same.
+fn one_protocol<R: Runtime + Default>(h2: bool) -> (TestServer, Client<R>) {
+    let server = TestServer::start(ServerOptions { http2_only: h2, http1_only: !h2, ..Default::default() });
+    let version =
+        if h2 { switchyard_async::HttpVersion::Http2Only } else { switchyard_async::HttpVersion::Http1Only };
+    let client: Client<R> = ClientBuilder::new().http_version(version).build().expect("client");
+    (server, client)
+}
+
 /// A streamed request body with a `Content-Length` the caller set goes out
 /// with that length (not chunked), on HTTP/1.1 and HTTP/2; a stream that ends
 /// short of it or runs past it is a typed error naming both numbers, and the
 /// connection it broke is not reused.
 pub async fn sized_streams<R: Runtime + Default>() {
     for h2 in [false, true] {
-        let server =
-            TestServer::start(ServerOptions { http2_only: h2, http1_only: !h2, ..Default::default() });
-        let version = if h2 {
-            switchyard_async::HttpVersion::Http2Only
-        } else {
-            switchyard_async::HttpVersion::Http1Only
-        };
-        let client: Client<R> = ClientBuilder::new().http_version(version).build().expect("client");
+        let (server, client) = one_protocol::<R>(h2);
         let b = base(&server);
         let sized = |len: &str, parts: Vec<&'static str>| {
             client
@@ -240,14 +243,7 @@ pub async fn sized_streams<R: Runtime + Default>() {
 /// HTTP/2 (prior knowledge).
 pub async fn body_traits<R: Runtime + Default>() {
     for h2 in [false, true] {
-        let server =
-            TestServer::start(ServerOptions { http2_only: h2, http1_only: !h2, ..Default::default() });
-        let version = if h2 {
-            switchyard_async::HttpVersion::Http2Only
-        } else {
-            switchyard_async::HttpVersion::Http1Only
-        };
-        let client: Client<R> = ClientBuilder::new().http_version(version).build().expect("client");
+        let (server, client) = one_protocol::<R>(h2);
         let b = base(&server);
 
         let r = client.get(format!("{b}/trailers")).send().await.expect("GET");
