@@ -453,17 +453,19 @@ impl<S> BodyKind<S> {
     }
 }
 
-/// What every adapter's request body offers, for a type whose one field is `kind:
-/// BodyKind<_>`: `len`, `is_empty`, `is_replayable`, and `From`
-/// conversions (bytes, vectors, strings, `()`).
+/// What every adapter's request body offers, for a type whose fields are `kind:
+/// BodyKind<_>` and `length: Option<u64>` (a stream's declared length):
+/// `len`, `is_empty`, `is_replayable`, and `From` conversions (bytes, vectors,
+/// strings, `()`).
 #[macro_export]
 macro_rules! request_body {
     ($body:ty) => {
         impl $body {
-            /// The length, when known in advance.
+            /// The length, when known in advance (a buffer's, or the one a
+            /// stream was declared with).
             #[must_use]
             pub fn len(&self) -> Option<u64> {
-                self.kind.len()
+                self.kind.len().or(self.length)
             }
             /// Whether the body is known to be empty.
             #[must_use]
@@ -478,7 +480,7 @@ macro_rules! request_body {
         }
         impl From<$crate::__bytes::Bytes> for $body {
             fn from(b: $crate::__bytes::Bytes) -> $body {
-                Self { kind: $crate::BodyKind::full(b) }
+                Self { kind: $crate::BodyKind::full(b), length: None }
             }
         }
         impl From<Vec<u8>> for $body {
@@ -503,7 +505,7 @@ macro_rules! request_body {
         }
         impl From<()> for $body {
             fn from((): ()) -> $body {
-                Self { kind: $crate::BodyKind::Empty }
+                Self { kind: $crate::BodyKind::Empty, length: None }
             }
         }
     };

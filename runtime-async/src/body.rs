@@ -55,6 +55,8 @@ impl Stream {
 #[derive(Debug, Default)]
 pub struct Body {
     pub(crate) kind: Kind,
+    /// A stream's declared length (sent as `Content-Length`, held to it).
+    pub(crate) length: Option<u64>,
 }
 
 /// What the body is: none, a buffer, or a stream.
@@ -91,21 +93,22 @@ impl Body {
     /// No body.
     #[must_use]
     pub fn empty() -> Body {
-        Body { kind: Kind::Empty }
+        Body { kind: Kind::Empty, length: None }
     }
 
     /// A streaming body of unknown length (sent with chunked encoding on HTTP/1.1).
     #[must_use]
     pub fn channel() -> (BodySender, Body) {
         let (tx, rx) = mpsc::channel(8);
-        (BodySender { tx }, Body { kind: Kind::Stream(Stream::Channel(rx)) })
+        (BodySender { tx }, Body { kind: Kind::Stream(Stream::Channel(rx)), length: None })
     }
 
-    /// Any [`http_body::Body`] as a request body: streamed (chunked on
-    /// HTTP/1.1), sent once, never replayed on a retry — replayability stays
-    /// explicit: buffer the bytes into a [`Body::from`] for that. A body that
-    /// is already at its end is sent as no body. Request trailers are not
-    /// sent. If the body fails, the exchange is abandoned (the HTTP/1.1
+    /// Any [`http_body::Body`] as a request body: streamed, sent once, never
+    /// replayed on a retry — replayability stays explicit: buffer the bytes
+    /// into a [`Body::from`] for that. A body whose size hint is exact is sent
+    /// with that `Content-Length` and held to it (as [`Body::from_reader`]);
+    /// any other is chunked on HTTP/1.1. A body that is already at its end is
+    /// sent as no body. Request trailers are not sent. If the body fails, the exchange is abandoned (the HTTP/1.1
     /// connection closes, the HTTP/2 stream is reset) and the call fails with
     /// the body's error; it is never retried.
     ///
@@ -121,6 +124,7 @@ impl Body {
         if body.is_end_stream() {
             return Body::empty();
         }
+        let length = body.size_hint().exact();
         let mut body = Box::pin(body);
         let poll = move |cx: &mut Context<'_>| loop {
             return match body.as_mut().poll_frame(cx) {
@@ -140,7 +144,7 @@ impl Body {
                 Poll::Pending => Poll::Pending,
             };
         };
-        Body { kind: Kind::Stream(Stream::Polled(Box::new(poll))) }
+        Body { kind: Kind::Stream(Stream::Polled(Box::new(poll))), length }
     }
 
     /// A [`futures_core::Stream`] of byte chunks as a request body, like
@@ -180,7 +184,49 @@ impl Body {
                 Poll::Pending => Poll::Pending,
             };
         };
-        Body { kind: Kind::Stream(Stream::Polled(Box::new(poll))) }
+        Body { kind: Kind::Stream(Stream::Polled(Box::new(poll))), length: None }
+    }
+
+    /// A body read from a tokio [`AsyncRead`](tokio::io::AsyncRead) (a
+    /// `tokio::fs::File`, a pipe, a socket) until it ends, in chunks of up to
+    /// 16 KiB as the connection takes them. With a `length` (a file's size,
+    /// say) it goes out with that `Content-Length` and is held to it: a reader
+    /// that ends short or runs long fails the call with
+    /// [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest) and the
+    /// connection is not reused. Without one it is chunked on HTTP/1.1. Sent
+    /// once, never replayed; a read error fails the call.
+    ///
+    /// ```no_run
+    /// # async fn f() -> std::io::Result<()> {
+    /// let file = tokio::fs::File::open("upload.bin").await?;
+    /// let length = file.metadata().await?.len();
+    /// let body = switchyard_async::Body::from_reader(file, Some(length));
+    /// assert_eq!(body.len(), Some(length));
+    /// # Ok(()) }
+    /// ```
+    pub fn from_reader<R>(reader: R, length: Option<u64>) -> Body
+    where
+        R: tokio::io::AsyncRead + Send + 'static,
+    {
+        Body { length, ..Body::from_stream(tokio_util::io::ReaderStream::with_capacity(reader, READ_CHUNK)) }
+    }
+
+    /// [`Body::from_reader`] for a [`futures_io::AsyncRead`] (smol's and
+    /// async-std's files, pipes and sockets).
+    ///
+    /// ```no_run
+    /// # async fn f() -> std::io::Result<()> {
+    /// # let file = futures_io_file();
+    /// # fn futures_io_file() -> &'static [u8] { b"" } // any futures_io::AsyncRead
+    /// let body = switchyard_async::Body::from_futures_reader(file, None);
+    /// # drop(body); Ok(()) }
+    /// ```
+    pub fn from_futures_reader<R>(reader: R, length: Option<u64>) -> Body
+    where
+        R: futures_io::AsyncRead + Send + 'static,
+    {
+        use tokio_util::compat::FuturesAsyncReadCompatExt as _;
+        Body::from_reader(reader.compat(), length)
     }
 
     /// Any request body a tower stack hands over: this crate's [`Body`] as
@@ -200,6 +246,27 @@ impl Body {
             Some(b) => Body::wrap(b),
             None => Body::empty(),
         }
+    }
+}
+
+/// How much a reader body reads at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A tokio file, streamed (chunked: its length is not known without asking
+/// the file system; [`Body::from_reader`] takes it for a `Content-Length`).
+impl From<tokio::fs::File> for Body {
+    fn from(file: tokio::fs::File) -> Body {
+        Body::from_reader(file, None)
+    }
+}
+
+/// A smol (async-fs) file, streamed as [`From<tokio::fs::File>`] is. Needs the
+/// `async-fs` feature (on in switchyard-smol).
+#[cfg(feature = "async-fs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async-fs")))]
+impl From<async_fs::File> for Body {
+    fn from(file: async_fs::File) -> Body {
+        Body::from_futures_reader(file, None)
     }
 }
 
@@ -230,7 +297,7 @@ impl http_body::Body for Body {
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        match self.kind.len() {
+        match self.len() {
             Some(n) => http_body::SizeHint::with_exact(n),
             None => http_body::SizeHint::default(),
         }

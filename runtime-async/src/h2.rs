@@ -539,6 +539,10 @@ pub(crate) async fn exchange(
     for name in HTTP2_STRIPPED {
         request.headers_mut().remove(name);
     }
+    // A stream declared with its length tells the server so, as on HTTP/1.1.
+    if let (Kind::Stream(_), Some(n)) = (&body.kind, body.length) {
+        request.headers_mut().entry(http::header::CONTENT_LENGTH).or_insert(n.into());
+    }
     let end_of_stream = body.is_empty();
     if let Some(turn) = &turn {
         turn.wait().await;
@@ -560,7 +564,8 @@ pub(crate) async fn exchange(
             Kind::Stream(source) => {
                 // A stream with a Content-Length is held to it, as on HTTP/1.1
                 // (in the same words: the core's).
-                let declared = switchyard_common::exchange::declared_length(&parts.headers);
+                let declared =
+                    body.length.or_else(|| switchyard_common::exchange::declared_length(&parts.headers));
                 let mut sent = 0u64;
                 let mut failure = None;
                 while let Some(next) = std::future::poll_fn(|cx| source.poll_chunk(cx)).await {

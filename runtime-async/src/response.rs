@@ -327,7 +327,7 @@ pub trait ResponseExt: Sized {
     /// Without the `json` feature: a compile error saying to turn it on.
     #[cfg(not(feature = "json"))]
     #[doc(hidden)]
-    fn json<T: switchyard_common::__private::NeedsJsonFeature>(
+    fn json<T: switchyard_common::__private::NeedsJsonFeature + Send>(
         self,
     ) -> impl Future<Output = Result<T, Error>> + Send {
         drop(self);

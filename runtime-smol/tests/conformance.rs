@@ -120,6 +120,30 @@ mod ecosystem {
     fn sized_streamed_uploads() {
         smol::block_on(ecosystem::sized_streams::<Smol>());
     }
+    /// A smol (async-fs) file is a body, and with its size through
+    /// `Body::from_futures_reader` goes out with `Content-Length`.
+    #[test]
+    fn a_smol_file_is_a_body() {
+        use switchyard_smol::{Body, Client, ResponseExt};
+        use switchyard_tests::server::{ServerOptions, TestServer};
+        smol::block_on(async {
+            let (server, client) =
+                (TestServer::start(ServerOptions::default()), Client::new().expect("client"));
+            let url = |p: &str| format!("http://127.0.0.1:{}{p}", server.port());
+            let path = std::env::temp_dir().join(format!("switchyard-smol-file-{}", std::process::id()));
+            std::fs::write(&path, b"from a smol file").expect("write");
+            let file = smol::fs::File::open(&path).await.expect("open");
+            let r = client.post(url("/echo")).body(file).send().await.expect("POST a file");
+            assert_eq!(r.text().await.expect("echo"), "from a smol file");
+            let file = smol::fs::File::open(&path).await.expect("open");
+            let length = file.metadata().await.expect("metadata").len();
+            let r =
+                client.post(url("/headers")).body(Body::from_futures_reader(file, Some(length))).send().await;
+            let seen = r.expect("POST").text().await.expect("headers");
+            assert!(seen.contains("content-length: 16"), "{seen}");
+            std::fs::remove_file(&path).expect("remove");
+        });
+    }
     #[test]
     fn timeouts_cover_the_body() {
         smol::block_on(ecosystem::timeouts::<Smol>());

@@ -1,5 +1,6 @@
 //! Request bodies: none, a buffer (replayable, so retries may resend it), or a
-//! reader (sent once, chunked, never replayed).
+//! reader (sent once, never replayed: chunked, or with `Content-Length` when
+//! its length is given).
 
 use std::io::Read;
 
@@ -11,13 +12,18 @@ use std::io::Read;
 /// let full = Body::from("hello");
 /// assert_eq!(full.len(), Some(5));
 /// assert!(full.is_replayable() && empty.is_replayable());
-/// let streaming = Body::from_reader(std::io::Cursor::new(vec![1u8; 100_000]));
+/// let streaming = Body::from_reader(std::io::Cursor::new(vec![1u8; 100_000]), None);
 /// assert_eq!(streaming.len(), None);
 /// assert!(!streaming.is_replayable());
+/// let sized = Body::from_reader(std::io::Cursor::new(vec![1u8; 100_000]), Some(100_000));
+/// assert_eq!(sized.len(), Some(100_000));
+/// assert!(!sized.is_replayable());
 /// ```
 #[derive(Default)]
 pub struct Body {
     pub(crate) kind: Kind,
+    /// A reader's declared length.
+    pub(crate) length: Option<u64>,
 }
 
 /// What the body is: none, a buffer, or a reader.
@@ -28,7 +34,10 @@ impl std::fmt::Debug for Body {
         match &self.kind {
             Kind::Empty => f.write_str("Body::Empty"),
             Kind::Full(b) => write!(f, "Body::Full({} bytes)", b.len()),
-            Kind::Stream(_) => f.write_str("Body::Reader"),
+            Kind::Stream(_) => match self.length {
+                Some(n) => write!(f, "Body::Reader({n} bytes)"),
+                None => f.write_str("Body::Reader"),
+            },
         }
     }
 }
@@ -37,14 +46,25 @@ impl Body {
     /// No body.
     #[must_use]
     pub fn empty() -> Body {
-        Body { kind: Kind::Empty }
+        Body { kind: Kind::Empty, length: None }
     }
 
-    /// A body read from `reader` until it ends, sent as it is read (chunked on
-    /// HTTP/1.1). It cannot be replayed, so a failed call is never retried
-    /// after any of it was sent.
-    pub fn from_reader(reader: impl Read + Send + 'static) -> Body {
-        Body { kind: Kind::Stream(Box::new(reader)) }
+    /// A body read from `reader` until it ends, sent as it is read. With a
+    /// `length` (a file's size, say) it goes out with that `Content-Length`
+    /// and is held to it: a reader that ends short or runs long fails the
+    /// call with [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest)
+    /// and the connection is not reused. Without one it is chunked. It cannot
+    /// be replayed, so a failed call is never retried after any of it was sent.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let file = std::fs::File::open("upload.bin")?;
+    /// let length = file.metadata()?.len();
+    /// let body = switchyard_std::Body::from_reader(file, Some(length));
+    /// # drop(body); Ok(()) }
+    /// ```
+    pub fn from_reader(reader: impl Read + Send + 'static, length: Option<u64>) -> Body {
+        Body { kind: Kind::Stream(Box::new(reader)), length }
     }
 }
 

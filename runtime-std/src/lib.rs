@@ -43,7 +43,7 @@
 //!
 //! // A body streamed from a reader (chunked).
 //! let request = http::Request::put(format!("{base}/echo"))
-//!     .body(Body::from_reader(std::io::Cursor::new(b"stream".to_vec())))
+//!     .body(Body::from_reader(std::io::Cursor::new(b"stream".to_vec()), None))
 //!     .unwrap();
 //! let mut response = client.send(request)?;
 //! assert_eq!(response.body_mut().text()?, "stream");

@@ -15,7 +15,7 @@ fn a_reader_body_is_sent_chunked_and_the_response_reads_as_io_read() {
     let client = Client::new().unwrap();
     let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     let request = http::Request::post(format!("http://127.0.0.1:{}/echo", server.port()))
-        .body(Body::from_reader(std::io::Cursor::new(payload.clone())))
+        .body(Body::from_reader(std::io::Cursor::new(payload.clone()), None))
         .unwrap();
     let mut response = client.send(request).unwrap();
     let mut echoed = Vec::new();
@@ -37,7 +37,7 @@ fn a_sized_reader_body_is_sent_with_its_length_and_held_to_it() {
     let sized = |path: &str, len: &str, bytes: &'static [u8]| {
         http::Request::post(url(path))
             .header("content-length", len)
-            .body(Body::from_reader(std::io::Cursor::new(bytes)))
+            .body(Body::from_reader(std::io::Cursor::new(bytes), None))
             .unwrap()
     };
     let seen = client.send(sized("/headers", "4", b"abcd")).unwrap().text().unwrap();
@@ -52,6 +52,38 @@ fn a_sized_reader_body_is_sent_with_its_length_and_held_to_it() {
         assert_eq!(client.get(url("/hello")).send().unwrap().text().unwrap(), "hello");
         assert_eq!(client.stats().created, created + 1, "the broken connection was not reused");
     }
+}
+
+/// `Body::from_reader(reader, Some(len))` (a file with its size): sent with
+/// that `Content-Length`, held to it as a header-declared length is.
+#[test]
+fn a_reader_with_its_length_is_sent_with_it() {
+    use switchyard_std::ResponseExt;
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::new().unwrap();
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", server.port());
+    let path = std::env::temp_dir().join(format!("switchyard-upload-{}", std::process::id()));
+    std::fs::write(&path, b"from a file").unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let length = file.metadata().unwrap().len();
+    let body = Body::from_reader(file, Some(length));
+    assert_eq!(body.len(), Some(11));
+    let seen = client.post(url("/headers")).body(body).send().unwrap().text().unwrap();
+    assert!(seen.contains("content-length: 11") && !seen.contains("transfer-encoding"), "{seen}");
+    let file = std::fs::File::open(&path).unwrap();
+    let echoed = client.post(url("/echo")).body(Body::from_reader(file, Some(length))).send().unwrap();
+    assert_eq!(echoed.text().unwrap(), "from a file");
+    std::fs::remove_file(&path).unwrap();
+    for (bytes, len, says) in [(&b"ab"[..], 10, "2 of 10"), (&b"abcdef"[..], 3, "longer than")] {
+        let e = client
+            .post(url("/echo"))
+            .body(Body::from_reader(std::io::Cursor::new(bytes), Some(len)))
+            .send()
+            .expect_err("the length does not hold");
+        assert!(format!("{e:#}").contains(says), "{e:#}");
+        assert!(matches!(e.kind(), switchyard_std::ErrorKind::InvalidRequest(_)), "{e:?}");
+    }
+    assert_eq!(client.stats().totals.in_use, 0);
 }
 
 /// A reader that fails half-way: the call fails with a typed error (never a
@@ -73,7 +105,7 @@ fn a_failing_reader_fails_the_call_and_retires_the_connection() {
     let server = TestServer::start(ServerOptions::default());
     let client = Client::new().unwrap();
     let request = http::Request::post(format!("http://127.0.0.1:{}/echo", server.port()))
-        .body(Body::from_reader(Broken(40_000)))
+        .body(Body::from_reader(Broken(40_000), None))
         .unwrap();
     let err = client.send(request).unwrap_err();
     assert!(format!("{err:#}").contains("disk on fire"), "{err:#}");

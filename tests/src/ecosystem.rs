@@ -232,6 +232,45 @@ pub async fn sized_streams<R: Runtime + Default>() {
                 );
             }
         }
+        // Readers: with a length, sent with it and held to it; without, chunked
+        // (HTTP/1.1); tokio's and futures' AsyncRead alike.
+        let reader = |body: Body| client.post(format!("{b}/headers")).body(body).send();
+        for body in
+            [Body::from_reader(&b"abcd"[..], Some(4)), Body::from_futures_reader(&b"abcd"[..], Some(4))]
+        {
+            assert_eq!(body.len(), Some(4));
+            let seen = reader(body).await.expect("sized reader").text().await.expect("headers");
+            assert!(
+                seen.contains("content-length: 4") && !seen.contains("transfer-encoding"),
+                "h2={h2}: {seen}"
+            );
+        }
+        let seen = reader(Body::from_reader(&b"abcd"[..], None))
+            .await
+            .expect("reader")
+            .text()
+            .await
+            .expect("headers");
+        assert!(!seen.contains("content-length"), "h2={h2}: {seen}");
+        assert_eq!(seen.contains("transfer-encoding: chunked"), !h2, "h2={h2}: {seen}");
+        let r = client.post(format!("{b}/echo")).body(Body::from_reader(&b"abcd"[..], Some(4))).send();
+        assert_eq!(r.await.expect("echo").text().await.expect("echo"), "abcd", "h2={h2}");
+        for (body, says) in [
+            (Body::from_reader(&b"ab"[..], Some(10)), "2 of 10"),
+            (Body::from_futures_reader(&b"abcdef"[..], Some(3)), "longer than"),
+        ] {
+            let e = match client.post(format!("{b}/echo")).body(body).send().await {
+                Err(e) => e,
+                Ok(r) => r.text().await.expect_err("the length does not hold"),
+            };
+            assert!(matches!(e.kind(), ErrorKind::InvalidRequest(_)), "h2={h2}: {e:?}");
+            assert!(format!("{e:#}").contains(says), "h2={h2}: {e:#}");
+        }
+        // An http_body::Body with an exact size hint keeps its length.
+        let full = Body::wrap(http_body_util::Full::new(Bytes::from_static(b"abcd")));
+        assert_eq!(full.len(), Some(4));
+        let seen = reader(full).await.expect("full").text().await.expect("headers");
+        assert!(seen.contains("content-length: 4"), "h2={h2}: {seen}");
         let s = client.stats();
         assert_eq!((s.calls, s.totals.in_use), (0, 0), "h2={h2}: {s:?}");
     }

@@ -276,7 +276,8 @@ fn pinned_to_a_runtime_a_client_works_from_any_thread() {
 mod ecosystem {
     use super::runtime;
     use switchyard_tests::ecosystem;
-    use switchyard_tokio::Tokio;
+    use switchyard_tests::server::{ServerOptions, TestServer};
+    use switchyard_tokio::{Body, Client, ResponseExt, Tokio};
 
     #[test]
     fn request_api() {
@@ -293,6 +294,27 @@ mod ecosystem {
     #[test]
     fn sized_streamed_uploads() {
         runtime().block_on(ecosystem::sized_streams::<Tokio>());
+    }
+    /// A `tokio::fs::File` is a body (chunked), and with its size through
+    /// `Body::from_reader` goes out with `Content-Length`.
+    #[test]
+    fn a_tokio_file_is_a_body() {
+        runtime().block_on(async {
+            let (server, client) =
+                (TestServer::start(ServerOptions::default()), Client::new().expect("client"));
+            let url = |p: &str| format!("http://127.0.0.1:{}{p}", server.port());
+            let path = std::env::temp_dir().join(format!("switchyard-tokio-file-{}", std::process::id()));
+            std::fs::write(&path, b"from a tokio file").expect("write");
+            let file = tokio::fs::File::open(&path).await.expect("open");
+            let r = client.post(url("/echo")).body(file).send().await.expect("POST a file");
+            assert_eq!(r.text().await.expect("echo"), "from a tokio file");
+            let file = tokio::fs::File::open(&path).await.expect("open");
+            let length = file.metadata().await.expect("metadata").len();
+            let r = client.post(url("/headers")).body(Body::from_reader(file, Some(length))).send().await;
+            let seen = r.expect("POST").text().await.expect("headers");
+            assert!(seen.contains("content-length: 17"), "{seen}");
+            std::fs::remove_file(&path).expect("remove");
+        });
     }
     #[test]
     fn timeouts_cover_the_body() {
