@@ -353,7 +353,7 @@ pub struct BuilderState {
     pub resolver: Arc<dyn Resolve>,
     pub async_resolver: Option<Arc<dyn crate::resolve::AsyncResolve>>,
     pub overrides: HashMap<(String, u16), Vec<IpAddr>>,
-    pub proxies: Vec<Proxy>,
+    pub proxies: Vec<crate::ProxyRule>,
     pub selector: Option<Arc<dyn ProxySelector>>,
     pub proxy_env: bool,
     pub limits: switchyard_core::http1::Limits,
@@ -520,7 +520,7 @@ impl BuilderState {
     /// # Errors
     /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve`
     /// override, unusable TLS roots or client certificate, a setting out of range.
-    pub fn finish(self) -> Result<Config, Error> {
+    pub fn finish(mut self) -> Result<Config, Error> {
         if let Some(e) = self.errors.first() {
             return Err(Error::config(e.clone()));
         }
@@ -547,9 +547,14 @@ impl BuilderState {
             let env = crate::ProxyEnv::from_env()?;
             // No proxy variable set: nothing to ask per call.
             (!env.is_empty()).then(|| Arc::new(env) as Arc<dyn ProxySelector>)
-        } else {
+        } else if self.proxies.iter().all(crate::ProxyRule::is_unconditional) {
             self.selector
+        } else {
+            // Rules for some URLs only: chosen per request.
+            let rules = std::mem::take(&mut self.proxies);
+            Some(Arc::new(crate::proxy_rule::Rules(rules)) as Arc<dyn ProxySelector>)
         };
+        let proxies = self.proxies.into_iter().map(crate::ProxyRule::into_server).collect();
         let async_resolver = match self.async_resolver {
             Some(r) if !self.overrides.is_empty() => {
                 Some(Arc::new(crate::resolve::AsyncOverrides { map: self.overrides.clone(), fallback: r })
@@ -578,7 +583,7 @@ impl BuilderState {
             listener: crate::event::fan_out(self.listeners),
             resolver,
             async_resolver,
-            proxies: self.proxies,
+            proxies,
             selector,
             limits: self.limits,
             http2: self.http2,
@@ -958,10 +963,14 @@ macro_rules! __client_builder_methods {
         /// Replaces `proxy_selector` and the environment's proxies (an empty list
         /// is [`no_proxy`](Self::no_proxy)). Default: the environment's
         /// ([`proxy_from_env`](Self::proxy_from_env)).
-        pub fn proxies(mut self, proxies: impl IntoIterator<Item = $crate::__private::Proxy>) -> Self {
+        ///
+        /// Each item is a proxy server (used for every request) or a
+        /// proxy rule for some URLs (the adapter's `Proxy`: `Proxy::https(url)?`);
+        /// for each request, every rule that applies is tried in order.
+        pub fn proxies<P: Into<$crate::ProxyRule>>(mut self, proxies: impl IntoIterator<Item = P>) -> Self {
             self.state.selector = None;
             self.state.proxy_env = false;
-            self.state.proxies = proxies.into_iter().collect();
+            self.state.proxies = proxies.into_iter().map(Into::into).collect();
             self
         }
         /// Chooses the proxies per request URL (a function or a
@@ -996,13 +1005,14 @@ macro_rules! __client_builder_methods {
             self.state.proxies.clear();
             self
         }
-        /// One more proxy after those given before (reqwest's habit; see
-        /// [`proxies`](Self::proxies) for how proxies are used). The first call
-        /// replaces the environment's proxies.
-        pub fn proxy(mut self, proxy: $crate::__private::Proxy) -> Self {
+        /// One more proxy rule after those given before (reqwest's habit:
+        /// `.proxy(Proxy::https("http://proxy:3128")?)`; a proxy server is a
+        /// rule for every request; see [`proxies`](Self::proxies) for how
+        /// proxies are used). The first call replaces the environment's proxies.
+        pub fn proxy(mut self, proxy: impl Into<$crate::ProxyRule>) -> Self {
             self.state.selector = None;
             self.state.proxy_env = false;
-            self.state.proxies.push(proxy);
+            self.state.proxies.push(proxy.into());
             self
         }
         /// reqwest's name for

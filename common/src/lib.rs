@@ -93,6 +93,7 @@ pub mod exchange;
 mod hub;
 pub mod manager;
 pub mod proxy_env;
+pub mod proxy_rule;
 mod request;
 mod resolve;
 pub mod tls;
@@ -152,6 +153,7 @@ pub mod __private {
 #[doc(hidden)]
 pub use http as __http;
 pub use proxy_env::{parse_proxy_url, NoProxy, ProxyEnv};
+pub use proxy_rule::ProxyRule;
 #[cfg(feature = "hickory")]
 pub mod hickory;
 pub use resolve::{AsyncResolve, BoxFuture, Resolve, Resolved, SystemResolver};

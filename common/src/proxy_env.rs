@@ -149,6 +149,19 @@ pub struct NoProxy {
 }
 
 impl NoProxy {
+    /// reqwest's constructor: the list in `value` (as [`NoProxy::parse`]),
+    /// `None` when it is empty or malformed.
+    ///
+    /// ```
+    /// use switchyard_common::NoProxy;
+    /// assert!(NoProxy::from_string("localhost, 10.0.0.0/8").is_some());
+    /// assert!(NoProxy::from_string(" ").is_none());
+    /// ```
+    #[must_use]
+    pub fn from_string(value: &str) -> Option<NoProxy> {
+        NoProxy::parse(value).ok().filter(|n| n.all || !n.entries.is_empty())
+    }
+
     /// Parses a `no_proxy` value (see the [module docs](self)).
     ///
     /// # Errors

@@ -18,6 +18,8 @@ macro_rules! adapter_types {
         #[derive(Clone)]
         pub struct Client {
             inner: $crate::Client<$rt>,
+            /// Redirects followed, bodies decoded (none by default).
+            layers: $crate::redirect::Layers,
         }
 
         impl ::std::fmt::Debug for Client {
@@ -59,8 +61,18 @@ macro_rules! adapter_types {
             > + Send
                    + 'static {
                 let request = request.map(Into::into);
+                if self.layers.any() {
+                    let future = $crate::redirect::layered(self.direct(), self.layers, request);
+                    return $crate::redirect::SendFuture::Following { future };
+                }
                 let span = $crate::switchyard_common::call_span!(module_path!(), request.method(), request.uri());
-                self.inner.send_in(Ok(request), span)
+                $crate::redirect::SendFuture::Direct { future: self.inner.send_in(Ok(request), span) }
+            }
+
+            /// This client without its layers (each hop of a followed redirect
+            /// is a call of its own).
+            fn direct(&self) -> ClientService {
+                ClientService { client: Client { inner: self.inner.clone(), layers: Default::default() } }
             }
 
             /// reqwest's name for [`send`](Self::send).
@@ -132,7 +144,7 @@ macro_rules! adapter_types {
                 runtime: $rt,
             ) -> ::std::result::Result<Self, $crate::Error> {
                 <$crate::Client<$rt> as $crate::switchyard_common::FromConfig>::from_config(config, runtime)
-                    .map(|inner| Client { inner })
+                    .map(|inner| Client { inner, layers: Default::default() })
             }
         }
 
@@ -272,6 +284,8 @@ macro_rules! adapter_types {
                         let ours = ClientBuilder {
                             state: ::std::mem::take(generic.state_mut()),
                             runtime: Default::default(),
+                            // A Manager's calls go unlayered.
+                            layers: Default::default(),
                         };
                         let ours = settings(ours);
                         *generic.state_mut() = ours.state;
@@ -299,7 +313,7 @@ macro_rules! adapter_types {
             /// declared twice, or a client setting's error.
             pub fn build(self) -> ::std::result::Result<Manager, $crate::Error> {
                 let inner = self.inner.build()?;
-                let client = Client { inner: inner.client().clone() };
+                let client = Client { inner: inner.client().clone(), layers: Default::default() };
                 Ok(Manager { inner, client })
             }
         }
@@ -397,11 +411,12 @@ macro_rules! adapter_types {
         pub struct ClientBuilder {
             state: $crate::switchyard_common::BuilderState,
             runtime: $rt,
+            layers: $crate::redirect::Layers,
         }
 
         impl Default for ClientBuilder {
             fn default() -> Self {
-                ClientBuilder { state: Default::default(), runtime: Default::default() }
+                ClientBuilder { state: Default::default(), runtime: Default::default(), layers: Default::default() }
             }
         }
 
@@ -441,7 +456,48 @@ macro_rules! adapter_types {
             /// unusable TLS roots or client identity, a setting out of range.
             pub fn build(self) -> ::std::result::Result<Client, $crate::Error> {
                 let config = self.state.finish()?;
-                <Client as $crate::switchyard_common::FromConfig>::from_config(config, self.runtime)
+                let client = <Client as $crate::switchyard_common::FromConfig>::from_config(config, self.runtime)?;
+                Ok(Client { layers: self.layers, ..client })
+            }
+
+            /// Follows redirects by `policy` (the `redirect` feature; reqwest's
+            /// habit). **Default: not followed**, with or without the feature: a
+            /// 3xx is the answer. See [`redirect`](crate::redirect) for the
+            /// rules (same pool, credentials dropped across origins, 303 → GET).
+            ///
+            /// ```ignore
+            /// let client = Client::builder().redirect(redirect::Policy::limited(5)).build()?;
+            /// ```
+            #[cfg(feature = "redirect")]
+            pub fn redirect(mut self, policy: $crate::redirect::Policy) -> Self {
+                self.layers.redirects = policy.max_hops();
+                self
+            }
+
+            /// Asks for gzip bodies (`Accept-Encoding`) and decodes them (the
+            /// `decompression` feature, tower-http's `Decompression`; reqwest's
+            /// habit). **Default: off**, with or without the feature. A decoded
+            /// response loses its `Content-Encoding` and `Content-Length`; a body
+            /// that does not decode is `ErrorKind::Decode`. A request that sets
+            /// its own `Accept-Encoding` is left as it is.
+            #[cfg(feature = "decompression")]
+            pub fn gzip(mut self, on: bool) -> Self {
+                self.layers = self.layers.decoding($crate::redirect::Layers::GZIP, on);
+                self
+            }
+
+            /// Asks for and decodes deflate bodies, as [`gzip`](Self::gzip).
+            #[cfg(feature = "decompression")]
+            pub fn deflate(mut self, on: bool) -> Self {
+                self.layers = self.layers.decoding($crate::redirect::Layers::DEFLATE, on);
+                self
+            }
+
+            /// Asks for and decodes brotli (`br`) bodies, as [`gzip`](Self::gzip).
+            #[cfg(feature = "decompression")]
+            pub fn brotli(mut self, on: bool) -> Self {
+                self.layers = self.layers.decoding($crate::redirect::Layers::BROTLI, on);
+                self
             }
         }
 
@@ -478,11 +534,17 @@ macro_rules! adapter_types {
                    + 'static {
                 let client = self.client.clone();
                 let request = self.build();
+                if client.layers.any() {
+                    if let Ok(request) = request {
+                        let future = $crate::redirect::layered(client.direct(), client.layers, request);
+                        return $crate::redirect::SendFuture::Following { future };
+                    }
+                }
                 let span = match &request {
                     Ok(r) => $crate::switchyard_common::call_span!(module_path!(), r.method(), r.uri()),
                     Err(_) => $crate::switchyard_common::__tracing::Span::none(),
                 };
-                client.inner.send_in(request, span)
+                $crate::redirect::SendFuture::Direct { future: client.inner.send_in(request, span) }
             }
         }
     };

@@ -90,6 +90,18 @@ impl std::fmt::Display for BodyClosed {
 impl std::error::Error for BodyClosed {}
 
 impl Body {
+    /// A copy of a buffered body (what a redirect resends); `None` for a
+    /// stream, which cannot be read twice.
+    #[must_use]
+    pub fn try_clone(&self) -> Option<Body> {
+        let kind = match &self.kind {
+            Kind::Empty => Kind::Empty,
+            Kind::Full(b) => Kind::Full(b.clone()),
+            Kind::Stream(_) => return None,
+        };
+        Some(Body { kind, length: self.length })
+    }
+
     /// No body.
     #[must_use]
     pub fn empty() -> Body {

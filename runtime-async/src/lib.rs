@@ -22,6 +22,7 @@ mod connect;
 mod h1;
 mod h2;
 mod manager;
+pub mod redirect;
 mod response;
 mod runtime;
 mod shared;
@@ -39,15 +40,21 @@ pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
 /// every adapter keeps against hostile peers.
 pub use switchyard_common;
 pub use switchyard_common::manager::ServerStatus;
+/// A proxy rule: a proxy server and the requests that go through it
+/// (reqwest's `Proxy`: `Proxy::https("http://proxy:3128")?`).
+pub use switchyard_common::ProxyRule as Proxy;
 pub use switchyard_common::{
     describe, AsyncResolve, BodyError, ClientBuilder, Error, ErrorKind, EventListener, EventLog, HttpVersion,
-    IntoUri, NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, Resolved,
+    IntoUri, NoProxy, NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, Resolved,
     SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
+/// A proxy server: how a connection reaches the origin (what a
+/// [`ProxySelector`] returns, and a [`Proxy`] rule for every request).
+pub use switchyard_core::Proxy as ProxyServer;
 pub use switchyard_core::{Backoff, Readiness, WarmPolicy};
 pub use switchyard_core::{
-    CallId, ConnectionId, DnsSource, Event, EventKind, Family, Instant, PoolStats, Proxy, ProxyCredentials,
+    CallId, ConnectionId, DnsSource, Event, EventKind, Family, Instant, PoolStats, ProxyCredentials,
     StreamLimitPolicy,
 };
 #[doc(hidden)]

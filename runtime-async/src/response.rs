@@ -54,6 +54,48 @@ enum Inner {
     Away,
     H1(Box<H1Body>),
     H2(Box<H2Body>),
+    /// A body decoded by a layer (the `decompression` feature).
+    #[cfg(feature = "decompression")]
+    Decoded(Box<Decoded>),
+}
+
+/// A decoded body: the layer's body over a [`ResponseBody`], the URL for its errors.
+#[cfg(feature = "decompression")]
+struct Decoded {
+    body: Pin<Box<dyn http_body::Body<Data = Bytes, Error = crate::BoxError> + Send>>,
+    uri: String,
+    trailers: Option<http::HeaderMap>,
+    done: bool,
+}
+
+#[cfg(feature = "decompression")]
+impl Decoded {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, Error>> {
+        loop {
+            if self.done {
+                return Poll::Ready(Ok(None));
+            }
+            match std::task::ready!(http_body::Body::poll_frame(self.body.as_mut(), cx)) {
+                None => self.done = true,
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if data.is_empty() => {}
+                    Ok(data) => return Poll::Ready(Ok(Some(data))),
+                    Err(frame) => self.trailers = frame.into_trailers().ok(),
+                },
+                Some(Err(e)) => {
+                    self.done = true;
+                    // The connection's own failure comes back as it was.
+                    return Poll::Ready(Err(match e.downcast::<Error>() {
+                        Ok(e) => *e,
+                        Err(e) => Error::from(switchyard_common::ErrorKind::Decode(format!(
+                            "the response body does not decode (Content-Encoding): {e}"
+                        )))
+                        .with_url(&self.uri),
+                    }));
+                }
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -62,6 +104,8 @@ impl Inner {
             Inner::Empty | Inner::Away => Ok(None),
             Inner::H1(b) => b.chunk().await,
             Inner::H2(b) => b.chunk().await,
+            #[cfg(feature = "decompression")]
+            Inner::Decoded(_) => unreachable!("a decoded body is read by poll_chunk directly"),
         }
     }
 }
@@ -93,6 +137,20 @@ impl ResponseBody {
         self.ledger.own(shared, call, uri);
     }
 
+    /// `body` (a layer's, over a [`ResponseBody`]) as a [`ResponseBody`].
+    #[cfg(feature = "decompression")]
+    pub(crate) fn decoded<B>(body: B, uri: &http::Uri) -> ResponseBody
+    where
+        B: http_body::Body<Data = Bytes, Error = crate::BoxError> + Send + 'static,
+    {
+        let body = Box::pin(body);
+        let uri = switchyard_common::redact(&uri.to_string());
+        ResponseBody::with(
+            Inner::Decoded(Box::new(Decoded { body, uri, trailers: None, done: false })),
+            false,
+        )
+    }
+
     /// An empty body (for responses built by hand).
     #[must_use]
     pub fn empty() -> ResponseBody {
@@ -106,6 +164,10 @@ impl ResponseBody {
     /// [`ErrorKind::Body`](switchyard_common::ErrorKind::Body): the connection
     /// failed, timed out, or broke the framing.
     pub fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, Error>> {
+        #[cfg(feature = "decompression")]
+        if let Inner::Decoded(d) = &mut self.inner {
+            return d.poll_chunk(cx);
+        }
         if self.ledger.is_ended() {
             return Poll::Ready(Ok(None));
         }
@@ -125,6 +187,8 @@ impl ResponseBody {
         Poll::Ready(self.ledger.settle(next, || match inner {
             Inner::H1(b) => b.0.finish(),
             Inner::H2(b) => b.finish(),
+            #[cfg(feature = "decompression")]
+            Inner::Decoded(_) => {}
             Inner::Empty | Inner::Away => {}
         }))
     }
@@ -191,6 +255,8 @@ impl ResponseBody {
         match &self.inner {
             Inner::H1(b) => b.0.trailers.as_ref(),
             Inner::H2(b) => b.trailers.as_ref(),
+            #[cfg(feature = "decompression")]
+            Inner::Decoded(d) => d.trailers.as_ref(),
             Inner::Empty | Inner::Away => None,
         }
     }
@@ -204,6 +270,8 @@ impl ResponseBody {
                 Inner::Away => false,
                 Inner::H1(b) => b.0.is_done(),
                 Inner::H2(b) => b.is_done(),
+                #[cfg(feature = "decompression")]
+                Inner::Decoded(d) => d.done,
             }
     }
 }
@@ -232,6 +300,10 @@ impl http_body::Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
+        #[cfg(feature = "decompression")]
+        if let Inner::Decoded(d) = &self.inner {
+            return d.done && (self.trailers_given || d.trailers.is_none());
+        }
         self.ledger.is_ended() && (self.trailers_given || self.trailers().is_none())
     }
 }

@@ -83,13 +83,17 @@ pub use client::{Client, ClientBuilder, RequestBuilder};
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{ResponseBody, ResponseExt};
 pub use switchyard_common::manager::ServerStatus;
+/// A proxy rule: a proxy server and the requests that go through it
+/// (reqwest's `Proxy`: `Proxy::https("http://proxy:3128")?`).
+pub use switchyard_common::ProxyRule as Proxy;
 pub use switchyard_common::{
-    describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoopListener,
-    ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase,
+    describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoProxy,
+    NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase,
     DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
+/// A proxy server: how a connection reaches the origin (what a
+/// [`ProxySelector`] returns, and a [`Proxy`] rule for every request).
+pub use switchyard_core::Proxy as ProxyServer;
 pub use switchyard_core::{Backoff, Readiness, WarmPolicy};
-pub use switchyard_core::{
-    CallId, ConnectionId, Event, EventKind, Instant, PoolStats, Proxy, ProxyCredentials,
-};
+pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, ProxyCredentials};

@@ -58,11 +58,15 @@ use std::net::{IpAddr, SocketAddr};
 
 use switchyard_async::{BoxFuture, Io, Runtime, Task};
 
+/// Following redirects: [`ClientBuilder::redirect`] (the `redirect` feature).
+#[cfg(feature = "redirect")]
+pub use switchyard_async::redirect;
 pub use switchyard_async::{
     describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
     ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
-    NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, Recorded, RequestOptions,
-    Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
+    NoProxy, NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, ProxyServer,
+    Recorded, RequestOptions, Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver,
+    TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_async::{
     AsyncResolve, Backoff, DnsSource, Family, Readiness, Resolved, ServerStatus, WarmPolicy,

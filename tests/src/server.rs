@@ -354,7 +354,8 @@ fn gzipped() -> Bytes {
 /// `name: value` per line, sorted), `/redirect/N` (302 to `/redirect/N-1`,
 /// `/redirect/0` to `/hello`), `/gzip` (a gzip-encoded body), `/slow-body/MS`
 /// (the head at once, the body MS later), `/trailers` (a body, then an
-/// `x-checksum` trailer); anything else answers its path.
+/// `x-checksum` trailer), `/goto/STATUS?URL` (a redirect with that status
+/// to URL), `/bad-gzip` (gzip-labelled bytes that are not gzip); anything else answers its path.
 async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::Response<ServerBody> {
     let mut segments = path.trim_start_matches('/').split('/');
     let first = segments.next().unwrap_or_default();
@@ -393,9 +394,22 @@ async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::R
             );
             *response.body_mut() = full(Bytes::new());
         }
+        ("goto", Some(code)) => {
+            *response.status_mut() = http::StatusCode::from_u16(u16::try_from(code).unwrap_or(302))
+                .unwrap_or(http::StatusCode::FOUND);
+            let to = path.split_once('?').map_or("/hello", |(_, to)| to);
+            if let Ok(to) = http::HeaderValue::try_from(to) {
+                response.headers_mut().insert("location", to);
+            }
+            *response.body_mut() = full(Bytes::new());
+        }
         ("gzip", _) => {
             response.headers_mut().insert("content-encoding", http::HeaderValue::from_static("gzip"));
             *response.body_mut() = full(gzipped());
+        }
+        ("bad-gzip", _) => {
+            response.headers_mut().insert("content-encoding", http::HeaderValue::from_static("gzip"));
+            *response.body_mut() = full(Bytes::from_static(b"this is not gzip at all"));
         }
         ("slow-body", Some(ms)) => {
             *response.body_mut() = Later {

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use switchyard_tests::proxy::TestProxy;
 use switchyard_tests::server::{ServerOptions, TestServer};
 use switchyard_tokio::prelude::*;
-use switchyard_tokio::Client;
+use switchyard_tokio::{Client, NoProxy, Proxy};
 
 #[tokio::test]
 async fn a_reqwest_users_first_file_compiles_and_runs() {
@@ -52,10 +53,32 @@ async fn a_reqwest_users_first_file_compiles_and_runs() {
     assert_eq!(r.status(), 200);
     drop(r);
 
-    // A proxy given as reqwest's `proxy(...)`, and a bad idle timeout is typed.
-    let proxy = switchyard_tokio::Proxy::http("127.0.0.1", 3128).unwrap();
-    let with_proxy = Client::builder().proxy(proxy).build();
-    assert!(with_proxy.is_ok());
+    // reqwest's proxy rules: `Proxy::http(url)` for http URLs with credentials in
+    // the URL and an exception list, `Proxy::https(url)` that an http request
+    // never uses (it points at a closed port), `Proxy::all(..).basic_auth(..)`.
+    let hosts = [("origin.test".to_owned(), std::net::IpAddr::from([127, 0, 0, 1]))].into();
+    let proxy = TestProxy::http_with_auth(hosts, "ann", "pr0xy-pw");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let with_proxy = Client::builder()
+        .proxy(
+            Proxy::http(format!("http://ann:pr0xy-pw@{}", proxy.addr))
+                .unwrap()
+                .no_proxy(NoProxy::from_string("127.0.0.1")),
+        )
+        .proxy(Proxy::https(format!("http://{closed}")).unwrap())
+        .build()
+        .unwrap();
+    let origin = format!("http://origin.test:{}/hello", server.port());
+    assert_eq!(with_proxy.get(&origin).send().await.unwrap().text().await.unwrap(), "hello");
+    assert_eq!(proxy.targets(), [format!("forward origin.test:{}", server.port())]);
+    assert_eq!(with_proxy.get(format!("{base}/hello")).send().await.unwrap().text().await.unwrap(), "hello");
+    assert_eq!(proxy.targets().len(), 1, "no_proxy kept 127.0.0.1 direct");
+    let all = Proxy::all(proxy.addr.to_string()).unwrap().basic_auth("ann", "pr0xy-pw");
+    let through_all = Client::builder().proxy(all).build().unwrap();
+    assert_eq!(through_all.get(&origin).send().await.unwrap().text().await.unwrap(), "hello");
+    assert_eq!(proxy.targets().len(), 2);
+    let e = Proxy::http("ftp://127.0.0.1:21").unwrap_err();
+    assert!(e.to_string().contains("unsupported proxy scheme"), "{e}");
     let e = Client::builder().pool_idle_timeout(None).build().unwrap_err();
     assert!(e.to_string().contains("pool_idle_timeout"), "{e}");
 }

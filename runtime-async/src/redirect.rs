@@ -1,0 +1,199 @@
+//! Following redirects (the `redirect` feature), on tower-http's
+//! `FollowRedirect`: `ClientBuilder::redirect(Policy::limited(10))`.
+//!
+//! Redirects are **not followed by default**, even with the feature on (a
+//! feature turned on elsewhere in the dependency graph must not change what a
+//! client does); `redirect` turns it on per client. Each hop is a call of its
+//! own on the same pool, so a same-origin hop reuses the pooled connection.
+//! tower-http's rules apply: 301/302 turn a POST into a GET, 303 turns every
+//! method but HEAD into a GET (without the body), 307/308 keep the method and
+//! resend the body when it is a buffer (a stream cannot be replayed: the
+//! redirect response is returned as it is); `Authorization`, `Cookie` and
+//! `Proxy-Authorization` are dropped on a hop to another origin. Past the
+//! limit, the last redirect response is returned as it is.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::{BoxFuture, Error, ResponseBody};
+
+/// How many redirects a client follows (reqwest's `redirect::Policy`).
+///
+/// ```
+/// use switchyard_async::redirect::Policy;
+/// assert_eq!(Policy::default(), Policy::limited(10));
+/// assert_eq!(Policy::none().max_hops(), 0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    max: usize,
+}
+
+impl Policy {
+    /// Follow at most `max` redirects per call.
+    #[must_use]
+    pub fn limited(max: usize) -> Policy {
+        Policy { max }
+    }
+    /// Follow none: the redirect response is the answer (the default).
+    #[must_use]
+    pub fn none() -> Policy {
+        Policy { max: 0 }
+    }
+    /// The most redirects followed per call.
+    #[must_use]
+    pub fn max_hops(&self) -> usize {
+        self.max
+    }
+}
+
+/// Ten hops, as reqwest (once `redirect` is called at all).
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy::limited(10)
+    }
+}
+
+type Answer = Result<http::Response<ResponseBody>, Error>;
+
+/// What a client layers over its calls: redirects followed, bodies decoded.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layers {
+    /// Redirects followed per call (0: none).
+    pub redirects: usize,
+    /// Encodings decoded: [`Layers::GZIP`], [`Layers::DEFLATE`], [`Layers::BROTLI`].
+    pub decode: u8,
+}
+
+impl Layers {
+    /// gzip bodies decoded.
+    pub const GZIP: u8 = 1;
+    /// deflate bodies decoded.
+    pub const DEFLATE: u8 = 2;
+    /// br bodies decoded.
+    pub const BROTLI: u8 = 4;
+    /// Whether a call goes through any layer.
+    #[must_use]
+    pub fn any(&self) -> bool {
+        self.redirects > 0 || self.decode != 0
+    }
+    /// The same, with `encoding` decoded or not.
+    #[must_use]
+    pub fn decoding(mut self, encoding: u8, on: bool) -> Layers {
+        if on {
+            self.decode |= encoding;
+        } else {
+            self.decode &= !encoding;
+        }
+        self
+    }
+}
+
+/// Sends `request` through `service` under `layers`.
+#[doc(hidden)]
+pub fn layered<S>(service: S, layers: Layers, request: http::Request<crate::Body>) -> BoxFuture<Answer>
+where
+    S: tower_service::Service<
+            http::Request<crate::Body>,
+            Response = http::Response<ResponseBody>,
+            Error = Error,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    #[cfg(feature = "decompression")]
+    if layers.decode != 0 {
+        return follow(Decoding { inner: service, decode: layers.decode }, layers.redirects, request);
+    }
+    follow(service, layers.redirects, request)
+}
+
+/// Follows up to `max` redirects (only with the feature; `max` is 0 without).
+fn follow<S>(mut service: S, max: usize, request: http::Request<crate::Body>) -> BoxFuture<Answer>
+where
+    S: tower_service::Service<
+            http::Request<crate::Body>,
+            Response = http::Response<ResponseBody>,
+            Error = Error,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    #[cfg(feature = "redirect")]
+    if max > 0 {
+        use tower_http::follow_redirect::policy::{clone_body_fn, FilterCredentials, Limited, PolicyExt};
+        use tower_http::follow_redirect::FollowRedirect;
+        let policy = Limited::new(max)
+            .and::<_, crate::Body, Error>(FilterCredentials::new())
+            .and::<_, crate::Body, Error>(clone_body_fn(crate::Body::try_clone));
+        let mut service = FollowRedirect::with_policy(service, policy);
+        // The client's service is always ready (poll_ready is `Ready(Ok)`).
+        return Box::pin(tower_service::Service::call(&mut service, request));
+    }
+    let _ = max;
+    Box::pin(service.call(request))
+}
+
+/// tower-http's Decompression over the client, its body back in a
+/// [`ResponseBody`] (so a decoding client answers the same type).
+#[cfg(feature = "decompression")]
+#[derive(Clone)]
+struct Decoding<S> {
+    inner: S,
+    decode: u8,
+}
+
+#[cfg(feature = "decompression")]
+impl<S> tower_service::Service<http::Request<crate::Body>> for Decoding<S>
+where
+    S: tower_service::Service<
+            http::Request<crate::Body>,
+            Response = http::Response<ResponseBody>,
+            Error = Error,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<ResponseBody>;
+    type Error = Error;
+    type Future = BoxFuture<Answer>;
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner.poll_ready(cx)
+    }
+    fn call(&mut self, request: http::Request<crate::Body>) -> Self::Future {
+        let uri = request.uri().clone();
+        let mut service = tower_http::decompression::Decompression::new(&mut self.inner)
+            .gzip(self.decode & Layers::GZIP != 0)
+            .deflate(self.decode & Layers::DEFLATE != 0)
+            .br(self.decode & Layers::BROTLI != 0);
+        let future = service.call(request);
+        Box::pin(async move {
+            let response = future.await?;
+            Ok(response.map(|body| ResponseBody::decoded(body, &uri)))
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call's future: sent directly, or through the redirect follower.
+    #[doc(hidden)]
+    #[project = SendProj]
+    pub enum SendFuture<F> {
+        Direct { #[pin] future: F },
+        Following { future: BoxFuture<Answer> },
+    }
+}
+
+impl<F: Future<Output = Answer>> Future for SendFuture<F> {
+    type Output = Answer;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        match self.project() {
+            SendProj::Direct { future } => future.poll(cx),
+            SendProj::Following { future } => future.as_mut().poll(cx),
+        }
+    }
+}
