@@ -55,7 +55,8 @@ pub use switchyard_async::{
     TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_async::{
-    AsyncResolve, Backoff, DnsSource, Family, Readiness, Resolved, ServerStatus, WarmPolicy,
+    AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, Readiness, Resolved,
+    ServerStatus, WarmPolicy,
 };
 
 #[cfg(feature = "hickory")]

@@ -154,7 +154,7 @@ mod ecosystem {
     }
     #[test]
     fn tower_http_over_a_client() {
-        smol::block_on(ecosystem::tower_stack::<Smol>());
+        ecosystem::with_tokio_timer(|| smol::block_on(ecosystem::tower_stack::<Smol>()));
     }
     #[test]
     fn a_tracing_span_per_call() {

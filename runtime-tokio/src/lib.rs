@@ -69,7 +69,8 @@ pub use switchyard_async::{
     TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_async::{
-    AsyncResolve, Backoff, DnsSource, Family, Readiness, Resolved, ServerStatus, WarmPolicy,
+    AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, Readiness, Resolved,
+    ServerStatus, WarmPolicy,
 };
 
 /// hickory-resolver on tokio: A and AAAA asked separately (the race starts on

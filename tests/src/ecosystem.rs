@@ -436,6 +436,36 @@ pub async fn tower_stack<R: Runtime + Default>() {
     assert_eq!(paths, ["/redirect/2", "/redirect/1", "/redirect/0", "/hello", "/gzip"]);
     // The pooled connection carried them all.
     assert_eq!(client.stats().created, 1, "{:?}", client.stats());
+
+    // tower-http's TimeoutLayer (outermost): a late answer becomes a 504 with
+    // the response body's Default, and the abandoned call gives its connection up.
+    let mut service = ServiceBuilder::new()
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            http::StatusCode::GATEWAY_TIMEOUT,
+            std::time::Duration::from_secs(1),
+        ))
+        .layer(tower_http::follow_redirect::FollowRedirectLayer::new())
+        .service(client.clone());
+    let r = ServiceExt::<http::Request<Body>>::ready(&mut service)
+        .await
+        .expect("ready")
+        .call(get("/sleep/6000"))
+        .await
+        .expect("timeout layer");
+    assert_eq!(r.status(), http::StatusCode::GATEWAY_TIMEOUT);
+    assert!(r.into_body().collect().await.expect("body").to_bytes().is_empty());
+    assert_eq!(client.stats().totals.in_use, 0, "{:?}", client.stats());
+}
+
+/// Runs `f` with a tokio runtime entered: tower-http's `TimeoutLayer` sleeps on
+/// tokio's timer, so on smol (or async-std) a tokio runtime must be entered around
+/// the calls that use it (one worker thread drives the timer). switchyard's own
+/// timeouts (`timeout`, `read_timeout`, …) need nothing of the kind.
+pub fn with_tokio_timer<T>(f: impl FnOnce() -> T) -> T {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_time().build().expect("tokio");
+    let _entered = rt.enter();
+    f()
 }
 
 /// TLS inputs: a root from PEM; a prepared `rustls::ClientConfig` (ALPN still
