@@ -266,13 +266,15 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// A tokio file, streamed (chunked: its length is not known without asking
 /// the file system; [`Body::from_reader`] takes it for a `Content-Length`).
+/// On with the tokio adapter (feature `tokio-fs` here).
+#[cfg(feature = "tokio-fs")]
 impl From<tokio::fs::File> for Body {
     fn from(file: tokio::fs::File) -> Body {
         Body::from_reader(file, None)
     }
 }
 
-/// A smol (async-fs) file, streamed as [`From<tokio::fs::File>`] is. Needs the
+/// A smol (async-fs) file, streamed as a tokio file is. Needs the
 /// `async-fs` feature (on in switchyard-smol).
 #[cfg(feature = "async-fs")]
 #[cfg_attr(docsrs, doc(cfg(feature = "async-fs")))]
