@@ -27,6 +27,56 @@ pub enum Command {
     /// Keep warm connections to servers and print their readiness as it changes,
     /// until interrupted (or for --for).
     Warm(WarmArgs),
+    /// Accept plain HTTP/1.1 and HTTP/2 (prior knowledge) on --listen and carry
+    /// each request over the declared servers' warm connections: by the URL of
+    /// an absolute-form request (`HTTP_PROXY=http://LISTEN`) or by `Host`.
+    /// Undeclared hosts get 403. Stops on ctrl-c or SIGTERM, letting requests
+    /// in flight finish (--grace).
+    Gateway(GatewayArgs),
+}
+
+/// `switchyard gateway`.
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    /// The local address to accept requests on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// A server to forward to, `http(s)://host[:port]`, with its warm minimum
+    /// after `=` (default 1): `--server https://api.internal=2`. Repeatable.
+    #[arg(long = "server", required = true, value_parser = parse_server)]
+    pub servers: Vec<(String, usize)>,
+    /// `HOST:PORT:ADDR[,ADDR]`: answer DNS for HOST:PORT with these addresses.
+    #[arg(long, value_parser = parse_resolve)]
+    pub resolve: Vec<Resolve>,
+    /// Trust the CA certificates in this PEM file.
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// Local connections accepted at once.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_requests: usize,
+    /// How long requests in flight may finish after ctrl-c or SIGTERM.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Stop after this long (e.g. 10s); default: until interrupted.
+    #[arg(long = "for", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// The access log as one JSON object per request.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `URL[=MIN]`.
+pub fn parse_server(s: &str) -> Result<(String, usize), String> {
+    match s.rsplit_once('=') {
+        Some((url, min)) if !url.is_empty() => {
+            let min = min.parse().map_err(|_| format!("{min:?} is not a number of warm connections"))?;
+            Ok((url.to_owned(), min))
+        }
+        _ => Ok((s.to_owned(), 1)),
+    }
 }
 
 /// `switchyard warm`.

@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod demo;
+pub mod gateway;
 pub mod get;
 pub mod timeline;
 pub mod warm;

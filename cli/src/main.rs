@@ -12,6 +12,7 @@ fn main() -> ExitCode {
         // `get` starts the runtime its --runtime names.
         Command::Get(args) => exit(switchyard_cli::get::run(*args)),
         Command::Warm(args) => exit(switchyard_cli::warm::run(&args)),
+        Command::Gateway(args) => exit(switchyard_cli::gateway::run(&args)),
         // The demo's servers and client run on tokio.
         Command::Demo(args) => {
             match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {

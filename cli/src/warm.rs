@@ -17,6 +17,22 @@ pub fn run(args: &WarmArgs) -> Result<(), Failed> {
     rt.block_on(watch(args))
 }
 
+/// The DER certificates of a `--cacert` PEM file (none without one).
+///
+/// # Errors
+/// The file cannot be read, or holds a bad PEM block.
+pub fn ca_certificates(path: Option<&std::path::Path>) -> Result<Vec<Vec<u8>>, Failed> {
+    use rustls::pki_types::pem::PemObject;
+    let Some(path) = path else { return Ok(Vec::new()) };
+    let mut certs = Vec::new();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(path)
+        .map_err(|e| Failed(format!("cannot read --cacert {}: {e}", path.display())))?
+    {
+        certs.push(c.map_err(|e| Failed(format!("bad PEM in --cacert {}: {e}", path.display())))?.to_vec());
+    }
+    Ok(certs)
+}
+
 async fn watch(args: &WarmArgs) -> Result<(), Failed> {
     let mut builder = switchyard_tokio::Manager::builder().ready_timeout(args.down_after);
     for url in &args.urls {
@@ -24,17 +40,7 @@ async fn watch(args: &WarmArgs) -> Result<(), Failed> {
     }
     let resolve = args.resolve.clone();
     let cacert = args.cacert.clone();
-    let mut certs = Vec::new();
-    if let Some(path) = &cacert {
-        use rustls::pki_types::pem::PemObject;
-        for c in rustls::pki_types::CertificateDer::pem_file_iter(path)
-            .map_err(|e| Failed(format!("cannot read --cacert {}: {e}", path.display())))?
-        {
-            certs.push(
-                c.map_err(|e| Failed(format!("bad PEM in --cacert {}: {e}", path.display())))?.to_vec(),
-            );
-        }
-    }
+    let certs = ca_certificates(cacert.as_deref())?;
     builder = builder.client(move |mut c| {
         for r in &resolve {
             c = c.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());

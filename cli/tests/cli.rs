@@ -353,3 +353,50 @@ fn get_streams_large_bodies_to_a_file_and_stdout() {
     assert!(stderr.contains("cannot write") && stderr.contains("out.bin"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `gateway`: requests by `Host` and in absolute form reach the declared
+/// server over its warm connection, an undeclared host is 403, each request is
+/// one JSON access-log line, and SIGTERM stops it cleanly.
+#[test]
+fn gateway_forwards_to_declared_servers_and_stops_on_sigterm() {
+    use std::io::{BufRead, Read, Write};
+    let server = TestServer::start(ServerOptions::default());
+    let up = format!("127.0.0.1:{}", server.port());
+    let mut child = bin()
+        .args(["gateway", "--listen", "127.0.0.1:0", "--server", &format!("http://{up}=1"), "--json"])
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let listen =
+        first.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).expect(&first).to_owned();
+    let ask = |request: String| {
+        let mut s = std::net::TcpStream::connect(&listen).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let by_host = ask(format!("GET /hello HTTP/1.1\r\nHost: {up}\r\nConnection: close\r\n\r\n"));
+    assert!(by_host.starts_with("HTTP/1.1 200") && by_host.ends_with("hello"), "{by_host}");
+    let absolute = ask(format!("GET http://{up}/hello HTTP/1.1\r\nHost: {up}\r\nConnection: close\r\n\r\n"));
+    assert!(absolute.starts_with("HTTP/1.1 200"), "{absolute}");
+    let refused = ask("GET / HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n".to_owned());
+    assert!(refused.starts_with("HTTP/1.1 403") && refused.contains("other.test"), "{refused}");
+    assert_eq!(server.connections(), 1, "both requests rode the warm connection");
+    let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit: {:?}", out.status);
+    let lines = json_lines(&out.stdout);
+    let statuses: Vec<_> = lines.iter().map(|l| l["status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses, [200, 200, 403], "{lines:?}");
+    assert_eq!(lines[0]["connection"], lines[1]["connection"], "one upstream connection: {lines:?}");
+    assert!(lines[0]["connection"].as_str().is_some_and(|c| c.starts_with("conn#")), "{lines:?}");
+    assert!(lines[2]["refused"].as_str().is_some_and(|r| r.contains("other.test")), "{lines:?}");
+}

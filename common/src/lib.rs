@@ -90,6 +90,7 @@ pub mod engine;
 mod error;
 mod event;
 pub mod exchange;
+pub mod gateway;
 mod hub;
 pub mod manager;
 pub mod proxy_env;

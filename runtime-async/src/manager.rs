@@ -185,6 +185,21 @@ impl<R: Runtime> Manager<R> {
         &self.client
     }
 
+    /// The declared servers (for the adapters' gateways).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn __servers(&self) -> &[Declared] {
+        &self.servers
+    }
+
+    /// One declared server's status (for the adapters' gateways).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn __status_of(&self, server: &Declared) -> Option<ServerStatus> {
+        let shared = &self.client.inner.shared;
+        shared.input(|st, now| manager::statuses(&st.pool, now, std::slice::from_ref(server))).pop()
+    }
+
     /// Stops re-warming at once, fails calls waiting for a connection, closes
     /// idle connections, and lets calls in flight finish (their connections
     /// close then). Waits (up to the ready timeout) for them.

@@ -73,6 +73,11 @@ pub use switchyard_async::{
     ServerStatus, WarmPolicy,
 };
 
+#[cfg(feature = "gateway")]
+pub mod gateway;
+#[cfg(feature = "gateway")]
+pub use gateway::{AccessRecord, Gateway};
+
 /// hickory-resolver on tokio: A and AAAA asked separately (the race starts on
 /// the first useful answer, RFC 8305 §3), TTLs into the client's DNS cache,
 /// hickory's own cache off. Needs the `hickory` feature.

@@ -1,0 +1,96 @@
+//! `switchyard gateway`: a Manager over the declared servers, serving local
+//! requests on `--listen` over their warm connections (the library's
+//! `Manager::gateway`), one access-log line per request on stdout.
+
+use std::io::Write;
+
+use crate::args::GatewayArgs;
+use crate::get::Failed;
+use crate::warm::ca_certificates;
+
+/// Runs `switchyard gateway` on tokio.
+///
+/// # Errors
+/// A bad `--server`, `--cacert` or `--listen`, or the listener failing.
+pub fn run(args: &GatewayArgs) -> Result<(), Failed> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
+    rt.block_on(serve(args))
+}
+
+async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
+    let mut builder = switchyard_tokio::Manager::builder();
+    for (url, min) in &args.servers {
+        builder = builder.server(url, *min);
+    }
+    let resolve = args.resolve.clone();
+    let certs = ca_certificates(args.cacert.as_deref())?;
+    builder = builder.client(move |mut c| {
+        for r in &resolve {
+            c = c.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
+        }
+        for cert in certs {
+            c = c.add_root_certificate(cert);
+        }
+        c.proxy_from_env()
+    });
+    let manager = builder.build().map_err(|e| Failed(format!("{e:#}")))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let local =
+        listener.local_addr().map_err(|e| Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+    let servers: Vec<&str> = args.servers.iter().map(|(u, _)| u.as_str()).collect();
+    eprintln!("switchyard gateway: listening on http://{local} for {}", servers.join(", "));
+    let json = args.json;
+    let gateway = manager
+        .gateway()
+        .max_connections(args.max_connections)
+        .max_requests(args.max_requests)
+        .shutdown_grace(args.grace)
+        .access_log(move |record| {
+            let line = if json { record.to_json() } else { record.to_string() };
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        });
+    let duration = args.duration;
+    let stop = async move {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => interrupted().await,
+        }
+        eprintln!("switchyard gateway: stopping (requests in flight may finish)");
+    };
+    gateway
+        .serve_until(listener, stop)
+        .await
+        .map_err(|e| Failed(format!("the listener on {local} failed: {e}")))?;
+    manager.shutdown().await;
+    Ok(())
+}
+
+/// Ctrl-c, or SIGTERM on Unix.
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
