@@ -59,8 +59,9 @@ impl Refusal {
 }
 
 /// The declared server an incoming request goes to, and the URI it goes to there.
-/// `local_port` is the gateway's own port: a host named with it
-/// (`api.test:8080`, when `api.test` resolves to the gateway) means the host.
+/// `local_port` is the gateway's own port: a host name with it (`api.test:8080`,
+/// when `api.test` resolves to the gateway) means the host; an IP address with it
+/// is the gateway itself.
 ///
 /// # Errors
 /// A [`Refusal`]: 400 without a usable host, 403 for a host no server was
@@ -89,7 +90,15 @@ pub fn route<'a>(
         return Err(Refusal::new(StatusCode::BAD_REQUEST, "gateway: user info in the request target"));
     }
     let bare = match (host.rsplit_once(':'), local_port) {
-        (Some((name, port)), Some(local)) if !name.is_empty() && port.parse() == Ok(local) => name,
+        // A name that resolves to the gateway; an address with the gateway's
+        // port is the gateway itself.
+        (Some((name, port)), Some(local))
+            if !name.is_empty()
+                && port.parse() == Ok(local)
+                && name.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_err() =>
+        {
+            name
+        }
         _ => host.as_str(),
     };
     let server = find(declared, &host).or_else(|_| find(declared, bare)).map_err(|_| {
@@ -247,6 +256,8 @@ mod tests {
         let (s, _) =
             route(&servers, &get, &"/".parse().unwrap(), &host("api.test:3000"), Some(3000)).unwrap();
         assert_eq!(s.url, "https://api.test:8443");
+        let gateway_itself = route(&servers, &get, &"/".parse().unwrap(), &host("10.0.0.7:3000"), Some(3000));
+        assert_eq!(gateway_itself.unwrap_err().status, StatusCode::FORBIDDEN, "an address is never stripped");
         let elsewhere = route(&servers, &get, &"/".parse().unwrap(), &host("api.test:3001"), Some(3000));
         assert_eq!(elsewhere.unwrap_err().status, StatusCode::FORBIDDEN);
         let connect = route(

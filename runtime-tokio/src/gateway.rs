@@ -296,8 +296,16 @@ impl State {
     ) -> Result<Response<GatewayBody>, Refusal> {
         smuggling_shapes(&parts.headers)?;
         let servers = self.manager.inner.__servers();
-        let (server, target) =
-            gateway::route(servers, &parts.method, &parts.uri, &parts.headers, self.local_port)?;
+        let routed = gateway::route(servers, &parts.method, &parts.uri, &parts.headers, self.local_port);
+        let (server, target) = match routed {
+            Ok(routed) => routed,
+            // The status page, for a request to the gateway itself (a host no
+            // server was declared for).
+            Err(refusal) if refusal.status == StatusCode::FORBIDDEN && parts.uri.path() == STATUS_PATH => {
+                return Ok(self.status_page());
+            }
+            Err(refusal) => return Err(refusal),
+        };
         record.server = Some(server.url.clone());
         if let Some(refusal) = self.manager.inner.__status_of(server).as_ref().and_then(gateway::down) {
             return Err(refusal);
@@ -319,6 +327,26 @@ impl State {
         gateway::forward_response_headers(&mut head.headers, upstream_version);
         head.version = http::Version::HTTP_11;
         Ok(Response::from_parts(head, body.map_err(BoxError::from).boxed_unsync()))
+    }
+}
+
+/// The path of the gateway's status page (`GET http://127.0.0.1:8080/.switchyard/status`):
+/// one line per declared server, as `Manager::status()` prints it.
+pub const STATUS_PATH: &str = "/.switchyard/status";
+
+impl State {
+    fn status_page(&self) -> Response<GatewayBody> {
+        let mut text = String::new();
+        for status in self.manager.status() {
+            text.push_str(&status.to_string());
+            text.push('\n');
+        }
+        let mut response =
+            Response::new(Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed_unsync());
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        response
     }
 }
 

@@ -117,6 +117,13 @@ fn the_gateway_hooks_local_requests_up_to_the_declared_servers() {
     );
     assert_eq!(status_of(&answer), 403, "{answer}");
     assert!(answer.contains("elsewhere.test is not a server"), "{answer}");
+    // The status page, on the gateway's own address.
+    let answer = raw(
+        gateway,
+        &format!("GET /.switchyard/status HTTP/1.1\r\nHost: {gateway}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    assert!(answer.contains(&format!("https://{up} ready (1/1 open)")), "{answer}");
     // 5. Smuggling shapes are refused before anything goes upstream.
     for smuggle in [
         format!("POST /echo HTTP/1.1\r\nHost: {up}\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"),
