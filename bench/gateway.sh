@@ -34,8 +34,8 @@ http {
     client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
     uwsgi_temp_path $work; scgi_temp_path $work;
     server {
-        listen 127.0.0.1:$up ssl;
-        http2 on;
+        # (the old spelling: Debian's nginx may predate "http2 on;")
+        listen 127.0.0.1:$up ssl http2;
         ssl_certificate $work/leaf.pem;
         ssl_certificate_key $work/leaf.key;
         keepalive_requests 100000;
