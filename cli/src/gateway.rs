@@ -6,7 +6,7 @@ use std::io::Write;
 
 use crate::args::GatewayArgs;
 use crate::get::Failed;
-use crate::warm::ca_certificates;
+use crate::warm::manager;
 
 /// Runs `switchyard gateway` on tokio.
 ///
@@ -22,22 +22,7 @@ pub fn run(args: &GatewayArgs) -> Result<(), Failed> {
 }
 
 async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
-    let mut builder = switchyard_tokio::Manager::builder();
-    for (url, min) in &args.servers {
-        builder = builder.server(url, *min);
-    }
-    let resolve = args.resolve.clone();
-    let certs = ca_certificates(args.cacert.as_deref())?;
-    builder = builder.client(move |mut c| {
-        for r in &resolve {
-            c = c.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
-        }
-        for cert in certs {
-            c = c.add_root_certificate(cert);
-        }
-        c.proxy_from_env()
-    });
-    let manager = builder.build().map_err(|e| Failed(format!("{e:#}")))?;
+    let manager = manager(&args.servers, &args.resolve, args.cacert.as_deref(), |b| b)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| Failed(format!("cannot listen on {}: {e}", args.listen)))?;

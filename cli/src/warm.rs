@@ -17,6 +17,35 @@ pub fn run(args: &WarmArgs) -> Result<(), Failed> {
     rt.block_on(watch(args))
 }
 
+/// A Manager over `servers` (URL, minimum) with the CLI's `--resolve` and
+/// `--cacert`, proxies from the environment, and `more` settings.
+///
+/// # Errors
+/// A bad `--cacert` or server URL.
+pub fn manager(
+    servers: &[(String, usize)],
+    resolve: &[crate::args::Resolve],
+    cacert: Option<&std::path::Path>,
+    more: impl FnOnce(switchyard_tokio::ManagerBuilder) -> switchyard_tokio::ManagerBuilder,
+) -> Result<switchyard_tokio::Manager, Failed> {
+    let mut builder = switchyard_tokio::Manager::builder();
+    for (url, min) in servers {
+        builder = builder.server(url, *min);
+    }
+    let resolve = resolve.to_vec();
+    let certs = ca_certificates(cacert)?;
+    builder = more(builder).client(move |mut c| {
+        for r in &resolve {
+            c = c.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
+        }
+        for cert in certs {
+            c = c.add_root_certificate(cert);
+        }
+        c.proxy_from_env()
+    });
+    builder.build().map_err(|e| Failed(format!("{e:#}")))
+}
+
 /// The DER certificates of a `--cacert` PEM file (none without one).
 ///
 /// # Errors
@@ -34,23 +63,9 @@ pub fn ca_certificates(path: Option<&std::path::Path>) -> Result<Vec<Vec<u8>>, F
 }
 
 async fn watch(args: &WarmArgs) -> Result<(), Failed> {
-    let mut builder = switchyard_tokio::Manager::builder().ready_timeout(args.down_after);
-    for url in &args.urls {
-        builder = builder.server(url, args.min);
-    }
-    let resolve = args.resolve.clone();
-    let cacert = args.cacert.clone();
-    let certs = ca_certificates(cacert.as_deref())?;
-    builder = builder.client(move |mut c| {
-        for r in &resolve {
-            c = c.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
-        }
-        for cert in certs {
-            c = c.add_root_certificate(cert);
-        }
-        c.proxy_from_env()
-    });
-    let manager = builder.build().map_err(|e| Failed(format!("{e:#}")))?;
+    let servers: Vec<(String, usize)> = args.urls.iter().map(|u| (u.clone(), args.min)).collect();
+    let manager =
+        manager(&servers, &args.resolve, args.cacert.as_deref(), |b| b.ready_timeout(args.down_after))?;
     let started = Instant::now();
     let mut last: Vec<String> = Vec::new();
     loop {

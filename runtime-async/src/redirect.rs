@@ -91,18 +91,35 @@ impl Layers {
     }
 }
 
-/// Sends `request` through `service` under `layers`.
+/// A service that sends a client's calls (the client, or a layer over it).
 #[doc(hidden)]
-pub fn layered<S>(service: S, layers: Layers, request: http::Request<crate::Body>) -> BoxFuture<Answer>
-where
+pub trait Call:
+    tower_service::Service<
+        http::Request<crate::Body>,
+        Response = http::Response<ResponseBody>,
+        Error = Error,
+        Future: Send + 'static,
+    > + Send
+    + 'static
+{
+}
+
+impl<S> Call for S where
     S: tower_service::Service<
             http::Request<crate::Body>,
             Response = http::Response<ResponseBody>,
             Error = Error,
-        > + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
+            Future: Send + 'static,
+        > + Send
+        + 'static
+{
+}
+
+/// Sends `request` through `service` under `layers`.
+#[doc(hidden)]
+pub fn layered<S>(service: S, layers: Layers, request: http::Request<crate::Body>) -> BoxFuture<Answer>
+where
+    S: Call + Clone,
 {
     #[cfg(feature = "decompression")]
     if layers.decode != 0 {
@@ -114,14 +131,7 @@ where
 /// Follows up to `max` redirects (only with the feature; `max` is 0 without).
 fn follow<S>(mut service: S, max: usize, request: http::Request<crate::Body>) -> BoxFuture<Answer>
 where
-    S: tower_service::Service<
-            http::Request<crate::Body>,
-            Response = http::Response<ResponseBody>,
-            Error = Error,
-        > + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
+    S: Call + Clone,
 {
     #[cfg(feature = "redirect")]
     if max > 0 {
@@ -150,13 +160,7 @@ struct Decoding<S> {
 #[cfg(feature = "decompression")]
 impl<S> tower_service::Service<http::Request<crate::Body>> for Decoding<S>
 where
-    S: tower_service::Service<
-            http::Request<crate::Body>,
-            Response = http::Response<ResponseBody>,
-            Error = Error,
-        > + Send
-        + 'static,
-    S::Future: Send + 'static,
+    S: Call,
 {
     type Response = http::Response<ResponseBody>;
     type Error = Error;
