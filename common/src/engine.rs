@@ -94,6 +94,8 @@ pub enum Lease<A: Adapter> {
     H1 {
         /// The connection.
         connection: ConnectionId,
+        /// How the pool found it (new or pooled).
+        source: Source,
         /// Its socket and state, for the exchange.
         conn: Option<Box<H1Conn<A::Wire>>>,
     },
@@ -322,8 +324,8 @@ impl<A: Adapter> Engine<A> {
                         Lease::H2 { connection, handle: adapter.lease_h2(handle, source) }
                     }
                     Some(slot @ Conn::H1Idle(_)) => match std::mem::replace(slot, Conn::H1Busy) {
-                        Conn::H1Idle(c) => Lease::H1 { connection, conn: Some(c) },
-                        _ => Lease::H1 { connection, conn: None },
+                        Conn::H1Idle(c) => Lease::H1 { connection, source, conn: Some(c) },
+                        _ => Lease::H1 { connection, source, conn: None },
                     },
                     Some(Conn::H1Probing(handed)) => {
                         // Handed out while its probe runs: the call gets it when
@@ -340,7 +342,7 @@ impl<A: Adapter> Engine<A> {
                     }
                     Some(Conn::H1Busy) | None => {
                         tracing::debug!("{connection} handed out without a socket");
-                        Lease::H1 { connection, conn: None }
+                        Lease::H1 { connection, source, conn: None }
                     }
                 };
                 match self.waiters.remove(&call) {
@@ -463,7 +465,7 @@ impl<A: Adapter> Engine<A> {
 
     /// A lease nobody took (the call went away): the connection goes back unused.
     pub fn give_back(&mut self, pool: &mut Pool, now: Instant, call: CallId, lease: Lease<A>) {
-        if let Lease::H1 { connection, conn: Some(c) } = lease {
+        if let Lease::H1 { connection, conn: Some(c), .. } = lease {
             if self.conns.contains_key(&connection) {
                 self.conns.insert(connection, Conn::H1Idle(c));
             }
@@ -529,14 +531,22 @@ impl<A: Adapter> Engine<A> {
             }
             (Some((call, waiter)), Ok(())) => {
                 self.conns.insert(connection, Conn::H1Busy);
-                vec![Effect::Answer { call, waiter, answer: Ok(Lease::H1 { connection, conn: Some(conn) }) }]
+                vec![Effect::Answer {
+                    call,
+                    waiter,
+                    answer: Ok(Lease::H1 { connection, source: Source::Pooled, conn: Some(conn) }),
+                }]
             }
             (Some((call, waiter)), Err(reason)) => {
                 self.conns.insert(connection, Conn::H1Busy);
                 let _ = pool.connection_closed(now, connection, reason);
                 vec![
                     Effect::Close(Closed::H1(conn)),
-                    Effect::Answer { call, waiter, answer: Ok(Lease::H1 { connection, conn: None }) },
+                    Effect::Answer {
+                        call,
+                        waiter,
+                        answer: Ok(Lease::H1 { connection, source: Source::Pooled, conn: None }),
+                    },
                 ]
             }
         }
@@ -979,6 +989,7 @@ pub struct H1Exchange<A: EngineHost> {
     shared: Arc<A>,
     call: CallId,
     connection: ConnectionId,
+    source: Source,
     facts: switchyard_core::pool::RequestFacts,
     /// The request has a body (so `request_body_start` follows its head).
     has_body: bool,
@@ -1003,7 +1014,7 @@ impl<A: EngineHost> H1Exchange<A> {
     pub fn start(
         shared: &Arc<A>,
         call: CallId,
-        connection: ConnectionId,
+        (connection, source): (ConnectionId, Source),
         conn: Option<Box<H1Conn<A::Wire>>>,
         request: &Call<'_>,
     ) -> Result<Self, crate::exchange::Attempted> {
@@ -1034,6 +1045,7 @@ impl<A: EngineHost> H1Exchange<A> {
                     shared: Arc::clone(shared),
                     call,
                     connection,
+                    source,
                     facts,
                     has_body: request.body_len != Some(0),
                     live: Some(Box::new((wire, driver))),
@@ -1084,7 +1096,7 @@ impl<A: EngineHost> H1Exchange<A> {
                 };
                 let (mut parts, ()) = head.into_parts();
                 parts.extensions.insert(self.call);
-                parts.extensions.insert(self.connection);
+                parts.extensions.insert(crate::Carrier { connection: self.connection, source: self.source });
                 let body = H1Body::new(Arc::clone(&self.shared), self.call, self.connection, live);
                 Step::Done(Ok(http::Response::from_parts(parts, body)))
             }
@@ -1180,7 +1192,7 @@ mod tests {
         assert!(w.engine.attempt_started(attempt, 7).is_none(), "running: the engine keeps the handle");
         assert!(w.engine.handle_connected(&mut w.pool, w.now, attempt, Ok(42)).is_none());
         let (waiter, lease) = World::lease(w.effects());
-        let Lease::H1 { connection, conn: Some(conn) } = lease else {
+        let Lease::H1 { connection, conn: Some(conn), .. } = lease else {
             panic!("an HTTP/1.1 lease with its socket")
         };
         assert_eq!((waiter, conn.wire), (1, 42));
@@ -1215,7 +1227,9 @@ mod tests {
             let mut w = World::new();
             let (call, attempt) = w.call_until_connect(1);
             w.engine.handle_connected(&mut w.pool, w.now, attempt, Ok(42));
-            let Lease::H1 { connection, conn: Some(conn) } = World::lease(w.effects()).1 else { panic!() };
+            let Lease::H1 { connection, conn: Some(conn), .. } = World::lease(w.effects()).1 else {
+                panic!()
+            };
             w.engine.release_h1(&mut w.pool, w.now, call, connection, Ok(conn));
             // The sweep takes the idle socket out to probe it ...
             let probe = w.engine.perform(&Fake, &mut w.pool, w.now, PoolAction::Probe { connection });

@@ -65,7 +65,7 @@ impl Refusal {
 ///
 /// # Errors
 /// A [`Refusal`]: 400 without a usable host, 403 for a host no server was
-/// declared for, 405 for `CONNECT` (tunnels are not offered yet).
+/// declared for, 405 for `CONNECT` (see [`tunnel`]).
 pub fn route<'a>(
     declared: &'a [Declared],
     method: &http::Method,
@@ -74,7 +74,10 @@ pub fn route<'a>(
     local_port: Option<u16>,
 ) -> Result<(&'a Declared, Uri), Refusal> {
     if method == http::Method::CONNECT {
-        return Err(Refusal::new(StatusCode::METHOD_NOT_ALLOWED, "gateway: CONNECT tunnels are not offered"));
+        return Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "gateway: CONNECT is a tunnel, not a request",
+        ));
     }
     let host = match uri.authority() {
         Some(authority) => authority.as_str().to_owned(),
@@ -114,6 +117,38 @@ pub fn route<'a>(
         .parse::<Uri>()
         .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, format!("gateway: bad request target: {e}")))?;
     Ok((server, target))
+}
+
+/// The declared server a `CONNECT host:port` tunnel goes to: the authority
+/// must name a declared server's host and its port exactly (a tunnel to any
+/// other port of a declared host would make the gateway an open relay to it).
+///
+/// # Errors
+/// A [`Refusal`]: 400 for a target that is not `host:port`, 403 for anything
+/// not declared.
+pub fn tunnel<'a>(declared: &'a [Declared], target: &Uri) -> Result<&'a Declared, Refusal> {
+    let Some(authority) = target.authority().filter(|_| {
+        target.scheme().is_none()
+            && target.path_and_query().is_none_or(|p| p.as_str().is_empty() || p.as_str() == "/")
+    }) else {
+        return Err(Refusal::new(StatusCode::BAD_REQUEST, "gateway: a CONNECT target is host:port"));
+    };
+    let (Some(port), host) = (authority.port_u16(), authority.host()) else {
+        return Err(Refusal::new(StatusCode::BAD_REQUEST, "gateway: a CONNECT target is host:port"));
+    };
+    let wanted = host.trim_matches(['[', ']']).to_ascii_lowercase();
+    declared
+        .iter()
+        .find(|d| {
+            d.address.port() == port
+                && d.uri.host().is_some_and(|h| h.trim_matches(['[', ']']).eq_ignore_ascii_case(&wanted))
+        })
+        .ok_or_else(|| {
+            Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!("gateway: {authority} is not a server this gateway tunnels to"),
+            )
+        })
 }
 
 /// A 503 while `status` says the server is down (no connection open, connects
@@ -268,6 +303,21 @@ mod tests {
             None,
         );
         assert_eq!(connect.unwrap_err().status, StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[test]
+    fn tunnels_go_to_a_declared_host_and_port_only() {
+        let servers = declared(&["https://api.test:8443", "http://10.0.0.7:8080", "https://[::1]:9443"]);
+        let to =
+            |t: &str| tunnel(&servers, &t.parse().unwrap()).map(|d| d.url.as_str()).map_err(|r| r.status);
+        assert_eq!(to("api.test:8443"), Ok("https://api.test:8443"));
+        assert_eq!(to("API.test:8443"), Ok("https://api.test:8443"));
+        assert_eq!(to("10.0.0.7:8080"), Ok("http://10.0.0.7:8080"));
+        assert_eq!(to("[::1]:9443"), Ok("https://[::1]:9443"));
+        assert_eq!(to("api.test:22"), Err(StatusCode::FORBIDDEN), "another port of a declared host");
+        assert_eq!(to("evil.test:8443"), Err(StatusCode::FORBIDDEN));
+        assert_eq!(to("api.test"), Err(StatusCode::BAD_REQUEST), "no port");
+        assert_eq!(to("http://api.test:8443/x"), Err(StatusCode::BAD_REQUEST));
     }
 
     #[test]

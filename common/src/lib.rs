@@ -106,6 +106,16 @@ pub use config::{
 };
 #[cfg(feature = "json")]
 pub use error::decode_json;
+
+/// Which connection carried a response, and how the pool found it: a
+/// response's extension (read it through the adapters' `ResponseExt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Carrier {
+    /// The connection.
+    pub connection: switchyard_core::ConnectionId,
+    /// New, pooled, shared or coalesced.
+    pub source: switchyard_core::Source,
+}
 pub use error::{BodyError, Error, ErrorKind, TimeoutPhase};
 pub use event::{
     call_traced, describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener,

@@ -249,6 +249,41 @@ macro_rules! adapter_types {
             pub fn into_generic(self) -> $crate::Manager<$rt> {
                 self.inner
             }
+
+            /// A gateway over this Manager's servers (the `gateway` feature):
+            /// local programs send plain HTTP/1.1 or HTTP/2 to a listener and
+            /// each request rides the declared servers' warm connections.
+            /// Defaults: 1,024 local connections and 4,096 requests at once,
+            /// 10 s of shutdown grace, no access log.
+            ///
+            /// ```no_run
+            /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+            #[doc = concat!("let manager = switchyard_", $name, "::Manager::builder().server(\"https://api.internal\", 2).build()?;")]
+            #[doc = concat!("let listener = ", $name, "::net::TcpListener::bind(\"127.0.0.1:8080\").await?;")]
+            /// // `curl -x http://127.0.0.1:8080 http://api.internal/v1/items` goes out over TLS.
+            /// manager.gateway().access_log(|r| eprintln!("{r}")).serve(listener).await?;
+            /// # Ok(()) }
+            /// ```
+            #[cfg(feature = "gateway")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
+            pub fn gateway(&self) -> $crate::gateway::Gateway<$rt> {
+                self.inner.gateway()
+            }
+
+            /// Serves [`Manager::gateway`] with every default on `listener`
+            /// until an error stops accepting (`gateway().serve_until` takes a
+            /// shutdown signal).
+            ///
+            /// # Errors
+            /// The listener failed (other than the transient errors of `accept`).
+            #[cfg(feature = "gateway")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
+            pub async fn serve(
+                &self,
+                listener: <$rt as $crate::gateway::Listen>::Listener,
+            ) -> ::std::io::Result<()> {
+                self.inner.gateway().serve(listener).await
+            }
         }
 
         /// Builds a [`Manager`]: servers, minimums, the client settings they share.

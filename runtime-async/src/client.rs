@@ -347,10 +347,10 @@ async fn run_call(
         };
         leased.store(true, Ordering::Release);
         let answered = match lease {
-            Lease::H1 { connection, conn } => {
+            Lease::H1 { connection, source, conn } => {
                 let target = owner.h1_target(&shared.lock_state().pool, connection, parts);
                 let request = owner.h1_call(&target, body.len());
-                let attempt = match H1Exchange::start(shared, call, connection, conn, &request) {
+                let attempt = match H1Exchange::start(shared, call, (connection, source), conn, &request) {
                     Ok(exchange) => h1::exchange(exchange, body).await,
                     Err(e) => Err(e),
                 };

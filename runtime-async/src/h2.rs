@@ -568,12 +568,23 @@ pub(crate) async fn exchange(
                     body.length.or_else(|| switchyard_common::exchange::declared_length(&parts.headers));
                 let mut sent = 0u64;
                 let mut failure = None;
+                // The server stopped reading (its stream's send side closed,
+                // as after an early answer): the rest is not sent.
+                let mut refused = false;
                 while let Some(next) = std::future::poll_fn(|cx| source.poll_chunk(cx)).await {
                     match next {
                         Ok(chunk) => {
                             sent += chunk.len() as u64;
                             if let Some(declared) = declared.filter(|d| sent > *d) {
                                 failure = Some(Http1Error::BodyTooLong { declared }.to_string());
+                                break;
+                            }
+                            // Back-pressure: a chunk goes out once the server's
+                            // window has room, so at most one chunk past the
+                            // window is buffered (h2 itself would queue the
+                            // whole body).
+                            if !window_open(&mut stream).await.map_err(written)? {
+                                refused = true;
                                 break;
                             }
                             stream.send_data(chunk, false).map_err(written)?;
@@ -598,7 +609,9 @@ pub(crate) async fn exchange(
                     });
                     return Err(Attempted::Fatal(Error::invalid_request(why)));
                 }
-                stream.send_data(Bytes::new(), true).map_err(written)?;
+                if !refused {
+                    stream.send_data(Bytes::new(), true).map_err(written)?;
+                }
             }
             Kind::Empty => {}
         }
@@ -632,7 +645,7 @@ pub(crate) async fn exchange(
     shared.emit(move |l| l.response_headers_end(call, status, at));
     let (mut parts, recv) = response.into_parts();
     parts.extensions.insert(call);
-    parts.extensions.insert(connection);
+    parts.extensions.insert(switchyard_common::Carrier { connection, source: handle.source });
     let deadline = match (limits.body_timeout.map(|d| std::time::Instant::now() + d), limits.call_deadline) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -657,6 +670,23 @@ impl Drop for TurnGuard {
     fn drop(&mut self) {
         if let Some(turn) = &self.0 {
             turn.finish();
+        }
+    }
+}
+
+/// Waits until the stream may send at least one byte (`false`: its send side
+/// closed, the server wants no more).
+async fn window_open(stream: &mut h2::SendStream<Bytes>) -> Result<bool, h2::Error> {
+    if stream.capacity() > 0 {
+        return Ok(true);
+    }
+    stream.reserve_capacity(1);
+    loop {
+        match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+            Some(Ok(0)) => {}
+            Some(Ok(_)) => return Ok(true),
+            Some(Err(e)) => return Err(e),
+            None => return Ok(false),
         }
     }
 }

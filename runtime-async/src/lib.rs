@@ -19,6 +19,9 @@ mod adapter;
 mod body;
 mod client;
 mod connect;
+#[cfg(feature = "gateway")]
+#[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
+pub mod gateway;
 mod h1;
 mod h2;
 mod manager;

@@ -416,6 +416,10 @@ pub trait ResponseExt: Sized {
     fn call_id(&self) -> Option<CallId>;
     /// The id of the connection that carried it.
     fn connection_id(&self) -> Option<ConnectionId>;
+    /// How the pool found that connection: `New` (connected for this call),
+    /// `Pooled`, `Shared` (an HTTP/2 connection with other streams) or
+    /// `Coalesced` (an HTTP/2 connection to another name).
+    fn connection_source(&self) -> Option<switchyard_core::Source>;
 }
 
 impl ResponseExt for http::Response<ResponseBody> {
@@ -441,6 +445,9 @@ impl ResponseExt for http::Response<ResponseBody> {
         self.extensions().get::<CallId>().copied()
     }
     fn connection_id(&self) -> Option<ConnectionId> {
-        self.extensions().get::<ConnectionId>().copied()
+        self.extensions().get::<switchyard_common::Carrier>().map(|c| c.connection)
+    }
+    fn connection_source(&self) -> Option<switchyard_core::Source> {
+        self.extensions().get::<switchyard_common::Carrier>().map(|c| c.source)
     }
 }

@@ -59,6 +59,10 @@ pub use switchyard_async::{
     ServerStatus, WarmPolicy,
 };
 
+#[cfg(feature = "gateway")]
+pub mod gateway;
+#[cfg(feature = "gateway")]
+pub use gateway::{AccessRecord, Gateway};
 #[cfg(feature = "hickory")]
 mod hickory;
 #[cfg(feature = "hickory")]

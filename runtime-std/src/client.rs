@@ -287,13 +287,13 @@ fn run_call(
 ) -> Result<http::Response<ResponseBody>, Error> {
     let (call, mut rx) = (owner.call(), rx);
     loop {
-        let (connection, conn) = match wait_for_lease(shared, call, &rx, owner.deadline())? {
-            Lease::H1 { connection, conn } => (connection, conn),
+        let (connection, source, conn) = match wait_for_lease(shared, call, &rx, owner.deadline())? {
+            Lease::H1 { connection, source, conn } => (connection, source, conn),
             Lease::H2 { handle, .. } => match handle {},
         };
         let target = owner.h1_target(&shared.hub.lock().pool, connection, parts);
         let request = owner.h1_call(&target, body.len());
-        let attempt = H1Exchange::start(shared, call, connection, conn, &request)
+        let attempt = H1Exchange::start(shared, call, (connection, source), conn, &request)
             .and_then(|exchange| h1::exchange(exchange, body));
         let failure = match owner.answered(attempt, target.via()) {
             Ok(done) => return done,

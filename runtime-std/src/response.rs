@@ -197,6 +197,9 @@ pub trait ResponseExt: Sized {
     fn call_id(&self) -> Option<CallId>;
     /// The id of the connection that carried it.
     fn connection_id(&self) -> Option<switchyard_core::ConnectionId>;
+    /// How the pool found that connection: `New` (connected for this call) or
+    /// `Pooled`.
+    fn connection_source(&self) -> Option<switchyard_core::Source>;
 }
 
 impl ResponseExt for http::Response<ResponseBody> {
@@ -222,6 +225,9 @@ impl ResponseExt for http::Response<ResponseBody> {
         self.extensions().get::<CallId>().copied()
     }
     fn connection_id(&self) -> Option<switchyard_core::ConnectionId> {
-        self.extensions().get::<switchyard_core::ConnectionId>().copied()
+        self.extensions().get::<switchyard_common::Carrier>().map(|c| c.connection)
+    }
+    fn connection_source(&self) -> Option<switchyard_core::Source> {
+        self.extensions().get::<switchyard_common::Carrier>().map(|c| c.source)
     }
 }

@@ -41,7 +41,7 @@ pub fn find(program: &str) -> Option<PathBuf> {
 
 /// The program, or `None` after a printed notice (a panic when required).
 #[allow(clippy::print_stderr)] // the notice is the point: a skip is never silent
-fn need(program: &str, package: &str) -> Option<PathBuf> {
+pub fn need(program: &str, package: &str) -> Option<PathBuf> {
     let found = find(program);
     if found.is_none() {
         assert!(

@@ -21,6 +21,7 @@ pub mod net;
 pub mod proxy;
 pub mod reliability;
 pub mod server;
+pub mod streams;
 
 /// The README's quick start, compiled as doc tests (`cargo test --workspace`
 /// runs them): the programs a new user copies first must build as written.
