@@ -6,7 +6,7 @@
 # upstream is nginx over TLS (HTTP/1.1 and h2 by ALPN). One run, same machine, each
 # client sequential; the medians of per-request wall time are compared.
 #
-#   bench/gateway.sh [REQUESTS]       (default 400; needs nginx, openssl, python3)
+#   bench/gateway.sh [REQUESTS]       (default 400; needs nginx, openssl, python3; h2load for the load runs)
 set -euo pipefail
 n=${1:-400}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -108,3 +108,41 @@ for name, call in runs:
 d, g, r = (medians[k] for k, _ in runs)
 print(f"gateway vs direct: {d / g:.2f}x faster per request; gateway vs nginx reverse proxy: {r / g:.2f}x")
 EOF
+
+# Throughput and latency with keep-alive load (h2load from nghttp2-client): 32
+# concurrent HTTP/1.1 clients straight to the TLS upstream, through the gateway and
+# through nginx; the gateway also over h2c (one local connection per client, 10
+# streams each). Added latency = its p50/p99 minus the direct run's.
+if command -v h2load >/dev/null 2>&1; then
+    load=$((n * 50))
+    run_load() { # name url extra-args...
+        local name=$1 url=$2; shift 2
+        h2load -n "$load" -c 32 -t 1 "$@" -H ":authority: localhost:$up" --log-file "$work/$name.tsv" "$url" \
+            >"$work/$name.out" 2>&1 || { echo "h2load $name failed:"; cat "$work/$name.out"; return 1; }
+    }
+    run_load direct "https://127.0.0.1:$up/" --h1
+    run_load gateway "http://127.0.0.1:$gw/" --h1
+    run_load nginx "http://127.0.0.1:$rp/" --h1
+    run_load gateway-h2c "http://127.0.0.1:$gw/" -m 10
+    python3 - "$work" <<'PY'
+import statistics, sys, re
+work = sys.argv[1]
+def read(name):
+    lat = sorted(int(l.split("\t")[2]) for l in open(f"{work}/{name}.tsv") if l.strip())
+    ok = sum(1 for l in open(f"{work}/{name}.tsv") if l.split("\t")[1] == "200")
+    rps = float(re.search(r"([\d.]+) req/s", open(f"{work}/{name}.out").read()).group(1))
+    return lat, ok, rps
+base, _, _ = read("direct")
+b50, b99 = statistics.median(base), base[int(len(base) * 0.99) - 1]
+rows = {}
+for name in ["direct", "gateway", "nginx", "gateway-h2c"]:
+    lat, ok, rps = read(name)
+    p50, p99 = statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
+    rows[name] = rps
+    added = "" if name == "direct" else f"  added p50 {p50 - b50:+7.0f} us  p99 {p99 - b99:+7.0f} us"
+    print(f"h2load {name:12s} {rps:9.0f} req/s  {ok}/{len(lat)} ok  p50 {p50:6.0f} us  p99 {p99:6.0f} us{added}")
+print(f"h2load: gateway {rows['gateway'] / rows['nginx']:.2f}x nginx's throughput over HTTP/1.1 keep-alive; h2c {rows['gateway-h2c'] / rows['nginx']:.2f}x")
+PY
+else
+    echo "h2load not installed (apt-get install nghttp2-client): throughput runs skipped"
+fi

@@ -66,6 +66,22 @@ pub struct GatewayArgs {
     /// The access log as one JSON object per request.
     #[arg(long)]
     pub json: bool,
+    /// Timeout for each upstream connect attempt (a tunnel's too).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// A proxy for the upstream connections (`http://[user:pass@]host:port`,
+    /// `socks5://`, `socks5h://`); instead of the environment.
+    #[arg(long, short = 'x')]
+    pub proxy: Option<String>,
+    /// Ignore the proxy environment variables, honoured by default.
+    #[arg(long)]
+    pub no_proxy_env: bool,
+    /// Which resolver answers the upstreams' DNS.
+    #[arg(long, value_enum, default_value_t = Dns::System)]
+    pub dns: Dns,
+    /// `ADDR:PORT` of a name server for `--dns hickory` (repeatable).
+    #[arg(long = "dns-server")]
+    pub dns_servers: Vec<std::net::SocketAddr>,
 }
 
 /// `URL[=MIN]`.

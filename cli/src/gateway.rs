@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use crate::args::GatewayArgs;
+use crate::args::{Dns, GatewayArgs};
 use crate::get::Failed;
 use crate::warm::manager;
 
@@ -22,7 +22,33 @@ pub fn run(args: &GatewayArgs) -> Result<(), Failed> {
 }
 
 async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
-    let manager = manager(&args.servers, &args.resolve, args.cacert.as_deref(), |b| b)?;
+    let proxy = match &args.proxy {
+        Some(url) => {
+            Some(switchyard_common::parse_proxy_url(url).map_err(|why| Failed(format!("--proxy: {why}")))?)
+        }
+        None => None,
+    };
+    let dns = match args.dns {
+        Dns::System if args.dns_servers.is_empty() => None,
+        Dns::System => return Err(Failed("--dns-server needs --dns hickory".into())),
+        Dns::Hickory if args.dns_servers.is_empty() => Some(switchyard_tokio::HickoryResolver::system()),
+        Dns::Hickory => Some(switchyard_tokio::HickoryResolver::with_servers(&args.dns_servers)),
+    };
+    let dns = dns.transpose().map_err(|e| Failed(format!("--dns hickory: {e:#}")))?;
+    let (connect_timeout, no_proxy_env) = (args.connect_timeout, args.no_proxy_env);
+    let manager = manager(&args.servers, &args.resolve, args.cacert.as_deref(), move |b| {
+        b.client(move |mut c| {
+            c = c.connect_timeout(connect_timeout);
+            if let Some(resolver) = dns {
+                c = c.async_resolver(resolver);
+            }
+            match proxy {
+                Some(proxy) => c.proxies([proxy]),
+                None if no_proxy_env => c.no_proxy(),
+                None => c,
+            }
+        })
+    })?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| Failed(format!("cannot listen on {}: {e}", args.listen)))?;

@@ -34,7 +34,7 @@ pub fn manager(
     }
     let resolve = resolve.to_vec();
     let certs = ca_certificates(cacert)?;
-    builder = more(builder).client(move |mut c| {
+    builder = builder.client(move |mut c| {
         for r in &resolve {
             c = c.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
         }
@@ -43,7 +43,8 @@ pub fn manager(
         }
         c.proxy_from_env()
     });
-    builder.build().map_err(|e| Failed(format!("{e:#}")))
+    // The caller's settings last: they override the defaults above.
+    more(builder).build().map_err(|e| Failed(format!("{e:#}")))
 }
 
 /// The DER certificates of a `--cacert` PEM file (none without one).

@@ -388,3 +388,61 @@ fn curl_and_nghttp_through_the_gateway() {
     stop.send(()).unwrap();
     rt.block_on(served).unwrap().unwrap();
 }
+
+/// nginx as the upstream (TLS, HTTP/2 by ALPN), curl and nghttp as local
+/// clients each opening a new connection per request: nginx's own log shows
+/// every forwarded request on the Manager's one warm HTTP/2 connection.
+#[test]
+fn nginx_upstream_with_curl_and_nghttp_clients() {
+    use switchyard_tests::interop::{need, Nginx, NginxOptions};
+    let Some(nginx) = Nginx::start(NginxOptions::default()) else { return };
+    let Some(curl) = need("curl", "curl") else { return };
+    let rt = runtime();
+    let up = format!("localhost:{}", nginx.tls_port);
+    let manager = rt.block_on(async {
+        let (pem, up) = (nginx.ca.cert_pem.clone(), up.clone());
+        let manager = Manager::builder()
+            .server(&format!("https://{up}"), 1)
+            .client(move |b| b.resolve(&up, [LO]).add_root_certificate_pem(&pem).no_proxy())
+            .build()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), manager.ready()).await.unwrap().unwrap();
+        manager
+    });
+    let log: Log = Arc::default();
+    let (gateway, stop, served) = serve(&rt, &manager, &log);
+    let proxy = format!("http://{gateway}");
+    let curls: Vec<_> = (0..20)
+        .map(|_| {
+            let (curl, proxy, url) = (curl.clone(), proxy.clone(), format!("http://{up}/hello"));
+            std::thread::spawn(move || {
+                Command::new(curl).args(["-sS", "--max-time", "20", "-x", &proxy, &url]).output().unwrap()
+            })
+        })
+        .collect();
+    for c in curls {
+        let out = c.join().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello", "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let big = Command::new(&curl)
+        .args(["-sS", "--max-time", "20", "-H", &format!("Host: {up}"), &format!("http://{gateway}/big")])
+        .output()
+        .unwrap();
+    assert_eq!(big.stdout.len(), 1 << 20, "{}", String::from_utf8_lossy(&big.stderr));
+    let mut hits = 21;
+    if let Some(nghttp) = need("nghttp", "nghttp2-client") {
+        let out = Command::new(nghttp)
+            .args(["-H", &format!(":authority: {up}"), &format!("http://{gateway}/hello")])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello", "{}", String::from_utf8_lossy(&out.stderr));
+        hits += 1;
+    }
+    let seen = nginx.hits(hits);
+    assert_eq!(seen.len(), hits, "{seen:?}");
+    let connections: std::collections::BTreeSet<u64> = seen.iter().map(|h| h.connection).collect();
+    assert_eq!(connections.len(), 1, "every request on the one warm connection: {seen:?}");
+    assert!(seen.iter().all(|h| h.protocol == "HTTP/2.0" && h.status == 200), "{seen:?}");
+    stop.send(()).unwrap();
+    rt.block_on(served).unwrap().unwrap();
+}
