@@ -45,21 +45,101 @@ pub trait Resolve: Send + Sync + 'static {
     /// # Errors
     /// The name does not resolve, or the lookup failed.
     fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>>;
+
+    /// Whether [`Resolve::resolve_family`] asks A and AAAA separately; the
+    /// client then runs both lookups at once (each on a blocking thread) and
+    /// feeds each answer to the race as it arrives. Default: `false`.
+    /// [`SystemResolver`] says `true`.
+    fn per_family(&self) -> bool {
+        false
+    }
+
+    /// The addresses of one family (`Family::V6`: AAAA, `Family::V4`: A). An
+    /// empty answer means the name has none of that family; an error fails only
+    /// that family. Default: [`Resolve::resolve`], filtered. May block.
+    ///
+    /// # Errors
+    /// The lookup failed.
+    fn resolve_family(&self, host: &str, port: u16, family: Family) -> io::Result<Vec<IpAddr>> {
+        let mut all = self.resolve(host, port)?;
+        all.retain(|ip| Family::of(ip) == family);
+        Ok(all)
+    }
 }
 
 impl<R: Resolve + ?Sized> Resolve for Arc<R> {
     fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>> {
         (**self).resolve(host, port)
     }
+    fn per_family(&self) -> bool {
+        (**self).per_family()
+    }
+    fn resolve_family(&self, host: &str, port: u16, family: Family) -> io::Result<Vec<IpAddr>> {
+        (**self).resolve_family(host, port, family)
+    }
 }
 
-/// The operating system's resolver (`getaddrinfo` through the standard library).
+/// The operating system's resolver: `getaddrinfo`, so the hosts file,
+/// `nsswitch.conf` and `resolv.conf` apply as for any program.
+///
+/// It answers per family ([`Resolve::per_family`]): the client asks A
+/// (`AF_INET`) and AAAA (`AF_INET6`) as two lookups at once, so a slow AAAA
+/// answer holds IPv4 up no longer than the resolution delay (RFC 8305 §3,
+/// 50 ms by default) instead of the whole lookup, as one `AF_UNSPEC` call
+/// would. A family the name lacks is an empty answer; a name that does not
+/// exist at all fails as the A lookup says ("Name or service not known").
+///
+/// ```
+/// use switchyard_common::{Resolve, SystemResolver};
+/// use switchyard_core::Family;
+/// let v4 = SystemResolver.resolve_family("127.0.0.1", 80, Family::V4).unwrap();
+/// assert_eq!(v4, vec![std::net::IpAddr::from([127, 0, 0, 1])]);
+/// ```
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemResolver;
 
 impl Resolve for SystemResolver {
     fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>> {
         Ok((host, port).to_socket_addrs()?.map(|a| a.ip()).collect())
+    }
+
+    fn per_family(&self) -> bool {
+        true
+    }
+
+    fn resolve_family(&self, host: &str, _port: u16, family: Family) -> io::Result<Vec<IpAddr>> {
+        use dns_lookup::{AddrFamily, AddrInfoHints, LookupErrorKind, SockType};
+        let hints = AddrInfoHints {
+            flags: 0,
+            address: match family {
+                Family::V4 => AddrFamily::Inet,
+                Family::V6 => AddrFamily::Inet6,
+            }
+            .into(),
+            socktype: SockType::Stream.into(),
+            protocol: 0,
+        };
+        match dns_lookup::getaddrinfo(Some(host), None, Some(hints)) {
+            Ok(found) => {
+                let mut ips = Vec::new();
+                for info in found {
+                    let ip = info?.sockaddr.ip();
+                    // One entry per address (the stream hint already drops the
+                    // datagram and raw duplicates).
+                    if Family::of(&ip) == family && !ips.contains(&ip) {
+                        ips.push(ip);
+                    }
+                }
+                Ok(ips)
+            }
+            // The name exists without addresses of this family.
+            Err(e) if matches!(e.kind(), LookupErrorKind::NoData) => Ok(Vec::new()),
+            // glibc says "no such name" for a family a hosts-file entry lacks:
+            // for AAAA that is an empty answer; the A lookup keeps the error so
+            // a name that does not exist fails in the resolver's words.
+            Err(e) if matches!(e.kind(), LookupErrorKind::NoName) && family == Family::V6 => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -201,6 +281,15 @@ impl Resolve for Overrides {
         match self.map.get(&(host.to_ascii_lowercase(), port)) {
             Some(ips) => Ok(ips.clone()),
             None => self.fallback.resolve(host, port),
+        }
+    }
+    fn per_family(&self) -> bool {
+        self.fallback.per_family()
+    }
+    fn resolve_family(&self, host: &str, port: u16, family: Family) -> io::Result<Vec<IpAddr>> {
+        match self.map.get(&(host.to_ascii_lowercase(), port)) {
+            Some(ips) => Ok(ips.iter().copied().filter(|ip| Family::of(ip) == family).collect()),
+            None => self.fallback.resolve_family(host, port, family),
         }
     }
 }

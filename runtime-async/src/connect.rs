@@ -73,6 +73,21 @@ impl EngineHost for Shared {
                     let lookup = resolver.resolve(&name, port);
                     self.spawn_lookup(query, Box::pin(async move { answer(None, lookup.await) }));
                 }
+                None if self.resolver.per_family() => {
+                    // The system resolver: A and AAAA as two blocking lookups
+                    // at once, so a slow AAAA never holds up IPv4 longer than
+                    // the resolution delay.
+                    for family in [Family::V6, Family::V4] {
+                        let resolver = Arc::clone(&self.resolver);
+                        let name = name.clone();
+                        let lookup =
+                            self.rt.unblock(Box::new(move || resolver.resolve_family(&name, port, family)));
+                        self.spawn_lookup(
+                            query,
+                            Box::pin(async move { answer(Some(family), lookup.await.map(Resolved::new)) }),
+                        );
+                    }
+                }
                 None => {
                     let resolver = Arc::clone(&self.resolver);
                     let lookup = self.rt.unblock(Box::new(move || resolver.resolve(&name, port)));

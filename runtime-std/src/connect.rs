@@ -15,7 +15,9 @@ use bytes::BytesMut;
 use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, Installed};
 use switchyard_common::Hub;
 use switchyard_core::handshake::{Handshake, ProxyHandshake};
-use switchyard_core::{CloseReason, ConnectError, ConnectionId, DnsError, Instant, Protocol, TlsFacts};
+use switchyard_core::{
+    CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError, Family, Instant, Protocol, TlsFacts,
+};
 
 use crate::h1::Wire;
 use crate::shared::{fire_due, IoState, Keeper, Msg, Shared, State};
@@ -36,19 +38,36 @@ impl EngineHost for Shared {
     fn carry_out_one(self: &Arc<Self>, effect: Effect<Self>) {
         match effect {
             Effect::Resolve { query, name, port } => {
-                let me = Arc::clone(self);
-                let started = self.thread(move || {
-                    let answer = me.resolver.resolve(&name, port).map_err(|e| DnsError::from_io(&e));
-                    me.input(|st, now| {
-                        if let Err(misuse) = st.pool.handle_dns(now, query, answer) {
-                            tracing::warn!("{misuse}");
-                        }
+                // The system resolver answers per family: A and AAAA on two
+                // threads, each answer into the race as it comes.
+                let families: &[Option<Family>] =
+                    if self.resolver.per_family() { &[Some(Family::V6), Some(Family::V4)] } else { &[None] };
+                for &family in families {
+                    let me = Arc::clone(self);
+                    let name = name.clone();
+                    let started = self.thread(move || {
+                        let result = match family {
+                            Some(f) => me.resolver.resolve_family(&name, port, f),
+                            None => me.resolver.resolve(&name, port),
+                        };
+                        let answer = DnsAnswer {
+                            family,
+                            result: result.map_err(|e| DnsError::from_io(&e)),
+                            ttl: None,
+                        };
+                        me.input(|st, now| {
+                            if let Err(misuse) = st.pool.handle_dns_answer(now, query, answer) {
+                                tracing::warn!("{misuse}");
+                            }
+                        });
                     });
-                });
-                if !started {
-                    self.input(|st, now| {
-                        let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_thread())));
-                    });
+                    if !started {
+                        let answer =
+                            DnsAnswer { family, result: Err(DnsError::from_io(&no_thread())), ttl: None };
+                        self.input(|st, now| {
+                            let _ = st.pool.handle_dns_answer(now, query, answer);
+                        });
+                    }
                 }
             }
             Effect::Connect { attempt, route } => {

@@ -228,7 +228,7 @@ fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
     }
 }
 
-pub use crate::dns::dns_cache;
+pub use crate::dns::{dns_cache, per_family_blocking_resolver};
 
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
 pub(crate) fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
@@ -1132,7 +1132,7 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route, event_order_http2,
             a_call_deadline_on_http2_keeps_the_connection,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
-            dns_cache);
+            dns_cache, per_family_blocking_resolver);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1144,7 +1144,8 @@ macro_rules! conformance_suite {
             server_closed_idle_connection, idle_sweep_sees_a_server_close, call_timeout,
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
-            proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache);
+            proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
+            per_family_blocking_resolver);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,

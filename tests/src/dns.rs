@@ -238,8 +238,10 @@ impl Scripted {
 
 impl AsyncResolve for Scripted {
     fn resolve(&self, host: &str, port: u16) -> BoxFuture<std::io::Result<Resolved>> {
-        let (a, b) =
-            (self.resolve_family(host, port, Family::V6), self.resolve_family(host, port, Family::V4));
+        let (a, b) = (
+            AsyncResolve::resolve_family(self, host, port, Family::V6),
+            AsyncResolve::resolve_family(self, host, port, Family::V4),
+        );
         Box::pin(async move {
             let (a, b) = (a.await?, b.await?);
             Ok(Resolved::new(a.addresses.into_iter().chain(b.addresses).collect()))
@@ -267,6 +269,40 @@ impl AsyncResolve for Scripted {
         }
         Box::pin(async move { rx.await.map_err(|_| std::io::Error::other("scripted resolver gone")) })
     }
+}
+
+/// The same script as a blocking resolver answering per family, as the system
+/// resolver does: each family's lookup sleeps for its delay on the thread the
+/// client gives it; an answer that never comes holds its thread for
+/// [`Scripted::NEVER`] and then fails.
+impl Resolve for Scripted {
+    fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<IpAddr>> {
+        let mut all = Resolve::resolve_family(self, host, port, Family::V6)?;
+        all.extend(Resolve::resolve_family(self, host, port, Family::V4)?);
+        Ok(all)
+    }
+    fn per_family(&self) -> bool {
+        true
+    }
+    fn resolve_family(&self, _host: &str, _port: u16, family: Family) -> std::io::Result<Vec<IpAddr>> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let script = if family == Family::V6 { &self.v6 } else { &self.v4 };
+        match script.after {
+            Some(after) => {
+                thread::sleep(after);
+                Ok(script.addresses.clone())
+            }
+            None => {
+                thread::sleep(Scripted::NEVER);
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "scripted: no answer"))
+            }
+        }
+    }
+}
+
+impl Scripted {
+    /// How long a blocking lookup scripted never to answer holds its thread.
+    pub const NEVER: Duration = Duration::from_secs(2);
 }
 
 /// A blocking resolver over fixed answers that counts lookups per name and may
@@ -414,6 +450,47 @@ pub fn dns_cache(a: &dyn Adapter) {
 /// Async adapters: with a resolver that answers per family, AAAA starts
 /// attempts at once and a later A answer joins the running race.
 pub fn aaaa_first_then_a_joins_the_race(a: &dyn Adapter) {
+    aaaa_first_then_a_joins(a, Plug::Async);
+}
+
+/// Every adapter, with a blocking resolver that answers per family (as the
+/// default system resolver does: two lookups on two threads): the same two
+/// rules as with an async one — AAAA first starts IPv6 and a later A joins;
+/// A first waits for AAAA up to the resolution delay, and no longer.
+pub fn per_family_blocking_resolver(a: &dyn Adapter) {
+    aaaa_first_then_a_joins(a, Plug::Blocking);
+    a_first_waits_for_aaaa(a, Plug::Blocking);
+
+    // The default resolver itself: "localhost" through getaddrinfo, asked as
+    // A and AAAA separately (whatever the hosts file gives for AAAA).
+    let server = TestServer::start(ServerOptions::default());
+    let system: Arc<dyn Resolve> = Arc::new(switchyard_common::SystemResolver);
+    let client = a.client(Config { resolver: Some(Plugged(system)), ..Config::default() });
+    ok(client.send(Req::get(format!("http://localhost:{}/hello", server.port()))));
+    let steps = dns_steps(&client.events());
+    assert!(
+        steps.iter().any(|(n, d)| n == "dns_end" && d.contains("(A)") && d.contains("127.0.0.1")),
+        "the system resolver answered A on its own: {steps:?}"
+    );
+}
+
+/// How a scenario plugs its scripted resolver in.
+#[derive(Clone, Copy)]
+enum Plug {
+    Async,
+    Blocking,
+}
+
+impl Plug {
+    fn config(self, scripted: Scripted) -> Config {
+        match self {
+            Plug::Async => Config { async_resolver: Some(Plugged(Arc::new(scripted))), ..Config::default() },
+            Plug::Blocking => Config { resolver: Some(Plugged(Arc::new(scripted))), ..Config::default() },
+        }
+    }
+}
+
+fn aaaa_first_then_a_joins(a: &dyn Adapter, plug: Plug) {
     // The server is IPv4 only: [::1] is refused, and the call lives on the A
     // answer that comes later.
     let server = TestServer::start(ServerOptions::default());
@@ -421,8 +498,7 @@ pub fn aaaa_first_then_a_joins_the_race(a: &dyn Adapter) {
         Script { addresses: vec!["::1".parse().expect("ip")], after: Some(Duration::ZERO) },
         Script { addresses: loopback(), after: Some(Duration::from_millis(300)) },
     );
-    let config = Config { async_resolver: Some(Plugged(Arc::new(scripted))), ..Config::default() };
-    let client = a.client(config);
+    let client = a.client(plug.config(scripted));
     ok(client.send(Req::get(format!("http://dual.test:{}/hello", server.port()))));
     let steps = dns_steps(&client.events());
     let at = |pred: &dyn Fn(&(String, String)) -> bool| steps.iter().position(pred).unwrap_or(usize::MAX);
@@ -439,6 +515,10 @@ pub fn aaaa_first_then_a_joins_the_race(a: &dyn Adapter) {
 /// delay) for AAAA, so IPv6 still goes first; past the delay IPv4 goes alone,
 /// even when AAAA never answers.
 pub fn a_first_waits_for_aaaa_up_to_the_resolution_delay(a: &dyn Adapter) {
+    a_first_waits_for_aaaa(a, Plug::Async);
+}
+
+fn a_first_waits_for_aaaa(a: &dyn Adapter, plug: Plug) {
     let server = TestServer::start(ServerOptions::default());
     let url = format!("http://dual.test:{}/hello", server.port());
     // AAAA 100 ms after A, within a 3 s delay: IPv6 first.
@@ -446,11 +526,7 @@ pub fn a_first_waits_for_aaaa_up_to_the_resolution_delay(a: &dyn Adapter) {
         Script { addresses: vec!["::1".parse().expect("ip")], after: Some(Duration::from_millis(100)) },
         Script { addresses: loopback(), after: Some(Duration::ZERO) },
     );
-    let config = Config {
-        async_resolver: Some(Plugged(Arc::new(scripted))),
-        resolution_delay: Some(Duration::from_secs(3)),
-        ..Config::default()
-    };
+    let config = Config { resolution_delay: Some(Duration::from_secs(3)), ..plug.config(scripted) };
     let client = a.client(config);
     ok(client.send(Req::get(url.clone())));
     let steps = dns_steps(&client.events());
@@ -466,11 +542,7 @@ pub fn a_first_waits_for_aaaa_up_to_the_resolution_delay(a: &dyn Adapter) {
         Script { addresses: vec!["::1".parse().expect("ip")], after: None },
         Script { addresses: loopback(), after: Some(Duration::ZERO) },
     );
-    let config = Config {
-        async_resolver: Some(Plugged(Arc::new(scripted))),
-        resolution_delay: Some(Duration::from_millis(100)),
-        ..Config::default()
-    };
+    let config = Config { resolution_delay: Some(Duration::from_millis(100)), ..plug.config(scripted) };
     let client = a.client(config);
     ok(client.send(Req::get(url)));
     let steps = dns_steps(&client.events());
