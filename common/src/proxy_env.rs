@@ -16,9 +16,13 @@
 //!   range (`10.0.0.0/8`, `fd00::/8`) matches the addresses in it; a
 //!   `:port` suffix limits an entry to that port.
 //! - A proxy URL without a scheme is `http://`; without a port, port 1080.
-//!   `socks5h://` lets the proxy resolve the origin's name; so does
-//!   `socks5://` here (curl resolves locally for `socks5://`; switchyard
-//!   always passes the name, so the proxy's DNS view applies either way).
+//!   `socks5h://` lets the proxy resolve the origin's name (the name goes
+//!   in the request, address type 3); `socks5://` resolves it here, through
+//!   the client's resolver and DNS cache, and asks the proxy for one address
+//!   per attempt (types 1 and 4; the race moves to the next address when the
+//!   proxy cannot reach one).
+//! - A `no_proxy` entry or a host with a trailing dot (`example.com.`)
+//!   matches as without it.
 //!   `https://` proxies (TLS to the proxy) are not supported: a typed error.
 //! - A variable that is set but malformed is a configuration error naming
 //!   the variable — never silently ignored. An empty variable is unset.
@@ -53,7 +57,7 @@ use crate::Error;
 ///
 /// ```
 /// let p = switchyard_common::parse_proxy_url("socks5h://127.0.0.1:1080").unwrap();
-/// assert_eq!(p.to_string(), "socks5://127.0.0.1:1080");
+/// assert_eq!(p.to_string(), "socks5h://127.0.0.1:1080");
 /// assert!(switchyard_common::parse_proxy_url("https://proxy:443").is_err());
 /// ```
 ///
@@ -83,7 +87,8 @@ pub fn parse_proxy_url(url: &str) -> Result<Proxy, String> {
     };
     let proxy = match scheme.as_str() {
         "http" => Proxy::http(host, port),
-        "socks5" | "socks5h" => Proxy::socks5(host, port),
+        "socks5" => Proxy::socks5(host, port),
+        "socks5h" => Proxy::socks5h(host, port),
         "https" => return Err("HTTPS proxies (TLS to the proxy) are not supported; use http://".into()),
         other => {
             return Err(format!("unsupported proxy scheme {other:?} (expected http, socks5 or socks5h)"))
@@ -196,7 +201,9 @@ impl NoProxy {
                 out.entries.push(Entry::Ip(ip, port));
                 continue;
             }
-            let name = host.trim_start_matches("*.").trim_start_matches('.').to_ascii_lowercase();
+            // A trailing dot (a fully qualified name) is ignored, as curl does.
+            let name = host.trim_start_matches("*.").trim_start_matches('.');
+            let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
             if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
                 return Err(format!("{raw:?} is not a host name, an IP address or a range"));
             }
@@ -222,11 +229,17 @@ impl NoProxy {
             Some(p) => format!("{s}:{p}"),
             None => s,
         };
+        // `example.com.` (fully qualified) is `example.com`.
+        let name_of = match host {
+            Host::Domain(h) => Some(h.strip_suffix('.').unwrap_or(h)),
+            Host::Ip(_) => None,
+        };
         self.entries.iter().find_map(|e| match (e, host) {
-            (Entry::Name(name, p), Host::Domain(h))
+            (Entry::Name(name, p), Host::Domain(_))
                 if port_ok(p)
-                    && (h == name
-                        || h.strip_suffix(name.as_str()).is_some_and(|rest| rest.ends_with('.'))) =>
+                    && name_of.is_some_and(|h| {
+                        h == name || h.strip_suffix(name.as_str()).is_some_and(|rest| rest.ends_with('.'))
+                    }) =>
             {
                 Some(with_port(name.clone(), p))
             }
@@ -428,11 +441,43 @@ mod tests {
         assert!(via(&cgi, "http://a.test/").is_empty(), "httpoxy: HTTP_PROXY is ignored under CGI");
         let e = env(&[("https_proxy", "socks5h://s:1080"), ("HTTPS_PROXY", "x:1"), ("all_proxy", "y:2")])
             .unwrap();
-        assert_eq!(via(&e, "https://a.test/"), ["socks5://s:1080"]);
+        assert_eq!(via(&e, "https://a.test/"), ["socks5h://s:1080"]);
         assert_eq!(via(&e, "http://a.test/"), ["http://y:2"]);
         let e = env(&[("http_proxy", ""), ("HTTP_PROXY", "z:9")]).unwrap();
         assert_eq!(via(&e, "http://a.test/"), ["http://z:9"], "an empty variable is unset");
         assert!(env(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn no_proxy_ignores_trailing_dots_on_entries_and_hosts() {
+        let e =
+            env(&[("all_proxy", "p:3128"), ("no_proxy", "www.example.com.,.corp.test.,plain.test")]).unwrap();
+        for direct in [
+            "http://www.example.com/",
+            "http://www.example.com./",
+            "http://a.corp.test/",
+            "http://corp.test./",
+            "http://plain.test./",
+            "http://x.plain.test./",
+        ] {
+            assert!(via(&e, direct).is_empty(), "{direct} goes direct");
+        }
+        for proxied in ["http://example.com/", "http://www.example.com.evil.test/", "http://test./"] {
+            assert_eq!(via(&e, proxied), ["http://p:3128"], "{proxied} is proxied");
+        }
+        assert!(NoProxy::parse(".").is_err(), "a dot alone names nothing");
+    }
+
+    #[test]
+    fn socks5_resolves_locally_and_socks5h_remotely() {
+        let local = parse_proxy_url("socks5://127.0.0.1:1080").unwrap();
+        let remote = parse_proxy_url("socks5h://127.0.0.1:1080").unwrap();
+        assert!(local.resolves_origin_locally() && !remote.resolves_origin_locally());
+        assert_eq!(
+            (local.to_string(), remote.to_string()),
+            ("socks5://127.0.0.1:1080".into(), "socks5h://127.0.0.1:1080".into())
+        );
+        assert_ne!(local, remote, "different proxies: connections through one are not the other's");
     }
 
     #[test]

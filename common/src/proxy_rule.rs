@@ -175,8 +175,8 @@ mod tests {
             ProxyRule::all("socks5h://10.0.0.3:1080").unwrap(),
         ]);
         let names = |u: &str| rules.select(&uri(u)).iter().map(ToString::to_string).collect::<Vec<_>>();
-        assert_eq!(names("http://a.test/"), ["http://10.0.0.1:3128", "socks5://10.0.0.3:1080"]);
-        assert_eq!(names("https://a.test/"), ["http://10.0.0.2:3128", "socks5://10.0.0.3:1080"]);
+        assert_eq!(names("http://a.test/"), ["http://10.0.0.1:3128", "socks5h://10.0.0.3:1080"]);
+        assert_eq!(names("https://a.test/"), ["http://10.0.0.2:3128", "socks5h://10.0.0.3:1080"]);
         let (_, why) = rules.select_explained(&uri("https://a.test/"));
         assert_eq!(why.as_deref(), Some("proxy rule 1 (http://10.0.0.1:3128) skipped: for http URLs"));
     }

@@ -203,7 +203,7 @@ pub enum Proxy {
         /// Basic credentials, sent on `CONNECT` and on absolute-form requests.
         credentials: Option<ProxyCredentials>,
     },
-    /// A SOCKS5 proxy. The origin's name is passed to the proxy unresolved.
+    /// A SOCKS5 proxy (RFC 1928).
     Socks5 {
         /// The proxy's host; resolved by DNS when it is a name.
         host: Host,
@@ -211,6 +211,11 @@ pub enum Proxy {
         port: u16,
         /// Username/password (RFC 1929), offered alongside "no authentication".
         credentials: Option<ProxyCredentials>,
+        /// `true` (`socks5h://`): the origin's name goes to the proxy, which
+        /// resolves it (address type 3). `false` (`socks5://`, as curl): the
+        /// client resolves the origin through its own resolver and DNS cache
+        /// and asks the proxy for one address per attempt (types 1 and 4).
+        remote_dns: bool,
     },
 }
 
@@ -227,10 +232,40 @@ impl Proxy {
         Ok(Proxy::Http { host, port, credentials: None })
     }
 
-    /// A SOCKS5 proxy at `host:port`.
+    /// A SOCKS5 proxy at `host:port` that is given addresses: the client
+    /// resolves the origin's name (`socks5://`, as curl and the proxy
+    /// environment variables mean it).
+    ///
+    /// ```
+    /// use switchyard_core::Proxy;
+    /// let p = Proxy::socks5("127.0.0.1", 1080).unwrap();
+    /// assert_eq!(p.to_string(), "socks5://127.0.0.1:1080");
+    /// assert!(p.resolves_origin_locally());
+    /// ```
     pub fn socks5(host: &str, port: u32) -> Result<Proxy, AddressError> {
         let (host, port) = host_and_port(host, port)?;
-        Ok(Proxy::Socks5 { host, port, credentials: None })
+        Ok(Proxy::Socks5 { host, port, credentials: None, remote_dns: false })
+    }
+
+    /// A SOCKS5 proxy at `host:port` that resolves the origin's name itself
+    /// (`socks5h://`): the name goes to the proxy unresolved.
+    ///
+    /// ```
+    /// use switchyard_core::Proxy;
+    /// let p = Proxy::socks5h("127.0.0.1", 1080).unwrap();
+    /// assert_eq!(p.to_string(), "socks5h://127.0.0.1:1080");
+    /// assert!(!p.resolves_origin_locally());
+    /// ```
+    pub fn socks5h(host: &str, port: u32) -> Result<Proxy, AddressError> {
+        let (host, port) = host_and_port(host, port)?;
+        Ok(Proxy::Socks5 { host, port, credentials: None, remote_dns: true })
+    }
+
+    /// Whether the client resolves the origin's name for this proxy (a
+    /// `socks5://` proxy); direct connections and the other proxies say `false`.
+    #[must_use]
+    pub fn resolves_origin_locally(&self) -> bool {
+        matches!(self, Proxy::Socks5 { remote_dns: false, .. })
     }
 
     /// The proxy's own host and port, `None` for [`Proxy::Direct`].
@@ -248,7 +283,9 @@ impl Proxy {
         match self {
             Proxy::Direct => Proxy::Direct,
             Proxy::Http { host, port, .. } => Proxy::Http { host, port, credentials: Some(credentials) },
-            Proxy::Socks5 { host, port, .. } => Proxy::Socks5 { host, port, credentials: Some(credentials) },
+            Proxy::Socks5 { host, port, remote_dns, .. } => {
+                Proxy::Socks5 { host, port, credentials: Some(credentials), remote_dns }
+            }
         }
     }
 
@@ -268,7 +305,8 @@ impl fmt::Display for Proxy {
         let (scheme, host, port) = match self {
             Proxy::Direct => return f.write_str("DIRECT"),
             Proxy::Http { host, port, .. } => ("http", host, port),
-            Proxy::Socks5 { host, port, .. } => ("socks5", host, port),
+            Proxy::Socks5 { host, port, remote_dns: false, .. } => ("socks5", host, port),
+            Proxy::Socks5 { host, port, remote_dns: true, .. } => ("socks5h", host, port),
         };
         write!(f, "{scheme}://{host}:{port}")
     }

@@ -95,7 +95,7 @@ impl ProxyHandshake {
     pub fn for_route(route: &Route) -> Result<Option<ProxyHandshake>, ConnectError> {
         let credentials = route.proxy().credentials();
         let mut hs = if route.requires_socks5() {
-            ProxyHandshake::socks5_with(route.address(), credentials)?
+            ProxyHandshake::socks5_with(route.address(), route.target(), credentials)?
         } else if route.requires_tunnel() {
             ProxyHandshake::tunnel_with(route.address(), credentials)?
         } else {
@@ -145,15 +145,19 @@ impl ProxyHandshake {
     /// # Errors
     /// [`ConnectError::Proxy`] if the host name is longer than SOCKS5 allows (255 bytes).
     pub fn socks5(address: &Address) -> Result<ProxyHandshake, ConnectError> {
-        ProxyHandshake::socks5_with(address, None)
+        ProxyHandshake::socks5_with(address, None, None)
     }
 
+    /// `target`: the origin address to ask for instead of its name (a
+    /// `socks5://` route; the client resolved it).
     fn socks5_with(
         address: &Address,
+        target: Option<std::net::IpAddr>,
         credentials: Option<&ProxyCredentials>,
     ) -> Result<ProxyHandshake, ConnectError> {
         let mut request = vec![5, 1, 0];
-        match address.host() {
+        let host = target.map_or_else(|| address.host().clone(), Host::Ip);
+        match &host {
             Host::Domain(name) => {
                 let len = u8::try_from(name.len())
                     .map_err(|_| proxy_error("host name too long for SOCKS5".into()))?;
@@ -378,6 +382,45 @@ mod tests {
         let _ = hs.poll_transmit();
         hs.handle_read(&mut BytesMut::from(&[5u8, 0][..]), false).unwrap();
         assert_eq!(hs.poll_transmit(), Some(vec![5, 1, 0, 1, 127, 0, 0, 1, 0, 80]));
+    }
+
+    #[test]
+    fn socks5_route_with_a_target_asks_for_the_address_socks5h_for_the_name() {
+        let a = address("http://example.test:8080/");
+        let local = Route::new(
+            a.clone(),
+            crate::Proxy::socks5("10.0.0.2", 1080).unwrap(),
+            "10.0.0.2:1080".parse().unwrap(),
+        );
+        for (target, atyp, tail) in [
+            ("10.1.2.3", 1u8, vec![10u8, 1, 2, 3]),
+            ("fd00::7", 4, {
+                let mut v = vec![0xfd, 0];
+                v.extend([0; 13]);
+                v.push(7);
+                v
+            }),
+        ] {
+            let route = local.clone().with_target(target.parse().unwrap());
+            let mut hs = ProxyHandshake::for_route(&route).unwrap().unwrap();
+            assert_eq!(hs.poll_transmit().unwrap(), [5, 1, 0]);
+            let mut buf = BytesMut::from(&[5u8, 0][..]);
+            hs.handle_read(&mut buf, false).unwrap();
+            let request = hs.poll_transmit().unwrap();
+            let mut expected = vec![5, 1, 0, atyp];
+            expected.extend(tail);
+            expected.extend(8080u16.to_be_bytes());
+            assert_eq!(request, expected, "{target}");
+        }
+        let remote =
+            Route::new(a, crate::Proxy::socks5h("10.0.0.2", 1080).unwrap(), "10.0.0.2:1080".parse().unwrap());
+        let mut hs = ProxyHandshake::for_route(&remote).unwrap().unwrap();
+        hs.poll_transmit();
+        let mut buf = BytesMut::from(&[5u8, 0][..]);
+        hs.handle_read(&mut buf, false).unwrap();
+        let request = hs.poll_transmit().unwrap();
+        assert_eq!(&request[3..5], &[3, 12], "address type 3, then the name's length");
+        assert_eq!(&request[5..17], b"example.test");
     }
 
     #[test]

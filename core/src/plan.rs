@@ -23,7 +23,7 @@ use crate::dns::DnsAnswer;
 pub use crate::dns::Family;
 use crate::error::{DnsError, Misuse};
 use crate::id::{CallId, QueryId};
-use crate::route::{dial_target, routes_for, Route, RouteDatabase};
+use crate::route::{dial_target, routes_for, socks_routes, Route, RouteDatabase};
 use crate::time::Instant;
 
 /// Orders resolved addresses per RFC 8305 §4: when both families are present,
@@ -128,6 +128,9 @@ struct Pending {
     held: Option<(Vec<IpAddr>, Instant)>,
     /// Whether some of this lookup's routes were planned already.
     released: bool,
+    /// A `socks5://` proxy's own name, resolved before the origin's: its
+    /// answer plans no routes, the origin's lookup comes next.
+    proxy_first: bool,
 }
 
 /// A DNS answer a call already has: a retry plans with it instead of resolving
@@ -300,28 +303,28 @@ impl RoutePlanner {
             }
             if let Some(proxy) = self.proxies.get(self.next_proxy).cloned() {
                 self.next_proxy += 1;
-                let (host, port) = dial_target(&self.address, &proxy);
+                let (host, port) = if proxy.resolves_origin_locally() {
+                    // `socks5://`: the proxy's own name first (when it is
+                    // one), then the origin's, whose addresses make the routes.
+                    let (phost, pport) = proxy.endpoint().expect("a SOCKS5 proxy has an endpoint");
+                    if phost.ip().is_none() && self.known(phost, pport).is_none() {
+                        self.next_proxy -= 1; // back to this proxy once it is known
+                        self.start_lookup(phost.clone(), pport, proxy, true);
+                        continue;
+                    }
+                    (self.address.host(), self.address.port())
+                } else {
+                    dial_target(&self.address, &proxy)
+                };
                 match host.ip() {
                     Some(ip) => self.select(&proxy, &[ip], port, now, db),
                     None => {
-                        let known = self.answers.iter().find(|k| k.host == *host && k.port == port);
-                        if let Some(ips) = known.map(|k| k.addresses.clone()) {
+                        if let Some(ips) = self.known(host, port).map(<[IpAddr]>::to_vec) {
                             let ordered = self.order(ips);
                             self.select(&proxy, &ordered, port, now, db);
                             continue;
                         }
-                        let query = QueryId::new(self.call, self.next_query);
-                        self.next_query += 1;
-                        self.pending = Some(Pending {
-                            query,
-                            host: host.clone(),
-                            port,
-                            proxy,
-                            parts: Vec::new(),
-                            held: None,
-                            released: false,
-                        });
-                        self.announced = false;
+                        self.start_lookup(host.clone(), port, proxy, false);
                     }
                 }
                 continue;
@@ -332,6 +335,37 @@ impl RoutePlanner {
                 continue;
             }
             return PlanStep::Exhausted;
+        }
+    }
+
+    /// The addresses this plan knows for `host:port`.
+    fn known(&self, host: &Host, port: u16) -> Option<&[IpAddr]> {
+        self.answers.iter().find(|k| k.host == *host && k.port == port).map(|k| k.addresses.as_slice())
+    }
+
+    fn start_lookup(&mut self, host: Host, port: u16, proxy: Proxy, proxy_first: bool) {
+        let query = QueryId::new(self.call, self.next_query);
+        self.next_query += 1;
+        self.pending = Some(Pending {
+            query,
+            host,
+            port,
+            proxy,
+            parts: Vec::new(),
+            held: None,
+            released: false,
+            proxy_first,
+        });
+        self.announced = false;
+    }
+
+    /// A `socks5://` proxy's own name answered (whole, or its last family):
+    /// kept for the origin's routes, or — none — the proxy is skipped.
+    fn proxy_known(&mut self, pending: &Pending, ips: Vec<IpAddr>) {
+        if ips.is_empty() {
+            self.next_proxy += 1;
+        } else {
+            self.remember(pending, ips);
         }
     }
 
@@ -369,6 +403,9 @@ impl RoutePlanner {
         };
         let answer = answer.normalized();
         let family = answer.family;
+        if pending.proxy_first {
+            return Ok(self.proxy_answer(answer));
+        }
         let Some(f) = family else {
             // The whole answer: the lookup is complete.
             let pending = self.pending.take().expect("checked");
@@ -447,6 +484,51 @@ impl RoutePlanner {
         Ok(outcome)
     }
 
+    /// An answer for a `socks5://` proxy's own name: no routes yet (the
+    /// origin's lookup follows), no resolution delay; complete once whole or
+    /// once both families answered.
+    fn proxy_answer(&mut self, answer: DnsAnswer) -> Option<DnsOutcome> {
+        let pending = self.pending.as_mut().expect("checked by the caller");
+        let outcome = |p: &Pending, result| DnsOutcome {
+            host: p.host.clone(),
+            proxy: p.proxy.clone(),
+            family: answer.family,
+            result,
+        };
+        let Some(f) = answer.family else {
+            let pending = self.pending.take().expect("checked");
+            let ips = answer.result.clone().unwrap_or_default();
+            self.proxy_known(&pending, ips);
+            return Some(outcome(&pending, answer.result.map(|ips| self.order(ips))));
+        };
+        if pending.parts.iter().any(|(g, _)| *g == f) {
+            return None;
+        }
+        pending.parts.push((f, answer.result.clone()));
+        if pending.parts.len() < 2 {
+            return answer.result.is_ok().then(|| outcome(pending, answer.result.clone()));
+        }
+        let pending = self.pending.take().expect("checked");
+        let ips: Vec<IpAddr> =
+            pending.parts.iter().filter_map(|(_, r)| r.as_ref().ok()).flatten().copied().collect();
+        let error = pending
+            .parts
+            .iter()
+            .filter_map(|(_, r)| r.clone().err())
+            .find(|e| *e != DnsError::NoAddresses)
+            .unwrap_or(DnsError::NoAddresses);
+        let complete_empty = ips.is_empty();
+        let ordered = self.order(ips);
+        self.proxy_known(&pending, ordered);
+        if complete_empty {
+            Some(outcome(&pending, Err(error)))
+        } else {
+            // This family's own addresses, or nothing to report for a family
+            // that failed while the other answered.
+            answer.result.is_ok().then(|| outcome(&pending, answer.result.clone()))
+        }
+    }
+
     /// When held addresses stop waiting for the preferred family.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -505,7 +587,18 @@ impl RoutePlanner {
     }
 
     fn select(&mut self, proxy: &Proxy, ips: &[IpAddr], port: u16, now: Instant, db: &RouteDatabase) {
-        for route in routes_for(&self.address, proxy, ips, port) {
+        let routes = if proxy.resolves_origin_locally() {
+            // `ips` are the origin's; the proxy's are a literal or known.
+            let (phost, pport) = proxy.endpoint().expect("a SOCKS5 proxy has an endpoint");
+            let proxy_ips = match phost.ip() {
+                Some(ip) => vec![ip],
+                None => self.known(phost, pport).map(<[IpAddr]>::to_vec).unwrap_or_default(),
+            };
+            socks_routes(&self.address, proxy, &proxy_ips, ips)
+        } else {
+            routes_for(&self.address, proxy, ips, port)
+        };
+        for route in routes {
             if !self.seen.insert(route.clone()) {
                 continue;
             }
@@ -638,6 +731,102 @@ mod tests {
         let out = p.handle_dns(q2, Err(DnsError::Timeout), Instant::ZERO, &db).unwrap().unwrap();
         assert_eq!(out.host, Host::Domain("example.com".into()));
         assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Exhausted);
+    }
+
+    /// Routes as `socket -> target` (target `name` when the proxy gets the name).
+    fn drain_targets(p: &mut RoutePlanner, db: &RouteDatabase) -> Vec<String> {
+        let mut out = Vec::new();
+        while let PlanStep::Route(r) = p.next(Instant::ZERO, db) {
+            out.push(format!(
+                "{} -> {}",
+                r.socket_addr(),
+                r.target().map_or("name".into(), |t| t.to_string())
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn socks5_resolves_the_origin_locally_one_address_per_route() {
+        let db = RouteDatabase::default();
+        let mut p = planner(vec![Proxy::socks5("10.9.0.1", 1080).unwrap()]);
+        let q = match p.next(Instant::ZERO, &db) {
+            PlanStep::Resolve { query, host, port, proxy } => {
+                assert_eq!((host, port), (Host::Domain("example.com".into()), 443), "the origin's name");
+                assert!(proxy.resolves_origin_locally());
+                query
+            }
+            other => panic!("{other:?}"),
+        };
+        // Per family: AAAA first, then A joins.
+        let v6 = DnsAnswer::family(Family::V6, Ok(vec![ip("fd00::1")]));
+        p.handle_dns_answer(q, v6, Instant::ZERO, &db).unwrap();
+        match p.next(Instant::ZERO, &db) {
+            PlanStep::Route(r) => assert_eq!(r.target(), Some(ip("fd00::1")), "AAAA starts at once"),
+            other => panic!("{other:?}"),
+        }
+        let v4 = DnsAnswer::family(Family::V4, Ok(vec![ip("10.0.0.1"), ip("10.0.0.2")]));
+        p.handle_dns_answer(q, v4, Instant::ZERO, &db).unwrap();
+        assert_eq!(drain_targets(&mut p, &db), ["10.9.0.1:1080 -> 10.0.0.1", "10.9.0.1:1080 -> 10.0.0.2"]);
+        // A failed target is postponed like any route.
+        let mut db = RouteDatabase::default();
+        let mut p = planner(vec![Proxy::socks5("10.9.0.1", 1080).unwrap()]);
+        let q = resolve(&mut p, &db);
+        let failed =
+            Route::new(p.address().clone(), p.proxies()[0].clone(), "10.9.0.1:1080".parse().unwrap())
+                .with_target(ip("10.0.0.1"));
+        db.failed(&failed, Instant::ZERO);
+        p.handle_dns(q, Ok(vec![ip("10.0.0.1"), ip("10.0.0.2")]), Instant::ZERO, &db).unwrap();
+        assert_eq!(drain_targets(&mut p, &db), ["10.9.0.1:1080 -> 10.0.0.2", "10.9.0.1:1080 -> 10.0.0.1"]);
+    }
+
+    #[test]
+    fn socks5_with_a_named_proxy_resolves_the_proxy_then_the_origin() {
+        let db = RouteDatabase::default();
+        let socks = Proxy::socks5("socks.internal", 1080).unwrap();
+        let mut p = planner(vec![socks.clone(), Proxy::Direct]);
+        let hosts = |p: &mut RoutePlanner| match p.next(Instant::ZERO, &db) {
+            PlanStep::Resolve { query, host, .. } => (query, host.to_string()),
+            other => panic!("{other:?}"),
+        };
+        let (q1, h1) = hosts(&mut p);
+        assert_eq!(h1, "socks.internal");
+        assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Waiting);
+        // Per family, no resolution delay for the proxy's own name.
+        let a = DnsAnswer::family(Family::V4, Ok(vec![ip("10.9.0.1")]));
+        let out = p.handle_dns_answer(q1, a, Instant::ZERO, &db).unwrap().unwrap();
+        assert_eq!(out.result, Ok(vec![ip("10.9.0.1")]));
+        assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Waiting, "AAAA still to come");
+        let aaaa = DnsAnswer::family(Family::V6, Err(DnsError::NoAddresses));
+        assert_eq!(p.handle_dns_answer(q1, aaaa, Instant::ZERO, &db), Ok(None));
+        let (q2, h2) = hosts(&mut p);
+        assert_eq!(h2, "example.com");
+        p.handle_dns(q2, Ok(vec![ip("10.0.0.7")]), Instant::ZERO, &db).unwrap();
+        assert_eq!(drain_targets(&mut p, &db), ["10.9.0.1:1080 -> 10.0.0.7", "10.0.0.7:443 -> name"]);
+        assert_eq!(p.next(Instant::ZERO, &db), PlanStep::Exhausted);
+
+        // The proxy's name fails: on to the next proxy, the origin resolved once for it.
+        let mut p = planner(vec![socks, Proxy::Direct]);
+        let (q1, _) = hosts(&mut p);
+        let out = p.handle_dns(q1, Err(DnsError::Timeout), Instant::ZERO, &db).unwrap().unwrap();
+        assert_eq!(out.result, Err(DnsError::Timeout));
+        let (q2, h2) = hosts(&mut p);
+        assert_eq!(h2, "example.com");
+        p.handle_dns(q2, Ok(vec![ip("10.0.0.7")]), Instant::ZERO, &db).unwrap();
+        assert_eq!(drain_targets(&mut p, &db), ["10.0.0.7:443 -> name"]);
+    }
+
+    #[test]
+    fn socks5h_gives_the_proxy_the_name() {
+        let db = RouteDatabase::default();
+        let mut p = planner(vec![Proxy::socks5h("10.9.0.1", 1080).unwrap()]);
+        assert_eq!(drain_targets(&mut p, &db), ["10.9.0.1:1080 -> name"], "no lookup at all");
+        // An IP-literal origin through socks5:// needs no lookup either.
+        let a = Address::builder(Scheme::Http, "10.0.0.3", 80).build().unwrap();
+        let socks = Proxy::socks5("10.9.0.1", 1080).unwrap();
+        let mut p =
+            RoutePlanner::new(IdAllocator::default().next_call(), a, vec![socks], PlanConfig::default());
+        assert_eq!(drain_targets(&mut p, &db), ["10.9.0.1:1080 -> 10.0.0.3"]);
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub struct Route {
     /// a proxy, shared. Either way a route stays small to move.
     proxy: Option<std::sync::Arc<Proxy>>,
     socket_addr: SocketAddr,
+    /// The origin IP the proxy is asked to reach: a SOCKS5 proxy with local
+    /// resolution (`socks5://`); `None` everywhere else.
+    target: Option<std::net::IpAddr>,
 }
 
 /// What [`Route::proxy`] lends for a direct route.
@@ -31,7 +34,31 @@ impl Route {
     #[must_use]
     pub fn new(address: Address, proxy: Proxy, socket_addr: SocketAddr) -> Route {
         let proxy = (proxy != Proxy::Direct).then(|| std::sync::Arc::new(proxy));
-        Route { address, proxy, socket_addr }
+        Route { address, proxy, socket_addr, target: None }
+    }
+    /// The same route asking its proxy for `ip` instead of the origin's name
+    /// (SOCKS5 with local resolution: each route carries one of the origin's
+    /// resolved addresses, so the race tries them one per attempt).
+    ///
+    /// ```
+    /// use switchyard_core::{Address, Proxy, Route, Scheme};
+    /// let a = Address::builder(Scheme::Http, "example.com", 80).build().unwrap();
+    /// let socks = Proxy::socks5("10.0.0.9", 1080).unwrap();
+    /// let r = Route::new(a, socks, "10.0.0.9:1080".parse().unwrap()).with_target("10.1.1.1".parse().unwrap());
+    /// assert_eq!(r.target(), Some("10.1.1.1".parse().unwrap()));
+    /// assert_eq!(r.to_string(), "example.com:80 at 10.1.1.1 via proxy 10.0.0.9:1080");
+    /// ```
+    #[must_use]
+    pub fn with_target(mut self, ip: std::net::IpAddr) -> Route {
+        self.target = Some(ip);
+        self
+    }
+    /// The origin address the proxy is asked to connect to, when the client
+    /// resolved the origin's name itself (`socks5://`); `None`: the proxy gets
+    /// the name (`socks5h://`, HTTP proxies) or there is no proxy.
+    #[must_use]
+    pub fn target(&self) -> Option<std::net::IpAddr> {
+        self.target
     }
     /// The Address this route serves.
     #[must_use]
@@ -96,6 +123,9 @@ impl fmt::Display for Route {
         write!(f, "{host}")?;
         if same_host || self.address.port() != self.socket_addr.port() {
             write!(f, ":{}", self.address.port())?;
+        }
+        if let Some(ip) = self.target.filter(|ip| host.ip() != Some(*ip)) {
+            write!(f, " at {ip}")?;
         }
         if !same_host {
             let via = match self.proxy() {
@@ -226,6 +256,27 @@ pub(crate) fn routes_for(
     port: u16,
 ) -> Vec<Route> {
     ips.iter().map(|ip| Route::new(address.clone(), proxy.clone(), SocketAddr::new(*ip, port))).collect()
+}
+
+/// Routes through a SOCKS5 proxy that takes addresses (`socks5://`): one per
+/// origin address (in planning order), each dialling the proxy (its addresses
+/// in turn: the origin's first address through every proxy address, then the
+/// next).
+pub(crate) fn socks_routes(
+    address: &Address,
+    proxy: &Proxy,
+    proxy_ips: &[std::net::IpAddr],
+    origin_ips: &[std::net::IpAddr],
+) -> Vec<Route> {
+    let port = proxy.endpoint().map_or(1080, |(_, p)| p);
+    origin_ips
+        .iter()
+        .flat_map(|target| {
+            proxy_ips.iter().map(move |ip| {
+                Route::new(address.clone(), proxy.clone(), SocketAddr::new(*ip, port)).with_target(*target)
+            })
+        })
+        .collect()
 }
 
 /// The host DNS must resolve for `proxy` (the proxy's own, or the origin's when

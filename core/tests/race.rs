@@ -460,7 +460,7 @@ fn h2_prior_knowledge_wins_without_handshake() {
 
 #[test]
 fn socks5_plain_http_handshakes_without_tls_events() {
-    let socks = Proxy::socks5("10.5.0.1", 1080).unwrap();
+    let socks = Proxy::socks5h("10.5.0.1", 1080).unwrap();
     let (mut sim, out) =
         Sim::start(http("example.com"), vec![socks], RaceConfig::default(), RouteDatabase::default());
     // The origin is not resolved: the proxy does that.

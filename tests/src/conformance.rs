@@ -924,17 +924,53 @@ pub fn a_call_deadline_on_http2_keeps_the_connection(a: &dyn Adapter) {
     assert!(s.closed.is_empty(), "nothing closed: {s:?}");
 }
 
-/// Through a SOCKS5 proxy: the proxy resolves the origin's name; an origin it
-/// cannot reach is a typed proxy error naming it.
+/// Through a SOCKS5 proxy. `socks5h://`: the proxy resolves the origin's
+/// name; an origin it cannot reach is a typed proxy error naming it.
+/// `socks5://`: the client resolves the name (its resolver, not the proxy's)
+/// and asks for one address per attempt — an address the proxy cannot reach
+/// moves the race to the next one; a name the client cannot resolve is a DNS
+/// error and the proxy never hears of it.
 pub fn socks5_proxy(a: &dyn Adapter) {
     use crate::proxy::TestProxy;
     let ca = TestCa::new();
     let (tls_origin, plain_origin) = proxy_origins(&ca);
+
+    let proxy = TestProxy::socks5(BTreeMap::new()); // resolves nothing itself
+    let local = switchyard_core::Proxy::socks5("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy");
+    let both: Vec<IpAddr> = vec!["::1".parse().expect("ip"), "127.0.0.1".parse().expect("ip")];
+    let config = Config {
+        root: Some(ca.cert.clone()),
+        proxies: vec![local],
+        hosts: BTreeMap::from([("origin.test".to_owned(), both)]),
+        ..Config::default()
+    };
+    let client = a.client(config);
+    for url in [
+        format!("http://origin.test:{}/hello", plain_origin.port()),
+        format!("https://origin.test:{}/hello", tls_origin.port()),
+    ] {
+        assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"hello", "{url}");
+    }
+    // The origins listen on IPv4 only: [::1] through the proxy was refused
+    // first (IPv6 goes first), then 127.0.0.1 carried each call.
+    assert_eq!(
+        proxy.targets(),
+        [format!("127.0.0.1:{}", plain_origin.port()), format!("127.0.0.1:{}", tls_origin.port())]
+    );
+    let events = client.events();
+    assert!(
+        events.iter().any(|(_, n, d)| n.contains("failed") && d.contains("at ::1 via proxy")),
+        "the [::1] attempt went through the proxy and failed: {events:?}"
+    );
+    let (kind, msg) = client.send(Req::get("http://nowhere.test:80/")).expect_err("not resolvable here");
+    assert_eq!(kind, Failure::Dns, "{msg}");
+    assert_eq!(proxy.targets().len(), 2, "the proxy never heard of nowhere.test");
+
     let proxy = TestProxy::socks5(proxy_hosts());
     let config = Config {
         root: Some(ca.cert.clone()),
         proxies: vec![
-            switchyard_core::Proxy::socks5("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy")
+            switchyard_core::Proxy::socks5h("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy")
         ],
         ..Config::default()
     };
@@ -1024,7 +1060,7 @@ pub fn socks5_credentials(a: &dyn Adapter) {
     let (tls_origin, plain_origin) = proxy_origins(&ca);
     let proxy = TestProxy::socks5_with_auth(proxy_hosts(), "bob", "hunter2-pw");
     let at = |creds: Option<(&str, &str)>| {
-        let p = switchyard_core::Proxy::socks5("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy");
+        let p = switchyard_core::Proxy::socks5h("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy");
         match creds {
             Some((u, pw)) => p.with_credentials(switchyard_core::ProxyCredentials::new(u, pw)),
             None => p,
@@ -1050,7 +1086,7 @@ pub fn socks5_credentials(a: &dyn Adapter) {
         let url = format!("http://origin.test:{}/hello", plain_origin.port());
         let (kind, text) = client.send(Req::get(url)).expect_err("refused");
         assert_eq!(kind, Failure::Connect, "{text}");
-        assert!(text.contains(want) && text.contains("socks5://127.0.0.1"), "{text}");
+        assert!(text.contains(want) && text.contains("socks5h://127.0.0.1"), "{text}");
         no_secret(&*client, "nope-pw", &[&text]);
     }
 }

@@ -68,6 +68,7 @@ pub fn connect_timeout_bounds_a_stalled_proxy_and_tls(a: &dyn Adapter) {
         ("CONNECT", Proxy::http("127.0.0.1", port).expect("proxy"), "https://origin.test:443/x"),
         ("SOCKS5", Proxy::socks5("127.0.0.1", port).expect("proxy"), "https://origin.test:443/x"),
         ("SOCKS5 (http origin)", Proxy::socks5("127.0.0.1", port).expect("proxy"), "http://origin.test:80/x"),
+        ("SOCKS5h", Proxy::socks5h("127.0.0.1", port).expect("proxy"), "https://origin.test:443/x"),
     ];
     for (what, proxy, url) in cases {
         let what = format!("{} {what}", a.name());

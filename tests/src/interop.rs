@@ -11,7 +11,7 @@
 //! Run it locally: `apt-get install nginx-light nghttp2-server squid microsocks`,
 //! then `cargo test -p switchyard-tokio --test conformance interop`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -848,12 +848,43 @@ impl Microsocks {
     }
 }
 
-/// Through microsocks: an origin named `localhost` (resolved by the proxy) and
-/// an IP literal (nothing to resolve), over cleartext and TLS.
+/// Through microsocks, as `socks5h://`: an origin named `localhost` (resolved
+/// by the proxy) and an IP literal (nothing to resolve), over cleartext and
+/// TLS. As `socks5://`: the client resolves a name only it knows and
+/// microsocks's log shows the address it was asked for, never the name.
 pub fn microsocks_socks5(a: &dyn Adapter) {
     let Some(nginx) = Nginx::start(NginxOptions::default()) else { return };
     let Some(socks) = Microsocks::start() else { return };
-    let proxy = switchyard_core::Proxy::socks5("127.0.0.1", u32::from(socks.port)).expect("proxy");
+    let local = switchyard_core::Proxy::socks5("127.0.0.1", u32::from(socks.port)).expect("proxy");
+    let client = a.client(Config {
+        root: Some(nginx.ca.cert.clone()),
+        proxies: vec![local],
+        hosts: BTreeMap::from([("only-here.test".to_owned(), vec!["127.0.0.1".parse().expect("ip")])]),
+        ..Config::default()
+    });
+    // nginx's certificate names localhost: the TLS case goes to `localhost`,
+    // which only the client's resolver knows here (the hermetic one).
+    let client_tls = a.client(Config {
+        root: Some(nginx.ca.cert.clone()),
+        proxies: vec![switchyard_core::Proxy::socks5("127.0.0.1", u32::from(socks.port)).expect("proxy")],
+        hosts: BTreeMap::from([("localhost".to_owned(), vec!["127.0.0.1".parse().expect("ip")])]),
+        ..Config::default()
+    });
+    let plain = format!("http://only-here.test:{}/hello", nginx.plain_port);
+    let r =
+        client.send(Req::get(plain.clone())).unwrap_or_else(|e| panic!("{plain}: {e:?}\n{}", socks.log()));
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "{plain}");
+    let tls = format!("https://localhost:{}/hello", nginx.tls_port);
+    let r =
+        client_tls.send(Req::get(tls.clone())).unwrap_or_else(|e| panic!("{tls}: {e:?}\n{}", socks.log()));
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "{tls}");
+    let log = socks.log();
+    assert!(!log.contains("only-here.test"), "socks5:// sent the name: {log}");
+    for port in [nginx.plain_port, nginx.tls_port] {
+        assert!(log.contains(&format!("127.0.0.1:{port}")), "asked for the address: {log}");
+    }
+
+    let proxy = switchyard_core::Proxy::socks5h("127.0.0.1", u32::from(socks.port)).expect("proxy");
     // The hermetic resolver knows no names: `localhost` must reach the proxy unresolved.
     let client =
         a.client(Config { root: Some(nginx.ca.cert.clone()), proxies: vec![proxy], ..Config::default() });
@@ -868,8 +899,10 @@ pub fn microsocks_socks5(a: &dyn Adapter) {
         let r = r.unwrap_or_else(|e| panic!("{url} through microsocks: {e:?}\n{}", socks.log()));
         assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "{url}");
     }
-    let hits = nginx.hits(urls.len());
-    assert_eq!(hits.len(), urls.len(), "nginx saw every request: {hits:?}");
+    let hits = nginx.hits(urls.len() + 2);
+    assert_eq!(hits.len(), urls.len() + 2, "nginx saw every request: {hits:?}");
+    let log = socks.log();
+    assert!(log.contains(&format!("localhost:{}", nginx.plain_port)), "socks5h:// sent the name: {log}");
 }
 
 /// The credentials cases against real proxies (issue 19): squid requiring
