@@ -29,8 +29,11 @@ pub enum HttpVersion {
 
 /// Per-request options (stored in the request's extensions, so they also work
 /// with a client's `send`).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RequestOptions {
+    /// This request goes to this Unix-domain socket (instead of the
+    /// client's `unix_socket`, or TCP).
+    pub unix_socket: Option<Arc<std::path::Path>>,
     /// A connection no one else will use (upgrades, tunnels).
     pub exclusive: bool,
     /// The caller vouches that this request may be sent twice (an idempotency key).
@@ -81,6 +84,13 @@ pub struct Config {
     /// The async resolver, overrides applied, when one was given (the async
     /// adapters use it instead of [`Config::resolver`]).
     pub async_resolver: Option<Arc<dyn crate::resolve::AsyncResolve>>,
+    /// Every request goes to this Unix-domain socket (`ClientBuilder::unix_socket`).
+    pub unix_socket: Option<std::path::PathBuf>,
+    /// Socket options for TCP connections.
+    pub tcp: crate::transport::TcpOptions,
+    /// The adapter's connector hook, type-erased (the adapter's builder put
+    /// in what it takes out).
+    pub connector: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// Proxies, in order (when no selector chooses per URL).
     pub proxies: Vec<Proxy>,
     /// Chooses the proxies per URL (`proxy_selector`, `proxy_from_env`).
@@ -224,9 +234,35 @@ impl Config {
         Ok(address)
     }
 
+    /// As [`Config::address`], to a Unix-domain socket (a request's own
+    /// `unix_socket`; not kept in the Address cache).
+    ///
+    /// # Errors
+    /// As [`Config::address`].
+    pub fn address_via(
+        &self,
+        uri: &http::Uri,
+        supports_http2: bool,
+        unix: &std::path::Path,
+    ) -> Result<Address, Error> {
+        self.build_address_with(uri, supports_http2, Some(unix))
+    }
+
     fn build_address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
+        self.build_address_with(uri, supports_http2, self.unix_socket.as_deref())
+    }
+
+    fn build_address_with(
+        &self,
+        uri: &http::Uri,
+        supports_http2: bool,
+        unix: Option<&std::path::Path>,
+    ) -> Result<Address, Error> {
         let invalid = |error| Error::invalid_url(&uri.to_string(), Some(error));
-        let builder = Address::from_uri(uri).map_err(invalid)?;
+        let mut builder = Address::from_uri(uri).map_err(invalid)?;
+        if let Some(path) = unix {
+            builder = builder.unix_socket(path);
+        }
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
         let protocols: &[Protocol] = match (self.version, https) {
             (HttpVersion::Auto, true) if supports_http2 => &[Protocol::Http2, Protocol::Http1],
@@ -352,6 +388,9 @@ pub struct BuilderState {
     pub listeners: Vec<Arc<dyn EventListener>>,
     pub resolver: Arc<dyn Resolve>,
     pub async_resolver: Option<Arc<dyn crate::resolve::AsyncResolve>>,
+    pub unix_socket: Option<std::path::PathBuf>,
+    pub tcp: crate::transport::TcpOptions,
+    pub connector: Option<Arc<dyn std::any::Any + Send + Sync>>,
     pub overrides: HashMap<(String, u16), Vec<IpAddr>>,
     pub proxies: Vec<crate::ProxyRule>,
     pub selector: Option<Arc<dyn ProxySelector>>,
@@ -384,6 +423,9 @@ impl Default for BuilderState {
             listeners: Vec::new(),
             resolver: Arc::new(SystemResolver),
             async_resolver: None,
+            unix_socket: None,
+            tcp: crate::transport::TcpOptions::default(),
+            connector: None,
             overrides: HashMap::new(),
             proxies: Vec::new(),
             selector: None,
@@ -525,6 +567,7 @@ impl BuilderState {
             return Err(Error::config(e.clone()));
         }
         self.check().map_err(Error::config)?;
+        self.tcp.check().map_err(Error::config)?;
         let tls = &self.tls;
         if tls.prepared.is_some()
             && (!tls.extra_roots.is_empty() || tls.client_auth.is_some() || !tls.built_in_roots)
@@ -583,6 +626,9 @@ impl BuilderState {
             listener: crate::event::fan_out(self.listeners),
             resolver,
             async_resolver,
+            unix_socket: self.unix_socket,
+            tcp: self.tcp,
+            connector: self.connector,
             proxies,
             selector,
             limits: self.limits,
@@ -610,6 +656,74 @@ macro_rules! __client_builder_methods {
         /// Default: 10 s.
         pub fn connect_timeout(mut self, d: $crate::__private::Duration) -> Self {
             self.state.pool.race.connect_timeout = d;
+            self
+        }
+        /// Sends every request to this Unix-domain socket instead of over TCP
+        /// (curl's `--unix-socket`): no DNS, no proxy; the URL's host still
+        /// goes in `Host` (and in TLS for `https://`). HTTP/1.1, or HTTP/2 with
+        /// prior knowledge (`http_version(Http2Only)`) or over TLS. Connections
+        /// are pooled per socket path. A request's own `unix_socket` wins.
+        /// Unix only: elsewhere a connect fails with a typed error.
+        pub fn unix_socket(mut self, path: impl Into<$crate::__private::PathBuf>) -> Self {
+            self.state.unix_socket = Some(path.into());
+            self
+        }
+        /// Binds every TCP connection to this local IP before connecting (a
+        /// multi-homed host's source address). A route of the other family
+        /// fails as a connect error naming both; the race moves on. Default: the
+        /// system's choice.
+        pub fn local_address(mut self, ip: impl Into<$crate::__private::IpAddr>) -> Self {
+            self.state.tcp.local_address = Some(ip.into());
+            self
+        }
+        /// Sends every TCP connection through this network interface
+        /// (`SO_BINDTODEVICE`; Linux and Android, elsewhere a config error at
+        /// build; binding usually needs `CAP_NET_RAW`).
+        pub fn interface(mut self, name: impl Into<String>) -> Self {
+            self.state.tcp.interface = Some(name.into());
+            self
+        }
+        /// TCP keep-alive on every connection: a probe after `idle` without
+        /// traffic (with the system's interval and count unless set with
+        /// [`tcp_keepalive_interval`](Self::tcp_keepalive_interval) and
+        /// [`tcp_keepalive_retries`](Self::tcp_keepalive_retries)). A dead peer is
+        /// then found by the system even on an idle pooled connection.
+        /// Default: off.
+        pub fn tcp_keepalive(mut self, idle: $crate::__private::Duration) -> Self {
+            let k = self.state.tcp.keepalive.get_or_insert($crate::transport::TcpKeepalive {
+                idle,
+                interval: None,
+                retries: None,
+            });
+            k.idle = idle;
+            self
+        }
+        /// Time between TCP keep-alive probes (turns keep-alive on, idle 60 s,
+        /// unless [`tcp_keepalive`](Self::tcp_keepalive) set it).
+        pub fn tcp_keepalive_interval(mut self, interval: $crate::__private::Duration) -> Self {
+            self.state
+                .tcp
+                .keepalive
+                .get_or_insert($crate::transport::TcpKeepalive {
+                    idle: $crate::__private::Duration::from_secs(60),
+                    interval: None,
+                    retries: None,
+                })
+                .interval = Some(interval);
+            self
+        }
+        /// Unanswered TCP keep-alive probes before the system drops the
+        /// connection (turns keep-alive on, idle 60 s, unless set).
+        pub fn tcp_keepalive_retries(mut self, retries: u32) -> Self {
+            self.state
+                .tcp
+                .keepalive
+                .get_or_insert($crate::transport::TcpKeepalive {
+                    idle: $crate::__private::Duration::from_secs(60),
+                    interval: None,
+                    retries: None,
+                })
+                .retries = Some(retries);
             self
         }
         /// Bound on the winner's TLS handshake (after any proxy tunnel, which

@@ -889,7 +889,10 @@ impl CallPlan {
     ) -> Result<CallPlan, crate::Error> {
         let options = parts.extensions.remove::<crate::RequestOptions>().unwrap_or_default();
         crate::take_userinfo(parts)?;
-        let address = config.address(&parts.uri, http2)?;
+        let address = match &options.unix_socket {
+            Some(path) => config.address_via(&parts.uri, http2, path)?,
+            None => config.address(&parts.uri, http2)?,
+        };
         config.apply_default_headers(&mut parts.headers);
         let whole = options.timeout.or(config.timeout);
         let head = options.head_timeout.or(config.head_timeout);

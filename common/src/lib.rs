@@ -98,6 +98,7 @@ pub mod proxy_rule;
 mod request;
 mod resolve;
 pub mod tls;
+pub mod transport;
 mod userinfo;
 
 pub use config::{
@@ -157,6 +158,7 @@ pub mod __private {
     #[cfg(feature = "query")]
     pub use serde_urlencoded;
     pub use std::net::IpAddr;
+    pub use std::path::{Path, PathBuf};
     pub use std::sync::Arc;
     pub use std::time::Duration;
     pub use switchyard_core::{Family, Proxy, StreamLimitPolicy};

@@ -339,6 +339,13 @@ macro_rules! __request_builder_methods {
             self.options.exclusive = true;
             self
         }
+        /// Sends this request to a Unix-domain socket (instead of the
+        /// client's `unix_socket`, or TCP); see the client builder's
+        /// `unix_socket`. Connections are pooled per socket path.
+        pub fn unix_socket(mut self, path: impl AsRef<$crate::__private::Path>) -> Self {
+            self.options.unix_socket = Some($crate::__private::Arc::from(path.as_ref()));
+            self
+        }
         /// Marks a non-idempotent request as safe to send twice.
         pub fn retryable(mut self) -> Self {
             self.options.retryable = true;

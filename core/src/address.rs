@@ -486,6 +486,8 @@ struct AddressInner {
     tls: Option<TlsIdentity>,
     protocols: Vec<Protocol>,
     resolver: ResolverIdentity,
+    /// A Unix-domain socket to connect to instead of the host's addresses.
+    unix: Option<std::path::PathBuf>,
 }
 
 // The pool looks Addresses up on every acquire and release: the hash is computed
@@ -529,7 +531,11 @@ impl fmt::Debug for Address {
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let a = &self.0 .0;
-        write!(f, "{}://{}:{}", a.scheme, a.host, a.port)
+        write!(f, "{}://{}:{}", a.scheme, a.host, a.port)?;
+        if let Some(path) = &a.unix {
+            write!(f, " (unix:{})", path.display())?;
+        }
+        Ok(())
     }
 }
 
@@ -548,6 +554,7 @@ impl Address {
             protocols: None,
             resolver: ResolverIdentity::default(),
             cleartext_permitted: true,
+            unix: None,
         }
     }
 
@@ -617,6 +624,12 @@ impl Address {
     pub fn resolver_identity(&self) -> ResolverIdentity {
         self.0 .0.resolver
     }
+    /// The Unix-domain socket connections go to, instead of the host's
+    /// addresses (see [`AddressBuilder::unix_socket`]).
+    #[must_use]
+    pub fn unix_socket(&self) -> Option<&std::path::Path> {
+        self.0 .0.unix.as_deref()
+    }
     /// Whether connections need TLS.
     #[must_use]
     pub fn is_https(&self) -> bool {
@@ -642,6 +655,9 @@ impl Address {
             && a.tls == b.tls
             && a.protocols == b.protocols
             && a.resolver == b.resolver
+            // A Unix socket is its own server: never coalesced.
+            && a.unix.is_none()
+            && b.unix.is_none()
     }
 }
 
@@ -658,9 +674,30 @@ pub struct AddressBuilder {
     protocols: Option<Vec<Protocol>>,
     resolver: ResolverIdentity,
     cleartext_permitted: bool,
+    unix: Option<std::path::PathBuf>,
 }
 
 impl AddressBuilder {
+    /// Connects to this Unix-domain socket instead of the host's addresses
+    /// (no DNS, no proxy; the host still names the server in `Host` and, for
+    /// `https`, in TLS). The path is part of the Address: connections to
+    /// another socket, or over TCP, are other connections.
+    ///
+    /// ```
+    /// use switchyard_core::{Address, Scheme};
+    /// let a = Address::builder(Scheme::Http, "localhost", 80)
+    ///     .unix_socket("/run/docker.sock")
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(a.unix_socket(), Some(std::path::Path::new("/run/docker.sock")));
+    /// assert_eq!(a.to_string(), "http://localhost:80 (unix:/run/docker.sock)");
+    /// let tcp = Address::builder(Scheme::Http, "localhost", 80).build().unwrap();
+    /// assert_ne!(a, tcp);
+    /// ```
+    pub fn unix_socket(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.unix = Some(path.into());
+        self
+    }
     /// Uses this proxy for the Address instead of the client's proxy selector.
     /// Default: none (the selector decides).
     pub fn proxy(mut self, proxy: Proxy) -> Self {
@@ -735,6 +772,7 @@ impl AddressBuilder {
             tls,
             protocols,
             resolver: self.resolver,
+            unix: self.unix,
         };
         // A fixed-key hasher: the same Address hashes the same in every process.
         let mut hasher = std::hash::DefaultHasher::new();

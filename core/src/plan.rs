@@ -174,6 +174,8 @@ impl RoutePlanner {
     #[must_use]
     pub fn new(call: CallId, address: Address, proxies: Vec<Proxy>, config: PlanConfig) -> Self {
         let mut proxies = match address.proxy() {
+            // A Unix socket is reached directly: no proxy, no DNS.
+            _ if address.unix_socket().is_some() => vec![Proxy::Direct],
             Some(explicit) => vec![explicit.clone()],
             None => proxies,
         };
@@ -303,6 +305,13 @@ impl RoutePlanner {
             }
             if let Some(proxy) = self.proxies.get(self.next_proxy).cloned() {
                 self.next_proxy += 1;
+                if self.address.unix_socket().is_some() {
+                    // One route, the socket path; its socket address is a
+                    // placeholder nothing dials.
+                    let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+                    self.select(&proxy, &[any], self.address.port(), now, db);
+                    continue;
+                }
                 let (host, port) = if proxy.resolves_origin_locally() {
                     // `socks5://`: the proxy's own name first (when it is
                     // one), then the origin's, whose addresses make the routes.

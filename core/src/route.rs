@@ -70,10 +70,17 @@ impl Route {
     pub fn proxy(&self) -> &Proxy {
         self.proxy.as_deref().unwrap_or(&DIRECT)
     }
-    /// The socket address to dial.
+    /// The socket address to dial (for a Unix-socket Address, see
+    /// [`Route::unix_socket`], an unspecified placeholder).
     #[must_use]
     pub fn socket_addr(&self) -> SocketAddr {
         self.socket_addr
+    }
+    /// The Unix-domain socket to connect to instead of
+    /// [`Route::socket_addr`], when the Address names one.
+    #[must_use]
+    pub fn unix_socket(&self) -> Option<&std::path::Path> {
+        self.address.unix_socket()
     }
     /// Whether the connection needs TLS with the origin.
     #[must_use]
@@ -119,6 +126,9 @@ impl Route {
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let host = self.address.host();
+        if let Some(path) = self.address.unix_socket() {
+            return write!(f, "{host}:{} via unix:{}", self.address.port(), path.display());
+        }
         let same_host = host.ip() == Some(self.socket_addr.ip());
         write!(f, "{host}")?;
         if same_host || self.address.port() != self.socket_addr.port() {

@@ -484,6 +484,28 @@ macro_rules! adapter_types {
                 self
             }
 
+            /// Opens every connection's byte stream with `connector` instead of
+            /// a TCP (or Unix-socket) connect: the connector hook. The route's
+            /// proxy handshake, TLS and HTTP run on top of the stream it
+            /// returns; pooling, the race and events are unchanged, and the
+            /// connect timeout bounds it. See [`Connect`]($crate::Connect) and
+            #[doc = concat!("the crate docs' firecracker vsock example.")]
+            ///
+            /// ```
+            #[doc = concat!("use switchyard_", $name, "::{Connecting, Route};")]
+            /// // Every route to an in-memory pipe (a test double, say).
+            /// let connector = |route: &Route| -> Connecting {
+            ///     let _ = route.address();
+            ///     Box::pin(async { Err(std::io::ErrorKind::ConnectionRefused.into()) })
+            /// };
+            #[doc = concat!("let client = switchyard_", $name, "::Client::builder().connector(connector).build().unwrap();")]
+            /// ```
+            pub fn connector(mut self, connector: impl $crate::Connect<$crate::Connecting>) -> Self {
+                let slot = $crate::ConnectorSlot(::std::sync::Arc::new(connector));
+                self.state.connector = Some(::std::sync::Arc::new(slot));
+                self
+            }
+
             /// Validates the settings and builds the client. Needs no runtime.
             ///
             /// # Errors

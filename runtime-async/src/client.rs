@@ -30,6 +30,15 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             limits: config.limits,
             tls: config.tls_configs.clone(),
             http2: config.http2,
+            tcp: (!config.tcp.is_default()).then(|| config.tcp.clone()),
+            connector: match &config.connector {
+                None => None,
+                Some(any) => Some(
+                    any.downcast_ref::<crate::ConnectorSlot>()
+                        .ok_or_else(|| Error::config("the connector was set for another adapter"))?
+                        .clone(),
+                ),
+            },
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),

@@ -100,7 +100,12 @@ impl EngineHost for Shared {
                 }
             },
             Effect::Connect { attempt, route } => {
-                let connecting = self.rt.connect(route.socket_addr());
+                let connecting = match (&self.settings.connector, route.unix_socket(), &self.settings.tcp) {
+                    (Some(hook), _, _) => hook.0.connect(&route),
+                    (None, Some(path), _) => self.rt.connect_unix(path),
+                    (None, None, None) => self.rt.connect(route.socket_addr()),
+                    (None, None, Some(options)) => self.rt.connect_with(route.socket_addr(), options),
+                };
                 let me = Arc::clone(self);
                 let task = Box::pin(async move {
                     let result = connecting.await.map_err(|e| ConnectError::from_io(&e));
@@ -232,7 +237,8 @@ async fn establish(
             .connect(name, io)
             .await
             .map_err(|e| tls::tls_error(&e))?;
-        let direct = (*route.proxy() == switchyard_core::Proxy::Direct).then(|| route.socket_addr().ip());
+        let direct = (*route.proxy() == switchyard_core::Proxy::Direct && route.unix_socket().is_none())
+            .then(|| route.socket_addr().ip());
         let (alpn, facts) = tls::negotiated(stream.get_ref().1, verification, direct);
         return Ok((Box::new(stream), alpn, Some(facts)));
     }

@@ -38,7 +38,21 @@ pub use http as __http;
 pub use http_body as __http_body;
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{BodyReader, ResponseBody, ResponseExt};
-pub use runtime::{AsyncIo, BoxFuture, Io, Runtime, Task};
+pub use runtime::{AsyncIo, BoxFuture, Connecting, Io, Runtime, Task};
+pub use switchyard_common::transport::{Connect, TcpKeepalive, TcpOptions};
+pub use switchyard_core::Route;
+
+/// A connector hook as the adapters' builders store it (type-erased in the
+/// shared config, taken out by the engine).
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct ConnectorSlot(pub std::sync::Arc<dyn Connect<Connecting>>);
+
+impl std::fmt::Debug for ConnectorSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connector")
+    }
+}
 /// The adapter-neutral half: configuration, errors, events, and the guarantees
 /// every adapter keeps against hostile peers.
 pub use switchyard_common;

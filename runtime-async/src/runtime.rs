@@ -21,6 +21,12 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> A
 /// A connection's byte stream.
 pub type Io = Box<dyn AsyncIo>;
 
+/// What a connector hook ([`Connect`](switchyard_common::transport::Connect))
+/// returns on the async adapters: the stream, once open.
+pub type Connecting = BoxFuture<io::Result<Io>>;
+
+use switchyard_common::transport::TcpOptions;
+
 /// A spawned task. Dropping the handle detaches the task; [`Task::abort`] cancels
 /// it (dropping whatever it owns, such as a connecting socket).
 pub trait Task: Send {
@@ -59,6 +65,19 @@ pub trait Runtime: Send + Sync + 'static {
     fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()>;
     /// Opens a TCP connection to `addr`, with `TCP_NODELAY` set.
     fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>>;
+    /// Opens a TCP connection to `addr` with the client's socket options
+    /// (only called when some are set). Default: an "unsupported" error
+    /// naming the options, so none is silently ignored.
+    fn connect_with(&self, addr: SocketAddr, options: &TcpOptions) -> BoxFuture<io::Result<Io>> {
+        let what = format!("this runtime cannot set socket options ({options:?}) for {addr}");
+        Box::pin(async move { Err(io::Error::new(io::ErrorKind::Unsupported, what)) })
+    }
+    /// Opens a Unix-domain stream socket at `path`. Default: an
+    /// "unsupported" error.
+    fn connect_unix(&self, path: &std::path::Path) -> BoxFuture<io::Result<Io>> {
+        let what = format!("this runtime cannot connect to Unix socket {}", path.display());
+        Box::pin(async move { Err(io::Error::new(io::ErrorKind::Unsupported, what)) })
+    }
     /// Runs blocking work (a DNS lookup) off the executor's threads.
     fn unblock(
         &self,

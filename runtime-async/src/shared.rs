@@ -41,6 +41,10 @@ pub(crate) struct Settings {
     pub(crate) tls: switchyard_common::tls::TlsConfigs,
     /// HTTP/2 flow-control windows.
     pub(crate) http2: switchyard_common::Http2Settings,
+    /// Socket options for TCP connects (default: the runtime's plain connect).
+    pub(crate) tcp: Option<switchyard_common::transport::TcpOptions>,
+    /// The embedder's connector hook, instead of TCP.
+    pub(crate) connector: Option<crate::ConnectorSlot>,
 }
 
 pub(crate) struct Shared {

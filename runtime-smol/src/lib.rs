@@ -152,10 +152,56 @@ impl Runtime for Smol {
         })
     }
 
+    fn connect_with(
+        &self,
+        addr: SocketAddr,
+        options: &switchyard_async::TcpOptions,
+    ) -> BoxFuture<io::Result<Io>> {
+        // Options set and the socket bound here; a non-blocking connect that
+        // completes when the socket turns writable (async-io's own way).
+        let socket = options.socket(addr);
+        Box::pin(async move {
+            let socket = socket?;
+            socket.set_nonblocking(true)?;
+            match socket.connect(&addr.into()) {
+                Ok(()) => {}
+                Err(e) if in_progress(&e) => {}
+                Err(e) => return Err(e),
+            }
+            let stream = smol::Async::new_nonblocking(std::net::TcpStream::from(socket))?;
+            stream.writable().await?;
+            if let Some(e) = stream.get_ref().take_error()? {
+                return Err(e);
+            }
+            stream.get_ref().peer_addr()?; // connected, not merely writable
+            Ok(Box::new(smol::net::TcpStream::from(stream).compat()) as Io)
+        })
+    }
+
+    #[cfg(unix)]
+    fn connect_unix(&self, path: &std::path::Path) -> BoxFuture<io::Result<Io>> {
+        let path = path.to_owned();
+        Box::pin(async move {
+            let stream = smol::net::unix::UnixStream::connect(&path)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("Unix socket {}: {e}", path.display())))?;
+            Ok(Box::new(stream.compat()) as Io)
+        })
+    }
+
     fn unblock(
         &self,
         work: Box<dyn FnOnce() -> io::Result<Vec<IpAddr>> + Send>,
     ) -> BoxFuture<io::Result<Vec<IpAddr>>> {
         Box::pin(smol::unblock(work))
     }
+}
+
+/// A non-blocking connect under way (`EINPROGRESS`, or `WSAEWOULDBLOCK`).
+fn in_progress(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    if e.raw_os_error() == Some(libc::EINPROGRESS) {
+        return true;
+    }
+    e.kind() == io::ErrorKind::WouldBlock
 }

@@ -29,6 +29,7 @@ impl FromConfig for Client {
             connect_timeout: config.pool.race.connect_timeout,
             handshake_timeout: config.pool.race.handshake_timeout,
             tls: config.tls_configs.clone(),
+            tcp: config.tcp.clone(),
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),

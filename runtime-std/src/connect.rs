@@ -21,7 +21,7 @@ use switchyard_core::{
 
 use crate::h1::Wire;
 use crate::shared::{fire_due, IoState, Keeper, Msg, Shared, State};
-use crate::stream::{peek, Stream};
+use crate::stream::{peek, Sock, Stream};
 
 /// An idle HTTP/1.1 connection: its socket and the core's view of it.
 pub(crate) type H1Conn = engine::H1Conn<Wire>;
@@ -75,9 +75,14 @@ impl EngineHost for Shared {
                 let limit = self.settings.connect_timeout;
                 let me = Arc::clone(self);
                 let started = self.thread(move || {
-                    let result = TcpStream::connect_timeout(&addr, limit)
-                        .and_then(|s| s.set_nodelay(true).map(|()| Stream::Tcp(s)))
-                        .map_err(|e| ConnectError::from_io(&e));
+                    let tcp = &me.settings.tcp;
+                    let opened = match route.unix_socket() {
+                        Some(path) => connect_unix(path),
+                        None if tcp.is_default() => TcpStream::connect_timeout(&addr, limit)
+                            .and_then(|s| s.set_nodelay(true).map(|()| Sock::Tcp(s))),
+                        None => tcp.connect_timeout(addr, limit).map(Sock::Tcp),
+                    };
+                    let result = opened.map(Stream::Tcp).map_err(|e| ConnectError::from_io(&e));
                     // A cancelled attempt's socket comes back and closes here.
                     drop(
                         me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result)),
@@ -159,7 +164,7 @@ impl Adapter for Shared {
     type Socket = Stream;
     type Wire = Wire;
     /// For a handshake, a clone of its socket (cancelling shuts it down).
-    type Task = Option<TcpStream>;
+    type Task = Option<Sock>;
     type H2 = Infallible;
     type Job = Infallible;
     type Waiter = mpsc::Sender<Msg>;
@@ -186,7 +191,7 @@ fn no_thread() -> std::io::Error {
 /// deadline — the connect timeout for a tunnel — cancels sooner, shutting the
 /// socket down). `tunnelled` runs between a tunnel and TLS.
 pub(crate) fn establish(
-    tcp: TcpStream,
+    tcp: Sock,
     route: &switchyard_core::Route,
     (config, verification): (Arc<rustls::ClientConfig>, switchyard_common::tls::Verification),
     limit: Duration,
@@ -203,7 +208,8 @@ pub(crate) fn establish(
             tunnelled();
         }
     }
-    let direct = (*route.proxy() == switchyard_core::Proxy::Direct).then(|| route.socket_addr().ip());
+    let direct = (*route.proxy() == switchyard_core::Proxy::Direct && route.unix_socket().is_none())
+        .then(|| route.socket_addr().ip());
     let established = if route.requires_tls() {
         let (stream, alpn, facts) =
             crate::stream::handshake(tcp, config, route.address().host(), (verification, direct))?;
@@ -220,7 +226,7 @@ pub(crate) fn establish(
 /// Runs a proxy handshake (the core's state machine) on `tcp`: writes what it
 /// asks, reads what the proxy answers, until the tunnel is open. The socket's
 /// timeouts bound each step.
-fn proxy_handshake(tcp: &mut TcpStream, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
+fn proxy_handshake(tcp: &mut Sock, mut hs: ProxyHandshake) -> Result<(), ConnectError> {
     let io = |e: io::Error| ConnectError::from_io(&e);
     let mut buf = BytesMut::with_capacity(512);
     let mut scratch = [0u8; 512];
@@ -238,5 +244,23 @@ fn proxy_handshake(tcp: &mut TcpStream, mut hs: ProxyHandshake) -> Result<(), Co
                 n => buf.extend_from_slice(&scratch[..n]),
             }
         }
+    }
+}
+
+/// A Unix-domain socket connect (a path's connect does not wait on a peer
+/// across a network: it succeeds or fails at once), its failure naming the path.
+fn connect_unix(path: &std::path::Path) -> io::Result<Sock> {
+    #[cfg(unix)]
+    {
+        std::os::unix::net::UnixStream::connect(path)
+            .map(Sock::Unix)
+            .map_err(|e| io::Error::new(e.kind(), format!("Unix socket {}: {e}", path.display())))
+    }
+    #[cfg(not(unix))]
+    {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("Unix socket {}: not supported on this platform", path.display()),
+        ))
     }
 }

@@ -55,6 +55,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) tls: switchyard_common::tls::TlsConfigs,
+    /// Socket options for TCP connects.
+    pub(crate) tcp: switchyard_common::transport::TcpOptions,
 }
 
 pub(crate) struct Shared {

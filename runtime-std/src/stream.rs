@@ -1,8 +1,9 @@
-//! A connection's byte stream: TCP, or rustls over TCP; the TLS handshake; and
-//! the idle-connection probe (a non-blocking peek before reuse).
+//! A connection's byte stream: a socket (TCP, or a Unix-domain socket), or
+//! rustls over one; the TLS handshake; and the idle-connection probe (a
+//! non-blocking peek before reuse).
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,10 +11,78 @@ use switchyard_common::tls;
 use switchyard_core::http1::Peek;
 use switchyard_core::{ConnectError, Host, Protocol, TlsFacts, TlsFailure};
 
-/// TCP, or TLS over TCP.
-pub(crate) enum Stream {
+/// A connected socket: TCP, or a Unix-domain stream socket.
+#[derive(Debug)]
+pub(crate) enum Sock {
     Tcp(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+    #[cfg(unix)]
+    Unix(std::os::unix::net::UnixStream),
+}
+
+/// Calls `$f` on whichever socket `$sock` holds.
+macro_rules! on_sock {
+    ($sock:expr, $s:ident => $f:expr) => {
+        match $sock {
+            Sock::Tcp($s) => $f,
+            #[cfg(unix)]
+            Sock::Unix($s) => $f,
+        }
+    };
+}
+
+impl Sock {
+    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        on_sock!(self, s => s.set_read_timeout(d))
+    }
+    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        on_sock!(self, s => s.set_write_timeout(d))
+    }
+    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        on_sock!(self, s => s.set_nonblocking(on))
+    }
+    pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        on_sock!(self, s => s.shutdown(how))
+    }
+    pub(crate) fn try_clone(&self) -> io::Result<Sock> {
+        match self {
+            Sock::Tcp(s) => s.try_clone().map(Sock::Tcp),
+            #[cfg(unix)]
+            Sock::Unix(s) => s.try_clone().map(Sock::Unix),
+        }
+    }
+    /// One byte, left in the socket (`MSG_PEEK`).
+    fn peek(&self, one: &mut [u8; 1]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.peek(one),
+            // The standard library's Unix `peek` is not stable: socket2's.
+            #[cfg(unix)]
+            Sock::Unix(s) => {
+                let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+                socket2::SockRef::from(s).peek(&mut buf)
+            }
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        on_sock!(self, s => s.read(buf))
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        on_sock!(self, s => s.write(buf))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        on_sock!(self, s => s.flush())
+    }
+}
+
+/// A socket, or TLS over one.
+pub(crate) enum Stream {
+    Tcp(Sock),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, Sock>>),
 }
 
 impl Stream {
@@ -22,8 +91,8 @@ impl Stream {
         matches!(self, Stream::Tls(s) if s.conn.wants_write())
     }
 
-    /// The TCP socket underneath.
-    pub(crate) fn tcp(&self) -> &TcpStream {
+    /// The socket underneath.
+    pub(crate) fn tcp(&self) -> &Sock {
         match self {
             Stream::Tcp(s) => s,
             Stream::Tls(s) => &s.sock,
@@ -60,7 +129,7 @@ impl Write for Stream {
 /// The TLS handshake on `tcp` for `host`, bounded by the socket's timeouts:
 /// the negotiated protocol and the verified certificate's facts.
 pub(crate) fn handshake(
-    mut tcp: TcpStream,
+    mut tcp: Sock,
     config: Arc<rustls::ClientConfig>,
     host: &Host,
     (verification, peer): (switchyard_common::tls::Verification, Option<std::net::IpAddr>),
@@ -102,7 +171,7 @@ pub(crate) fn peek(stream: &mut Stream) -> Peek {
     verdict
 }
 
-fn tls_records(s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>) -> Peek {
+fn tls_records(s: &mut rustls::StreamOwned<rustls::ClientConnection, Sock>) -> Peek {
     loop {
         match s.conn.read_tls(&mut s.sock) {
             Ok(0) => return Peek::Eof,
@@ -139,7 +208,7 @@ pub(crate) fn read_available(stream: &mut Stream, scratch: &mut [u8]) -> io::Res
 }
 
 fn tls_available(
-    s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+    s: &mut rustls::StreamOwned<rustls::ClientConnection, Sock>,
     scratch: &mut [u8],
 ) -> io::Result<Option<usize>> {
     let mut closed = false;
@@ -192,10 +261,10 @@ pub(crate) struct Timeouts {
 }
 
 impl Timeouts {
-    pub(crate) fn read(&mut self, tcp: &TcpStream, d: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn read(&mut self, tcp: &Sock, d: Option<Duration>) -> io::Result<()> {
         Self::set(&mut self.read, d, |d| tcp.set_read_timeout(d))
     }
-    pub(crate) fn write(&mut self, tcp: &TcpStream, d: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn write(&mut self, tcp: &Sock, d: Option<Duration>) -> io::Result<()> {
         Self::set(&mut self.write, d, |d| tcp.set_write_timeout(d))
     }
     /// Sets `d` (at least 1 ms: zero means "none" to the OS) unless it is set.

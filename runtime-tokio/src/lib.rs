@@ -159,6 +159,30 @@ impl Runtime for Tokio {
         })
     }
 
+    fn connect_with(
+        &self,
+        addr: SocketAddr,
+        options: &switchyard_async::TcpOptions,
+    ) -> BoxFuture<io::Result<Io>> {
+        // Options set and the socket bound here; tokio does the connect.
+        let socket = options.socket(addr);
+        Box::pin(async move {
+            let socket = socket?;
+            socket.set_nonblocking(true)?;
+            let tcp = tokio::net::TcpSocket::from_std_stream(socket.into()).connect(addr).await?;
+            Ok(Box::new(tcp) as Io)
+        })
+    }
+
+    #[cfg(unix)]
+    fn connect_unix(&self, path: &std::path::Path) -> BoxFuture<io::Result<Io>> {
+        let path = path.to_owned();
+        Box::pin(async move {
+            let stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| unix_error(&path, &e))?;
+            Ok(Box::new(stream) as Io)
+        })
+    }
+
     fn unblock(
         &self,
         work: Box<dyn FnOnce() -> io::Result<Vec<IpAddr>> + Send>,
@@ -169,4 +193,10 @@ impl Runtime for Tokio {
         let task = handle.spawn_blocking(work);
         Box::pin(async move { task.await.map_err(io::Error::other)? })
     }
+}
+
+/// A Unix-socket connect failure naming the path.
+#[cfg(unix)]
+fn unix_error(path: &std::path::Path, e: &io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("Unix socket {}: {e}", path.display()))
 }

@@ -40,6 +40,9 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
             Version::Http1 => HttpVersion::Http1Only,
             Version::Http2 => HttpVersion::Http2Only,
         });
+    if let Some(path) = config.unix_socket {
+        b = b.unix_socket(path);
+    }
     if let Some(r) = config.resolver {
         b = b.resolver(r.0);
     }

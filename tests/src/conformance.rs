@@ -42,6 +42,8 @@ pub struct Config {
     pub wait_for_streams: bool,
     /// A hermetic resolver: these names only; any other name fails to resolve.
     pub hosts: BTreeMap<String, Vec<IpAddr>>,
+    /// Every request to this Unix-domain socket.
+    pub unix_socket: Option<std::path::PathBuf>,
     /// Extra trusted root (DER).
     pub root: Option<Vec<u8>>,
     /// Bound on each read.
@@ -113,6 +115,7 @@ impl Default for Config {
             async_resolver: None,
             dns_cache_ttl: None,
             dns_cache_capacity: None,
+            unix_socket: None,
             resolution_delay: None,
             max_idle_per_host: None,
             tls_config: None,
@@ -1153,6 +1156,92 @@ pub fn proxies_from_the_environment(a: &dyn Adapter) {
     assert_eq!(p2.targets().len(), 1, "the second proxy carried it");
 }
 
+/// A fresh path for a Unix-domain socket in the temporary directory (short:
+/// `sun_path` holds about 100 bytes).
+#[must_use]
+pub fn unix_socket_path(tag: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    std::env::temp_dir().join(format!("sy-{}-{tag}-{n}.sock", std::process::id()))
+}
+
+/// Every adapter: a client whose `unix_socket` is set sends every request to
+/// that socket — no DNS (the hermetic resolver knows no name), no proxy (a
+/// dead one is configured) — with the URL's host in `Host`, pooled (two calls,
+/// one connection; events name the path); `https://` runs TLS over the socket
+/// with the URL's host as SNI; a path with nothing listening is a connect
+/// error naming the path.
+pub fn unix_socket(a: &dyn Adapter) {
+    let path = unix_socket_path("plain");
+    let server = TestServer::start(ServerOptions { unix: Some(path.clone()), ..ServerOptions::default() });
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_port = dead.local_addr().expect("addr").port();
+    drop(dead);
+    let client = a.client(Config {
+        unix_socket: Some(path.clone()),
+        proxies: vec![switchyard_core::Proxy::http("127.0.0.1", u32::from(dead_port)).expect("proxy")],
+        ..Config::default()
+    });
+    for _ in 0..2 {
+        let r = ok(client.send(Req::get("http://docker.test/hello")));
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    }
+    assert_eq!(server.connections(), 1, "two calls on one pooled Unix-socket connection");
+    let records = server.records();
+    assert_eq!(records[0].authority.as_deref(), Some("docker.test"), "the URL's host goes in Host");
+    let events = client.events();
+    assert!(
+        events
+            .iter()
+            .any(|(_, n, d)| *n == "connect_start" && d.contains(&format!("via unix:{}", path.display()))),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|(_, n, _)| n.starts_with("dns_")), "no DNS for a Unix socket: {events:?}");
+
+    // TLS over the socket, SNI from the URL.
+    let ca = TestCa::new();
+    let tls_path = unix_socket_path("tls");
+    let mut options = ServerOptions { unix: Some(tls_path.clone()), ..ServerOptions::default() };
+    options.tls.push((vec!["sidecar.test".into()], ca.leaf(&["sidecar.test"])));
+    let tls = TestServer::start(options);
+    let client = a.client(Config {
+        unix_socket: Some(tls_path.clone()),
+        root: Some(ca.cert.clone()),
+        ..Config::default()
+    });
+    assert_eq!(ok(client.send(Req::get("https://sidecar.test/hello"))).body, b"hello");
+    assert_eq!(tls.records()[0].sni.as_deref(), Some("sidecar.test"));
+
+    // Nothing listening there.
+    let missing = unix_socket_path("missing");
+    let client = a.client(Config { unix_socket: Some(missing.clone()), ..Config::default() });
+    let (kind, msg) = client.send(Req::get("http://docker.test/hello")).expect_err("no socket");
+    assert_eq!(kind, Failure::Connect, "{msg}");
+    assert!(msg.contains(&missing.display().to_string()), "the error names the path: {msg}");
+    for p in [path, tls_path] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// HTTP/2 adapters: prior knowledge over a Unix socket multiplexes calls on
+/// one connection.
+pub fn unix_socket_http2(a: &dyn Adapter) {
+    let path = unix_socket_path("h2c");
+    let server = TestServer::start(ServerOptions {
+        unix: Some(path.clone()),
+        http2_only: true,
+        ..ServerOptions::default()
+    });
+    let client =
+        a.client(Config { unix_socket: Some(path.clone()), version: Version::Http2, ..Config::default() });
+    for r in client.send_all(vec![Req::get("http://h2.test/hello"); 4]) {
+        let r = ok(r);
+        assert_eq!((r.version, r.body.as_slice()), (http::Version::HTTP_2, &b"hello"[..]));
+    }
+    assert_eq!(server.connections(), 1, "four calls, one HTTP/2 connection over the socket");
+    let _ = std::fs::remove_file(path);
+}
+
 /// Instantiates every scenario as a `#[test]` for an adapter expression.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -1168,7 +1257,7 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route, event_order_http2,
             a_call_deadline_on_http2_keeps_the_connection,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
-            dns_cache, per_family_blocking_resolver);
+            dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1181,11 +1270,11 @@ macro_rules! conformance_suite {
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
-            per_family_blocking_resolver);
+            per_family_blocking_resolver, unix_socket);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
-            event_order_http2, a_call_deadline_on_http2_keeps_the_connection);
+            event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

@@ -56,6 +56,9 @@ pub struct ServerOptions {
     pub max_concurrent_streams: Option<u32>,
     /// Extra loopback IPs to listen on (same port), e.g. `127.0.0.2`.
     pub also_on: Vec<std::net::IpAddr>,
+    /// Also listen on this Unix-domain socket (created; removed first if it
+    /// exists). Its connections count and record like the TCP ones.
+    pub unix: Option<std::path::PathBuf>,
 }
 
 /// A running test server.
@@ -93,6 +96,15 @@ impl TestServer {
             listeners
                 .push(std::net::TcpListener::bind(SocketAddr::new(*ip, addr.port())).expect("bind extra"));
         }
+        #[cfg(unix)]
+        let unix = options.unix.as_ref().map(|path| {
+            let _ = std::fs::remove_file(path);
+            let l = std::os::unix::net::UnixListener::bind(path).expect("bind the Unix socket");
+            l.set_nonblocking(true).expect("nonblocking");
+            l
+        });
+        #[cfg(not(unix))]
+        let unix: Option<UnixListener> = None;
         let records = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
         let handshakes = Arc::new(AtomicUsize::new(0));
@@ -105,7 +117,7 @@ impl TestServer {
                 .enable_all()
                 .build()
                 .expect("server runtime");
-            rt.block_on(serve(listeners, options, r, (c, h), stop_rx));
+            rt.block_on(serve((listeners, unix), options, r, (c, h), stop_rx));
         });
         TestServer { addr, records, connections, handshakes, stop: Some(stop_tx), thread: Some(thread) }
     }
@@ -208,47 +220,90 @@ impl rustls::server::ResolvesServerCert for WithDefault {
     }
 }
 
+/// Bound before the server starts, so a client may connect at once.
+#[cfg(unix)]
+type UnixListener = std::os::unix::net::UnixListener;
+#[cfg(not(unix))]
+type UnixListener = ();
+
 async fn serve(
-    listeners: Vec<std::net::TcpListener>,
+    (listeners, unix): (Vec<std::net::TcpListener>, Option<UnixListener>),
     options: ServerOptions,
     records: Arc<Mutex<Vec<Record>>>,
     (connections, handshakes): (Arc<AtomicUsize>, Arc<AtomicUsize>),
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let acceptor = tls_acceptor(&options);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Accepted>();
+    #[cfg(unix)]
+    if let Some(l) = unix {
+        let l = tokio::net::UnixListener::from_std(l).expect("tokio Unix listener");
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                if tx.send(Accepted::Unix(s)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
     for l in listeners {
         l.set_nonblocking(true).expect("nonblocking");
         let l = tokio::net::TcpListener::from_std(l).expect("tokio listener");
         let tx = tx.clone();
         tokio::spawn(async move {
             while let Ok((s, _)) = l.accept().await {
-                if tx.send(s).is_err() {
+                let _ = s.set_nodelay(true);
+                if tx.send(Accepted::Tcp(s)).is_err() {
                     return;
                 }
             }
         });
     }
     loop {
-        let stream = tokio::select! {
+        let accepted = tokio::select! {
             _ = &mut stop => return,
             s = rx.recv() => match s { Some(s) => s, None => return },
         };
-        let _ = stream.set_nodelay(true);
         let index = connections.fetch_add(1, Ordering::SeqCst);
         let (records, acceptor, options) = (Arc::clone(&records), acceptor.clone(), options.clone());
         let handshakes = Arc::clone(&handshakes);
         tokio::spawn(async move {
-            match acceptor {
-                Some(acceptor) => {
-                    let Ok(tls) = acceptor.accept(stream).await else { return };
-                    handshakes.fetch_add(1, Ordering::SeqCst);
-                    let sni = tls.get_ref().1.server_name().map(str::to_owned);
-                    serve_connection(TokioIo::new(tls), index, sni, &options, records).await;
-                }
-                None => serve_connection(TokioIo::new(stream), index, None, &options, records).await,
+            match accepted {
+                Accepted::Tcp(s) => accept(s, index, acceptor, &options, records, &handshakes).await,
+                #[cfg(unix)]
+                Accepted::Unix(s) => accept(s, index, acceptor, &options, records, &handshakes).await,
             }
         });
+    }
+}
+
+/// A connection the server accepted.
+enum Accepted {
+    Tcp(tokio::net::TcpStream),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixStream),
+}
+
+/// TLS (when the server has certificates), then HTTP, on one connection.
+async fn accept<S>(
+    stream: S,
+    index: usize,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    options: &ServerOptions,
+    records: Arc<Mutex<Vec<Record>>>,
+    handshakes: &AtomicUsize,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    match acceptor {
+        Some(acceptor) => {
+            let Ok(tls) = acceptor.accept(stream).await else { return };
+            handshakes.fetch_add(1, Ordering::SeqCst);
+            let sni = tls.get_ref().1.server_name().map(str::to_owned);
+            serve_connection(TokioIo::new(tls), index, sni, options, records).await;
+        }
+        None => serve_connection(TokioIo::new(stream), index, None, options, records).await,
     }
 }
 

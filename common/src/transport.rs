@@ -1,0 +1,163 @@
+//! How a connection's bytes travel: TCP with the client's socket options
+//! ([`TcpOptions`]: local address, interface, keep-alive), a Unix-domain
+//! socket (an Address that names one), or a stream an embedder opens itself
+//! ([`Connect`], the connector hook). Proxies, TLS, HTTP/1.1 and HTTP/2 run on
+//! top of any of them unchanged, and the pool and the race treat them alike.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use switchyard_core::Route;
+
+/// TCP keep-alive probes (`SO_KEEPALIVE`): after `idle` without traffic the
+/// system sends a probe every `interval`, and gives the connection up after
+/// `retries` unanswered ones. `interval` and `retries` are left to the system
+/// (Linux: 75 s, 9) when `None`, and where the platform cannot set them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpKeepalive {
+    /// Idle time before the first probe (`TCP_KEEPIDLE`).
+    pub idle: Duration,
+    /// Between probes (`TCP_KEEPINTVL`).
+    pub interval: Option<Duration>,
+    /// Unanswered probes before the connection is dropped (`TCP_KEEPCNT`).
+    pub retries: Option<u32>,
+}
+
+/// Socket options for every TCP connection a client opens (to origins and
+/// to proxies). `TCP_NODELAY` is always on. Default: none of these, which
+/// keeps the runtime's own connect (the fast path).
+///
+/// ```
+/// use switchyard_common::transport::TcpOptions;
+/// assert!(TcpOptions::default().is_default());
+/// let bound = TcpOptions { local_address: Some([127, 0, 0, 1].into()), ..TcpOptions::default() };
+/// assert!(!bound.is_default());
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// The local IP to bind before connecting (`bind(2)`, port chosen by the
+    /// system). A route of the other family fails with a typed connect error
+    /// naming both, and the race moves to the next route.
+    pub local_address: Option<IpAddr>,
+    /// The network interface to send through (`SO_BINDTODEVICE`, Linux and
+    /// Android only; elsewhere the build fails with a config error). Often
+    /// needs `CAP_NET_RAW`.
+    pub interface: Option<String>,
+    /// TCP keep-alive, off by default.
+    pub keepalive: Option<TcpKeepalive>,
+}
+
+impl TcpOptions {
+    /// Whether nothing is set (the runtime's plain connect will do).
+    #[must_use]
+    pub fn is_default(&self) -> bool {
+        *self == TcpOptions::default()
+    }
+
+    /// Checks what the platform can honour (called when the client is built).
+    ///
+    /// # Errors
+    /// An interface on a platform without `SO_BINDTODEVICE`, or an empty one.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(name) = &self.interface {
+            if name.is_empty() || name.len() >= 16 || name.contains('\0') {
+                return Err(format!("interface {name:?}: not an interface name (1 to 15 bytes)"));
+            }
+            if !cfg!(any(target_os = "linux", target_os = "android")) {
+                return Err(format!(
+                    "interface {name:?}: binding to an interface needs Linux (SO_BINDTODEVICE)"
+                ));
+            }
+        }
+        if let Some(k) = self.keepalive {
+            if k.idle.is_zero() || k.interval.is_some_and(|i| i.is_zero()) || k.retries == Some(0) {
+                return Err("tcp_keepalive: idle, interval and retries must be positive".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// A socket for `addr` with these options set and bound, not yet
+    /// connected (blocking mode; an async runtime makes it non-blocking).
+    ///
+    /// # Errors
+    /// The system refused the socket or an option; a local address of the
+    /// other family than `addr` (the message names both).
+    pub fn socket(&self, addr: SocketAddr) -> io::Result<socket2::Socket> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_tcp_nodelay(true)?;
+        if let Some(k) = self.keepalive {
+            let mut params = socket2::TcpKeepalive::new().with_time(k.idle);
+            #[cfg(any(
+                target_os = "linux",
+                target_os = "android",
+                target_os = "macos",
+                target_os = "windows"
+            ))]
+            if let Some(interval) = k.interval {
+                params = params.with_interval(interval);
+            }
+            #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
+            if let Some(retries) = k.retries {
+                params = params.with_retries(retries);
+            }
+            socket.set_tcp_keepalive(&params)?;
+        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(name) = &self.interface {
+            socket.bind_device(Some(name.as_bytes())).map_err(|e| {
+                io::Error::new(e.kind(), format!("binding to interface {name:?} failed: {e}"))
+            })?;
+        }
+        if let Some(ip) = self.local_address {
+            if ip.is_ipv4() != addr.is_ipv4() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("local address {ip} cannot reach {addr} (another address family)"),
+                ));
+            }
+            socket.bind(&SocketAddr::new(ip, 0).into()).map_err(|e| {
+                io::Error::new(e.kind(), format!("binding to local address {ip} failed: {e}"))
+            })?;
+        }
+        Ok(socket)
+    }
+
+    /// A blocking connect with these options, within `limit`.
+    ///
+    /// # Errors
+    /// As [`TcpOptions::socket`], and the connect's own failure or timeout.
+    pub fn connect_timeout(&self, addr: SocketAddr, limit: Duration) -> io::Result<std::net::TcpStream> {
+        let socket = self.socket(addr)?;
+        socket.connect_timeout(&addr.into(), limit)?;
+        Ok(socket.into())
+    }
+}
+
+/// The connector hook: opens the byte stream for a route instead of the
+/// client's own TCP connect (or Unix-socket connect). Whatever a route needs
+/// on top — the SOCKS5 or `CONNECT` handshake, TLS, then HTTP/1.1 or HTTP/2 —
+/// runs on the stream it returns, and the pool, the race (each route is one
+/// attempt, raced as any other) and the events are unchanged.
+///
+/// `T` is what the adapter needs back: `switchyard_tokio::Connecting` and
+/// `switchyard_smol::Connecting` (a boxed future of a boxed async stream).
+/// The connect timeout bounds the returned future like a TCP connect.
+///
+/// A connector that writes a preamble first (a vsock bridge's `CONNECT
+/// <port>`, a PROXY protocol header) does it inside `connect`. See the
+/// adapters' docs for a firecracker-style vsock example.
+pub trait Connect<T>: Send + Sync + 'static {
+    /// Opens the stream `route` dials: [`Route::socket_addr`], or
+    /// [`Route::unix_socket`] for an Address that names one, or anything
+    /// the embedder decides from the route's Address.
+    fn connect(&self, route: &Route) -> T;
+}
+
+impl<T, F: Fn(&Route) -> T + Send + Sync + 'static> Connect<T> for F {
+    fn connect(&self, route: &Route) -> T {
+        self(route)
+    }
+}
