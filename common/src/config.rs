@@ -91,6 +91,8 @@ pub struct Config {
     /// The adapter's connector hook, type-erased (the adapter's builder put
     /// in what it takes out).
     pub connector: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Whether the connector reaches hosts by name (Addresses skip DNS).
+    pub connector_by_name: bool,
     /// Proxies, in order (when no selector chooses per URL).
     pub proxies: Vec<Proxy>,
     /// Chooses the proxies per URL (`proxy_selector`, `proxy_from_env`).
@@ -262,6 +264,8 @@ impl Config {
         let mut builder = Address::from_uri(uri).map_err(invalid)?;
         if let Some(path) = unix {
             builder = builder.unix_socket(path);
+        } else if self.connector_by_name {
+            builder = builder.without_dns();
         }
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
         let protocols: &[Protocol] = match (self.version, https) {
@@ -391,6 +395,8 @@ pub struct BuilderState {
     pub unix_socket: Option<std::path::PathBuf>,
     pub tcp: crate::transport::TcpOptions,
     pub connector: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The connector reaches hosts by name: Addresses skip DNS.
+    pub connector_by_name: bool,
     pub overrides: HashMap<(String, u16), Vec<IpAddr>>,
     pub proxies: Vec<crate::ProxyRule>,
     pub selector: Option<Arc<dyn ProxySelector>>,
@@ -426,6 +432,7 @@ impl Default for BuilderState {
             unix_socket: None,
             tcp: crate::transport::TcpOptions::default(),
             connector: None,
+            connector_by_name: false,
             overrides: HashMap::new(),
             proxies: Vec::new(),
             selector: None,
@@ -629,6 +636,7 @@ impl BuilderState {
             unix_socket: self.unix_socket,
             tcp: self.tcp,
             connector: self.connector,
+            connector_by_name: self.connector_by_name,
             proxies,
             selector,
             limits: self.limits,

@@ -154,10 +154,88 @@ pub trait Connect<T>: Send + Sync + 'static {
     /// [`Route::unix_socket`] for an Address that names one, or anything
     /// the embedder decides from the route's Address.
     fn connect(&self, route: &Route) -> T;
+
+    /// Whether routes need the host's addresses (DNS, proxies, one route per
+    /// address raced as usual). `false`: the connector reaches the host by
+    /// its name (a vsock bridge, an in-memory pipe): no lookup, no proxy,
+    /// one route whose socket address is a placeholder. Default: `true`
+    /// (closures too; [`by_name`] wraps one that needs no DNS).
+    fn uses_dns(&self) -> bool {
+        true
+    }
 }
 
 impl<T, F: Fn(&Route) -> T + Send + Sync + 'static> Connect<T> for F {
     fn connect(&self, route: &Route) -> T {
         self(route)
+    }
+}
+
+/// A connector closure that reaches hosts by name: no DNS for its routes
+/// ([`Connect::uses_dns`] is `false`).
+///
+/// ```
+/// use switchyard_common::transport::{by_name, Connect};
+/// let hook = by_name(|_route: &switchyard_core::Route| ());
+/// assert!(!hook.uses_dns());
+/// ```
+pub fn by_name<T, F: Fn(&Route) -> T + Send + Sync + 'static>(connect: F) -> ByName<F> {
+    ByName(connect)
+}
+
+/// See [`by_name`].
+#[derive(Clone, Copy, Debug)]
+pub struct ByName<F>(pub F);
+
+impl<T, F: Fn(&Route) -> T + Send + Sync + 'static> Connect<T> for ByName<F> {
+    fn connect(&self, route: &Route) -> T {
+        (self.0)(route)
+    }
+    fn uses_dns(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_carries_every_option() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let options = TcpOptions {
+            local_address: Some([127, 0, 0, 1].into()),
+            interface: None,
+            keepalive: Some(TcpKeepalive {
+                idle: Duration::from_secs(42),
+                interval: Some(Duration::from_secs(7)),
+                retries: Some(4),
+            }),
+        };
+        let stream = options.connect_timeout(addr, Duration::from_secs(5)).unwrap();
+        let sock = socket2::SockRef::from(&stream);
+        assert!(sock.tcp_nodelay().unwrap());
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(42));
+        #[cfg(target_os = "linux")]
+        {
+            assert_eq!(sock.tcp_keepalive_interval().unwrap(), Duration::from_secs(7));
+            assert_eq!(sock.tcp_keepalive_retries().unwrap(), 4);
+        }
+        assert_eq!(stream.local_addr().unwrap().ip(), std::net::IpAddr::from([127, 0, 0, 1]));
+    }
+
+    #[test]
+    fn bad_options_are_config_errors() {
+        let named = |n: &str| TcpOptions { interface: Some(n.into()), ..TcpOptions::default() };
+        assert!(named("").check().is_err());
+        assert!(named("a-very-long-interface-name").check().is_err());
+        let zero = TcpOptions {
+            keepalive: Some(TcpKeepalive { idle: Duration::ZERO, interval: None, retries: None }),
+            ..TcpOptions::default()
+        };
+        assert!(zero.check().unwrap_err().contains("positive"));
+        assert!(TcpOptions::default().check().is_ok());
     }
 }

@@ -488,6 +488,8 @@ struct AddressInner {
     resolver: ResolverIdentity,
     /// A Unix-domain socket to connect to instead of the host's addresses.
     unix: Option<std::path::PathBuf>,
+    /// The transport reaches the host by itself: no DNS (a connector hook).
+    no_dns: bool,
 }
 
 // The pool looks Addresses up on every acquire and release: the hash is computed
@@ -555,6 +557,7 @@ impl Address {
             resolver: ResolverIdentity::default(),
             cleartext_permitted: true,
             unix: None,
+            no_dns: false,
         }
     }
 
@@ -630,6 +633,12 @@ impl Address {
     pub fn unix_socket(&self) -> Option<&std::path::Path> {
         self.0 .0.unix.as_deref()
     }
+    /// Whether routes skip DNS: a Unix socket, or a transport that reaches
+    /// the host by name ([`AddressBuilder::without_dns`]).
+    #[must_use]
+    pub fn skips_dns(&self) -> bool {
+        self.0 .0.no_dns || self.0 .0.unix.is_some()
+    }
     /// Whether connections need TLS.
     #[must_use]
     pub fn is_https(&self) -> bool {
@@ -656,8 +665,8 @@ impl Address {
             && a.protocols == b.protocols
             && a.resolver == b.resolver
             // A Unix socket is its own server: never coalesced.
-            && a.unix.is_none()
-            && b.unix.is_none()
+            && !self.skips_dns()
+            && !other.skips_dns()
     }
 }
 
@@ -675,6 +684,7 @@ pub struct AddressBuilder {
     resolver: ResolverIdentity,
     cleartext_permitted: bool,
     unix: Option<std::path::PathBuf>,
+    no_dns: bool,
 }
 
 impl AddressBuilder {
@@ -696,6 +706,19 @@ impl AddressBuilder {
     /// ```
     pub fn unix_socket(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.unix = Some(path.into());
+        self
+    }
+    /// The transport reaches the host by itself (a connector hook that opens
+    /// streams by name, such as a vsock bridge): no DNS, no proxy, one route
+    /// whose socket address is a placeholder. Never coalesced.
+    ///
+    /// ```
+    /// use switchyard_core::{Address, Scheme};
+    /// let a = Address::builder(Scheme::Http, "guest.vm", 80).without_dns().build().unwrap();
+    /// assert!(a.skips_dns());
+    /// ```
+    pub fn without_dns(mut self) -> Self {
+        self.no_dns = true;
         self
     }
     /// Uses this proxy for the Address instead of the client's proxy selector.
@@ -773,6 +796,7 @@ impl AddressBuilder {
             protocols,
             resolver: self.resolver,
             unix: self.unix,
+            no_dns: self.no_dns,
         };
         // A fixed-key hasher: the same Address hashes the same in every process.
         let mut hasher = std::hash::DefaultHasher::new();

@@ -175,7 +175,7 @@ impl RoutePlanner {
     pub fn new(call: CallId, address: Address, proxies: Vec<Proxy>, config: PlanConfig) -> Self {
         let mut proxies = match address.proxy() {
             // A Unix socket is reached directly: no proxy, no DNS.
-            _ if address.unix_socket().is_some() => vec![Proxy::Direct],
+            _ if address.skips_dns() => vec![Proxy::Direct],
             Some(explicit) => vec![explicit.clone()],
             None => proxies,
         };
@@ -305,9 +305,9 @@ impl RoutePlanner {
             }
             if let Some(proxy) = self.proxies.get(self.next_proxy).cloned() {
                 self.next_proxy += 1;
-                if self.address.unix_socket().is_some() {
-                    // One route, the socket path; its socket address is a
-                    // placeholder nothing dials.
+                if self.address.skips_dns() {
+                    // One route (a socket path, or a connector's by-name
+                    // stream); its socket address is a placeholder.
                     let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
                     self.select(&proxy, &[any], self.address.port(), now, db);
                     continue;

@@ -129,6 +129,9 @@ impl fmt::Display for Route {
         if let Some(path) = self.address.unix_socket() {
             return write!(f, "{host}:{} via unix:{}", self.address.port(), path.display());
         }
+        if self.address.skips_dns() {
+            return write!(f, "{host}:{} via the connector", self.address.port());
+        }
         let same_host = host.ip() == Some(self.socket_addr.ip());
         write!(f, "{host}")?;
         if same_host || self.address.port() != self.socket_addr.port() {

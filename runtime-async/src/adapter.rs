@@ -501,6 +501,7 @@ macro_rules! adapter_types {
             #[doc = concat!("let client = switchyard_", $name, "::Client::builder().connector(connector).build().unwrap();")]
             /// ```
             pub fn connector(mut self, connector: impl $crate::Connect<$crate::Connecting>) -> Self {
+                self.state.connector_by_name = !connector.uses_dns();
                 let slot = $crate::ConnectorSlot(::std::sync::Arc::new(connector));
                 self.state.connector = Some(::std::sync::Arc::new(slot));
                 self

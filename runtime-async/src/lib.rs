@@ -39,7 +39,7 @@ pub use http_body as __http_body;
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{BodyReader, ResponseBody, ResponseExt};
 pub use runtime::{AsyncIo, BoxFuture, Connecting, Io, Runtime, Task};
-pub use switchyard_common::transport::{Connect, TcpKeepalive, TcpOptions};
+pub use switchyard_common::transport::{by_name, Connect, TcpKeepalive, TcpOptions};
 pub use switchyard_core::Route;
 
 /// A connector hook as the adapters' builders store it (type-erased in the

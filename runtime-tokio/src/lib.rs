@@ -56,11 +56,14 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
-use switchyard_async::{BoxFuture, Io, Runtime, Task};
+use switchyard_async::{BoxFuture, Runtime, Task};
 
 /// Following redirects: [`ClientBuilder::redirect`] (the `redirect` feature).
 #[cfg(feature = "redirect")]
 pub use switchyard_async::redirect;
+/// Transports: the connector hook and what it returns, the route it is
+/// given, socket options.
+pub use switchyard_async::{by_name, AsyncIo, Connect, Connecting, Io, Route, TcpKeepalive, TcpOptions};
 pub use switchyard_async::{
     describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
     ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,

@@ -43,6 +43,21 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(path) = config.unix_socket {
         b = b.unix_socket(path);
     }
+    if let Some(ip) = config.tcp.local_address {
+        b = b.local_address(ip);
+    }
+    if let Some(name) = config.tcp.interface {
+        b = b.interface(name);
+    }
+    if let Some(k) = config.tcp.keepalive {
+        b = b.tcp_keepalive(k.idle);
+        if let Some(i) = k.interval {
+            b = b.tcp_keepalive_interval(i);
+        }
+        if let Some(n) = k.retries {
+            b = b.tcp_keepalive_retries(n);
+        }
+    }
     if let Some(r) = config.resolver {
         b = b.resolver(r.0);
     }

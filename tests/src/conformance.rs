@@ -44,6 +44,8 @@ pub struct Config {
     pub hosts: BTreeMap<String, Vec<IpAddr>>,
     /// Every request to this Unix-domain socket.
     pub unix_socket: Option<std::path::PathBuf>,
+    /// Socket options for TCP connections.
+    pub tcp: switchyard_common::transport::TcpOptions,
     /// Extra trusted root (DER).
     pub root: Option<Vec<u8>>,
     /// Bound on each read.
@@ -116,6 +118,7 @@ impl Default for Config {
             dns_cache_ttl: None,
             dns_cache_capacity: None,
             unix_socket: None,
+            tcp: switchyard_common::transport::TcpOptions::default(),
             resolution_delay: None,
             max_idle_per_host: None,
             tls_config: None,
@@ -1242,6 +1245,58 @@ pub fn unix_socket_http2(a: &dyn Adapter) {
     let _ = std::fs::remove_file(path);
 }
 
+/// Every adapter: `local_address` binds each connection's source address
+/// (the server sees 127.0.0.2); a route of the other family fails as a
+/// typed connect error naming both addresses; `interface` binds to `lo`
+/// (as root; otherwise the refusal names the interface) and an unknown
+/// interface fails naming it; TCP keep-alive leaves calls working.
+pub fn socket_options(a: &dyn Adapter) {
+    use switchyard_common::transport::{TcpKeepalive, TcpOptions};
+    let lo2: IpAddr = "127.0.0.2".parse().expect("ip");
+    let server = crate::transport::PeerRecorder::start("127.0.0.1".parse().expect("ip"));
+    let url = format!("http://127.0.0.1:{}/", server.addr.port());
+    let keepalive = TcpKeepalive {
+        idle: Duration::from_secs(30),
+        interval: Some(Duration::from_secs(5)),
+        retries: Some(3),
+    };
+    let client = a.client(Config {
+        tcp: TcpOptions { local_address: Some(lo2), keepalive: Some(keepalive), ..TcpOptions::default() },
+        ..Config::default()
+    });
+    assert_eq!(ok(client.send(Req::get(url.clone()))).body, b"ok");
+    let peers = server.peers();
+    assert_eq!(peers.len(), 1);
+    assert_eq!(peers[0].ip(), lo2, "the connection came from the local address");
+
+    let v6 = std::net::TcpListener::bind("[::1]:0");
+    if let Ok(v6) = v6 {
+        let target = format!("http://[::1]:{}/", v6.local_addr().expect("addr").port());
+        let (kind, msg) = client.send(Req::get(target)).expect_err("IPv4 source, IPv6 destination");
+        assert_eq!(kind, Failure::Connect, "{msg}");
+        assert!(msg.contains("local address 127.0.0.2") && msg.contains("another address family"), "{msg}");
+    }
+
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let on = |name: &str| {
+        let tcp = TcpOptions { interface: Some(name.into()), ..TcpOptions::default() };
+        a.client(Config { tcp, ..Config::default() }).send(Req::get(url.clone()))
+    };
+    match on("lo") {
+        Ok(r) => assert!(root && r.body == b"ok", "bound to lo"),
+        Err((kind, msg)) => {
+            assert!(!root, "root may bind to lo: {msg}");
+            assert!(kind == Failure::Connect && msg.contains("interface \"lo\""), "{msg}");
+        }
+    }
+    let (kind, msg) = on("nope0").expect_err("no such interface");
+    assert_eq!(kind, Failure::Connect, "{msg}");
+    assert!(msg.contains("interface \"nope0\""), "{msg}");
+}
+
 /// Instantiates every scenario as a `#[test]` for an adapter expression.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -1257,7 +1312,7 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route, event_order_http2,
             a_call_deadline_on_http2_keeps_the_connection,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
-            dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2);
+            dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1270,7 +1325,7 @@ macro_rules! conformance_suite {
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
-            per_family_blocking_resolver, unix_socket);
+            per_family_blocking_resolver, unix_socket, socket_options);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,

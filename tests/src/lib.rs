@@ -22,6 +22,8 @@ pub mod proxy;
 pub mod reliability;
 pub mod server;
 pub mod streams;
+#[cfg(unix)]
+pub mod transport;
 
 /// The README's quick start, compiled as doc tests (`cargo test --workspace`
 /// runs them): the programs a new user copies first must build as written.

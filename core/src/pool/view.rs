@@ -133,6 +133,6 @@ impl Connection {
             && !self.no_coalescing
             && self.tls.is_some()
             && *self.route.proxy() == Proxy::Direct
-            && self.route.unix_socket().is_none()
+            && !self.route.address().skips_dns()
     }
 }

@@ -1,0 +1,241 @@
+//! Transports as embedders meet them: the connector hook opening a
+//! firecracker-style vsock stream (on tokio and on smol), an in-memory pipe
+//! as the whole transport, and a per-request Unix socket next to TCP calls
+//! (on tokio, smol and std).
+#![cfg(unix)]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use switchyard_tests::conformance::unix_socket_path;
+use switchyard_tests::server::{ServerOptions, TestServer};
+use switchyard_tests::transport::VsockBridge;
+
+/// The docs' vsock connector, on tokio: `CONNECT <port>\n`, then `OK …\n`
+/// read byte by byte so nothing past the line is taken from the stream.
+struct TokioVsock {
+    uds: PathBuf,
+    port: u32,
+}
+
+impl switchyard_tokio::Connect<switchyard_tokio::Connecting> for TokioVsock {
+    fn connect(&self, _route: &switchyard_tokio::Route) -> switchyard_tokio::Connecting {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (uds, port) = (self.uds.clone(), self.port);
+        Box::pin(async move {
+            let mut stream = tokio::net::UnixStream::connect(&uds).await?;
+            stream.write_all(format!("CONNECT {port}\n").as_bytes()).await?;
+            let mut line = Vec::new();
+            loop {
+                match stream.read_u8().await? {
+                    b'\n' => break,
+                    b if line.len() < 64 => line.push(b),
+                    _ => return Err(std::io::Error::other("vsock: answer line too long")),
+                }
+            }
+            if !line.starts_with(b"OK ") {
+                let got = String::from_utf8_lossy(&line).into_owned();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    format!("vsock: {got}"),
+                ));
+            }
+            Ok(Box::new(stream) as switchyard_tokio::Io)
+        })
+    }
+    // The bridge reaches the guest by port: no DNS for `guest.vm`.
+    fn uses_dns(&self) -> bool {
+        false
+    }
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn a_vsock_connector_on_tokio_carries_pooled_http() {
+    use switchyard_tokio::ResponseExt;
+    let server = TestServer::start(ServerOptions::default());
+    let bridge = VsockBridge::start(&unix_socket_path("vsock"), 52, server.addr);
+    let client = switchyard_tokio::Client::builder()
+        .connector(TokioVsock { uds: bridge.path.clone(), port: 52 })
+        .build()
+        .unwrap();
+    tokio_rt().block_on(async {
+        for _ in 0..3 {
+            let r = client.get("http://guest.vm/hello").send().await.unwrap();
+            assert_eq!(r.text().await.unwrap(), "hello");
+        }
+        // A guest port nobody listens on: the bridge closes; a typed connect error.
+        let refused = switchyard_tokio::Client::builder()
+            .connector(TokioVsock { uds: bridge.path.clone(), port: 99 })
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let e = refused.get("http://guest.vm/hello").send().await.unwrap_err();
+        assert!(e.is_connect(), "{e}");
+    });
+    assert_eq!(bridge.handshakes(), ["CONNECT 52", "CONNECT 99"], "one connection for three calls");
+    assert_eq!(server.connections(), 1);
+}
+
+#[test]
+fn tls_and_dns_run_on_top_of_a_connector() {
+    use std::sync::{Arc, Mutex};
+    use switchyard_tokio::ResponseExt;
+    let ca = switchyard_tests::certs::TestCa::new();
+    let tls = TestServer::start(ServerOptions {
+        tls: vec![(vec!["guest.vm".into()], ca.leaf(&["guest.vm"]))],
+        ..ServerOptions::default()
+    });
+    let bridge = VsockBridge::start(&unix_socket_path("vsock-tls"), 443, tls.addr);
+    let client = switchyard_tokio::Client::builder()
+        .connector(TokioVsock { uds: bridge.path.clone(), port: 443 })
+        .add_root_certificate_pem(&ca.cert_pem)
+        .build()
+        .unwrap();
+    // A connector that wraps TCP keeps DNS: it is handed each resolved address.
+    let plain = TestServer::start(ServerOptions::default());
+    let dialled: Arc<Mutex<Vec<std::net::SocketAddr>>> = Arc::default();
+    let seen = Arc::clone(&dialled);
+    let named = format!("named.test:{}", plain.port());
+    let tcp = switchyard_tokio::Client::builder()
+        .resolve(&named, ["127.0.0.1".parse().unwrap()])
+        .no_proxy()
+        .connector(move |route: &switchyard_tokio::Route| -> switchyard_tokio::Connecting {
+            let addr = route.socket_addr();
+            seen.lock().unwrap().push(addr);
+            Box::pin(async move {
+                Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as switchyard_tokio::Io)
+            })
+        })
+        .build()
+        .unwrap();
+    tokio_rt().block_on(async {
+        let r = client.get("https://guest.vm/hello").send().await.unwrap();
+        assert_eq!(r.version(), http::Version::HTTP_2, "ALPN over the connector's stream");
+        assert_eq!(r.text().await.unwrap(), "hello");
+        let r = tcp.get(format!("http://{named}/hello")).send().await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "hello");
+    });
+    assert_eq!(tls.records()[0].sni.as_deref(), Some("guest.vm"));
+    assert_eq!(*dialled.lock().unwrap(), [plain.addr]);
+}
+
+#[test]
+fn an_in_memory_pipe_is_a_whole_transport() {
+    // The connector hands out one end of a duplex pipe; a hyper server
+    // (through the test server's code) serves the other. TLS-free HTTP/1.1.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use switchyard_tokio::ResponseExt;
+    let opened = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&opened);
+    let connector =
+        switchyard_tokio::by_name(move |route: &switchyard_tokio::Route| -> switchyard_tokio::Connecting {
+            count.fetch_add(1, Ordering::SeqCst);
+            let host = route.address().host().to_string();
+            Box::pin(async move {
+                let (ours, theirs) = tokio::io::duplex(64 * 1024);
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                            let host = host.clone();
+                            async move {
+                                let body = format!("{host}{}", req.uri().path());
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                    http_body_util::Full::new(bytes::Bytes::from(body)),
+                                ))
+                            }
+                        });
+                    let io = hyper_util::rt::TokioIo::new(theirs);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+                Ok(Box::new(ours) as switchyard_tokio::Io)
+            })
+        });
+    let client = switchyard_tokio::Client::builder().connector(connector).build().unwrap();
+    tokio_rt().block_on(async {
+        for path in ["/a", "/b"] {
+            let r = client.get(format!("http://pipe.test{path}")).send().await.unwrap();
+            assert_eq!(r.text().await.unwrap(), format!("pipe.test{path}"));
+        }
+    });
+    assert_eq!(opened.load(Ordering::SeqCst), 1, "the pipe is pooled like a socket");
+}
+
+#[test]
+fn a_vsock_connector_on_smol() {
+    use switchyard_smol::ResponseExt;
+    use tokio_util::compat::FuturesAsyncReadCompatExt;
+    let server = TestServer::start(ServerOptions::default());
+    let bridge = VsockBridge::start(&unix_socket_path("vsock-smol"), 7, server.addr);
+    let uds = bridge.path.clone();
+    let connector =
+        switchyard_smol::by_name(move |_: &switchyard_smol::Route| -> switchyard_smol::Connecting {
+            let uds = uds.clone();
+            Box::pin(async move {
+                use smol::io::{AsyncReadExt, AsyncWriteExt};
+                let mut stream = smol::net::unix::UnixStream::connect(&uds).await?;
+                stream.write_all(b"CONNECT 7\n").await?;
+                let mut line = Vec::new();
+                let mut byte = [0u8; 1];
+                while stream.read(&mut byte).await? == 1 && byte[0] != b'\n' {
+                    line.push(byte[0]);
+                }
+                if !line.starts_with(b"OK ") {
+                    return Err(std::io::ErrorKind::ConnectionRefused.into());
+                }
+                Ok(Box::new(stream.compat()) as switchyard_smol::Io)
+            })
+        });
+    let client = switchyard_smol::Client::builder().connector(connector).build().unwrap();
+    smol::block_on(async {
+        for _ in 0..2 {
+            let r = client.get("http://guest.vm/hello").send().await.unwrap();
+            assert_eq!(r.text().await.unwrap(), "hello");
+        }
+    });
+    assert_eq!(bridge.handshakes(), ["CONNECT 7"]);
+}
+
+#[test]
+fn a_request_may_go_to_its_own_unix_socket() {
+    let tcp = TestServer::start(ServerOptions::default());
+    let path = unix_socket_path("per-request");
+    let unix = TestServer::start(ServerOptions { unix: Some(path.clone()), ..ServerOptions::default() });
+    let over_tcp = format!("http://127.0.0.1:{}/hello", tcp.port());
+
+    // std
+    use switchyard_std::ResponseExt as _;
+    let client = switchyard_std::Client::builder().no_proxy().build().unwrap();
+    for _ in 0..2 {
+        let r = client.get("http://sock.test/hello").unix_socket(&path).send().unwrap();
+        assert_eq!(r.text().unwrap(), "hello");
+        assert_eq!(client.get(over_tcp.as_str()).send().unwrap().text().unwrap(), "hello");
+    }
+    // tokio
+    let client = switchyard_tokio::Client::builder().no_proxy().build().unwrap();
+    tokio_rt().block_on(async {
+        use switchyard_tokio::ResponseExt;
+        for _ in 0..2 {
+            let r = client.get("http://sock.test/hello").unix_socket(&path).send().await.unwrap();
+            assert_eq!(r.text().await.unwrap(), "hello");
+            assert_eq!(client.get(over_tcp.as_str()).send().await.unwrap().text().await.unwrap(), "hello");
+        }
+    });
+    // smol
+    let client = switchyard_smol::Client::builder().no_proxy().build().unwrap();
+    smol::block_on(async {
+        use switchyard_smol::ResponseExt;
+        for _ in 0..2 {
+            let r = client.get("http://sock.test/hello").unix_socket(&path).send().await.unwrap();
+            assert_eq!(r.text().await.unwrap(), "hello");
+        }
+    });
+    assert_eq!(unix.connections(), 3, "one pooled Unix-socket connection per client");
+    assert_eq!(tcp.connections(), 2, "the TCP calls kept their own connection per client");
+    let _ = std::fs::remove_file(path);
+}
