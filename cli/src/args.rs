@@ -206,6 +206,21 @@ pub struct GetArgs {
     /// How long DNS answers without a TTL (the system resolver's) are cached.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub dns_cache_ttl: Duration,
+    /// Connect to this Unix-domain socket instead of over TCP (curl's flag):
+    /// no DNS, no proxy; the URL's host goes in `Host` (and TLS for https).
+    #[arg(long = "unix-socket", value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+    /// Send through this network interface (`SO_BINDTODEVICE`, Linux; usually
+    /// needs root or CAP_NET_RAW).
+    #[arg(long, value_name = "NAME")]
+    pub interface: Option<String>,
+    /// Bind each TCP connection to this local IP first.
+    #[arg(long = "local-address", value_name = "IP")]
+    pub local_address: Option<std::net::IpAddr>,
+    /// TCP keep-alive: probe after this idle time (curl's --keepalive-time, in
+    /// seconds, or a duration such as 30s).
+    #[arg(long = "keepalive-time", value_parser = parse_duration)]
+    pub keepalive_time: Option<Duration>,
     /// Machine-readable output: one JSON object per event (and a summary) on
     /// stdout; the body goes only to --output.
     #[arg(long)]

@@ -56,6 +56,18 @@ fn client<C: FromConfig>(
     if let Some(n) = args.max_per_host {
         b = b.max_connections_per_host(n);
     }
+    if let Some(path) = &args.unix_socket {
+        b = b.unix_socket(path);
+    }
+    if let Some(name) = &args.interface {
+        b = b.interface(name);
+    }
+    if let Some(ip) = args.local_address {
+        b = b.local_address(ip);
+    }
+    if let Some(idle) = args.keepalive_time {
+        b = b.tcp_keepalive(idle);
+    }
     if let Some(url) = &args.proxy {
         let proxy =
             switchyard_common::parse_proxy_url(url).map_err(|why| Failed(format!("--proxy: {why}")))?;

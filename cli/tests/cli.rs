@@ -188,6 +188,68 @@ fn every_runtime_fetches_and_reuses() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP/1.1 only"));
 }
 
+/// curl's `--unix-socket` on every runtime: the URL's host in `Host`, the
+/// timeline names the path, two URLs share the pooled socket connection;
+/// `--local-address` binds the source address; a missing socket is one line
+/// naming the path.
+#[test]
+fn unix_socket_and_socket_options() {
+    let path = switchyard_tests::conformance::unix_socket_path("cli");
+    let server = TestServer::start(ServerOptions { unix: Some(path.clone()), ..ServerOptions::default() });
+    let sock = path.to_str().unwrap();
+    for runtime in ["tokio", "smol", "std"] {
+        let out = bin()
+            .args(["get", "--runtime", runtime, "--unix-socket", sock, "-v"])
+            .args(["http://docker.test/hello", "http://docker.test/hello"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{runtime}: {err}");
+        assert_eq!(out.stdout, b"hellohello", "{runtime}");
+        assert!(err.contains(&format!("via unix:{sock}")), "{runtime}: {err}");
+    }
+    assert_eq!(server.connections(), 3, "one connection per run, reused by its second URL");
+    assert!(server.records().iter().all(|r| r.authority.as_deref() == Some("docker.test")));
+
+    let out =
+        bin().args(["get", "--unix-socket", "/nonexistent/sy.sock", "http://x.test/"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/sy.sock"));
+
+    let peers = switchyard_tests::transport::PeerRecorder::start("127.0.0.1".parse().unwrap());
+    let url = format!("http://127.0.0.1:{}/", peers.addr.port());
+    let out =
+        bin().args(["get", "--local-address", "127.0.0.3", "--keepalive-time", "30", &url]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(peers.peers()[0].ip(), std::net::IpAddr::from([127, 0, 0, 3]));
+    let _ = std::fs::remove_file(path);
+}
+
+/// `-x socks5://` resolves the origin here (the proxy is asked for the
+/// address, so a name only `--resolve` knows works); `-x socks5h://` sends the
+/// name (the proxy resolves it).
+#[test]
+fn socks5_resolves_here_and_socks5h_at_the_proxy() {
+    use switchyard_tests::proxy::TestProxy;
+    let origin = TestServer::start(ServerOptions::default());
+    let port = origin.port();
+    let proxy = TestProxy::socks5(std::collections::BTreeMap::from([(
+        "proxied.test".to_owned(),
+        "127.0.0.1".parse().unwrap(),
+    )]));
+    let socks = |scheme: &str| format!("{scheme}://127.0.0.1:{}", proxy.addr.port());
+    let url = format!("http://local.test:{port}/hello");
+    let resolve = format!("local.test:{port}:127.0.0.1");
+    let out = bin().args(["get", "-x", &socks("socks5"), "--resolve", &resolve, &url]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = bin()
+        .args(["get", "-x", &socks("socks5h"), &format!("http://proxied.test:{port}/hello")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(proxy.targets(), [format!("127.0.0.1:{port}"), format!("proxied.test:{port}")]);
+}
+
 /// Credentials in a URL never reach the output: not in the timeline, the JSON
 /// events, or an error; they travel as `Authorization: Basic`.
 #[test]

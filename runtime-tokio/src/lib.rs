@@ -51,6 +51,57 @@
 //! assert_eq!((stats.created, stats.reused), (1, 2));
 //! # Ok::<(), switchyard_tokio::Error>(()) }).unwrap();
 //! ```
+//!
+//! # Transports
+//!
+//! [`ClientBuilder::unix_socket`] (or a request's `unix_socket`) talks to a
+//! Unix-domain socket; `local_address`, `interface` and `tcp_keepalive` set
+//! socket options; [`ClientBuilder::connector`] opens the byte stream with
+//! your code, and TLS and HTTP run on top. Firecracker's vsock as a
+//! connector (the host end is a Unix socket; `CONNECT <port>\n` picks the
+//! guest port, `OK <n>\n` accepts):
+//!
+//! ```no_run
+//! use switchyard_tokio::{Client, Connect, Connecting, Io, Route};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! struct Vsock {
+//!     uds: std::path::PathBuf,
+//!     port: u32,
+//! }
+//!
+//! impl Connect<Connecting> for Vsock {
+//!     fn connect(&self, _route: &Route) -> Connecting {
+//!         let (uds, port) = (self.uds.clone(), self.port);
+//!         Box::pin(async move {
+//!             let mut s = tokio::net::UnixStream::connect(&uds).await?;
+//!             s.write_all(format!("CONNECT {port}\n").as_bytes()).await?;
+//!             // Byte by byte: nothing past the answer line is taken from the stream.
+//!             let mut line = Vec::new();
+//!             loop {
+//!                 match s.read_u8().await? {
+//!                     b'\n' => break,
+//!                     b if line.len() < 64 => line.push(b),
+//!                     _ => return Err(std::io::Error::other("vsock: answer too long")),
+//!                 }
+//!             }
+//!             if !line.starts_with(b"OK ") {
+//!                 return Err(std::io::ErrorKind::ConnectionRefused.into());
+//!             }
+//!             Ok(Box::new(s) as Io)
+//!         })
+//!     }
+//!     /// The guest is reached by port: no DNS, no proxy, one route.
+//!     fn uses_dns(&self) -> bool {
+//!         false
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), switchyard_tokio::Error> {
+//! let guest = Client::builder().connector(Vsock { uds: "/tmp/v.sock".into(), port: 52 }).build()?;
+//! let metrics = guest.get("http://guest.vm/metrics").send().await?; // pooled like any connection
+//! # Ok(()) }
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::io;

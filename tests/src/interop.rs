@@ -290,6 +290,7 @@ http {{
     server {{
         listen 127.0.0.1:{tls_port} ssl http2;
         listen [::1]:{tls_port} ssl http2;
+        listen unix:{dir}/tls.sock ssl http2;
         ssl_certificate {cert};
         ssl_certificate_key {key};
         root {dir}/www;
@@ -298,6 +299,7 @@ http {{
     server {{
         listen 127.0.0.1:{plain_port};
         listen [::1]:{plain_port};
+        listen unix:{dir}/plain.sock;
         root {dir}/www;
         {echo_location}
     }}
@@ -316,6 +318,18 @@ http {{
         process.wait_listening(tls_port);
         process.wait_listening(plain_port);
         Some(Nginx { tls_port, plain_port, ca, process, scratch })
+    }
+
+    /// The Unix socket its cleartext server also listens on.
+    #[must_use]
+    pub fn unix_plain(&self) -> PathBuf {
+        self.scratch.path("plain.sock")
+    }
+
+    /// The Unix socket its TLS (HTTP/2) server also listens on.
+    #[must_use]
+    pub fn unix_tls(&self) -> PathBuf {
+        self.scratch.path("tls.sock")
     }
 
     /// `https://127.0.0.1:<tls port><path>`.
@@ -347,7 +361,8 @@ http {{
                 assert_eq!(f.len(), 7, "an access log line: {line}");
                 NginxHit {
                     connection: f[0].parse().expect("$connection"),
-                    port: f[1].parse().expect("$server_port"),
+                    // Empty for a Unix-socket listener.
+                    port: f[1].parse().unwrap_or(0),
                     protocol: f[2].to_owned(),
                     method: f[3].to_owned(),
                     uri: f[4].to_owned(),
@@ -848,6 +863,42 @@ impl Microsocks {
     }
 }
 
+/// nginx listening on Unix sockets (issue 33): cleartext HTTP/1.1 calls
+/// share one pooled connection (nginx's `$connection` says so), the URL's
+/// host as `Host`; TLS with the URL's host as SNI, HTTP/2 by ALPN where the
+/// adapter has it, concurrent calls multiplexed on one connection.
+pub fn nginx_over_unix_sockets(a: &dyn Adapter, http2: bool) {
+    let Some(nginx) = Nginx::start(NginxOptions::default()) else { return };
+    let client = a.client(Config { unix_socket: Some(nginx.unix_plain()), ..Config::default() });
+    for _ in 0..3 {
+        let r = client.send(Req::get("http://localhost/hello")).expect("over nginx's Unix socket");
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    }
+    let hits = nginx.hits(3);
+    assert_eq!(hits.len(), 3, "{hits:?}");
+    assert!(
+        hits.iter().all(|h| h.connection == hits[0].connection && h.port == 0),
+        "one connection: {hits:?}"
+    );
+
+    let client = a.client(Config {
+        unix_socket: Some(nginx.unix_tls()),
+        root: Some(nginx.ca.cert.clone()),
+        ..Config::default()
+    });
+    for r in client.send_all(vec![Req::get("https://localhost/hello"); 4]) {
+        let r = r.expect("TLS over nginx's Unix socket");
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+        let want = if http2 { http::Version::HTTP_2 } else { http::Version::HTTP_11 };
+        assert_eq!(r.version, want);
+    }
+    let hits = nginx.hits(7);
+    let tls: Vec<&NginxHit> = hits[3..].iter().collect();
+    if http2 {
+        assert!(tls.iter().all(|h| h.protocol == "HTTP/2.0" && h.connection == tls[0].connection), "{tls:?}");
+    }
+}
+
 /// Through microsocks, as `socks5h://`: an origin named `localhost` (resolved
 /// by the proxy) and an IP literal (nothing to resolve), over cleartext and
 /// TLS. As `socks5://`: the client resolves a name only it knows and
@@ -1049,7 +1100,7 @@ macro_rules! interop_suite {
             use super::*;
             $crate::interop_suite!(@h2 $adapter, true;
                 nginx_basics, nginx_connection_counts, nginx_reload_under_load,
-                nginx_keepalive_requests, nginx_keepalive_timeout);
+                nginx_keepalive_requests, nginx_keepalive_timeout, nginx_over_unix_sockets);
             $crate::interop_suite!(@plain $adapter;
                 nginx_low_stream_limit, nginx_prior_knowledge_to_http1, nghttpd_tls_and_h2c, nghttpd_low_stream_limit,
                 squid_forward_proxy, microsocks_socks5, proxy_credentials_against_squid_and_microsocks);
@@ -1060,7 +1111,7 @@ macro_rules! interop_suite {
             use super::*;
             $crate::interop_suite!(@h2 $adapter, false;
                 nginx_basics, nginx_connection_counts, nginx_reload_under_load,
-                nginx_keepalive_requests, nginx_keepalive_timeout);
+                nginx_keepalive_requests, nginx_keepalive_timeout, nginx_over_unix_sockets);
             $crate::interop_suite!(@plain $adapter; squid_forward_proxy, microsocks_socks5,
                 proxy_credentials_against_squid_and_microsocks);
         }
