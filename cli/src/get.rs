@@ -119,10 +119,14 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
                 }
             })?;
             let client: switchyard_tokio::Client = client(&args, &log, dns)?;
-            rt.block_on(run_async(client.into_generic(), log, args, |f| {
+            let done = rt.block_on(run_async(client.into_generic(), log, args, |f| {
                 let task = tokio::spawn(f);
                 Box::pin(async move { task.await.map_err(|e| e.to_string())? })
-            }))
+            }));
+            // A lookup still running on the blocking pool (a slow AAAA answer the
+            // race did not wait for) must not hold the exit up.
+            rt.shutdown_background();
+            done
         }
         Runtime::Smol => {
             let dns = async_dns(&args, |servers| {
