@@ -29,11 +29,8 @@ pub enum HttpVersion {
 
 /// Per-request options (stored in the request's extensions, so they also work
 /// with a client's `send`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct RequestOptions {
-    /// This request goes to this Unix-domain socket (instead of the
-    /// client's `unix_socket`, or TCP).
-    pub unix_socket: Option<Arc<std::path::Path>>,
     /// A connection no one else will use (upgrades, tunnels).
     pub exclusive: bool,
     /// The caller vouches that this request may be sent twice (an idempotency key).
@@ -46,6 +43,12 @@ pub struct RequestOptions {
     /// This call's body timeout, instead of the client's.
     pub body_timeout: Option<Duration>,
 }
+
+/// A request's own Unix-domain socket (instead of the client's
+/// `unix_socket`, or TCP): a request extension of its own, so the common call
+/// carries nothing for it.
+#[derive(Clone, Debug)]
+pub struct UnixSocket(pub Arc<std::path::Path>);
 
 /// A client's settings, as the builder collected and validated them.
 /// Adapters read it in [`FromConfig::from_config`].

@@ -889,8 +889,12 @@ impl CallPlan {
     ) -> Result<CallPlan, crate::Error> {
         let options = parts.extensions.remove::<crate::RequestOptions>().unwrap_or_default();
         crate::take_userinfo(parts)?;
-        let address = match &options.unix_socket {
-            Some(path) => config.address_via(&parts.uri, http2, path)?,
+        // A request's own Unix socket is an extension of its own: the common
+        // call (nothing else in the extensions) pays one length check.
+        let unix =
+            if parts.extensions.is_empty() { None } else { parts.extensions.remove::<crate::UnixSocket>() };
+        let address = match unix {
+            Some(crate::UnixSocket(path)) => config.address_via(&parts.uri, http2, &path)?,
             None => config.address(&parts.uri, http2)?,
         };
         config.apply_default_headers(&mut parts.headers);

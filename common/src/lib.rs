@@ -103,7 +103,7 @@ mod userinfo;
 
 pub use config::{
     BuilderState, ClientBuilder, Config, FromConfig, Http2Settings, HttpVersion, ProxySelector,
-    RequestOptions, DEFAULT_USER_AGENT,
+    RequestOptions, UnixSocket, DEFAULT_USER_AGENT,
 };
 #[cfg(feature = "json")]
 pub use error::decode_json;

@@ -343,7 +343,10 @@ macro_rules! __request_builder_methods {
         /// client's `unix_socket`, or TCP); see the client builder's
         /// `unix_socket`. Connections are pooled per socket path.
         pub fn unix_socket(mut self, path: impl AsRef<$crate::__private::Path>) -> Self {
-            self.options.unix_socket = Some($crate::__private::Arc::from(path.as_ref()));
+            if let Ok(request) = &mut self.request {
+                let path = $crate::__private::Arc::from(path.as_ref());
+                request.extensions_mut().insert($crate::UnixSocket(path));
+            }
             self
         }
         /// Marks a non-idempotent request as safe to send twice.

@@ -19,10 +19,16 @@ pub struct Route {
     address: Address,
     /// `None` for [`Proxy::Direct`] (the common case costs nothing to clone);
     /// a proxy, shared. Either way a route stays small to move.
-    proxy: Option<std::sync::Arc<Proxy>>,
+    proxy: Option<std::sync::Arc<Via>>,
     socket_addr: SocketAddr,
-    /// The origin IP the proxy is asked to reach: a SOCKS5 proxy with local
-    /// resolution (`socks5://`); `None` everywhere else.
+}
+
+/// A route's proxy, and the origin IP it is asked to reach when the client
+/// resolved the origin (`socks5://`). Shared behind the route's one pointer,
+/// so a route stays as small as a direct one (it is moved on every call).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+struct Via {
+    proxy: Proxy,
     target: Option<std::net::IpAddr>,
 }
 
@@ -33,8 +39,8 @@ impl Route {
     /// A route to `address` through `proxy`, dialling `socket_addr`.
     #[must_use]
     pub fn new(address: Address, proxy: Proxy, socket_addr: SocketAddr) -> Route {
-        let proxy = (proxy != Proxy::Direct).then(|| std::sync::Arc::new(proxy));
-        Route { address, proxy, socket_addr, target: None }
+        let proxy = (proxy != Proxy::Direct).then(|| std::sync::Arc::new(Via { proxy, target: None }));
+        Route { address, proxy, socket_addr }
     }
     /// The same route asking its proxy for `ip` instead of the origin's name
     /// (SOCKS5 with local resolution: each route carries one of the origin's
@@ -48,9 +54,13 @@ impl Route {
     /// assert_eq!(r.target(), Some("10.1.1.1".parse().unwrap()));
     /// assert_eq!(r.to_string(), "example.com:80 at 10.1.1.1 via proxy 10.0.0.9:1080");
     /// ```
+    /// Through a proxy only: a direct route dials the address itself, and
+    /// is returned unchanged.
     #[must_use]
     pub fn with_target(mut self, ip: std::net::IpAddr) -> Route {
-        self.target = Some(ip);
+        if let Some(via) = &self.proxy {
+            self.proxy = Some(std::sync::Arc::new(Via { proxy: via.proxy.clone(), target: Some(ip) }));
+        }
         self
     }
     /// The origin address the proxy is asked to connect to, when the client
@@ -58,7 +68,7 @@ impl Route {
     /// the name (`socks5h://`, HTTP proxies) or there is no proxy.
     #[must_use]
     pub fn target(&self) -> Option<std::net::IpAddr> {
-        self.target
+        self.proxy.as_ref().and_then(|via| via.target)
     }
     /// The Address this route serves.
     #[must_use]
@@ -68,7 +78,7 @@ impl Route {
     /// The proxy in use, [`Proxy::Direct`] for none.
     #[must_use]
     pub fn proxy(&self) -> &Proxy {
-        self.proxy.as_deref().unwrap_or(&DIRECT)
+        self.proxy.as_deref().map_or(&DIRECT, |via| &via.proxy)
     }
     /// The socket address to dial (for a Unix-socket Address, see
     /// [`Route::unix_socket`], an unspecified placeholder).
@@ -137,7 +147,7 @@ impl fmt::Display for Route {
         if same_host || self.address.port() != self.socket_addr.port() {
             write!(f, ":{}", self.address.port())?;
         }
-        if let Some(ip) = self.target.filter(|ip| host.ip() != Some(*ip)) {
+        if let Some(ip) = self.target().filter(|ip| host.ip() != Some(*ip)) {
             write!(f, " at {ip}")?;
         }
         if !same_host {

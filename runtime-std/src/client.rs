@@ -30,6 +30,14 @@ impl FromConfig for Client {
             handshake_timeout: config.pool.race.handshake_timeout,
             tls: config.tls_configs.clone(),
             tcp: config.tcp.clone(),
+            connector: match &config.connector {
+                None => None,
+                Some(any) => Some(
+                    any.downcast_ref::<crate::ConnectorSlot>()
+                        .ok_or_else(|| Error::config("the connector was set for another adapter"))?
+                        .clone(),
+                ),
+            },
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),
@@ -132,6 +140,40 @@ impl ClientBuilder {
         Self::default()
     }
     switchyard_common::__client_builder_methods!();
+
+    /// Opens every connection's socket with `connector` instead of a TCP (or
+    /// Unix-socket) connect: the connector hook. The route's proxy handshake,
+    /// TLS and HTTP/1.1 run on the [`Socket`](crate::Socket) it returns;
+    /// pooling, the race and events are unchanged. It runs on the attempt's
+    /// thread; like a TCP connect on this adapter it cannot be interrupted, so
+    /// bound it yourself (the race moves on after the connect timeout).
+    ///
+    /// ```no_run
+    /// use std::io::{Read, Write};
+    /// use switchyard_std::{by_name, Client, Connecting, Route};
+    /// // Firecracker's vsock: `CONNECT <port>\n` on the host's Unix socket, `OK <n>\n` back.
+    /// let vsock = by_name(|_route: &Route| -> Connecting {
+    ///     let mut s = std::os::unix::net::UnixStream::connect("/tmp/v.sock")?;
+    ///     s.write_all(b"CONNECT 52\n")?;
+    ///     let (mut line, mut byte) = (Vec::new(), [0u8; 1]);
+    ///     while s.read(&mut byte)? == 1 && byte[0] != b'\n' && line.len() < 64 {
+    ///         line.push(byte[0]);
+    ///     }
+    ///     if !line.starts_with(b"OK ") {
+    ///         return Err(std::io::ErrorKind::ConnectionRefused.into());
+    ///     }
+    ///     Ok(s.into())
+    /// });
+    /// let guest = Client::builder().connector(vsock).build()?;
+    /// let metrics = guest.get("http://guest.vm/metrics").send()?;
+    /// # Ok::<(), switchyard_std::Error>(())
+    /// ```
+    pub fn connector(mut self, connector: impl crate::Connect<crate::Connecting>) -> Self {
+        self.state.connector_by_name = !connector.uses_dns();
+        let slot = crate::ConnectorSlot(Arc::new(connector));
+        self.state.connector = Some(Arc::new(slot));
+        self
+    }
 
     /// Validates the settings and builds the client.
     ///

@@ -76,11 +76,12 @@ impl EngineHost for Shared {
                 let me = Arc::clone(self);
                 let started = self.thread(move || {
                     let tcp = &me.settings.tcp;
-                    let opened = match route.unix_socket() {
-                        Some(path) => connect_unix(path),
-                        None if tcp.is_default() => TcpStream::connect_timeout(&addr, limit)
+                    let opened = match (&me.settings.connector, route.unix_socket()) {
+                        (Some(hook), _) => hook.0.connect(&route),
+                        (None, Some(path)) => connect_unix(path),
+                        (None, None) if tcp.is_default() => TcpStream::connect_timeout(&addr, limit)
                             .and_then(|s| s.set_nodelay(true).map(|()| Sock::Tcp(s))),
-                        None => tcp.connect_timeout(addr, limit).map(Sock::Tcp),
+                        (None, None) => tcp.connect_timeout(addr, limit).map(Sock::Tcp),
                     };
                     let result = opened.map(Stream::Tcp).map_err(|e| ConnectError::from_io(&e));
                     // A cancelled attempt's socket comes back and closes here.

@@ -80,6 +80,24 @@ pub mod prelude {
     pub use crate::ResponseExt as _;
 }
 pub use client::{Client, ClientBuilder, RequestBuilder};
+pub use stream::Sock as Socket;
+/// Transports: the connector hook, the route it is given, socket options.
+pub use switchyard_common::transport::{by_name, Connect, TcpKeepalive, TcpOptions};
+pub use switchyard_core::Route;
+
+/// What a connector hook returns on the blocking adapter: the socket, once
+/// connected (the call runs on the attempt's own thread).
+pub type Connecting = std::io::Result<Socket>;
+
+/// A connector hook as the builder stores it.
+#[derive(Clone)]
+pub(crate) struct ConnectorSlot(pub(crate) std::sync::Arc<dyn Connect<Connecting>>);
+
+impl std::fmt::Debug for ConnectorSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connector")
+    }
+}
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{ResponseBody, ResponseExt};
 pub use switchyard_common::manager::ServerStatus;

@@ -57,6 +57,8 @@ pub(crate) struct Settings {
     pub(crate) tls: switchyard_common::tls::TlsConfigs,
     /// Socket options for TCP connects.
     pub(crate) tcp: switchyard_common::transport::TcpOptions,
+    /// The embedder's connector hook, instead of TCP.
+    pub(crate) connector: Option<crate::ConnectorSlot>,
 }
 
 pub(crate) struct Shared {

@@ -11,12 +11,29 @@ use switchyard_common::tls;
 use switchyard_core::http1::Peek;
 use switchyard_core::{ConnectError, Host, Protocol, TlsFacts, TlsFailure};
 
-/// A connected socket: TCP, or a Unix-domain stream socket.
+/// A connected socket: TCP, or a Unix-domain stream socket. What a
+/// connector hook ([`ClientBuilder::connector`](crate::ClientBuilder::connector))
+/// returns on the blocking adapter; TLS and HTTP/1.1 run on top of it.
 #[derive(Debug)]
-pub(crate) enum Sock {
+pub enum Sock {
+    /// A TCP connection.
     Tcp(TcpStream),
+    /// A Unix-domain stream socket (a vsock bridge, `UnixStream::pair`).
     #[cfg(unix)]
     Unix(std::os::unix::net::UnixStream),
+}
+
+impl From<TcpStream> for Sock {
+    fn from(s: TcpStream) -> Sock {
+        Sock::Tcp(s)
+    }
+}
+
+#[cfg(unix)]
+impl From<std::os::unix::net::UnixStream> for Sock {
+    fn from(s: std::os::unix::net::UnixStream) -> Sock {
+        Sock::Unix(s)
+    }
 }
 
 /// Calls `$f` on whichever socket `$sock` holds.

@@ -202,6 +202,42 @@ fn a_vsock_connector_on_smol() {
 }
 
 #[test]
+fn a_vsock_connector_on_std_with_tls_on_top() {
+    use std::io::{Read, Write};
+    use switchyard_std::ResponseExt as _;
+    let ca = switchyard_tests::certs::TestCa::new();
+    let tls = TestServer::start(ServerOptions {
+        tls: vec![(vec!["guest.vm".into()], ca.leaf(&["guest.vm"]))],
+        http1_only: true,
+        ..ServerOptions::default()
+    });
+    let bridge = VsockBridge::start(&unix_socket_path("vsock-std"), 443, tls.addr);
+    let uds = bridge.path.clone();
+    let vsock = switchyard_std::by_name(move |_: &switchyard_std::Route| -> switchyard_std::Connecting {
+        let mut s = std::os::unix::net::UnixStream::connect(&uds)?;
+        s.write_all(b"CONNECT 443\n")?;
+        let (mut line, mut byte) = (Vec::new(), [0u8; 1]);
+        while s.read(&mut byte)? == 1 && byte[0] != b'\n' && line.len() < 64 {
+            line.push(byte[0]);
+        }
+        if !line.starts_with(b"OK ") {
+            return Err(std::io::ErrorKind::ConnectionRefused.into());
+        }
+        Ok(s.into())
+    });
+    let client = switchyard_std::Client::builder()
+        .connector(vsock)
+        .add_root_certificate_pem(&ca.cert_pem)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(client.get("https://guest.vm/hello").send().unwrap().text().unwrap(), "hello");
+    }
+    assert_eq!(bridge.handshakes(), ["CONNECT 443"], "one pooled connection");
+    assert_eq!(tls.records()[0].sni.as_deref(), Some("guest.vm"));
+}
+
+#[test]
 fn a_request_may_go_to_its_own_unix_socket() {
     let tcp = TestServer::start(ServerOptions::default());
     let path = unix_socket_path("per-request");
