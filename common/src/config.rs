@@ -223,6 +223,22 @@ impl std::fmt::Debug for Config {
 }
 
 impl Config {
+    /// The connector hook the adapter's builder stored, as the adapter's
+    /// type `T` (its slot type).
+    ///
+    /// # Errors
+    /// A connector stored by another adapter's builder.
+    pub fn connector<T: Clone + 'static>(&self) -> Result<Option<T>, Error> {
+        match &self.connector {
+            None => Ok(None),
+            Some(any) => any
+                .downcast_ref::<T>()
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| Error::config("the connector was set for another adapter")),
+        }
+    }
+
     /// The core's [`Address`] for a request URI under these settings: scheme,
     /// host and port from the URI; protocols from [`HttpVersion`]; `supports_http2`
     /// false narrows `Auto` to HTTP/1.1 (an adapter without HTTP/2).
@@ -701,40 +717,19 @@ macro_rules! __client_builder_methods {
         /// then found by the system even on an idle pooled connection.
         /// Default: off.
         pub fn tcp_keepalive(mut self, idle: $crate::__private::Duration) -> Self {
-            let k = self.state.tcp.keepalive.get_or_insert($crate::transport::TcpKeepalive {
-                idle,
-                interval: None,
-                retries: None,
-            });
-            k.idle = idle;
+            self.state.tcp.keepalive_mut().idle = idle;
             self
         }
         /// Time between TCP keep-alive probes (turns keep-alive on, idle 60 s,
         /// unless [`tcp_keepalive`](Self::tcp_keepalive) set it).
         pub fn tcp_keepalive_interval(mut self, interval: $crate::__private::Duration) -> Self {
-            self.state
-                .tcp
-                .keepalive
-                .get_or_insert($crate::transport::TcpKeepalive {
-                    idle: $crate::__private::Duration::from_secs(60),
-                    interval: None,
-                    retries: None,
-                })
-                .interval = Some(interval);
+            self.state.tcp.keepalive_mut().interval = Some(interval);
             self
         }
         /// Unanswered TCP keep-alive probes before the system drops the
         /// connection (turns keep-alive on, idle 60 s, unless set).
         pub fn tcp_keepalive_retries(mut self, retries: u32) -> Self {
-            self.state
-                .tcp
-                .keepalive
-                .get_or_insert($crate::transport::TcpKeepalive {
-                    idle: $crate::__private::Duration::from_secs(60),
-                    interval: None,
-                    retries: None,
-                })
-                .retries = Some(retries);
+            self.state.tcp.keepalive_mut().retries = Some(retries);
             self
         }
         /// Bound on the winner's TLS handshake (after any proxy tunnel, which

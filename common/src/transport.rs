@@ -55,6 +55,15 @@ impl TcpOptions {
         *self == TcpOptions::default()
     }
 
+    /// The keep-alive settings, turned on (idle 60 s) if they were off.
+    pub fn keepalive_mut(&mut self) -> &mut TcpKeepalive {
+        self.keepalive.get_or_insert(TcpKeepalive {
+            idle: Duration::from_secs(60),
+            interval: None,
+            retries: None,
+        })
+    }
+
     /// Checks what the platform can honour (called when the client is built).
     ///
     /// # Errors

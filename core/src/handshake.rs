@@ -180,7 +180,13 @@ impl ProxyHandshake {
         Ok(ProxyHandshake {
             state: State::SocksChoice { request, credentials: credentials.cloned() },
             out: Some(greeting),
-            authority: format!("{}:{}", address.host(), address.port()),
+            // The address asked for, and the origin's name when they differ.
+            authority: match target {
+                Some(ip) if address.host().ip() != Some(ip) => {
+                    format!("{} ({})", std::net::SocketAddr::new(ip, address.port()), address.host())
+                }
+                _ => format!("{}:{}", address.host(), address.port()),
+            },
             proxy: "SOCKS5 proxy".into(),
             authenticated: credentials.is_some(),
         })

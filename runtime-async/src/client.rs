@@ -31,14 +31,7 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             tls: config.tls_configs.clone(),
             http2: config.http2,
             tcp: (!config.tcp.is_default()).then(|| config.tcp.clone()),
-            connector: match &config.connector {
-                None => None,
-                Some(any) => Some(
-                    any.downcast_ref::<crate::ConnectorSlot>()
-                        .ok_or_else(|| Error::config("the connector was set for another adapter"))?
-                        .clone(),
-                ),
-            },
+            connector: config.connector::<crate::ConnectorSlot>()?,
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),

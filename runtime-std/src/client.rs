@@ -30,14 +30,7 @@ impl FromConfig for Client {
             handshake_timeout: config.pool.race.handshake_timeout,
             tls: config.tls_configs.clone(),
             tcp: config.tcp.clone(),
-            connector: match &config.connector {
-                None => None,
-                Some(any) => Some(
-                    any.downcast_ref::<crate::ConnectorSlot>()
-                        .ok_or_else(|| Error::config("the connector was set for another adapter"))?
-                        .clone(),
-                ),
-            },
+            connector: config.connector::<crate::ConnectorSlot>()?,
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),

@@ -968,6 +968,16 @@ pub fn socks5_proxy(a: &dyn Adapter) {
         events.iter().any(|(_, n, d)| n.contains("failed") && d.contains("at ::1 via proxy")),
         "the [::1] attempt went through the proxy and failed: {events:?}"
     );
+    // Only [::1] known: the proxy's refusal names the address it was asked for.
+    let only_v6 = BTreeMap::from([("origin.test".to_owned(), vec!["::1".parse().expect("ip")])]);
+    let proxies =
+        vec![switchyard_core::Proxy::socks5("127.0.0.1", u32::from(proxy.addr.port())).expect("proxy")];
+    let v6_client = a.client(Config { proxies, hosts: only_v6, ..Config::default() });
+    let (_, msg) = v6_client
+        .send(Req::get(format!("http://origin.test:{}/hello", plain_origin.port())))
+        .expect_err("the proxy cannot reach [::1]");
+    let asked = format!("could not reach [::1]:{} (origin.test)", plain_origin.port());
+    assert!(msg.contains(&asked), "{msg}");
     let (kind, msg) = client.send(Req::get("http://nowhere.test:80/")).expect_err("not resolvable here");
     assert_eq!(kind, Failure::Dns, "{msg}");
     assert_eq!(proxy.targets().len(), 2, "the proxy never heard of nowhere.test");
