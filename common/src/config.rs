@@ -430,7 +430,12 @@ impl Default for BuilderState {
         BuilderState {
             // Idle HTTP/1.1 connections are probed every second, so a server's
             // close is seen (and counted) while they sit in the pool.
-            pool: PoolConfig { probe_interval: Some(Duration::from_secs(1)), ..PoolConfig::default() },
+            // Jitter (lifetimes, warm backoff) differs per client and process.
+            pool: PoolConfig {
+                probe_interval: Some(Duration::from_secs(1)),
+                seed: random_seed(),
+                ..PoolConfig::default()
+            },
             read_timeout: None,
             write_timeout: None,
             timeout: None,
@@ -551,6 +556,18 @@ impl BuilderState {
                 };
                 return Err(format!("{name} must be longer than zero{hint}"));
             }
+        }
+        if p.ping_interval.is_some_and(|i| i < Duration::from_secs(10)) {
+            return Err(format!(
+                "http2_ping_interval must be at least 10 s (gRPC clients' floor), not {:?}",
+                p.ping_interval.unwrap_or_default()
+            ));
+        }
+        if p.pong_timeout.is_zero() {
+            return Err("http2_ping_timeout must be longer than zero".into());
+        }
+        if !(0.0..=1.0).contains(&p.max_lifetime_jitter) {
+            return Err(format!("max_lifetime_jitter must be within 0 and 1, not {}", p.max_lifetime_jitter));
         }
         // RFC 8305 §5: never below 10 ms.
         if p.race.attempt_delay < Duration::from_millis(10) {
@@ -732,6 +749,50 @@ macro_rules! __client_builder_methods {
             self.state.tcp.keepalive_mut().retries = Some(retries);
             self
         }
+        /// `TCP_USER_TIMEOUT` on every connection (Linux): sent data
+        /// unacknowledged this long drops the connection, so a peer that
+        /// vanished while a request or body was being written is found in
+        /// that time, not after the system's ~15 minutes of retransmissions.
+        /// Pairs with [`tcp_keepalive`](Self::tcp_keepalive) for idle
+        /// connections and [`http2_ping_interval`](Self::http2_ping_interval)
+        /// for HTTP/2. Default: off (the system's behaviour).
+        pub fn tcp_user_timeout(mut self, timeout: $crate::__private::Duration) -> Self {
+            self.state.tcp.user_timeout = Some(timeout);
+            self
+        }
+        /// HTTP/2 keep-alive: every HTTP/2 connection, idle or busy, sends a
+        /// PING this often; one whose PONG does not come within
+        /// [`http2_ping_timeout`](Self::http2_ping_timeout) takes no new
+        /// streams and, idle, closes. A peer gone silently (a NAT that dropped
+        /// the mapping, a host that lost power) is found within interval +
+        /// timeout instead of at the next call's timeout (golang/go#31643).
+        /// At least 10 s (gRPC clients' floor, so a server enforcing gRPC's
+        /// keep-alive policy is not pinged faster than it allows; gRPC's own
+        /// servers allow one PING per 5 minutes by default): less is a
+        /// configuration error. Default: off (as hyper and Go).
+        pub fn http2_ping_interval(mut self, interval: $crate::__private::Duration) -> Self {
+            self.state.pool.ping_interval = Some(interval);
+            self
+        }
+        /// How long a PING waits for its PONG, for keep-alive
+        /// ([`http2_ping_interval`](Self::http2_ping_interval)) and for a
+        /// stalled read. Default: 1 s.
+        pub fn http2_ping_timeout(mut self, timeout: $crate::__private::Duration) -> Self {
+            self.state.pool.pong_timeout = timeout;
+            self
+        }
+        /// Whether names with pooled connections are looked up again as
+        /// their cached answers expire, draining connections to addresses
+        /// the new answer no longer gives (a blue/green switch, a scaled-in
+        /// instance): they take no new exchanges and close once idle, and new
+        /// calls go to the new addresses. At most one round a second, 16
+        /// names a round, each name once per time to live (the cache's 60 s
+        /// default). Needs the DNS cache. Default: on (no HTTP client library
+        /// drains on DNS changes; Envoy does, with a max connection age).
+        pub fn dns_refresh(mut self, refresh: bool) -> Self {
+            self.state.pool.dns_refresh = refresh;
+            self
+        }
         /// Bound on the winner's TLS handshake (after any proxy tunnel, which
         /// [`connect_timeout`](Self::connect_timeout) bounds); for HTTP/2, also how
         /// long a new connection may take to send its first SETTINGS. Default: 10 s.
@@ -756,9 +817,46 @@ macro_rules! __client_builder_methods {
             self.state.pool.keep_alive = d;
             self
         }
-        /// Connections older than this take no new exchanges. Default: none.
+        /// Connections older than this take no new exchanges: an HTTP/1.1
+        /// connection closes when its exchange ends, an HTTP/2 one opens no new
+        /// stream and closes after its last. Each connection's lifetime is
+        /// moved by up to ±10 % (seeded; [`max_lifetime_jitter`](Self::max_lifetime_jitter))
+        /// so connections opened together retire apart, and new ones reach the
+        /// instances a scaled-out service added since. Default: none (as
+        /// reqwest, hyper-util and Go; Envoy's `max_connection_duration`).
         pub fn max_lifetime(mut self, d: $crate::__private::Duration) -> Self {
             self.state.pool.max_lifetime = Some(d);
+            self
+        }
+        /// Bounds every host's retries to a share of its recent calls (a
+        /// retry of a stream a GOAWAY left unprocessed is not charged: that is
+        /// a server rotating connections, as nginx's `keepalive_requests`
+        /// does), so a failing server sees a bounded multiple of the
+        /// load rather than every call times its retry limit; past it a
+        /// failure that would have been retried fails with "retry budget
+        /// exhausted" ([`Error::is_retry_budget_exhausted`]). Default: 20 % of
+        /// the host's calls in the last 10 s plus 10 per second (Finagle's
+        /// default budget; Envoy's `retry_budget` is the same idea in a
+        /// proxy). `None`: only the per-call limits ([`max_retries`](Self::max_retries)) apply.
+        ///
+        /// [`Error::is_retry_budget_exhausted`]: crate::Error::is_retry_budget_exhausted
+        pub fn retry_budget(mut self, budget: Option<$crate::__private::RetryBudget>) -> Self {
+            self.state.pool.retry_budget = budget;
+            self
+        }
+        /// Seeds the pool's jitter (connections' lifetimes, warm reconnect
+        /// backoff), so a test or a simulation sees the same instants each
+        /// run. Default: a random seed per client.
+        pub fn jitter_seed(mut self, seed: u64) -> Self {
+            self.state.pool.seed = seed;
+            self
+        }
+        /// How far each connection's [`max_lifetime`](Self::max_lifetime) is
+        /// moved, as a share of it, either way: `0.1` is ±10 %. Default: 0.1;
+        /// `0.0` retires every connection exactly at the max lifetime. Outside
+        /// `[0, 1]` is a configuration error.
+        pub fn max_lifetime_jitter(mut self, share: f64) -> Self {
+            self.state.pool.max_lifetime_jitter = share;
             self
         }
         /// Open plus connecting connections per host (Address). Default: unlimited.
@@ -1177,6 +1275,14 @@ macro_rules! __client_builder_methods {
     };
 }
 
+/// A seed that differs per client and per process.
+pub(crate) fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id().into());
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1264,6 +1370,11 @@ mod tests {
             (b().handshake_timeout(zero), "handshake_timeout"),
             (b().idle_timeout(zero), "idle_timeout"),
             (b().max_lifetime(zero), "max_lifetime"),
+            (b().max_lifetime_jitter(1.5), "max_lifetime_jitter"),
+            (b().http2_ping_interval(Duration::from_secs(5)), "http2_ping_interval"),
+            (b().http2_ping_timeout(zero), "http2_ping_timeout"),
+            (b().tcp_user_timeout(zero), "tcp_user_timeout"),
+            (b().max_lifetime_jitter(f64::NAN), "max_lifetime_jitter"),
             (b().read_timeout(zero), "read_timeout"),
             (b().write_timeout(zero), "write_timeout"),
             (b().timeout(zero), "timeout"),

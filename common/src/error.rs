@@ -350,6 +350,16 @@ impl Error {
         }
     }
 
+    /// Whether the call failed because its host's retry budget was spent: the
+    /// failure would otherwise have been retried
+    /// ([`ClientBuilder::retry_budget`](crate::ClientBuilder::retry_budget)).
+    /// The failure itself, and whether the request may have been sent, are
+    /// in the [`ErrorKind::Exchange`] source.
+    #[must_use]
+    pub fn is_retry_budget_exhausted(&self) -> bool {
+        matches!(&self.kind, ErrorKind::Exchange(e) if e.why == switchyard_core::pool::NoRetry::RetryBudget)
+    }
+
     /// Whether a timeout ended the call (the call's, the head's or the body's,
     /// a read, a connect, or the pool's wait).
     #[must_use]

@@ -284,8 +284,6 @@ impl<C: FromConfig> ManagerBuilder<C> {
             if let Some(t) = state.pool.max_idle_total.as_mut() {
                 *t = (*t).max(total);
             }
-            // Jitter that differs per process (tests fix it through the core).
-            state.pool.seed = random_seed();
         }
         let (client_built, config) = client.build_with_config()?;
         let mut declared: Vec<Declared> = Vec::new();
@@ -344,12 +342,4 @@ impl<C: Managed> ManagerBuilder<C> {
         let (client, servers, ready_timeout) = self.finish(C::SUPPORTS_HTTP2)?;
         C::manage(client, servers, ready_timeout)
     }
-}
-
-/// A seed from the standard library's per-process random hasher keys.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(std::process::id().into());
-    h.finish()
 }

@@ -56,6 +56,10 @@ pub enum CloseReason {
     /// HTTP/2: the server never made the connection usable (no SETTINGS, or a
     /// stream limit of zero) within the handshake timeout.
     NeverUsable,
+    /// Its server's name was looked up again and no longer gives the
+    /// connection's IP address: it drains, and new calls go to the addresses
+    /// DNS gives now.
+    DnsChanged,
 }
 
 impl fmt::Display for CloseReason {
@@ -82,6 +86,7 @@ impl fmt::Display for CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::BytesAfterResponse => "bytes after the response",
             CloseReason::NeverUsable => "never usable",
+            CloseReason::DnsChanged => "address no longer in DNS",
         })
     }
 }

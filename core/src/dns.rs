@@ -228,6 +228,9 @@ pub(crate) struct DnsCache {
     inflight: BTreeMap<QueryId, InFlight>,
     /// Key → leader query.
     inflight_keys: BTreeMap<CacheKey, QueryId>,
+    /// The addresses of the last lookup that completed with any, until the
+    /// pool takes them (to drain connections to addresses that left DNS).
+    completed: Option<(CacheKey, Vec<IpAddr>)>,
 }
 
 impl DnsCache {
@@ -270,6 +273,21 @@ impl DnsCache {
         Lookup::Miss
     }
 
+    /// The addresses of the lookup that just completed, if it gave any.
+    pub(crate) fn take_completed(&mut self) -> Option<(CacheKey, Vec<IpAddr>)> {
+        self.completed.take()
+    }
+
+    /// When `key`'s cached answer expires (`None`: not cached).
+    pub(crate) fn expires_at(&self, key: &CacheKey) -> Option<Instant> {
+        self.entries.get(key).map(|e| e.expires)
+    }
+
+    /// Whether a lookup for `key` is in flight.
+    pub(crate) fn in_flight(&self, key: &CacheKey) -> bool {
+        self.inflight_keys.contains_key(key)
+    }
+
     /// Whether `query` leads a lookup in flight.
     #[cfg(test)]
     pub(crate) fn is_leader(&self, query: QueryId) -> bool {
@@ -299,6 +317,9 @@ impl DnsCache {
         if complete {
             let flight = self.inflight.remove(&query).expect("present");
             self.inflight_keys.remove(&flight.key);
+            let ips: Vec<IpAddr> =
+                flight.parts.iter().filter_map(|p| p.result.as_ref().ok()).flatten().copied().collect();
+            self.completed = (!ips.is_empty()).then(|| (flight.key.clone(), ips));
             if let Some((result, ttl)) = self.combine(&flight.parts) {
                 self.insert(flight.key, result, now + ttl);
             }

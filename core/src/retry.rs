@@ -197,6 +197,10 @@ pub enum NoRetry {
     Refused,
     /// The call's deadline has passed: a retry could not finish in time.
     DeadlinePassed,
+    /// The retry budget of the call's Address is spent: its recent retries
+    /// reached their share of its recent calls
+    /// ([`RetryBudget`](crate::pool::RetryBudget)).
+    RetryBudget,
 }
 
 impl fmt::Display for NoRetry {
@@ -213,6 +217,9 @@ impl fmt::Display for NoRetry {
             NoRetry::Refused => "refused on two connections",
             NoRetry::FreeRetryLimit => "the bound on retries after GOAWAY or early refusals was reached",
             NoRetry::DeadlinePassed => "the call's deadline had passed",
+            NoRetry::RetryBudget => {
+                "retry budget exhausted for this host (its recent retries reached their share of its calls)"
+            }
         })
     }
 }

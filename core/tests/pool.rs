@@ -5,12 +5,13 @@
 #[path = "support/pool.rs"]
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use support::{h2c, http, https, ms, tls, PoolSim};
 use switchyard_core::http2::GoAway;
 use switchyard_core::pool::{
-    ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryReason,
+    ExchangeFailure, ExchangeFailureKind, NoRetry, Progress, RequestFacts, RetryBudget, RetryReason,
 };
 use switchyard_core::{
     AcquireOptions, Address, CloseReason, EventKind, FailureOutcome, Misuse, PoolConfig, Protocol, Proxy,
@@ -243,6 +244,7 @@ fn out_of_descriptors_closes_the_least_recently_used_idle_connection_and_connect
 fn max_lifetime_retires_in_use_and_closes_idle() {
     let mut sim = PoolSim::new(PoolConfig {
         max_lifetime: Some(Duration::from_millis(1000)),
+        max_lifetime_jitter: 0.0,
         keep_alive: Duration::from_secs(90),
         ..PoolConfig::default()
     });
@@ -255,6 +257,47 @@ fn max_lifetime_retires_in_use_and_closes_idle() {
     // Released after its lifetime: closed, not pooled.
     assert_eq!(sim.finish(1200, c1), [format!("close {k1} max lifetime")]);
     assert_eq!(sim.timeout(1500), [format!("close {k2} max lifetime")]);
+}
+
+/// Connections opened in one instant retire at different instants, each
+/// within ±10 % of the max lifetime, and the same seed gives the same
+/// instants.
+#[test]
+fn max_lifetime_is_jittered_per_connection_from_the_seed() {
+    let lifetimes = |seed: u64| {
+        let mut sim = PoolSim::new(PoolConfig {
+            max_lifetime: Some(Duration::from_secs(100)),
+            keep_alive: Duration::from_secs(1000),
+            seed,
+            ..PoolConfig::default()
+        });
+        let a = http("127.0.0.1");
+        let opened: Vec<_> = (0..8).map(|_| sim.open(0, &a)).collect();
+        for (call, _) in &opened {
+            sim.finish(1, *call);
+        }
+        // Step through time: each close's instant is that connection's lifetime.
+        let mut closed = BTreeMap::new();
+        while let Some(t) = sim.pool.poll_timeout() {
+            let t = u64::try_from(t.elapsed_since_origin().as_millis()).unwrap();
+            for line in sim.timeout(t) {
+                assert!(line.ends_with("max lifetime"), "{line}");
+                closed.insert(line, t);
+            }
+        }
+        assert_eq!(closed.len(), 8);
+        closed.into_values().collect::<Vec<u64>>()
+    };
+    let first = lifetimes(7);
+    assert_eq!(first, lifetimes(7), "the same seed, the same lifetimes");
+    assert_ne!(first, lifetimes(8), "another seed, other lifetimes");
+    for t in &first {
+        assert!((90_000..=110_000).contains(t), "{t} ms is outside 100 s ± 10 %");
+    }
+    let distinct: BTreeSet<u64> = first.iter().copied().collect();
+    assert!(distinct.len() >= 7, "opened together, they do not retire together: {first:?}");
+    let spread = distinct.last().unwrap() - distinct.first().unwrap();
+    assert!(spread > 5_000, "the draws use the range: {first:?}");
 }
 
 #[test]
@@ -1470,4 +1513,211 @@ fn an_idle_cap_of_zero_closes_a_released_connection_at_once() {
         let out = sim.drain();
         assert!(out[0].starts_with(&format!("connect {c} ")), "nothing to reuse: {out:?}");
     }
+}
+
+// ---------------------------------------------------------------- retry budget
+
+/// Retries (stale pooled connections here) are spent from the Address's
+/// budget: a quarter of its calls in the window, no floor. Past it the
+/// failure is final, typed, and names the budget; once the window has moved
+/// on, calls deposit again. Another Address has its own budget.
+#[test]
+fn the_retry_budget_bounds_retries_per_address_over_its_window() {
+    let budget = RetryBudget { ratio: 0.25, min_per_second: 0, window: Duration::from_secs(10) };
+    let mut sim = PoolSim::new(PoolConfig { retry_budget: Some(budget), ..config() });
+    let a = http("127.0.0.1");
+    let stale =
+        || ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) };
+    let opened: Vec<_> = (0..8).map(|_| sim.open(0, &a)).collect();
+    for (call, _) in &opened {
+        sim.finish(1, *call);
+    }
+    // 8 more calls take the 8 pooled connections: 16 calls, 4 retries allowed.
+    let calls: Vec<_> = (0..8).map(|_| sim.acquire(2, &a)).collect();
+    sim.drain();
+    let mut outcomes = Vec::new();
+    for call in &calls {
+        outcomes.push(match sim.pool.exchange_failed(ms(3), *call, stale()).unwrap() {
+            FailureOutcome::Retrying(reason) => format!("retrying: {reason:?}"),
+            FailureOutcome::Failed(e) => {
+                assert!(e.may_have_been_sent, "the budget does not change what the server may have seen");
+                assert!(e.to_string().ends_with("not retried: retry budget exhausted for this host (its recent retries reached their share of its calls)"), "{e}");
+                format!("failed: {:?}", e.why)
+            }
+        });
+    }
+    let retried = outcomes.iter().filter(|o| o.starts_with("retrying")).count();
+    assert_eq!(retried, 4, "{outcomes:?}");
+    assert_eq!(outcomes[4..], vec!["failed: RetryBudget".to_string(); 4]);
+    let stats = sim.pool.stats();
+    assert_eq!((stats.retries, stats.retries_over_budget), (4, 4));
+    let out = sim.drain();
+    assert_eq!(out.iter().filter(|o| o.starts_with("connect")).count(), 4, "{out:?}");
+    // Another Address has a budget of its own (no calls, no floor: none).
+    let b = http("127.0.0.2");
+    let (cb, kb) = sim.open(4, &b);
+    sim.finish(5, cb);
+    let cb = sim.acquire(6, &b);
+    assert_eq!(sim.drain(), [format!("acquired {cb} {kb} Pooled")]);
+    let out = sim.pool.exchange_failed(ms(7), cb, stale()).unwrap();
+    assert!(
+        matches!(out, FailureOutcome::Failed(ref e) if e.why == NoRetry::RetryBudget),
+        "2 calls: 0 retries"
+    );
+    // 10 s on, the window has moved: a call and its retry count afresh
+    // (4 calls at 10 s: one retry).
+    sim.drain();
+    for (call, _) in (0..3).map(|_| sim.open(10_000, &a)).collect::<Vec<_>>() {
+        sim.finish(10_001, call);
+    }
+    let call = sim.acquire(10_002, &a);
+    sim.drain();
+    let out = sim.pool.exchange_failed(ms(10_003), call, stale()).unwrap();
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::StaleConnection));
+    sim.pool.check_invariants().unwrap();
+}
+
+/// Without a budget only the per-call limits apply.
+#[test]
+fn without_a_retry_budget_every_allowed_retry_runs() {
+    let mut sim = PoolSim::new(PoolConfig { retry_budget: None, ..config() });
+    let a = http("127.0.0.1");
+    let (c1, _) = sim.open(0, &a);
+    sim.finish(1, c1);
+    let c2 = sim.acquire(2, &a);
+    sim.drain();
+    let stale =
+        ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) };
+    let out = sim.pool.exchange_failed(ms(3), c2, stale).unwrap();
+    assert_eq!(out, FailureOutcome::Retrying(RetryReason::StaleConnection));
+    assert_eq!(sim.pool.stats().retries, 1);
+}
+
+// ---------------------------------------------------------------- DNS refresh and drain
+
+/// The answer a refresh lookup asked for (the query of no call).
+fn refresh_query(sim: &PoolSim) -> switchyard_core::QueryId {
+    *sim.queries.values().flatten().max_by_key(|q| q.call()).unwrap()
+}
+
+/// A name with pooled connections is looked up again when its answer
+/// expires, by no call. The same answer changes nothing; an answer without
+/// the connections' IP drains exactly them: the idle one closes at once,
+/// the busy one takes no new exchange and closes when released. The next
+/// call connects to the new address from the refreshed cache.
+#[test]
+fn a_dns_answer_that_drops_an_ip_drains_exactly_the_connections_to_it() {
+    let dns_cache =
+        switchyard_core::DnsCacheConfig { default_ttl: Duration::from_secs(10), ..Default::default() };
+    let mut sim = PoolSim::new(PoolConfig { dns_cache, keep_alive: Duration::from_secs(1000), ..config() });
+    let a = http("moving.test");
+    let b = http("staying.test");
+    let c1 = sim.acquire(0, &a);
+    assert_eq!(sim.drain(), ["resolve moving.test"]);
+    sim.dns(0, c1, &["127.0.0.2"]);
+    sim.connected(1, c1);
+    let c2 = sim.acquire(2, &a); // the cached answer, its own connection
+    assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.2:80")]);
+    sim.connected(3, c2);
+    let (k1, k2) = (sim.held[&c1], sim.held[&c2]);
+    sim.finish(4, c1); // k1 idle, k2 in use
+    let cb = sim.acquire(5, &b);
+    sim.drain();
+    sim.dns(5, cb, &["127.0.0.5"]);
+    sim.connected(6, cb);
+    let kb = sim.held[&cb];
+    sim.finish(7, cb);
+    let answer = |sim: &mut PoolSim, t: u64, ip: &str| {
+        let q = refresh_query(sim);
+        sim.pool.handle_dns(ms(t), q, Ok(vec![ip.parse().unwrap()])).unwrap();
+        sim.drain()
+    };
+    // Each name is asked when its answer expires (rounds a second apart at
+    // least); the same answer drains nothing.
+    assert_eq!(sim.timeout(10_000), ["resolve moving.test"]);
+    assert!(answer(&mut sim, 10_001, "127.0.0.2").is_empty(), "the same answer drains nothing");
+    assert_eq!(sim.timeout(11_000), ["resolve staying.test"]);
+    assert!(answer(&mut sim, 11_001, "127.0.0.5").is_empty());
+    // Ten seconds on, moving.test has moved.
+    assert_eq!(sim.timeout(20_001), ["resolve moving.test"]);
+    assert_eq!(answer(&mut sim, 20_002, "127.0.0.3"), [format!("close {k1} address no longer in DNS")]);
+    assert_eq!(sim.pool.connection(k2).unwrap().no_new_exchanges(), Some(CloseReason::DnsChanged));
+    assert!(sim.pool.connection(kb).unwrap().no_new_exchanges().is_none(), "another name's connection stays");
+    assert_eq!(sim.finish(20_003, c2), [format!("close {k2} address no longer in DNS")]);
+    // New calls go to the new address, from the cache the refresh filled.
+    let c3 = sim.acquire(20_004, &a);
+    assert_eq!(sim.drain(), [format!("connect {c3} 127.0.0.3:80")]);
+    let stats = sim.pool.stats();
+    assert_eq!((stats.dns_refreshes, stats.dns_drained, stats.dns_lookups), (3, 2, 2));
+    assert_eq!(stats.closed[&CloseReason::DnsChanged], 2);
+}
+
+/// Refresh rounds are at least a second apart and only for names that
+/// still have connections; without the refresh, nothing is asked.
+#[test]
+fn dns_refresh_is_bounded_and_can_be_turned_off() {
+    let dns_cache =
+        switchyard_core::DnsCacheConfig { default_ttl: Duration::from_millis(100), ..Default::default() };
+    for refresh in [true, false] {
+        let mut sim = PoolSim::new(PoolConfig {
+            dns_cache,
+            dns_refresh: refresh,
+            keep_alive: Duration::from_secs(5),
+            ..config()
+        });
+        let a = http("short.test");
+        let c1 = sim.acquire(0, &a);
+        sim.drain();
+        sim.dns(0, c1, &["127.0.0.2"]);
+        sim.connected(1, c1);
+        sim.finish(2, c1);
+        if !refresh {
+            assert_eq!(sim.timeout(5_002), [format!("close {} idle timeout", sim.held[&c1])]);
+            assert_eq!(sim.pool.stats().dns_refreshes, 0);
+            continue;
+        }
+        // A TTL of 100 ms, rounds a second apart.
+        assert_eq!(sim.timeout(1_001), ["resolve short.test"]);
+        let q = refresh_query(&sim);
+        sim.pool.handle_dns(ms(1_002), q, Ok(vec!["127.0.0.2".parse().unwrap()])).unwrap();
+        assert!(sim.drain().is_empty());
+        assert_eq!(sim.timeout(2_001), ["resolve short.test"]);
+        // An answer still in flight is not asked again.
+        assert!(sim.timeout(3_001).is_empty());
+        sim.pool.evict_all(ms(3_002));
+        sim.drain();
+        // No connection left: the round finds nothing and stops.
+        assert_eq!(sim.pool.poll_timeout(), Some(ms(4_001)));
+        assert!(sim.timeout(4_001).is_empty());
+        assert_eq!(sim.pool.poll_timeout(), None);
+        assert_eq!(sim.pool.stats().dns_refreshes, 2);
+    }
+}
+
+// ---------------------------------------------------------------- HTTP/2 keep-alive
+
+/// Every `ping_interval` an HTTP/2 connection sends one PING; a PONG keeps
+/// it, a missing PONG closes it (idle) `pong_timeout` later.
+#[test]
+fn keepalive_pings_find_a_dead_http2_peer_within_interval_plus_timeout() {
+    let mut sim = PoolSim::new(PoolConfig {
+        ping_interval: Some(Duration::from_secs(10)),
+        pong_timeout: Duration::from_secs(1),
+        keep_alive: Duration::from_secs(1000),
+        ..config()
+    });
+    let a = h2c("127.0.0.1");
+    let (c1, k1) = sim.open(0, &a);
+    sim.finish(1, c1);
+    assert_eq!(sim.timeout(10_000), [format!("ping {k1}")]);
+    sim.pool.pong(ms(10_005), k1).unwrap();
+    assert_eq!(sim.timeout(20_000), [format!("ping {k1}")]);
+    // No PONG: unhealthy at 21 s, and idle, so closed.
+    assert_eq!(sim.timeout(21_000), [format!("close {k1} unhealthy")]);
+    assert_eq!(sim.pool.stats().keepalive_pings, 2);
+    // HTTP/1.1 connections are probed, not pinged; without an interval, no PING.
+    let mut sim = PoolSim::new(PoolConfig { keep_alive: Duration::from_secs(1000), ..config() });
+    let (c1, _) = sim.open(0, &a);
+    sim.finish(1, c1);
+    assert_eq!(sim.pool.poll_timeout(), Some(ms(1_000_001)), "only the keep-alive");
 }

@@ -59,7 +59,7 @@ pub use switchyard_async::{
 };
 pub use switchyard_async::{
     AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, Readiness, Resolved,
-    ServerStatus, WarmPolicy,
+    RetryBudget, ServerStatus, WarmPolicy,
 };
 
 #[cfg(feature = "gateway")]

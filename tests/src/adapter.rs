@@ -79,6 +79,12 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some((prepared, vouched)) = config.tls_config {
         b = b.tls_config(rustls::ClientConfig::clone(&prepared.0)).tls_config_coalescing(vouched);
     }
+    if let Some(budget) = config.retry_budget {
+        b = b.retry_budget(budget);
+    }
+    if let Some((d, jitter)) = config.max_lifetime {
+        b = b.max_lifetime(d).max_lifetime_jitter(jitter);
+    }
     if let Some(n) = config.max_per_host {
         b = b.max_connections_per_host(n);
     }

@@ -78,6 +78,10 @@ pub struct Config {
     /// A prepared rustls config (`tls_config`), and whether the test vouches
     /// for its verifier (`tls_config_coalescing`).
     pub tls_config: Option<(Plugged<rustls::ClientConfig>, bool)>,
+    /// The retry budget (`None`: the client's default).
+    pub retry_budget: Option<Option<switchyard_core::RetryBudget>>,
+    /// Connections' max lifetime and its jitter.
+    pub max_lifetime: Option<(Duration, f64)>,
 }
 
 /// A resolver plugged into a [`Config`] (shown as `..` in its `Debug`).
@@ -122,6 +126,8 @@ impl Default for Config {
             resolution_delay: None,
             max_idle_per_host: None,
             tls_config: None,
+            retry_budget: None,
+            max_lifetime: None,
         }
     }
 }
@@ -235,6 +241,7 @@ fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
 }
 
 pub use crate::dns::{dns_cache, per_family_blocking_resolver};
+pub use crate::resilience::{retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm};
 
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
 pub(crate) fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
@@ -1322,7 +1329,8 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route, event_order_http2,
             a_call_deadline_on_http2_keeps_the_connection,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
-            dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options);
+            dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options,
+            retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1335,11 +1343,12 @@ macro_rules! conformance_suite {
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
-            per_family_blocking_resolver, unix_socket, socket_options);
+            per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
-            event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2);
+            event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2,
+            retry_budget_bounds_an_http2_retry_storm);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

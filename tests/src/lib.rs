@@ -20,6 +20,7 @@ pub mod manager;
 pub mod net;
 pub mod proxy;
 pub mod reliability;
+pub mod resilience;
 pub mod server;
 pub mod streams;
 #[cfg(unix)]

@@ -73,6 +73,7 @@ pub enum Step {
 pub struct RawServer {
     /// Where it listens.
     pub addr: SocketAddr,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -98,6 +99,8 @@ impl RawServer {
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = std::sync::Arc::clone(&stop);
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&requests);
         let thread = std::thread::spawn(move || {
             let mut scripts = scripts.into_iter();
             let mut workers = Vec::new();
@@ -105,7 +108,8 @@ impl RawServer {
                 match listener.accept() {
                     Ok((s, _)) => {
                         let script = scripts.next().unwrap_or_default();
-                        workers.push(std::thread::spawn(move || run_script(s, script)));
+                        let counter = std::sync::Arc::clone(&counter);
+                        workers.push(std::thread::spawn(move || run_script(s, script, &counter)));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -114,7 +118,13 @@ impl RawServer {
                 let _ = w.join();
             }
         });
-        RawServer { addr, stop, thread: Some(thread) }
+        RawServer { addr, requests, stop, thread: Some(thread) }
+    }
+
+    /// Request heads read so far, over every connection.
+    #[must_use]
+    pub fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -130,13 +140,14 @@ fn read_head(s: &mut TcpStream) -> bool {
     true
 }
 
-fn run_script(mut s: TcpStream, script: Vec<Step>) {
+fn run_script(mut s: TcpStream, script: Vec<Step>, requests: &std::sync::atomic::AtomicUsize) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     for step in script {
         if !read_head(&mut s) {
             return;
         }
+        requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         match step {
             Step::Respond(r) => {
                 if s.write_all(&r).is_err() {

@@ -27,8 +27,21 @@ pub struct PoolConfig {
     pub race: RaceConfig,
     /// Idle connections older than this are closed. Default: 90 s.
     pub keep_alive: Duration,
-    /// Connections older than this take no new exchanges. Default: none.
+    /// Connections older than this take no new exchanges: an HTTP/1.1 one
+    /// closes when its exchange ends (at once when idle), an HTTP/2 one opens
+    /// no new stream and closes when its last stream ends
+    /// ([`CloseReason::MaxLifetime`]). Rotating connections spreads a scaled-out
+    /// service's load over the instances DNS or the balancer added since.
+    /// Default: none.
+    ///
+    /// [`CloseReason::MaxLifetime`]: crate::CloseReason::MaxLifetime
     pub max_lifetime: Option<Duration>,
+    /// Each connection's lifetime is [`PoolConfig::max_lifetime`] moved by up
+    /// to this share of itself, either way, drawn per connection from
+    /// [`PoolConfig::seed`]: connections opened together (a burst, a warm
+    /// pool) do not all retire in the same instant. Clamped to `[0, 1]`.
+    /// Default: 0.1 (±10 %).
+    pub max_lifetime_jitter: f64,
     /// Open plus connecting connections per Address. Default: unlimited.
     pub max_connections_per_address: Option<usize>,
     /// Open plus connecting connections in total. Default: unlimited.
@@ -62,6 +75,15 @@ pub struct PoolConfig {
     /// SETTINGS arrived (BEHAVIOUR §4, §6). Each still needs the call's deadline
     /// not to have passed. Default: 10.
     pub max_free_retries: u32,
+    /// Retries per Address, as a share of its recent calls (free retries are
+    /// not charged: see [`crate::pool::RetryBudget`]): beyond it a failure that would be retried fails with
+    /// [`NoRetry::RetryBudget`]. `None`: only the per-call limits apply.
+    /// Default: [`RetryBudget::default`] (20 % of the calls of the last 10 s,
+    /// plus 10 per second: Finagle's default budget).
+    ///
+    /// [`NoRetry::RetryBudget`]: crate::pool::NoRetry::RetryBudget
+    /// [`RetryBudget::default`]: super::RetryBudget
+    pub retry_budget: Option<super::RetryBudget>,
     /// Public-key pins, checked before coalescing. Default: none.
     pub pins: CertificatePins,
     /// One handshake per HTTP/2 origin: a call to an `https` Address that may
@@ -81,19 +103,41 @@ pub struct PoolConfig {
     /// [`PoolAction::Probe`]: super::PoolAction::Probe
     pub probe_interval: Option<Duration>,
     /// HTTP/2 liveness: after a stream's read stalls ([`Pool::stream_stalled`]),
-    /// one PING is sent ([`PoolAction::Ping`]); no PONG within this marks the
-    /// connection unhealthy (no new exchanges). Default: 1 s.
+    /// and every [`PoolConfig::ping_interval`], one PING is sent
+    /// ([`PoolAction::Ping`]); no PONG within this marks the connection
+    /// unhealthy ([`CloseReason::Unhealthy`]: no new exchanges; an idle one
+    /// closes at once). Default: 1 s.
+    ///
+    /// [`CloseReason::Unhealthy`]: crate::CloseReason::Unhealthy
     ///
     /// [`Pool::stream_stalled`]: super::Pool::stream_stalled
     /// [`PoolAction::Ping`]: super::PoolAction::Ping
     pub pong_timeout: Duration,
+    /// HTTP/2 keep-alive: every HTTP/2 connection, idle or busy, sends a PING
+    /// this often, so a peer that went away silently (a NAT that dropped the
+    /// mapping, a host that lost power) is found within `ping_interval +
+    /// pong_timeout` rather than at the next call's timeout. The core takes
+    /// any interval; switchyard's builders refuse less than 10 s (gRPC
+    /// clients' floor: servers enforcing gRPC's keep-alive policy close
+    /// connections that ping faster than they allow). Default: none (as
+    /// hyper and Go).
+    pub ping_interval: Option<Duration>,
     /// The DNS cache (see [`crate::dns`]). Default: [`DnsCacheConfig::default`]
     /// (60 s for answers without a time to live, 5 s for failures, 256 names).
     ///
     /// [`DnsCacheConfig::default`]: crate::DnsCacheConfig
     pub dns_cache: crate::dns::DnsCacheConfig,
-    /// Seeds the jitter of warm connects' backoff (see [`crate::pool::warm`]);
-    /// a driver passes a random one, a test a fixed one. Default: a constant.
+    /// Names with pooled connections are looked up again as their cached
+    /// answers expire, and connections to addresses the new answer no longer
+    /// gives drain ([`CloseReason::DnsChanged`]; see [`crate::pool::refresh`]).
+    /// Needs the DNS cache. Default: on.
+    ///
+    /// [`CloseReason::DnsChanged`]: crate::CloseReason::DnsChanged
+    pub dns_refresh: bool,
+    /// Seeds the pool's jitter: warm connects' backoff (see
+    /// [`crate::pool::warm`]) and connections' lifetimes
+    /// ([`PoolConfig::max_lifetime_jitter`]); a driver passes a random one, a
+    /// test a fixed one. Default: a constant.
     pub seed: u64,
 }
 
@@ -103,6 +147,7 @@ impl Default for PoolConfig {
             race: RaceConfig::default(),
             keep_alive: Duration::from_secs(90),
             max_lifetime: None,
+            max_lifetime_jitter: 0.1,
             max_connections_per_address: None,
             max_connections_total: None,
             max_idle_per_address: 32,
@@ -112,12 +157,15 @@ impl Default for PoolConfig {
             route_ttl: RouteDatabase::DEFAULT_TTL,
             max_retries: 3,
             max_free_retries: 10,
+            retry_budget: Some(super::RetryBudget::default()),
             pins: CertificatePins::default(),
             await_pending_http2: true,
             idle_cap_grace: Duration::from_secs(5),
             probe_interval: None,
             pong_timeout: Duration::from_secs(1),
+            ping_interval: None,
             dns_cache: crate::dns::DnsCacheConfig::default(),
+            dns_refresh: true,
             seed: 0x5EED_5EED_5EED_5EED,
         }
     }

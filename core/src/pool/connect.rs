@@ -31,6 +31,9 @@ impl Pool {
     ) -> Result<(), Misuse> {
         let answer = answer.normalized();
         if let Some(followers) = self.dns.answered(query, &answer, now) {
+            if let Some((key, ips)) = self.dns.take_completed() {
+                self.drain_moved(now, &key, &ips);
+            }
             // The leader's call may have ended: the followers still get it.
             let _ = self.deliver_dns(now, query, answer.clone(), DnsSource::Lookup);
             for follower in followers {
@@ -436,6 +439,18 @@ impl Pool {
         self.rebalance(now, &address);
     }
 
+    /// One connection's lifetime: `max_lifetime` moved by up to
+    /// `max_lifetime_jitter` of itself, either way (whole milliseconds, at
+    /// least 1 ms).
+    pub(super) fn jittered_lifetime(&mut self, d: std::time::Duration) -> std::time::Duration {
+        let share = self.config.max_lifetime_jitter.clamp(0.0, 1.0);
+        if share == 0.0 {
+            return d;
+        }
+        let ms = d.as_secs_f64() * 1000.0 * (1.0 + share * self.lifetime_jitter.unit());
+        std::time::Duration::from_millis((ms.round() as u64).max(1))
+    }
+
     /// A connection is ready: records it, counts it, remembers the protocol its
     /// Address negotiated, and tells the driver. Not yet indexed (not idle).
     pub(super) fn open_connection(
@@ -451,7 +466,7 @@ impl Pool {
         if tls.as_ref().is_some_and(|t| t.unverified) {
             self.unverified.connections.insert(id);
         }
-        let lifetime_deadline = self.config.max_lifetime.map(|d| now + d);
+        let lifetime_deadline = self.config.max_lifetime.map(|d| now + self.jittered_lifetime(d));
         let conn = Connection {
             id,
             address: address.clone(),
@@ -484,6 +499,9 @@ impl Pool {
         }
         if protocol.is_multiplexed() {
             self.timers.insert(now + self.config.race.handshake_timeout, Timer::Settings(id));
+            if let Some(every) = self.config.ping_interval {
+                self.timers.insert(now + every, Timer::KeepAlive(id));
+            }
         }
         let limit = self.known_protocol.get(address).and_then(|k| k.2).filter(|_| protocol.is_multiplexed());
         self.known_protocol.insert(address.clone(), (protocol, now + self.config.route_ttl, limit));
@@ -492,6 +510,7 @@ impl Pool {
             self.known_protocol.retain(|_, (_, until, _)| *until > now);
         }
         self.actions.push_back(PoolAction::Established { attempt, connection: id, protocol });
+        self.watch_dns(now, id);
         id
     }
 }

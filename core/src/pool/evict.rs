@@ -119,6 +119,14 @@ impl Pool {
         self.rewarm_address(now, &c.address);
     }
 
+    /// Forgets the Addresses that have nothing open, connecting or waiting
+    /// and whose retry budget window holds nothing any more.
+    pub(super) fn sweep_addresses(&mut self, now: Instant) {
+        let budget = self.config.retry_budget.unwrap_or_default();
+        self.addrs.retain(|_, a| !a.is_idle_state() || a.budget.recent(now, &budget));
+        self.addrs_sweep_at = 64 + 2 * self.addrs.len();
+    }
+
     pub(super) fn gc_address(&mut self, address: &Address) {
         if self.addrs.get(address).is_some_and(AddrState::is_empty) {
             self.addrs.remove(address);

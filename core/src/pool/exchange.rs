@@ -45,6 +45,24 @@ impl Pool {
             };
             decision = RetryDecision::Fail { why: NoRetry::DeadlinePassed, may_have_been_sent };
         }
+        // A free retry (a stream a GOAWAY left unprocessed, a refusal beyond
+        // the advertised limit) is a healthy server rotating connections, not
+        // a failure: it is counted, never refused (nginx's keepalive_requests
+        // would otherwise fail calls the server never saw).
+        let charged = match decision {
+            RetryDecision::SameConnection(reason) | RetryDecision::NewConnection { reason, .. } => {
+                Some(!reason.is_free())
+            }
+            RetryDecision::Fail { .. } => None,
+        };
+        if charged == Some(false) {
+            self.stats.retries += 1;
+        } else if charged == Some(true) && !self.spend_retry(now, call) {
+            decision = RetryDecision::Fail {
+                why: NoRetry::RetryBudget,
+                may_have_been_sent: may_have_been_sent(&failure),
+            };
+        }
         let retire = self.judge_connection(now, call, conn_id, &failure.kind, &ctx);
         self.emit(now, Some(call), EventKind::RetryDecision { connection: conn_id, decision });
         let reuse = retire.map_or(Reuse::Reusable, Reuse::Retire);
@@ -67,6 +85,23 @@ impl Pool {
         self.release(now, call, conn_id, reuse, false);
         self.retry(now, call, conn_id, reason, same_connection, fresh);
         Ok(FailureOutcome::Retrying(reason))
+    }
+
+    /// Takes one retry from the call's Address's budget: `false` when it is
+    /// spent ([`NoRetry::RetryBudget`]). Counted either way.
+    fn spend_retry(&mut self, now: Instant, call: CallId) -> bool {
+        let Some(budget) = self.config.retry_budget else {
+            self.stats.retries += 1;
+            return true;
+        };
+        let address = &self.calls[&call].address;
+        let allowed = self.addrs.get_mut(address).is_none_or(|a| a.budget.withdraw(now, &budget));
+        if allowed {
+            self.stats.retries += 1;
+        } else {
+            self.stats.retries_over_budget += 1;
+        }
+        allowed
     }
 
     /// A connection that failed before the server's first SETTINGS never

@@ -90,6 +90,23 @@ impl Pool {
         self.connection_closed(now, connection, CloseReason::GoAway)
     }
 
+    /// An HTTP/2 connection's keep-alive PING is due
+    /// ([`PoolConfig::ping_interval`]): one PING unless one is out already,
+    /// a PONG deadline [`PoolConfig::pong_timeout`] after it, and the next
+    /// PING an interval on.
+    pub(super) fn keepalive_due(&mut self, now: Instant, id: ConnectionId) {
+        let Some(every) = self.config.ping_interval else { return };
+        if !self.conns.get(&id).is_some_and(|c| c.multiplexed() && c.no_new.is_none()) {
+            return;
+        }
+        if !self.timers.pong_pending(id) {
+            self.stats.keepalive_pings += 1;
+            self.timers.insert(now + self.config.pong_timeout, Timer::Pong(id));
+            self.actions.push_back(PoolAction::Ping { connection: id });
+        }
+        self.timers.insert(now + every, Timer::KeepAlive(id));
+    }
+
     /// The connection's PONG is overdue: it is unhealthy.
     pub(super) fn pong_overdue(&mut self, now: Instant, id: ConnectionId) {
         if self.conns.contains_key(&id) {

@@ -120,6 +120,7 @@
 
 mod acquire;
 mod action;
+mod budget;
 mod coalesce;
 mod config;
 mod connect;
@@ -128,6 +129,7 @@ mod exchange;
 mod http2;
 mod idle;
 mod kept;
+pub mod refresh;
 mod stats;
 mod timers;
 mod view;
@@ -135,6 +137,7 @@ mod waiters;
 pub mod warm;
 
 pub use action::{AcquireError, ExchangeError, FailureOutcome, PoolAction, Source};
+pub use budget::RetryBudget;
 pub use config::{AcquireOptions, PoolConfig, StreamLimitPolicy};
 pub use stats::{AddressStats, PoolStats};
 pub use view::Connection;
@@ -174,11 +177,20 @@ struct AddrState {
     waiters: usize,
     /// Attempts kept for the pool after their call took another connection.
     kept: usize,
+    /// Recent calls and retries ([`PoolConfig::retry_budget`]).
+    budget: budget::Window,
 }
 
 impl AddrState {
-    fn is_empty(&self) -> bool {
+    /// Nothing open, connecting or waiting (its budget may still matter:
+    /// see [`Pool::gc_address`]).
+    fn is_idle_state(&self) -> bool {
         self.open == 0 && self.racing.is_empty() && self.waiters == 0 && self.kept == 0
+    }
+
+    /// Nothing at all: it can be forgotten.
+    fn is_empty(&self) -> bool {
+        self.is_idle_state() && self.budget.totals() == (0, 0)
     }
 }
 
@@ -289,10 +301,15 @@ pub struct Pool {
     known_protocol: FastMap<Address, (Protocol, Instant, Option<u32>)>,
     /// When idle HTTP/1.1 connections are next probed (armed in `timers`).
     next_probe: Option<Instant>,
+    /// When the next DNS refresh round runs (armed in `timers`; see [`refresh`]).
+    dns_refresh_at: Option<Instant>,
     next_wait_seq: u64,
     open_total: usize,
     racing_total: usize,
     in_use_total: usize,
+    /// When `addrs` grows past this, Addresses with nothing left but an old
+    /// budget are forgotten (amortized O(1)).
+    addrs_sweep_at: usize,
     shutdown: bool,
     stats: PoolStats,
     /// DNS answers and lookups in flight, shared by every call.
@@ -307,6 +324,9 @@ pub struct Pool {
     /// their probation ends (armed in `timers`).
     probation: BTreeMap<ConnectionId, warm::Probation>,
     jitter: warm::Jitter,
+    /// Draws for connections' lifetimes (a stream of its own, so warm
+    /// backoff draws do not move with the number of connections opened).
+    lifetime_jitter: warm::Jitter,
     actions: VecDeque<PoolAction>,
     events: VecDeque<Event>,
 }
@@ -318,6 +338,7 @@ impl Pool {
         let db = RouteDatabase::new(config.route_ttl);
         let dns = DnsCache::new(config.dns_cache);
         let jitter = warm::Jitter::new(config.seed);
+        let lifetime_jitter = warm::Jitter::new(config.seed.rotate_left(32) ^ 0x11FE_711E);
         Pool {
             config,
             ids: IdAllocator::default(),
@@ -333,11 +354,13 @@ impl Pool {
             unverified: Unverified::default(),
             known_protocol: FastMap::default(),
             next_probe: None,
+            dns_refresh_at: None,
             timers: Timers::default(),
             next_wait_seq: 0,
             open_total: 0,
             racing_total: 0,
             in_use_total: 0,
+            addrs_sweep_at: 64,
             shutdown: false,
             stats: PoolStats::default(),
             dns,
@@ -347,6 +370,7 @@ impl Pool {
             warm_calls: BTreeMap::new(),
             probation: BTreeMap::new(),
             jitter,
+            lifetime_jitter,
             actions: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -419,6 +443,8 @@ impl Pool {
                 Timer::Probation(conn) => self.probation_ended(now, conn),
                 Timer::Pong(id) => self.pong_overdue(now, id),
                 Timer::Settings(id) => self.settings_overdue(now, id),
+                Timer::DnsRefresh => self.refresh_dns(now),
+                Timer::KeepAlive(id) => self.keepalive_due(now, id),
             }
         }
     }

@@ -60,6 +60,19 @@ pub struct PoolStats {
     pub dns_cache_hits: u64,
     /// Lookups that shared another call's query in flight.
     pub dns_shared: u64,
+    /// Names looked up again because pooled connections were made from
+    /// them and their answers expired ([`crate::pool::refresh`]).
+    pub dns_refreshes: u64,
+    /// Connections drained because their address left DNS
+    /// ([`CloseReason::DnsChanged`]).
+    pub dns_drained: u64,
+    /// HTTP/2 keep-alive PINGs sent ([`PoolConfig::ping_interval`](crate::PoolConfig::ping_interval)).
+    pub keepalive_pings: u64,
+    /// Retries started (free ones included; they are never refused).
+    pub retries: u64,
+    /// Retries refused because their Address's retry budget was spent
+    /// ([`NoRetry::RetryBudget`](crate::pool::NoRetry::RetryBudget)).
+    pub retries_over_budget: u64,
 }
 
 impl Pool {

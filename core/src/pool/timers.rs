@@ -38,6 +38,10 @@ pub(super) enum Timer {
     Pong(ConnectionId),
     /// The HTTP/2 connection's first SETTINGS never came: never usable.
     Settings(ConnectionId),
+    /// Names with pooled connections are due to be looked up again.
+    DnsRefresh,
+    /// The HTTP/2 connection's keep-alive PING is due.
+    KeepAlive(ConnectionId),
 }
 
 impl Timer {
@@ -54,12 +58,14 @@ impl Timer {
             Timer::Probation(_) => 7,
             Timer::Pong(_) => 8,
             Timer::Settings(_) => 9,
+            Timer::DnsRefresh => 10,
+            Timer::KeepAlive(_) => 11,
         }
     }
 }
 
 /// How many kinds of [`Timer`] there are.
-const KINDS: usize = 10;
+const KINDS: usize = 12;
 
 /// The table: entries in deadline order, and how many of each kind are armed.
 /// Disarming a kind none of whose timers is armed costs no search (an acquire
