@@ -79,6 +79,9 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some((prepared, vouched)) = config.tls_config {
         b = b.tls_config(rustls::ClientConfig::clone(&prepared.0)).tls_config_coalescing(vouched);
     }
+    if let Some(d) = config.ping_interval {
+        b = b.http2_ping_interval(d);
+    }
     if let Some(budget) = config.retry_budget {
         b = b.retry_budget(budget);
     }

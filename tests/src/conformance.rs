@@ -82,6 +82,8 @@ pub struct Config {
     pub retry_budget: Option<Option<switchyard_core::RetryBudget>>,
     /// Connections' max lifetime and its jitter.
     pub max_lifetime: Option<(Duration, f64)>,
+    /// HTTP/2 keep-alive PING interval.
+    pub ping_interval: Option<Duration>,
 }
 
 /// A resolver plugged into a [`Config`] (shown as `..` in its `Debug`).
@@ -128,6 +130,7 @@ impl Default for Config {
             tls_config: None,
             retry_budget: None,
             max_lifetime: None,
+            ping_interval: None,
         }
     }
 }
@@ -241,7 +244,10 @@ fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
 }
 
 pub use crate::dns::{dns_cache, per_family_blocking_resolver};
-pub use crate::resilience::{retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm};
+pub use crate::resilience::{
+    dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
+    retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
+};
 
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
 pub(crate) fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
@@ -1330,7 +1336,8 @@ macro_rules! conformance_suite {
             a_call_deadline_on_http2_keeps_the_connection,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
             dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options,
-            retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm);
+            retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
+            dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1343,12 +1350,13 @@ macro_rules! conformance_suite {
             bodiless_responses_and_large_bodies, http_proxy, socks5_proxy,
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
-            per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm);
+            per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm,
+            dns_change_drains_pooled_connections);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2,
-            retry_budget_bounds_an_http2_retry_storm);
+            retry_budget_bounds_an_http2_retry_storm, http2_keepalive_ping_finds_a_dead_peer);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

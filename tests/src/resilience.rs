@@ -87,3 +87,180 @@ pub fn retry_budget_bounds_an_http2_retry_storm(a: &dyn Adapter) {
     assert!(over_budget >= 64 - 12, "{over_budget} calls stopped at the budget");
     assert_eq!(client.stats().retries_over_budget as usize, over_budget);
 }
+
+/// A resolver whose answer the test moves.
+struct Moving(std::sync::Mutex<Vec<std::net::IpAddr>>);
+
+impl switchyard_common::Resolve for Moving {
+    fn resolve(&self, _host: &str, _port: u16) -> std::io::Result<Vec<std::net::IpAddr>> {
+        Ok(self.0.lock().expect("answer").clone())
+    }
+}
+
+/// An HTTP/1.1 keep-alive server on `ip:port` answering `ok` to every
+/// request; counts its connections. Port 0: any.
+struct KeepAliveServer {
+    port: u16,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl KeepAliveServer {
+    fn start(ip: &str, port: u16) -> Option<KeepAliveServer> {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind((ip, port)).ok()?;
+        let port = listener.local_addr().ok()?.port();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&connections);
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { return };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut chunk) {
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Some(KeepAliveServer { port, connections })
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A name moves from 127.0.0.2 to 127.0.0.3 in the resolver: the pooled
+/// connection to the old address is drained by the refresh (no call asks),
+/// `DnsChanged`, and the next call connects to the new one.
+pub fn dns_change_drains_pooled_connections(a: &dyn Adapter) {
+    // The same port on both addresses (retried on another port if taken).
+    let (old, new) = (0..20)
+        .find_map(|_| {
+            let old = KeepAliveServer::start("127.0.0.2", 0)?;
+            let new = KeepAliveServer::start("127.0.0.3", old.port)?;
+            Some((old, new))
+        })
+        .expect("one port on 127.0.0.2 and 127.0.0.3");
+    let resolver = std::sync::Arc::new(Moving(std::sync::Mutex::new(vec!["127.0.0.2".parse().expect("ip")])));
+    let client = a.client(Config {
+        version: Version::Http1,
+        resolver: Some(crate::conformance::Plugged(resolver.clone())),
+        dns_cache_ttl: Some(Duration::from_millis(300)),
+        ..Config::default()
+    });
+    let url = format!("http://moving.test:{}/", old.port);
+    assert_eq!(client.send(Req::get(url.clone())).expect("the old address").body, b"ok");
+    assert_eq!(client.send(Req::get(url.clone())).expect("pooled").body, b"ok");
+    assert_eq!((old.connections(), new.connections()), (1, 0));
+    *resolver.0.lock().expect("answer") = vec!["127.0.0.3".parse().expect("ip")];
+    crate::conformance::eventually("the refresh drains the old connection", Duration::from_secs(10), || {
+        client.stats().closed.get(&switchyard_core::CloseReason::DnsChanged) == Some(&1)
+    });
+    assert!(client.stats().dns_refreshes >= 1);
+    assert_eq!(client.send(Req::get(url)).expect("the new address").body, b"ok");
+    assert_eq!((old.connections(), new.connections()), (1, 1));
+    assert_eq!(client.stats().totals.open, 1);
+}
+
+/// A TCP relay whose existing connections can be frozen: it stops
+/// forwarding either way (the peer looks dead, the sockets stay open).
+struct Relay {
+    port: u16,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn start(to: u16) -> Relay {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&frozen);
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(client) = s else { return };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else { return };
+                // Connections accepted after a freeze are not frozen.
+                let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let watch = (std::sync::Arc::clone(&flag), std::sync::Arc::clone(&frozen));
+                let already = flag.load(std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    if already {
+                        return;
+                    }
+                    while !watch.0.load(std::sync::atomic::Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    watch.1.store(true, std::sync::atomic::Ordering::SeqCst);
+                });
+                for (mut from, mut to) in [
+                    (client.try_clone().expect("clone"), server.try_clone().expect("clone")),
+                    (server, client),
+                ] {
+                    let frozen = std::sync::Arc::clone(&frozen);
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 * 1024];
+                        loop {
+                            if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+                                std::thread::sleep(Duration::from_millis(20));
+                                continue;
+                            }
+                            let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+                            match from.read(&mut buf) {
+                                Ok(0) => return,
+                                Ok(n) if !frozen.load(std::sync::atomic::Ordering::SeqCst) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        return;
+                                    }
+                                }
+                                Ok(_) => {}
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => return,
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Relay { port, frozen }
+    }
+}
+
+/// HTTP/2 keep-alive: an idle connection whose peer stops answering (a
+/// relay that freezes it) is found by its PING within `ping_interval +
+/// ping_timeout` and closed `Unhealthy`; the next call opens a new one.
+pub fn http2_keepalive_ping_finds_a_dead_peer(a: &dyn Adapter) {
+    let server = FaultServer::start(FaultOptions { http2: true, ..FaultOptions::default() });
+    let relay = Relay::start(server.port());
+    let client = a.client(Config {
+        version: Version::Http2,
+        ping_interval: Some(Duration::from_secs(10)),
+        ..Config::default()
+    });
+    let url = format!("http://127.0.0.1:{}/", relay.port);
+    assert_eq!(client.send(Req::get(url.clone())).expect("first").body, b"ok");
+    relay.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Interval (10 s) + timeout (1 s), with room for a slow machine.
+    crate::conformance::eventually("the missed PONG closes the connection", Duration::from_secs(20), || {
+        client.stats().closed.get(&switchyard_core::CloseReason::Unhealthy) == Some(&1)
+    });
+    assert!(client.stats().keepalive_pings >= 1);
+    assert_eq!(client.send(Req::get(url)).expect("on a new connection").body, b"ok");
+    assert_eq!(server.connections(), 2);
+}
