@@ -350,6 +350,13 @@ impl Error {
         }
     }
 
+    /// Whether the call was refused because the client is shutting down
+    /// (`Client::shutdown`), or was waiting for a connection when it did.
+    #[must_use]
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self.kind, ErrorKind::Connect(AcquireError::Shutdown))
+    }
+
     /// Whether the call failed because its host's retry budget was spent: the
     /// failure would otherwise have been retried
     /// ([`ClientBuilder::retry_budget`](crate::ClientBuilder::retry_budget)).

@@ -97,6 +97,8 @@ pub mod proxy_env;
 pub mod proxy_rule;
 mod request;
 mod resolve;
+mod shutdown;
+pub use shutdown::ShutdownReport;
 pub mod tls;
 pub mod transport;
 mod userinfo;

@@ -239,8 +239,8 @@ macro_rules! adapter_types {
             /// Stops re-warming at once, fails calls waiting for a connection,
             /// closes idle connections, and lets calls in flight finish (their
             /// connections close then). Waits (up to the ready timeout) for them.
-            pub async fn shutdown(&self) {
-                self.inner.shutdown().await;
+            pub async fn shutdown(&self) -> $crate::ShutdownReport {
+                self.inner.shutdown().await
             }
 
             /// The engine's generic Manager underneath (for code written over

@@ -162,6 +162,26 @@ impl<R: Runtime> Client<R> {
         self.inner.shared.input(|st, now| st.pool.evict_all(now));
     }
 
+    /// Shuts the client down gracefully within `grace`: new calls are
+    /// refused at once ([`Error::is_shutdown`]), idle connections close,
+    /// calls in flight finish (bodies included) until the deadline; then
+    /// HTTP/2 connections still carrying streams are ended. Returns what was
+    /// still running at the deadline (the order:
+    /// [`ShutdownReport`](switchyard_common::ShutdownReport)). Clones share
+    /// the pool: every clone is shut down.
+    pub async fn shutdown(&self, grace: std::time::Duration) -> switchyard_common::ShutdownReport {
+        let shared = &self.inner.shared;
+        shared.input(|st, now| st.pool.shutdown(now));
+        let deadline = std::time::Instant::now() + grace;
+        if shared.wait_for(deadline, |st, _| st.pool.stats().calls == 0).await {
+            return switchyard_common::ShutdownReport::default();
+        }
+        shared.input(|st, now| switchyard_common::ShutdownReport {
+            in_flight: st.pool.stats().calls,
+            aborted: st.pool.abort_in_use(now),
+        })
+    }
+
     pub(crate) fn ensure_timer(&self) {
         if !self.inner.timer_started.swap(true, Ordering::AcqRel) {
             let shared = &self.inner.shared;

@@ -202,12 +202,10 @@ impl<R: Runtime> Manager<R> {
 
     /// Stops re-warming at once, fails calls waiting for a connection, closes
     /// idle connections, and lets calls in flight finish (their connections
-    /// close then). Waits (up to the ready timeout) for them.
-    pub async fn shutdown(&self) {
-        let shared = &self.client.inner.shared;
-        shared.input(|st, now| st.pool.shutdown(now));
-        let deadline = std::time::Instant::now() + self.ready_timeout;
-        shared.wait_for(deadline, |st, _| st.pool.stats().totals.in_use == 0).await;
+    /// close then), for up to the ready timeout: the client's graceful
+    /// shutdown ([`Client::shutdown`]).
+    pub async fn shutdown(&self) -> switchyard_common::ShutdownReport {
+        self.client.shutdown(self.ready_timeout).await
     }
 }
 

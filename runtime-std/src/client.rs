@@ -207,6 +207,24 @@ impl Client {
 
     switchyard_common::request_methods!(RequestBuilder);
 
+    /// Shuts the client down gracefully within `grace`, blocking: new calls
+    /// are refused at once ([`Error::is_shutdown`]), idle connections
+    /// close, calls in flight finish (bodies included) until the deadline;
+    /// HTTP/1.1 exchanges still running then are not interrupted and are
+    /// counted in the report. Clones share the pool: every clone is shut down.
+    pub fn shutdown(&self, grace: std::time::Duration) -> switchyard_common::ShutdownReport {
+        let shared = &self.inner.shared;
+        shared.input(|st, now| st.pool.shutdown(now));
+        let deadline = std::time::Instant::now() + grace;
+        if shared.wait_for(deadline, |st, _| st.pool.stats().calls == 0) {
+            return switchyard_common::ShutdownReport::default();
+        }
+        shared.input(|st, now| switchyard_common::ShutdownReport {
+            in_flight: st.pool.stats().calls,
+            aborted: st.pool.abort_in_use(now),
+        })
+    }
+
     /// The pool's counts and counters (due timers fire first, so idle
     /// connections past their keep-alive are already closed).
     #[must_use]

@@ -104,6 +104,7 @@ pub use switchyard_common::manager::ServerStatus;
 /// A proxy rule: a proxy server and the requests that go through it
 /// (reqwest's `Proxy`: `Proxy::https("http://proxy:3128")?`).
 pub use switchyard_common::ProxyRule as Proxy;
+pub use switchyard_common::ShutdownReport;
 pub use switchyard_common::{
     describe, BodyError, Error, ErrorKind, EventListener, EventLog, HttpVersion, IntoUri, NoProxy,
     NoopListener, ProxyEnv, ProxySelector, Recorded, RequestOptions, Resolve, SystemResolver, TimeoutPhase,

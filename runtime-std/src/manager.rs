@@ -144,11 +144,8 @@ impl Manager {
     /// Stops re-warming at once, fails calls waiting for a connection, closes
     /// idle connections, lets calls in flight finish; waits (up to the ready
     /// timeout) for them.
-    pub fn shutdown(&self) {
-        let shared = &self.client.inner.shared;
-        shared.input(|st, now| st.pool.shutdown(now));
-        let deadline = std::time::Instant::now() + self.ready_timeout;
-        shared.wait_for(deadline, |st, _| st.pool.stats().totals.in_use == 0);
+    pub fn shutdown(&self) -> switchyard_common::ShutdownReport {
+        self.client.shutdown(self.ready_timeout)
     }
 }
 

@@ -62,6 +62,9 @@ impl TestClient for StdClient {
     fn evict(&self) {
         self.client.evict_idle();
     }
+    fn shutdown(&self, grace: std::time::Duration) -> switchyard_std::ShutdownReport {
+        self.client.shutdown(grace)
+    }
 }
 
 impl Adapter for StdAdapter {

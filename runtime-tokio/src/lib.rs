@@ -124,7 +124,7 @@ pub use switchyard_async::{
 };
 pub use switchyard_async::{
     AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, Readiness, Resolved,
-    RetryBudget, ServerStatus, WarmPolicy,
+    RetryBudget, ServerStatus, ShutdownReport, WarmPolicy,
 };
 
 #[cfg(feature = "gateway")]

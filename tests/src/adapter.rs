@@ -281,4 +281,7 @@ impl<R: switchyard_async::Runtime, E: Executor> crate::conformance::TestClient f
     fn evict(&self) {
         self.exec.block_on(async { self.client.evict_idle() });
     }
+    fn shutdown(&self, grace: std::time::Duration) -> switchyard_common::ShutdownReport {
+        self.exec.block_on(self.client.shutdown(grace))
+    }
 }

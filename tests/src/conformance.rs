@@ -226,6 +226,8 @@ pub trait TestClient: Send + Sync {
     fn clear_events(&self);
     /// Closes idle connections.
     fn evict(&self);
+    /// Shuts the client down gracefully (`Client::shutdown(grace)`).
+    fn shutdown(&self, grace: Duration) -> switchyard_common::ShutdownReport;
 }
 
 /// An adapter under test.
@@ -247,6 +249,7 @@ pub use crate::dns::{dns_cache, per_family_blocking_resolver};
 pub use crate::resilience::{
     dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
     retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
+    shutdown_under_load_loses_no_call,
 };
 
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
@@ -1337,7 +1340,8 @@ macro_rules! conformance_suite {
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
             dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options,
             retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
-            dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer);
+            dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
+            shutdown_under_load_loses_no_call);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1351,7 +1355,7 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
             per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm,
-            dns_change_drains_pooled_connections);
+            dns_change_drains_pooled_connections, shutdown_under_load_loses_no_call);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,

@@ -264,3 +264,55 @@ pub fn http2_keepalive_ping_finds_a_dead_peer(a: &dyn Adapter) {
     assert_eq!(client.send(Req::get(url)).expect("on a new connection").body, b"ok");
     assert_eq!(server.connections(), 2);
 }
+
+/// Graceful shutdown under load: 16 calls, 4 connections allowed. The 4 in
+/// flight finish; the 12 waiting for capacity fail typed ("shut down"), as
+/// does any call made after; no connection is left open. With a grace
+/// shorter than the calls, the report counts the calls still running (an
+/// HTTP/1.1 exchange is not interrupted: they still end well).
+pub fn shutdown_under_load_loses_no_call(a: &dyn Adapter) {
+    use crate::server::{ServerOptions, TestServer};
+    let server = TestServer::start(ServerOptions::default());
+    let client = a.client(Config { max_per_host: Some(4), version: Version::Http1, ..Config::default() });
+    let url = format!("http://127.0.0.1:{}/sleep/300", server.port());
+    let results = std::thread::scope(|s| {
+        let load = s.spawn(|| client.send_all((0..16).map(|_| Req::get(url.clone())).collect()));
+        crate::conformance::eventually("four calls in flight", Duration::from_secs(10), || {
+            let t = client.stats().totals;
+            t.in_use == 4 && t.waiters == 12
+        });
+        let report = client.shutdown(Duration::from_secs(10));
+        assert!(report.is_clean(), "{report}");
+        load.join().expect("load")
+    });
+    let (mut ok, mut refused) = (0, 0);
+    for r in results {
+        match r {
+            Ok(r) => {
+                assert_eq!(r.body, b"slept");
+                ok += 1;
+            }
+            Err((Failure::Connect, m)) if m.contains("shut down") => refused += 1,
+            Err((kind, m)) => panic!("neither finished nor refused typed ({kind:?}): {m}"),
+        }
+    }
+    assert_eq!((ok, refused), (4, 12));
+    let (kind, m) = client.send(Req::get(url)).expect_err("refused after shutdown");
+    assert!(kind == Failure::Connect && m.contains("shut down"), "{m}");
+    assert_eq!(client.stats().totals.open, 0, "every connection closed");
+    assert_eq!(server.records().len(), 4, "the refused calls never reached the server");
+    // A grace shorter than the calls: they are reported, and still finish.
+    let client = a.client(Config { version: Version::Http1, ..Config::default() });
+    let url = format!("http://127.0.0.1:{}/sleep/1500", server.port());
+    let results = std::thread::scope(|s| {
+        let load = s.spawn(|| client.send_all((0..2).map(|_| Req::get(url.clone())).collect()));
+        crate::conformance::eventually("two calls in flight", Duration::from_secs(10), || {
+            client.stats().totals.in_use == 2
+        });
+        let report = client.shutdown(Duration::from_millis(100));
+        assert_eq!(report.in_flight, 2, "{report}");
+        load.join().expect("load")
+    });
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(client.stats().totals.open, 0);
+}

@@ -553,6 +553,23 @@ impl Pool {
         }
     }
 
+    /// The end of a graceful shutdown's grace: every HTTP/2 connection still
+    /// carrying streams is ended now ([`PoolAction::Abort`], reason
+    /// [`CloseReason::Shutdown`]): its streams fail and are reported.
+    /// HTTP/1.1 exchanges belong to their calls' sockets and are not
+    /// interrupted; their connections close when they end. Returns how many
+    /// connections were ended.
+    pub fn abort_in_use(&mut self, now: Instant) -> usize {
+        self.shutdown(now);
+        let mut busy: Vec<ConnectionId> =
+            self.conns.values().filter(|c| c.multiplexed() && c.in_flight > 0).map(|c| c.id).collect();
+        busy.sort_unstable();
+        for &connection in &busy {
+            self.actions.push_back(PoolAction::Abort { connection, reason: CloseReason::Shutdown });
+        }
+        busy.len()
+    }
+
     // --------------------------------------------------------------- internals
 
     fn emit(&mut self, at: Instant, call: Option<CallId>, kind: EventKind) {
