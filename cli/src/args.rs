@@ -221,6 +221,12 @@ pub struct GetArgs {
     /// seconds, or a duration such as 30s).
     #[arg(long = "keepalive-time", value_parser = parse_duration)]
     pub keepalive_time: Option<Duration>,
+    /// With -n/-c: after the summary, print the pool's metrics per server in
+    /// Prometheus text on stdout (OpenTelemetry's names:
+    /// http_client_open_connections{state}, connections created and closed
+    /// by reason, retries, …).
+    #[arg(long)]
+    pub metrics: bool,
     /// Machine-readable output: one JSON object per event (and a summary) on
     /// stdout; the body goes only to --output.
     #[arg(long)]

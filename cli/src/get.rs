@@ -200,7 +200,10 @@ async fn run_async<R: switchyard_async::Runtime>(
         results.push(t.await);
     }
     progress.done();
-    summary(total, results, &client.stats(), &log, &args, progress.started)
+    let metrics = args
+        .metrics
+        .then(|| switchyard_common::metrics::prometheus_text(&client.stats_by_address(), &client.stats()));
+    summary(total, results, &client.stats(), &log, &args, progress.started, metrics)
 }
 
 async fn fetch_async<R: switchyard_async::Runtime>(
@@ -267,7 +270,10 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
     });
     progress.done();
     let results = results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-    summary(total, results, &client.stats(), log, args, progress.started)
+    let metrics = args
+        .metrics
+        .then(|| switchyard_common::metrics::prometheus_text(&client.stats_by_address(), &client.stats()));
+    summary(total, results, &client.stats(), log, args, progress.started, metrics)
 }
 
 /// A progress bar, shown on a terminal only for runs longer than a second.
@@ -418,6 +424,7 @@ fn summary(
     log: &EventLog,
     args: &GetArgs,
     started: Instant,
+    metrics: Option<String>,
 ) -> Result<(), Failed> {
     let mut latencies = Vec::new();
     let mut errors = Vec::new();
@@ -480,6 +487,10 @@ fn summary(
             pct(0.5),
             pct(0.99),
         );
+    }
+    if let Some(text) = metrics {
+        // After the summary, on stdout: `switchyard get --metrics … > pool.prom`.
+        print!("{text}");
     }
     match errors.first() {
         Some(first) => Err(Failed(format!("{} of {total} requests failed; first: {first}", errors.len()))),

@@ -462,3 +462,33 @@ fn gateway_forwards_to_declared_servers_and_stops_on_sigterm() {
     assert!(lines[0]["connection"].as_str().is_some_and(|c| c.starts_with("conn#")), "{lines:?}");
     assert!(lines[2]["refused"].as_str().is_some_and(|r| r.contains("other.test")), "{lines:?}");
 }
+
+/// `--metrics` after a `-n/-c` run: the pool per server in Prometheus text,
+/// OpenTelemetry's names, on every runtime.
+#[test]
+fn get_metrics_prints_prometheus_text_per_server() {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    for runtime in ["tokio", "smol", "std"] {
+        let out = bin()
+            .args(["get", "--runtime", runtime, "-n", "6", "-c", "2", "--metrics", &url])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let labels =
+            format!("server_address=\"127.0.0.1\",server_port=\"{}\",url_scheme=\"http\"", server.port());
+        let value = |series: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap()))
+                .unwrap_or_else(|| panic!("{runtime}: no {series} in\n{text}"))
+        };
+        assert_eq!(value(&format!("http_client_calls_total{{{labels}}}")), 6, "{runtime}");
+        let created = value(&format!("http_client_connections_created_total{{{labels}}}"));
+        assert!((1..=2).contains(&created), "{runtime}: {created} connections for 2 callers");
+        assert_eq!(value(&format!("http_client_open_connections{{{labels},state=\"active\"}}")), 0);
+        assert_eq!(value(&format!("http_client_open_connections{{{labels},state=\"idle\"}}")), created);
+        assert_eq!(value("switchyard_pool_reused_total"), 6 - created, "{runtime}");
+        assert!(text.contains("# TYPE http_client_calls_total counter"), "{text}");
+    }
+}

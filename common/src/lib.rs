@@ -93,6 +93,7 @@ pub mod exchange;
 pub mod gateway;
 mod hub;
 pub mod manager;
+pub mod metrics;
 pub mod proxy_env;
 pub mod proxy_rule;
 mod request;

@@ -198,9 +198,9 @@ pub use event::{CancelReason, Event, EventKind};
 pub use id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
 pub use plan::{interleave, DnsOutcome, Family, KnownAnswer, PlanConfig, PlanStep, RoutePlanner};
 pub use pool::{
-    AcquireError, AcquireOptions, AddressStats, Backoff, Connection, ExchangeError, FailureOutcome, Pool,
-    PoolAction, PoolConfig, PoolStats, Readiness, RetryBudget, Source, StreamLimitPolicy, WarmPolicy,
-    WarmStatus,
+    AcquireError, AcquireOptions, AddressCounters, AddressMetrics, AddressStats, Backoff, Connection,
+    ExchangeError, FailureOutcome, Pool, PoolAction, PoolConfig, PoolStats, Readiness, RetryBudget, Source,
+    StreamLimitPolicy, WarmPolicy, WarmStatus,
 };
 pub use race::{Action, Race, RaceConfig, RaceRequest, Sequence};
 pub use route::{Route, RouteDatabase};

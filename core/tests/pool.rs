@@ -1721,3 +1721,27 @@ fn keepalive_pings_find_a_dead_http2_peer_within_interval_plus_timeout() {
     sim.finish(1, c1);
     assert_eq!(sim.pool.poll_timeout(), Some(ms(1_000_001)), "only the keep-alive");
 }
+
+/// Gauges and counters per Address, in the order of their names.
+#[test]
+fn stats_by_address_counts_each_address_in_name_order() {
+    let mut sim = PoolSim::new(config());
+    let (a, b) = (http("127.0.0.2"), http("127.0.0.1"));
+    let (ca, _) = sim.open(0, &a);
+    let (cb, kb) = sim.open(1, &b);
+    sim.finish(2, cb);
+    let cb2 = sim.acquire(3, &b);
+    assert_eq!(sim.drain(), [format!("acquired {cb2} {kb} Pooled")]);
+    sim.finish(4, cb2);
+    sim.pool.evict_all(ms(5));
+    sim.drain();
+    let all = sim.pool.stats_by_address();
+    let names: Vec<String> = all.iter().map(|m| m.address.to_string()).collect();
+    assert_eq!(names, ["http://127.0.0.1:80", "http://127.0.0.2:80"]);
+    let (mb, ma) = (&all[0], &all[1]);
+    assert_eq!((mb.counters.calls, mb.counters.created, mb.gauges.open), (2, 1, 0));
+    assert_eq!(mb.counters.closed[&CloseReason::EvictAll], 1);
+    assert_eq!((ma.counters.calls, ma.counters.created, ma.gauges.in_use, ma.gauges.open), (1, 1, 1, 1));
+    assert!(ma.counters.closed.is_empty());
+    sim.finish(6, ca);
+}

@@ -162,6 +162,13 @@ impl<R: Runtime> Client<R> {
         self.inner.shared.input(|st, now| st.pool.evict_all(now));
     }
 
+    /// Every server's gauges and counters, in the order of their names
+    /// (Prometheus text: [`switchyard_common::metrics::prometheus_text`]).
+    #[must_use]
+    pub fn stats_by_address(&self) -> Vec<switchyard_core::AddressMetrics> {
+        self.inner.shared.lock_state().pool.stats_by_address()
+    }
+
     /// Shuts the client down gracefully within `grace`: new calls are
     /// refused at once ([`Error::is_shutdown`]), idle connections close,
     /// calls in flight finish (bodies included) until the deadline; then

@@ -207,6 +207,13 @@ impl Client {
 
     switchyard_common::request_methods!(RequestBuilder);
 
+    /// Every server's gauges and counters, in the order of their names
+    /// (Prometheus text: [`switchyard_common::metrics::prometheus_text`]).
+    #[must_use]
+    pub fn stats_by_address(&self) -> Vec<switchyard_core::AddressMetrics> {
+        self.inner.shared.input(|st, _| st.pool.stats_by_address())
+    }
+
     /// Shuts the client down gracefully within `grace`, blocking: new calls
     /// are refused at once ([`Error::is_shutdown`]), idle connections
     /// close, calls in flight finish (bodies included) until the deadline;

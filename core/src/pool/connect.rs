@@ -491,7 +491,9 @@ impl Pool {
         if !self.warm.is_empty() {
             self.warm_opened(now, id, address);
         }
-        self.addrs.entry(address.clone()).or_default().open += 1;
+        let a = self.addrs.entry(address.clone()).or_default();
+        a.open += 1;
+        a.counters.created += 1;
         self.open_total += 1;
         self.stats.created += 1;
         if let Some(t) = lifetime_deadline {

@@ -57,6 +57,7 @@ impl Pool {
         };
         if charged == Some(false) {
             self.stats.retries += 1;
+            self.count_for(call, |c| c.retries += 1);
         } else if charged == Some(true) && !self.spend_retry(now, call) {
             decision = RetryDecision::Fail {
                 why: NoRetry::RetryBudget,
@@ -98,10 +99,19 @@ impl Pool {
         let allowed = self.addrs.get_mut(address).is_none_or(|a| a.budget.withdraw(now, &budget));
         if allowed {
             self.stats.retries += 1;
+            self.count_for(call, |c| c.retries += 1);
         } else {
             self.stats.retries_over_budget += 1;
+            self.count_for(call, |c| c.retries_over_budget += 1);
         }
         allowed
+    }
+
+    /// Updates the counters of the call's Address.
+    fn count_for(&mut self, call: CallId, f: impl FnOnce(&mut stats::AddressCounters)) {
+        if let Some(a) = self.calls.get(&call).and_then(|c| self.addrs.get_mut(&c.address)) {
+            f(&mut a.counters);
+        }
     }
 
     /// A connection that failed before the server's first SETTINGS never

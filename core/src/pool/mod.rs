@@ -139,7 +139,7 @@ pub mod warm;
 pub use action::{AcquireError, ExchangeError, FailureOutcome, PoolAction, Source};
 pub use budget::RetryBudget;
 pub use config::{AcquireOptions, PoolConfig, StreamLimitPolicy};
-pub use stats::{AddressStats, PoolStats};
+pub use stats::{AddressCounters, AddressMetrics, AddressStats, PoolStats};
 pub use view::Connection;
 pub use warm::{Backoff, Readiness, WarmPolicy, WarmStatus};
 
@@ -179,6 +179,8 @@ struct AddrState {
     kept: usize,
     /// Recent calls and retries ([`PoolConfig::retry_budget`]).
     budget: budget::Window,
+    /// Counters since the Address was first seen ([`Pool::stats_by_address`]).
+    counters: stats::AddressCounters,
 }
 
 impl AddrState {
@@ -188,7 +190,7 @@ impl AddrState {
         self.open == 0 && self.racing.is_empty() && self.waiters == 0 && self.kept == 0
     }
 
-    /// Nothing at all: it can be forgotten.
+    /// Nothing at all: it can be forgotten (with its counters).
     fn is_empty(&self) -> bool {
         self.is_idle_state() && self.budget.totals() == (0, 0)
     }

@@ -25,6 +25,34 @@ pub struct AddressStats {
     pub waiters: usize,
 }
 
+/// Per-Address counters, kept since the pool first saw the Address (an
+/// Address with nothing open, connecting or waiting, and no retry budget
+/// activity in its window, is forgotten with them: a scraper sees a reset).
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct AddressCounters {
+    /// Calls made (first asks; retries not counted).
+    pub calls: u64,
+    /// Connections established.
+    pub created: u64,
+    /// Connections closed, by reason.
+    pub closed: BTreeMap<CloseReason, u64>,
+    /// Retries started.
+    pub retries: u64,
+    /// Retries refused by the retry budget.
+    pub retries_over_budget: u64,
+}
+
+/// One Address's gauges and counters ([`Pool::stats_by_address`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct AddressMetrics {
+    /// The Address.
+    pub address: Address,
+    /// Its gauges now.
+    pub gauges: AddressStats,
+    /// Its counters.
+    pub counters: AddressCounters,
+}
+
 /// Pool-wide counts and counters.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct PoolStats {
@@ -86,6 +114,25 @@ impl Pool {
             open: a.open,
             waiters: a.waiters,
         })
+    }
+
+    /// Every Address the pool holds state for, with its gauges and
+    /// counters, in the order of their names (`scheme://host:port`, then
+    /// the rest of the key): O(Addresses). For metrics
+    /// (`http.client.open_connections` by `state`, per server).
+    #[must_use]
+    pub fn stats_by_address(&self) -> Vec<AddressMetrics> {
+        let mut all: Vec<AddressMetrics> = self
+            .addrs
+            .iter()
+            .map(|(address, a)| AddressMetrics {
+                address: address.clone(),
+                gauges: self.address_stats(address),
+                counters: a.counters.clone(),
+            })
+            .collect();
+        all.sort_by_cached_key(|m| (m.address.to_string(), format!("{:?}", m.address)));
+        all
     }
 
     /// Pool-wide counts and counters, kept incrementally (O(1)).

@@ -17,18 +17,22 @@ impl Pool {
         let ahead = {
             let c = &self.calls[&call_id];
             let first_ask = c.retries == 0 && c.free_retries == 0;
-            let all = match (self.config.retry_budget.as_ref(), self.addrs.get_mut(&c.address)) {
-                // A call's first ask deposits into its Address's retry budget.
-                (Some(budget), Some(a)) if first_ask => {
-                    a.budget.deposit(now, budget);
+            let all = match self.addrs.get_mut(&c.address) {
+                Some(a) if !first_ask => a.waiters,
+                None if !first_ask => 0,
+                found => {
+                    // A call's first ask: counted, and deposited into its
+                    // Address's retry budget.
+                    let a = match found {
+                        Some(a) => a,
+                        None => self.addrs.entry(c.address.clone()).or_default(),
+                    };
+                    a.counters.calls += 1;
+                    if let Some(budget) = self.config.retry_budget.as_ref() {
+                        a.budget.deposit(now, budget);
+                    }
                     a.waiters
                 }
-                (Some(budget), None) if first_ask => {
-                    let a = self.addrs.entry(c.address.clone()).or_default();
-                    a.budget.deposit(now, budget);
-                    0
-                }
-                (_, a) => a.map_or(0, |a| a.waiters),
             };
             if self.waiters.last_key_value().is_none_or(|(last, _)| *last < c.wait_seq) {
                 all // a new call: every waiting call asked before it

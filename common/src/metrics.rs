@@ -1,0 +1,135 @@
+//! Pool metrics as Prometheus text, named after OpenTelemetry's HTTP client
+//! semantic conventions (`http.client.open_connections` with its `state`
+//! attribute, `idle` or `active`), dots as underscores, one series per
+//! server (`server_address`, `server_port`, `url_scheme`, as the
+//! conventions name them). From a client's `stats_by_address()` and
+//! `stats()`:
+//!
+//! | metric | kind | what |
+//! |---|---|---|
+//! | `http_client_open_connections{state="idle"\|"active"}` | gauge | idle connections, connections carrying exchanges |
+//! | `http_client_connecting` | gauge | races and kept attempts in progress |
+//! | `http_client_waiting_calls` | gauge | calls waiting for capacity |
+//! | `http_client_calls_total` | counter | calls made (retries not counted) |
+//! | `http_client_connections_created_total` | counter | connections established |
+//! | `http_client_connections_closed_total{reason}` | counter | closes, by reason |
+//! | `http_client_retries_total` | counter | retries started |
+//! | `http_client_retries_over_budget_total` | counter | retries the budget refused |
+//!
+//! and pool-wide `switchyard_pool_reused_total`, `…_coalesced_total`,
+//! `…_tcp_connects_total`, `…_tls_handshakes_total`, `…_dns_refreshes_total`.
+
+use std::fmt::Write as _;
+
+use switchyard_core::{AddressMetrics, PoolStats};
+
+/// The metrics in Prometheus' text exposition format (version 0.0.4).
+///
+/// ```
+/// use switchyard_core::{Address, AddressMetrics, AddressStats, PoolStats};
+/// let address = Address::from_uri(&"https://api.test/".parse().unwrap()).unwrap().build().unwrap();
+/// let gauges = AddressStats { idle: 2, in_use: 1, open: 3, ..AddressStats::default() };
+/// let metrics = AddressMetrics { address, gauges, counters: Default::default() };
+/// let text = switchyard_common::metrics::prometheus_text(&[metrics], &PoolStats::default());
+/// assert!(text.contains(r#"http_client_open_connections{server_address="api.test",server_port="443",url_scheme="https",state="idle"} 2"#));
+/// ```
+#[must_use]
+pub fn prometheus_text(by_address: &[AddressMetrics], pool: &PoolStats) -> String {
+    let mut out = String::new();
+    let labels: Vec<String> = by_address.iter().map(labels).collect();
+    let mut family = |name: &str, kind: &str, help: &str, rows: &mut dyn Iterator<Item = (String, u64)>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (l, v) in rows {
+            let _ = writeln!(out, "{name}{{{l}}} {v}");
+        }
+    };
+    let each = |f: &dyn Fn(&AddressMetrics) -> u64| {
+        by_address.iter().zip(&labels).map(|(m, l)| (l.clone(), f(m))).collect::<Vec<_>>().into_iter()
+    };
+    family(
+        "http_client_open_connections",
+        "gauge",
+        "Open connections by state (idle, or active: carrying exchanges).",
+        &mut by_address.iter().zip(&labels).flat_map(|(m, l)| {
+            [
+                (format!("{l},state=\"idle\""), m.gauges.idle as u64),
+                (format!("{l},state=\"active\""), m.gauges.in_use as u64),
+            ]
+        }),
+    );
+    family(
+        "http_client_connecting",
+        "gauge",
+        "Connects in progress.",
+        &mut each(&|m| m.gauges.connecting as u64),
+    );
+    family(
+        "http_client_waiting_calls",
+        "gauge",
+        "Calls waiting for capacity.",
+        &mut each(&|m| m.gauges.waiters as u64),
+    );
+    family(
+        "http_client_calls_total",
+        "counter",
+        "Calls made (retries not counted).",
+        &mut each(&|m| m.counters.calls),
+    );
+    family(
+        "http_client_connections_created_total",
+        "counter",
+        "Connections established.",
+        &mut each(&|m| m.counters.created),
+    );
+    family(
+        "http_client_connections_closed_total",
+        "counter",
+        "Connections closed, by reason.",
+        &mut by_address.iter().zip(&labels).flat_map(|(m, l)| {
+            m.counters
+                .closed
+                .iter()
+                .map(move |(r, n)| (format!("{l},reason=\"{}\"", escape(&r.to_string())), *n))
+        }),
+    );
+    family("http_client_retries_total", "counter", "Retries started.", &mut each(&|m| m.counters.retries));
+    family(
+        "http_client_retries_over_budget_total",
+        "counter",
+        "Retries refused by the retry budget.",
+        &mut each(&|m| m.counters.retries_over_budget),
+    );
+    for (name, help, v) in [
+        ("switchyard_pool_reused_total", "Calls served by an existing connection.", pool.reused),
+        ("switchyard_pool_coalesced_total", "Calls served by a coalesced HTTP/2 connection.", pool.coalesced),
+        ("switchyard_pool_tcp_connects_total", "TCP connects started.", pool.tcp_connects),
+        ("switchyard_pool_tls_handshakes_total", "TLS handshakes started.", pool.tls_handshakes),
+        (
+            "switchyard_pool_dns_refreshes_total",
+            "Names looked up again for pooled connections.",
+            pool.dns_refreshes,
+        ),
+        (
+            "switchyard_pool_dns_drained_total",
+            "Connections drained because their address left DNS.",
+            pool.dns_drained,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+    }
+    out
+}
+
+/// The conventions' server attributes for an Address.
+fn labels(m: &AddressMetrics) -> String {
+    let a = &m.address;
+    let host = a.host().to_string();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let scheme = if a.is_https() { "https" } else { "http" };
+    format!("server_address=\"{}\",server_port=\"{}\",url_scheme=\"{scheme}\"", escape(host), a.port())
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
