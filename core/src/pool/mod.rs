@@ -52,6 +52,25 @@
 //!   exchanges and nothing churns; when demand falls, the excess closes. The total
 //!   idle cap is a resource bound and applies at once.
 //!
+//! # Resilience policies
+//!
+//! - **Rotation** ([`PoolConfig::max_lifetime`], off by default): each
+//!   connection's lifetime is moved by up to [`PoolConfig::max_lifetime_jitter`]
+//!   (±10 %) of itself, drawn from [`PoolConfig::seed`], so connections opened
+//!   together retire apart; a retired HTTP/2 connection opens no new stream and
+//!   closes after its last.
+//! - **DNS drain** ([`PoolConfig::dns_refresh`], on): see [`refresh`].
+//! - **HTTP/2 keep-alive** ([`PoolConfig::ping_interval`], off): a PING every
+//!   interval; no PONG within [`PoolConfig::pong_timeout`] retires the
+//!   connection [`CloseReason::Unhealthy`] (an idle one closes at once).
+//! - **Retry budget** ([`PoolConfig::retry_budget`], 20 % + 10/s over 10 s):
+//!   see [`RetryBudget`]; a refused retry fails with
+//!   [`NoRetry::RetryBudget`].
+//! - **Graceful drain**: [`Pool::shutdown`] refuses new calls and lets
+//!   in-flight ones finish; [`Pool::abort_in_use`] ends what HTTP/2 still
+//!   carries at the deadline.
+//! - **Metrics**: [`Pool::stats_by_address`] (gauges and counters per Address).
+//!
 //! # Connection lifecycle
 //!
 //! ```text
