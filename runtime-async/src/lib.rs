@@ -57,6 +57,8 @@ impl std::fmt::Debug for ConnectorSlot {
 /// every adapter keeps against hostile peers.
 pub use switchyard_common;
 pub use switchyard_common::manager::ServerStatus;
+/// Pool metrics as Prometheus text (`stats_by_address()` in).
+pub use switchyard_common::metrics;
 /// A proxy rule: a proxy server and the requests that go through it
 /// (reqwest's `Proxy`: `Proxy::https("http://proxy:3128")?`).
 pub use switchyard_common::ProxyRule as Proxy;

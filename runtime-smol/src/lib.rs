@@ -44,6 +44,8 @@ use std::sync::Arc;
 use switchyard_async::{BoxFuture, Runtime, Task};
 use tokio_util::compat::FuturesAsyncReadCompatExt;
 
+/// Pool metrics as Prometheus text (`stats_by_address()` in).
+pub use switchyard_async::metrics;
 /// Following redirects: [`ClientBuilder::redirect`] (the `redirect` feature).
 #[cfg(feature = "redirect")]
 pub use switchyard_async::redirect;

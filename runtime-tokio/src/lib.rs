@@ -109,6 +109,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use switchyard_async::{BoxFuture, Runtime, Task};
 
+/// Pool metrics as Prometheus text (`stats_by_address()` in).
+pub use switchyard_async::metrics;
 /// Following redirects: [`ClientBuilder::redirect`] (the `redirect` feature).
 #[cfg(feature = "redirect")]
 pub use switchyard_async::redirect;

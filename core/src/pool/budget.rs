@@ -69,15 +69,22 @@ pub(super) struct Window {
     current: u64,
 }
 
+/// Whole milliseconds of `d`, in 64-bit arithmetic (a call's hot path:
+/// `Duration::as_millis` divides 128-bit nanoseconds).
+fn millis(d: Duration) -> u64 {
+    d.as_secs().saturating_mul(1000).saturating_add(u64::from(d.subsec_millis()))
+}
+
 impl Window {
-    fn width_ms(budget: &RetryBudget) -> u64 {
-        (u64::try_from(budget.window.as_millis()).unwrap_or(u64::MAX) / BUCKETS as u64).max(1)
+    /// The bucket `now` falls in.
+    fn bucket(now: Instant, budget: &RetryBudget) -> u64 {
+        let width = (millis(budget.window) / BUCKETS as u64).max(1);
+        millis(now.elapsed_since_origin()) / width
     }
 
     /// Moves the window to `now`: buckets older than it are emptied.
     fn advance(&mut self, now: Instant, budget: &RetryBudget) {
-        let ms = u64::try_from(now.elapsed_since_origin().as_millis()).unwrap_or(u64::MAX);
-        let bucket = ms / Self::width_ms(budget);
+        let bucket = Self::bucket(now, budget);
         if bucket == self.current {
             return;
         }
@@ -116,9 +123,7 @@ impl Window {
     /// Whether the window may still hold something at `now` (the Address's
     /// state is kept while it does, after its last connection).
     pub(super) fn recent(&self, now: Instant, budget: &RetryBudget) -> bool {
-        let ms = u64::try_from(now.elapsed_since_origin().as_millis()).unwrap_or(u64::MAX);
-        let bucket = ms / Self::width_ms(budget);
-        bucket < self.current + BUCKETS as u64 && self.totals() != (0, 0)
+        Self::bucket(now, budget) < self.current + BUCKETS as u64 && self.totals() != (0, 0)
     }
 }
 
