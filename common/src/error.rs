@@ -351,10 +351,17 @@ impl Error {
     }
 
     /// Whether the call was refused because the client is shutting down
-    /// (`Client::shutdown`), or was waiting for a connection when it did.
+    /// (`Client::shutdown`), was waiting for a connection when it did, or
+    /// failed in a way that would have been retried while it did (no
+    /// connection is opened for a retry then).
     #[must_use]
     pub fn is_shutdown(&self) -> bool {
-        matches!(self.kind, ErrorKind::Connect(AcquireError::Shutdown))
+        match &self.kind {
+            ErrorKind::Connect(AcquireError::Shutdown) => true,
+            // A failure that would have been retried, during a shutdown.
+            ErrorKind::Exchange(e) => e.why == switchyard_core::pool::NoRetry::Shutdown,
+            _ => false,
+        }
     }
 
     /// Whether the call failed because its host's retry budget was spent: the

@@ -197,6 +197,9 @@ pub enum NoRetry {
     Refused,
     /// The call's deadline has passed: a retry could not finish in time.
     DeadlinePassed,
+    /// The pool is shutting down: no connection is opened or shared for a
+    /// retry.
+    Shutdown,
     /// The retry budget of the call's Address is spent: its recent retries
     /// reached their share of its recent calls
     /// ([`RetryBudget`](crate::pool::RetryBudget)).
@@ -217,6 +220,7 @@ impl fmt::Display for NoRetry {
             NoRetry::Refused => "refused on two connections",
             NoRetry::FreeRetryLimit => "the bound on retries after GOAWAY or early refusals was reached",
             NoRetry::DeadlinePassed => "the call's deadline had passed",
+            NoRetry::Shutdown => "the client is shutting down",
             NoRetry::RetryBudget => {
                 "retry budget exhausted for this host (its recent retries reached their share of its calls)"
             }

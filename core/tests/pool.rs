@@ -1745,3 +1745,56 @@ fn stats_by_address_counts_each_address_in_name_order() {
     assert!(ma.counters.closed.is_empty());
     sim.finish(6, ca);
 }
+
+/// A graceful shutdown's order, on virtual time: new calls refused, idle
+/// connections closed at once, busy ones draining; at the deadline the HTTP/2
+/// connection still carrying a stream is ended (its stream fails then), the
+/// HTTP/1.1 one is left to its exchange.
+#[test]
+fn shutdown_then_abort_ends_only_busy_http2_connections() {
+    let mut sim = PoolSim::new(config());
+    let (h1, h2) = (http("127.0.0.1"), h2c("127.0.0.2"));
+    let (c1, k1) = sim.open(0, &h1);
+    let (c2, k2) = sim.open(0, &h1);
+    let (c3, k3) = sim.open(0, &h2);
+    sim.finish(1, c2); // k2 idle
+    sim.pool.shutdown(ms(2));
+    assert_eq!(sim.drain(), [format!("close {k2} shutdown")]);
+    let late = sim.acquire(3, &h1);
+    assert_eq!(sim.drain(), [format!("failed {late}: the connection pool is shut down")]);
+    assert_eq!(sim.pool.abort_in_use(ms(4)), 1);
+    assert_eq!(sim.drain(), [format!("abort {k3} shutdown")]);
+    assert_eq!(sim.pool.connection(k3).unwrap().no_new_exchanges(), Some(CloseReason::Shutdown));
+    // The aborted stream is reported failed; the HTTP/1.1 exchange ends on its own.
+    let reset =
+        ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) };
+    assert!(matches!(sim.pool.exchange_failed(ms(5), c3, reset).unwrap(), FailureOutcome::Failed(_)));
+    assert_eq!(sim.drain(), [format!("close {k3} shutdown")]);
+    assert_eq!(sim.finish(6, c1), [format!("close {k1} shutdown")]);
+    assert_eq!(sim.pool.stats().totals.open, 0);
+}
+
+/// During a shutdown a failure that would be retried is not: no new
+/// connection is opened for it, and the call fails typed.
+#[test]
+fn no_retry_opens_a_connection_during_shutdown() {
+    let mut sim = PoolSim::new(config());
+    let a = http("127.0.0.1");
+    let (c1, _) = sim.open(0, &a);
+    sim.finish(1, c1);
+    let c2 = sim.acquire(2, &a);
+    sim.drain();
+    sim.pool.shutdown(ms(3));
+    sim.drain();
+    let stale =
+        ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) };
+    let out = sim.pool.exchange_failed(ms(4), c2, stale).unwrap();
+    let drained = sim.drain();
+    assert!(!drained.iter().any(|l| l.starts_with("connect")), "{drained:?} after {out:?}");
+    let FailureOutcome::Failed(e) = out else { panic!("{out:?}") };
+    assert_eq!(e.why, NoRetry::Shutdown);
+    assert!(
+        e.may_have_been_sent && e.to_string().ends_with("not retried: the client is shutting down"),
+        "{e}"
+    );
+}

@@ -64,6 +64,13 @@ impl Pool {
                 may_have_been_sent: may_have_been_sent(&failure),
             };
         }
+        if self.shutdown && !matches!(decision, RetryDecision::Fail { .. }) {
+            // Shutting down: nothing new is opened or shared for a retry.
+            decision = RetryDecision::Fail {
+                why: NoRetry::Shutdown,
+                may_have_been_sent: may_have_been_sent(&failure),
+            };
+        }
         let retire = self.judge_connection(now, call, conn_id, &failure.kind, &ctx);
         self.emit(now, Some(call), EventKind::RetryDecision { connection: conn_id, decision });
         let reuse = retire.map_or(Reuse::Reusable, Reuse::Retire);
