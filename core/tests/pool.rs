@@ -1797,4 +1797,20 @@ fn no_retry_opens_a_connection_during_shutdown() {
         e.may_have_been_sent && e.to_string().ends_with("not retried: the client is shutting down"),
         "{e}"
     );
+    // HTTP/2: a free retry (a stream a GOAWAY left unprocessed) and a
+    // same-connection one (a first REFUSED_STREAM) are not made either.
+    for kind in [ExchangeFailureKind::GoAwayUnprocessed, ExchangeFailureKind::RefusedStream] {
+        let mut sim = PoolSim::new(config());
+        let (c1, k1) = sim.open(0, &h2c("127.0.0.1"));
+        sim.pool.shutdown(ms(1));
+        sim.drain();
+        let failure =
+            ExchangeFailure { kind: kind.clone(), progress: Progress::RequestWritten, request: facts(true) };
+        let out = sim.pool.exchange_failed(ms(2), c1, failure).unwrap();
+        assert!(
+            matches!(out, FailureOutcome::Failed(ref e) if e.why == NoRetry::Shutdown && !e.may_have_been_sent),
+            "{kind:?}: {out:?}"
+        );
+        assert_eq!(sim.drain(), [format!("close {k1} shutdown")], "{kind:?}");
+    }
 }
