@@ -45,31 +45,11 @@ impl Pool {
             };
             decision = RetryDecision::Fail { why: NoRetry::DeadlinePassed, may_have_been_sent };
         }
-        // A free retry (a stream a GOAWAY left unprocessed, a refusal beyond
-        // the advertised limit) is a healthy server rotating connections, not
-        // a failure: it is counted, never refused (nginx's keepalive_requests
-        // would otherwise fail calls the server never saw).
-        let charged = match decision {
-            RetryDecision::SameConnection(reason) | RetryDecision::NewConnection { reason, .. } => {
-                Some(!reason.is_free())
+        if let RetryDecision::SameConnection(reason) | RetryDecision::NewConnection { reason, .. } = decision
+        {
+            if let Err(why) = self.admit_retry(now, call, reason) {
+                decision = RetryDecision::Fail { why, may_have_been_sent: may_have_been_sent(&failure) };
             }
-            RetryDecision::Fail { .. } => None,
-        };
-        if charged == Some(false) {
-            self.stats.retries += 1;
-            self.count_for(call, |c| c.retries += 1);
-        } else if charged == Some(true) && !self.spend_retry(now, call) {
-            decision = RetryDecision::Fail {
-                why: NoRetry::RetryBudget,
-                may_have_been_sent: may_have_been_sent(&failure),
-            };
-        }
-        if self.shutdown && !matches!(decision, RetryDecision::Fail { .. }) {
-            // Shutting down: nothing new is opened or shared for a retry.
-            decision = RetryDecision::Fail {
-                why: NoRetry::Shutdown,
-                may_have_been_sent: may_have_been_sent(&failure),
-            };
         }
         let retire = self.judge_connection(now, call, conn_id, &failure.kind, &ctx);
         self.emit(now, Some(call), EventKind::RetryDecision { connection: conn_id, decision });
@@ -95,23 +75,32 @@ impl Pool {
         Ok(FailureOutcome::Retrying(reason))
     }
 
-    /// Takes one retry from the call's Address's budget: `false` when it is
-    /// spent ([`NoRetry::RetryBudget`]). Counted either way.
-    fn spend_retry(&mut self, now: Instant, call: CallId) -> bool {
-        let Some(budget) = self.config.retry_budget else {
-            self.stats.retries += 1;
-            return true;
+    /// Whether a retry the rules allow may run: not during a shutdown
+    /// (nothing new is opened or shared then), and not past the call's
+    /// Address's budget. A free retry (a stream a GOAWAY left unprocessed, a
+    /// refusal beyond the advertised limit) is a healthy server rotating
+    /// connections, not a failure: it is counted, never refused (nginx's
+    /// `keepalive_requests` would otherwise fail calls the server never saw).
+    fn admit_retry(&mut self, now: Instant, call: CallId, reason: RetryReason) -> Result<(), NoRetry> {
+        if self.shutdown {
+            return Err(NoRetry::Shutdown);
+        }
+        let allowed = match self.config.retry_budget {
+            Some(budget) if !reason.is_free() => {
+                let address = &self.calls[&call].address;
+                self.addrs.get_mut(address).is_none_or(|a| a.budget.withdraw(now, &budget))
+            }
+            _ => true,
         };
-        let address = &self.calls[&call].address;
-        let allowed = self.addrs.get_mut(address).is_none_or(|a| a.budget.withdraw(now, &budget));
         if allowed {
             self.stats.retries += 1;
             self.count_for(call, |c| c.retries += 1);
+            Ok(())
         } else {
             self.stats.retries_over_budget += 1;
             self.count_for(call, |c| c.retries_over_budget += 1);
+            Err(NoRetry::RetryBudget)
         }
-        allowed
     }
 
     /// Updates the counters of the call's Address.
