@@ -266,6 +266,11 @@ fn describe_kind(event: &Event) -> (&'static str, String) {
         }
         K::PooledConnectionTaken { connection } => ("pooled_connection_taken", connection.to_string()),
         K::AttemptKeptForPool { attempt, route } => ("attempt_kept_for_pool", format!("{attempt} {route}")),
+        K::RouteEjected { route, failures, backoff } => (
+            "route_ejected",
+            format!("{route} after {failures} failures in a row, for {} ms", backoff.as_millis()),
+        ),
+        K::RouteRestored { route } => ("route_restored", route.to_string()),
         K::ConnectionAcquired { connection, source, exchange } => {
             ("connection_acquired", format!("{connection} {source:?} exchange={exchange}"))
         }

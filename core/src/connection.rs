@@ -60,6 +60,9 @@ pub enum CloseReason {
     /// connection's IP address: it drains, and new calls go to the addresses
     /// DNS gives now.
     DnsChanged,
+    /// Its route was ejected after failures in a row
+    /// ([`crate::OutlierPolicy`]) and the Address has another route.
+    RouteEjected,
 }
 
 impl fmt::Display for CloseReason {
@@ -87,6 +90,7 @@ impl fmt::Display for CloseReason {
             CloseReason::BytesAfterResponse => "bytes after the response",
             CloseReason::NeverUsable => "never usable",
             CloseReason::DnsChanged => "address no longer in DNS",
+            CloseReason::RouteEjected => "route ejected",
         })
     }
 }

@@ -283,6 +283,11 @@ impl DnsCache {
         self.entries.get(key).map(|e| e.expires)
     }
 
+    /// The addresses `key`'s cached answer gives (fresh or not yet swept).
+    pub(crate) fn ips(&self, key: &CacheKey) -> Option<&[IpAddr]> {
+        self.entries.get(key).and_then(|e| e.result.as_deref().ok())
+    }
+
     /// Whether a lookup for `key` is in flight.
     pub(crate) fn in_flight(&self, key: &CacheKey) -> bool {
         self.inflight_keys.contains_key(key)

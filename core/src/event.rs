@@ -245,4 +245,21 @@ pub enum EventKind {
         /// Its route.
         route: Route,
     },
+    /// A route failed too many times in a row and is ejected for `backoff`
+    /// (pool-wide; [`crate::OutlierPolicy`]): planned last, its pooled
+    /// connections take no new exchange while the Address has another route.
+    RouteEjected {
+        /// The route.
+        route: Route,
+        /// Its failures in a row.
+        failures: u32,
+        /// How long the ejection lasts before the route is half-open.
+        backoff: std::time::Duration,
+    },
+    /// An ejected route's half-open trial succeeded: it is planned as any
+    /// other route again (pool-wide).
+    RouteRestored {
+        /// The route.
+        route: Route,
+    },
 }

@@ -179,6 +179,7 @@ mod hash;
 pub mod http1;
 pub mod http2;
 pub mod id;
+pub mod outlier;
 pub mod plan;
 pub mod pool;
 pub mod race;
@@ -196,6 +197,7 @@ pub use dns::{DnsAnswer, DnsCacheConfig, DnsSource};
 pub use error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceErrorKind, TlsFailure};
 pub use event::{CancelReason, Event, EventKind};
 pub use id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
+pub use outlier::OutlierPolicy;
 pub use plan::{interleave, DnsOutcome, Family, KnownAnswer, PlanConfig, PlanStep, RoutePlanner};
 pub use pool::{
     AcquireError, AcquireOptions, AddressCounters, AddressMetrics, AddressStats, Backoff, Connection,

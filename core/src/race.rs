@@ -655,7 +655,10 @@ impl Race {
                 return;
             }
             match self.planner.next(now, db) {
-                PlanStep::Route(route) => self.start_attempt(now, route),
+                PlanStep::Route(route) => {
+                    db.attempting(&route, now);
+                    self.start_attempt(now, route)
+                }
                 PlanStep::Resolve { query, host, port, proxy } => {
                     let source = DnsSource::Lookup;
                     self.emit(now, EventKind::DnsStart { query, host: host.clone(), source });

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::address::{Address, Host, Proxy};
+use crate::outlier::{OutlierChange, OutlierPolicy, Outliers};
 use crate::time::Instant;
 
 /// (Address, proxy, socket address): what a connect attempt dials.
@@ -161,7 +162,8 @@ impl fmt::Display for Route {
     }
 }
 
-/// Routes that failed recently. They are tried last, never skipped.
+/// Routes that failed recently, and routes ejected after failures in a row
+/// ([`crate::OutlierPolicy`]). They are tried last, never skipped.
 ///
 /// Records TCP-connect and handshake failures and timeouts, and attempts that were
 /// cancelled after running at least the attempt delay because a later route won
@@ -188,6 +190,7 @@ pub struct RouteDatabase {
     capacity: usize,
     // Lookup only; nothing is emitted in this map's order.
     failed: FastMap<Route, Instant>,
+    outliers: Outliers,
 }
 
 impl Default for RouteDatabase {
@@ -205,7 +208,26 @@ impl RouteDatabase {
     /// An empty database whose entries expire after `ttl`.
     #[must_use]
     pub fn new(ttl: Duration) -> RouteDatabase {
-        RouteDatabase { ttl, capacity: Self::DEFAULT_CAPACITY, failed: FastMap::default() }
+        RouteDatabase {
+            ttl,
+            capacity: Self::DEFAULT_CAPACITY,
+            failed: FastMap::default(),
+            outliers: Outliers::new(OutlierPolicy::off(), 0),
+        }
+    }
+
+    /// Ejects routes by `policy` (off by default here; the pool turns it on
+    /// from [`crate::PoolConfig::outliers`]); `seed` drives the backoff's jitter.
+    #[must_use]
+    pub fn with_outliers(mut self, policy: OutlierPolicy, seed: u64) -> RouteDatabase {
+        self.outliers = Outliers::new(policy, seed);
+        self
+    }
+
+    /// The ejection policy.
+    #[must_use]
+    pub fn outlier_policy(&self) -> &OutlierPolicy {
+        &self.outliers.policy
     }
 
     /// Sets how many entries are kept at most (minimum 1). Default: 4096.
@@ -221,6 +243,55 @@ impl RouteDatabase {
             self.make_room(now);
         }
         self.failed.insert(route.clone(), now);
+        self.outliers.failed(route, now, self.capacity);
+    }
+
+    /// Records that an exchange on a connection of `route` failed in a way
+    /// that is the route's (see [`crate::OutlierPolicy`]): it counts toward
+    /// the route's ejection, and does not postpone it by itself.
+    pub fn exchange_failed(&mut self, route: &Route, now: Instant) {
+        self.outliers.failed(route, now, self.capacity);
+    }
+
+    /// Records that an exchange on `route` completed: its failure streak
+    /// ends, and an ejected route whose half-open trial runs is restored.
+    #[inline]
+    pub fn exchange_succeeded(&mut self, route: &Route, now: Instant) {
+        if self.outliers.any() {
+            self.outliers.succeeded(route, now);
+        }
+    }
+
+    /// Records that an attempt starts on `route`: an ejected route past its
+    /// backoff gets its half-open trial.
+    #[inline]
+    pub fn attempting(&mut self, route: &Route, now: Instant) {
+        if self.outliers.ejected() > 0 {
+            self.outliers.attempting(route, now);
+        }
+    }
+
+    /// Whether any route has a failure streak or is ejected.
+    #[inline]
+    pub(crate) fn tracks_failures(&self) -> bool {
+        self.outliers.any()
+    }
+
+    /// Whether `route` is ejected (its backoff runs, or it is half-open).
+    #[must_use]
+    pub fn is_ejected(&self, route: &Route) -> bool {
+        self.outliers.is_ejected(route)
+    }
+
+    /// How many routes are ejected.
+    #[must_use]
+    pub fn ejected(&self) -> usize {
+        self.outliers.ejected()
+    }
+
+    /// The ejections and restorations since the last call.
+    pub(crate) fn take_outlier_changes(&mut self) -> Option<Vec<OutlierChange>> {
+        self.outliers.changed().then(|| self.outliers.take_changes())
     }
 
     /// Records that `route` connected: its failure, if any, is forgotten.
@@ -228,10 +299,12 @@ impl RouteDatabase {
         self.failed.remove(route);
     }
 
-    /// Whether `route` failed less than the TTL before `now`.
+    /// Whether `route` failed less than the TTL before `now`, or is ejected
+    /// and its backoff (or half-open trial) has not ended.
     #[must_use]
     pub fn should_postpone(&self, route: &Route, now: Instant) -> bool {
         self.failed.get(route).is_some_and(|&at| now < at.saturating_add(self.ttl))
+            || self.outliers.postpones(route, now)
     }
 
     /// Number of remembered failures, expired ones included until pruned.
@@ -250,6 +323,7 @@ impl RouteDatabase {
     pub fn prune(&mut self, now: Instant) {
         let ttl = self.ttl;
         self.failed.retain(|_, at| now < at.saturating_add(ttl));
+        self.outliers.prune(now);
     }
 
     fn make_room(&mut self, now: Instant) {

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use super::CertificatePins;
 use crate::address::Proxy;
+#[allow(unused_imports)] // for rustdoc links
+use crate::outlier::OutlierPolicy;
 use crate::race::RaceConfig;
 #[allow(unused_imports)] // for rustdoc links
 use crate::race::RaceRequest;
@@ -84,6 +86,11 @@ pub struct PoolConfig {
     /// [`NoRetry::RetryBudget`]: crate::pool::NoRetry::RetryBudget
     /// [`RetryBudget::default`]: super::RetryBudget
     pub retry_budget: Option<super::RetryBudget>,
+    /// Outlier ejection per route: failures in a row eject a route for a
+    /// backoff, then one attempt tries it (see [`crate::outlier`]).
+    /// Default: [`OutlierPolicy::default`] (5 failures in a row; 10 s,
+    /// doubling, at most 300 s; 5xx answers not counted).
+    pub outliers: crate::outlier::OutlierPolicy,
     /// Public-key pins, checked before coalescing. Default: none.
     pub pins: CertificatePins,
     /// One handshake per HTTP/2 origin: a call to an `https` Address that may
@@ -158,6 +165,7 @@ impl Default for PoolConfig {
             max_retries: 3,
             max_free_retries: 10,
             retry_budget: Some(super::RetryBudget::default()),
+            outliers: crate::outlier::OutlierPolicy::default(),
             pins: CertificatePins::default(),
             await_pending_http2: true,
             idle_cap_grace: Duration::from_secs(5),

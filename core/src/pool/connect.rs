@@ -307,6 +307,7 @@ impl Pool {
                 }
             }
         }
+        self.apply_outliers(now);
         self.race_moved(now, call_id, finished, answers);
     }
 

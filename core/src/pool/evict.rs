@@ -111,6 +111,7 @@ impl Pool {
         if let Some(a) = self.addrs.get_mut(&c.address) {
             a.open -= 1;
             *a.counters.closed.entry(reason).or_default() += 1;
+            a.counters.reused += c.assigned.saturating_sub(1);
         }
         self.open_total -= 1;
         *self.stats.closed.entry(reason).or_default() += 1;

@@ -14,6 +14,13 @@ impl Pool {
             self.calls.insert(call, c);
             return Err(Misuse::NoExchange(call));
         };
+        // One branch when no route has a failure streak.
+        if self.db.tracks_failures() && !c.server_error {
+            if let Some(conn) = self.conns.get(&connection) {
+                self.db.exchange_succeeded(&conn.route, now);
+            }
+            self.apply_outliers(now);
+        }
         self.release(now, call, connection, reuse, true);
         Ok(())
     }
@@ -51,7 +58,8 @@ impl Pool {
                 decision = RetryDecision::Fail { why, may_have_been_sent: may_have_been_sent(&failure) };
             }
         }
-        let retire = self.judge_connection(now, call, conn_id, &failure.kind, &ctx);
+        let retire = self.judge_connection(now, call, conn_id, &failure, &ctx);
+        self.apply_outliers(now);
         self.emit(now, Some(call), EventKind::RetryDecision { connection: conn_id, decision });
         let reuse = retire.map_or(Reuse::Reusable, Reuse::Retire);
         let (reason, same_connection, fresh) = match decision {
@@ -160,10 +168,11 @@ impl Pool {
         now: Instant,
         call: CallId,
         conn_id: ConnectionId,
-        kind: &ExchangeFailureKind,
+        failure: &ExchangeFailure,
         ctx: &RetryContext,
     ) -> Option<CloseReason> {
         use ExchangeFailureKind as K;
+        let kind = &failure.kind;
         let (route, multiplexed) = {
             let c = &self.conns[&conn_id];
             (c.route.clone(), c.multiplexed())
@@ -173,6 +182,11 @@ impl Pool {
                 if !ctx.reused {
                     // Never completed an exchange: the route is suspect.
                     self.db.failed(&route, now);
+                } else if failure.progress == Progress::ResponseStarted {
+                    // A reused connection that failed mid-response: the
+                    // route's (failing before any response byte is the
+                    // stale keep-alive race, nobody's fault).
+                    self.db.exchange_failed(&route, now);
                 }
                 Some(CloseReason::Failure)
             }
@@ -181,6 +195,10 @@ impl Pool {
                     // A connection that never completed an exchange and timed
                     // out: its route is as suspect as after an I/O failure.
                     self.db.failed(&route, now);
+                } else if failure.progress != Progress::NothingWritten {
+                    // A reused connection whose server took the request and
+                    // stalled: the route's.
+                    self.db.exchange_failed(&route, now);
                 }
                 // HTTP/2: the PING decides about the connection (stream_stalled).
                 (!multiplexed).then_some(CloseReason::Failure)

@@ -171,6 +171,7 @@ impl Pool {
     ) {
         self.handshaking.remove(&attempt);
         self.db.failed(&k.route, now);
+        self.apply_outliers(now);
         self.emit(now, Some(attempt.call()), EventKind::ConnectFailed { attempt, route: k.route, error });
         if cancel {
             self.actions.push_back(PoolAction::CancelAttempt { attempt });

@@ -143,6 +143,7 @@ mod budget;
 mod coalesce;
 mod config;
 mod connect;
+mod eject;
 mod evict;
 mod exchange;
 mod http2;
@@ -261,6 +262,8 @@ struct Call {
     /// The DNS answers its races used: a retry plans with them, no new lookup.
     answers: Vec<crate::plan::KnownAnswer>,
     fresh_only: bool,
+    /// Its response was a 5xx counted against the route ([`Pool::server_error`]).
+    server_error: bool,
     state: CallState,
 }
 
@@ -278,6 +281,7 @@ impl Call {
             avoid_routes: Vec::new(),
             answers: Vec::new(),
             fresh_only: false,
+            server_error: false,
             state: CallState::Pending,
             sequence: Sequence::default(),
         }
@@ -356,7 +360,8 @@ impl Pool {
     /// An empty pool.
     #[must_use]
     pub fn new(config: PoolConfig) -> Pool {
-        let db = RouteDatabase::new(config.route_ttl);
+        let db = RouteDatabase::new(config.route_ttl)
+            .with_outliers(config.outliers, config.seed.rotate_left(16) ^ 0x0E7E_C7ED);
         let dns = DnsCache::new(config.dns_cache);
         let jitter = warm::Jitter::new(config.seed);
         let lifetime_jitter = warm::Jitter::new(config.seed.rotate_left(32) ^ 0x11FE_711E);

@@ -7,6 +7,7 @@ use super::timers::Timer;
 use super::{CallState, Pool};
 use crate::address::Address;
 use crate::connection::CloseReason;
+use crate::hash::FastMap;
 use crate::id::ConnectionId;
 
 /// Per-Address counts.
@@ -40,6 +41,11 @@ pub struct AddressCounters {
     pub retries: u64,
     /// Retries refused by the retry budget.
     pub retries_over_budget: u64,
+    /// Ejections of its routes ([`crate::OutlierPolicy`]).
+    pub ejections: u64,
+    /// Exchanges its connections carried after their first (pooled or
+    /// shared reuse, coalesced calls included).
+    pub reused: u64,
 }
 
 /// One Address's gauges and counters ([`Pool::stats_by_address`]).
@@ -101,6 +107,12 @@ pub struct PoolStats {
     /// Retries refused because their Address's retry budget was spent
     /// ([`NoRetry::RetryBudget`](crate::pool::NoRetry::RetryBudget)).
     pub retries_over_budget: u64,
+    /// Routes ejected after failures in a row ([`crate::OutlierPolicy`]).
+    pub ejections: u64,
+    /// Ejected routes restored by a successful half-open trial.
+    pub restorations: u64,
+    /// Routes ejected now.
+    pub ejected_routes: usize,
 }
 
 impl Pool {
@@ -131,6 +143,14 @@ impl Pool {
                 counters: a.counters.clone(),
             })
             .collect();
+        // Exchanges after the first on connections still open.
+        let mut open_reuse: FastMap<&Address, u64> = FastMap::default();
+        for c in self.conns.values() {
+            *open_reuse.entry(&c.address).or_default() += c.assigned.saturating_sub(1);
+        }
+        for m in &mut all {
+            m.counters.reused += open_reuse.get(&m.address).copied().unwrap_or(0);
+        }
         all.sort_by_cached_key(|m| (m.address.to_string(), format!("{:?}", m.address)));
         all
     }
@@ -147,6 +167,7 @@ impl Pool {
             waiters: self.waiters.len(),
         };
         s.calls = self.calls.len();
+        s.ejected_routes = self.db.ejected();
         s
     }
 
@@ -175,6 +196,7 @@ impl Pool {
         t.connecting += self.kept.len();
         s.totals = t;
         s.calls = self.calls.len();
+        s.ejected_routes = self.db.ejected();
         s
     }
 
