@@ -569,6 +569,17 @@ impl BuilderState {
         if !(0.0..=1.0).contains(&p.max_lifetime_jitter) {
             return Err(format!("max_lifetime_jitter must be within 0 and 1, not {}", p.max_lifetime_jitter));
         }
+        let b = &p.outliers.backoff;
+        if b.initial.is_zero()
+            || b.max < b.initial
+            || !(b.multiplier.is_finite() && b.multiplier >= 1.0)
+            || !(0.0..=1.0).contains(&b.jitter)
+        {
+            return Err(format!(
+                "outlier_policy's backoff must have an initial delay above zero, a max at least as long, \
+                 a multiplier of at least 1 and a jitter within 0 and 1, not {b:?}"
+            ));
+        }
         // RFC 8305 §5: never below 10 ms.
         if p.race.attempt_delay < Duration::from_millis(10) {
             return Err(format!(
@@ -842,6 +853,37 @@ macro_rules! __client_builder_methods {
         /// [`Error::is_retry_budget_exhausted`]: crate::Error::is_retry_budget_exhausted
         pub fn retry_budget(mut self, budget: Option<$crate::__private::RetryBudget>) -> Self {
             self.state.pool.retry_budget = budget;
+            self
+        }
+        /// Outlier ejection per route: a route (one IP address, or one
+        /// proxy) whose connects or exchanges fail this many times in a
+        /// row is ejected: planned after every other route of its host for
+        /// a backoff (10 s, doubling with each ejection in a row, at most
+        /// 300 s, ±20 %), its pooled connections take no new call when
+        /// the host has another route, and then one attempt tries it
+        /// (half-open): a success restores it, a failure ejects it again.
+        /// A host whose every route is ejected still gets a try. A reused
+        /// connection failing before any response byte (the stale
+        /// keep-alive race) does not count; a completed exchange ends the
+        /// streak. Default: 5 (Envoy's `consecutive_gateway_failure`; no
+        /// HTTP client library ejects); 0 turns it off.
+        pub fn eject_after_failures(mut self, n: u32) -> Self {
+            self.state.pool.outliers.consecutive_failures = n;
+            self
+        }
+        /// Whether a 5xx answer counts toward a route's ejection
+        /// ([`eject_after_failures`](Self::eject_after_failures)). Default:
+        /// off, as the status is the application's and one failing endpoint
+        /// would eject a healthy server; on for a fleet of identical
+        /// replicas behind one name (Envoy's `consecutive_5xx`).
+        pub fn eject_on_server_errors(mut self, on: bool) -> Self {
+            self.state.pool.outliers.server_errors = on;
+            self
+        }
+        /// The whole ejection policy at once, the backoff included (see
+        /// [`eject_after_failures`](Self::eject_after_failures)).
+        pub fn outlier_policy(mut self, policy: $crate::__private::OutlierPolicy) -> Self {
+            self.state.pool.outliers = policy;
             self
         }
         /// Seeds the pool's jitter (connections' lifetimes, warm reconnect
@@ -1361,6 +1403,12 @@ mod tests {
         }
     }
 
+    fn outliers(f: impl FnOnce(&mut switchyard_core::Backoff)) -> switchyard_core::OutlierPolicy {
+        let mut p = switchyard_core::OutlierPolicy::default();
+        f(&mut p.backoff);
+        p
+    }
+
     #[test]
     fn meaningless_settings_are_typed_errors_naming_the_setting() {
         let zero = Duration::ZERO;
@@ -1375,6 +1423,11 @@ mod tests {
             (b().http2_ping_timeout(zero), "http2_ping_timeout"),
             (b().tcp_user_timeout(zero), "tcp_user_timeout"),
             (b().max_lifetime_jitter(f64::NAN), "max_lifetime_jitter"),
+            (b().outlier_policy(outliers(|b| b.initial = zero)), "outlier_policy"),
+            (b().outlier_policy(outliers(|b| b.multiplier = f64::NAN)), "outlier_policy"),
+            (b().outlier_policy(outliers(|b| b.multiplier = 0.5)), "outlier_policy"),
+            (b().outlier_policy(outliers(|b| b.jitter = -0.1)), "outlier_policy"),
+            (b().outlier_policy(outliers(|b| b.max = Duration::from_secs(1))), "outlier_policy"),
             (b().read_timeout(zero), "read_timeout"),
             (b().write_timeout(zero), "write_timeout"),
             (b().timeout(zero), "timeout"),

@@ -164,7 +164,7 @@ pub mod __private {
     pub use std::path::{Path, PathBuf};
     pub use std::sync::Arc;
     pub use std::time::Duration;
-    pub use switchyard_core::{Family, Proxy, RetryBudget, StreamLimitPolicy};
+    pub use switchyard_core::{Family, OutlierPolicy, Proxy, RetryBudget, StreamLimitPolicy};
 }
 #[doc(hidden)]
 pub use http as __http;

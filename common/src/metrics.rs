@@ -15,9 +15,13 @@
 //! | `http_client_connections_closed_total{reason}` | counter | closes, by reason |
 //! | `http_client_retries_total` | counter | retries started |
 //! | `http_client_retries_over_budget_total` | counter | retries the budget refused |
+//! | `http_client_reused_total` | counter | exchanges carried by a connection after its first |
+//! | `http_client_route_ejections_total` | counter | ejections of the server's routes (outlier ejection) |
 //!
 //! and pool-wide `switchyard_pool_reused_total`, `…_coalesced_total`,
-//! `…_tcp_connects_total`, `…_tls_handshakes_total`, `…_dns_refreshes_total`.
+//! `…_tcp_connects_total`, `…_tls_handshakes_total`, `…_dns_refreshes_total`,
+//! `…_dns_drained_total`, `…_route_restorations_total`, and the gauge
+//! `switchyard_pool_ejected_routes`.
 
 use std::fmt::Write as _;
 
@@ -99,6 +103,18 @@ pub fn prometheus_text(by_address: &[AddressMetrics], pool: &PoolStats) -> Strin
         "Retries refused by the retry budget.",
         &mut each(&|m| m.counters.retries_over_budget),
     );
+    family(
+        "http_client_reused_total",
+        "counter",
+        "Exchanges carried by a connection after its first.",
+        &mut each(&|m| m.counters.reused),
+    );
+    family(
+        "http_client_route_ejections_total",
+        "counter",
+        "Ejections of the server's routes after failures in a row.",
+        &mut each(&|m| m.counters.ejections),
+    );
     for (name, help, v) in [
         ("switchyard_pool_reused_total", "Calls served by an existing connection.", pool.reused),
         ("switchyard_pool_coalesced_total", "Calls served by a coalesced HTTP/2 connection.", pool.coalesced),
@@ -114,9 +130,16 @@ pub fn prometheus_text(by_address: &[AddressMetrics], pool: &PoolStats) -> Strin
             "Connections drained because their address left DNS.",
             pool.dns_drained,
         ),
+        ("switchyard_pool_route_restorations_total", "Ejected routes restored.", pool.restorations),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
     }
+    let name = "switchyard_pool_ejected_routes";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Routes ejected now.\n# TYPE {name} gauge\n{name} {}",
+        pool.ejected_routes
+    );
     out
 }
 
@@ -132,4 +155,30 @@ fn labels(m: &AddressMetrics) -> String {
 /// A label value with `\`, `"` and newlines escaped.
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_core::Address;
+
+    #[test]
+    fn ejections_reuse_and_ejected_routes_are_exported() {
+        let address = Address::from_uri(&"http://a.test:8080/".parse().unwrap()).unwrap().build().unwrap();
+        let mut m = AddressMetrics { address, gauges: Default::default(), counters: Default::default() };
+        m.counters.ejections = 3;
+        m.counters.reused = 7;
+        let pool = PoolStats { ejected_routes: 2, restorations: 1, ..PoolStats::default() };
+        let text = prometheus_text(&[m], &pool);
+        let l = r#"{server_address="a.test",server_port="8080",url_scheme="http"}"#;
+        for line in [
+            format!("http_client_route_ejections_total{l} 3"),
+            format!("http_client_reused_total{l} 7"),
+            "switchyard_pool_ejected_routes 2".to_owned(),
+            "switchyard_pool_route_restorations_total 1".to_owned(),
+            "# TYPE switchyard_pool_ejected_routes gauge".to_owned(),
+        ] {
+            assert!(text.lines().any(|x| x == line), "{line} missing from\n{text}");
+        }
+    }
 }

@@ -181,8 +181,10 @@ impl Outliers {
     }
 
     /// An exchange on `route` completed: the streak ends; an ejected route
-    /// whose half-open trial was started is restored (a success of an older
-    /// connection during the backoff is not the trial's and changes nothing).
+    /// past its backoff (half-open, whether a new attempt or a pooled
+    /// connection carried the exchange) is restored. A success during the
+    /// backoff changes nothing: an older connection's exchange may well
+    /// finish while the route is failing.
     ///
     /// Now and then (once per backoff maximum) it also forgets stale
     /// streaks, so a route that failed once and is no longer used does not
@@ -193,7 +195,7 @@ impl Outliers {
             self.prune_at = now.saturating_add(self.keep());
         }
         let Some(o) = self.routes.get(route) else { return };
-        if o.ejections > 0 && !o.trial {
+        if o.ejections > 0 && !o.trial && now < o.until {
             return;
         }
         if o.ejections > 0 {
@@ -317,7 +319,7 @@ mod tests {
             vec![OutlierChange::Ejected { route: r.clone(), failures: 3, backoff: Duration::from_secs(10) }]
         );
         // An old connection's success during the backoff changes nothing.
-        o.succeeded(&r, at(12));
+        o.succeeded(&r, at(5));
         assert!(o.is_ejected(&r));
         o.attempting(&r, at(12));
         assert!(o.postpones(&r, at(13)), "the trial holds others back");

@@ -107,6 +107,8 @@ struct Server {
     /// HTTP/2: connections whose server never makes them usable (no
     /// SETTINGS, or a stream limit of zero).
     unusable_percent: u64,
+    /// Answers that are 5xx (counted by an ejection policy that opts in).
+    error_percent: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -220,6 +222,7 @@ fn world(seed: u64) -> World {
         refuse_percent: if rng.chance(30) { rng.range(1, 30) } else { 0 },
         body_reset_percent: if rng.chance(30) { rng.range(1, 20) } else { 0 },
         unusable_percent: if rng.chance(15) { rng.range(5, 60) } else { 0 },
+        error_percent: if rng.chance(30) { rng.range(5, 80) } else { 0 },
     };
     let mut config = PoolConfig {
         keep_alive: Duration::from_millis(rng.range(100, 5000)),
@@ -238,6 +241,22 @@ fn world(seed: u64) -> World {
             })
         } else {
             Some(switchyard_core::RetryBudget::default())
+        },
+        // Outlier ejection: off, the default, or quick to eject and to
+        // come back (and counting 5xx answers in some).
+        outliers: match rng.below(3) {
+            0 => switchyard_core::OutlierPolicy::off(),
+            1 => switchyard_core::OutlierPolicy::default(),
+            _ => switchyard_core::OutlierPolicy {
+                consecutive_failures: u32::try_from(rng.range(1, 4)).unwrap(),
+                server_errors: rng.chance(50),
+                backoff: switchyard_core::Backoff {
+                    initial: Duration::from_millis(rng.range(100, 2000)),
+                    multiplier: 2.0,
+                    jitter: 0.2,
+                    max: Duration::from_secs(10),
+                },
+            },
         },
         // DNS refresh is on by default but needs answers to expire: short
         // TTLs (100 ms – 2 s) make the postponed-route check below fail on
@@ -288,6 +307,10 @@ struct Counters {
     body_resets: u64,
     /// HTTP/2 connections the pool ended as never usable with a stream on them.
     aborted: u64,
+    /// Answers that were 5xx.
+    server_errors: u64,
+    /// Routes ejected (outlier ejection).
+    ejections: u64,
 }
 
 struct Sim {
@@ -768,6 +791,10 @@ impl Sim {
             }
             None => (None, 0),
         };
+        if self.w.rng.chance(self.w.server.error_percent) {
+            self.counters.server_errors += 1;
+            self.pool.server_error(self.now, call).map_err(|e| e.to_string())?;
+        }
         self.pool.exchange_finished(self.now, call, reuse).map_err(|e| e.to_string())?;
         self.calls.get_mut(&call).unwrap().ended = true;
         // HTTP/2 servers that send GOAWAY after a few exchanges.
@@ -985,6 +1012,10 @@ impl Sim {
         if s.calls != 0 || s.totals.open != 0 || s.totals.waiters != 0 || s.totals.connecting != 0 {
             return Err(format!("leaked at the end: {s:?}"));
         }
+        if s.restorations > s.ejections || s.ejected_routes as u64 > s.ejections - s.restorations {
+            return Err(format!("ejections do not add up: {s:?}"));
+        }
+        sim.counters.ejections += s.ejections;
         if !sim.attempts.is_empty() || !sim.conns.is_empty() {
             return Err(format!(
                 "driver ledger not empty: {} attempts, {} connections",
@@ -1026,6 +1057,8 @@ fn seeded_scenarios() {
                 total.unprocessed += c.unprocessed;
                 total.body_resets += c.body_resets;
                 total.aborted += c.aborted;
+                total.server_errors += c.server_errors;
+                total.ejections += c.ejections;
                 // Same seed, same run.
                 if seed % 97 == 0 {
                     assert_eq!(Sim::run(seed), Ok(trace), "seed {seed} is not deterministic");
@@ -1055,6 +1088,8 @@ fn seeded_scenarios() {
             ("HTTP/2 streams above GOAWAY's last stream id", t.unprocessed),
             ("HTTP/2 streams reset mid-body", t.body_resets),
             ("HTTP/2 connections ended as never usable with a stream on them", t.aborted),
+            ("5xx answers", t.server_errors),
+            ("route ejections", t.ejections),
         ] {
             assert!(n > 0, "no {what} in {count} scenarios");
         }

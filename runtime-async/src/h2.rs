@@ -641,6 +641,13 @@ pub(crate) async fn exchange(
     if let Some(misdirected) = Session::misdirected(response.status().as_u16(), handle.source, facts) {
         return Err(Attempted::Failed(misdirected));
     }
+    if response.status().is_server_error() {
+        // Counts toward the route's ejection when the policy counts 5xx
+        // answers (the core decides).
+        shared.input(|st, now| {
+            let _ = st.pool.server_error(now, call);
+        });
+    }
     let (at, status) = (shared.now(), response.status());
     shared.emit(move |l| l.response_headers_end(call, status, at));
     let (mut parts, recv) = response.into_parts();

@@ -72,7 +72,9 @@ pub use switchyard_core;
 /// A proxy server: how a connection reaches the origin (what a
 /// [`ProxySelector`] returns, and a [`Proxy`] rule for every request).
 pub use switchyard_core::Proxy as ProxyServer;
-pub use switchyard_core::{AddressStats, Backoff, CloseReason, Host, Readiness, RetryBudget, WarmPolicy};
+pub use switchyard_core::{
+    AddressStats, Backoff, CloseReason, Host, OutlierPolicy, Readiness, RetryBudget, WarmPolicy,
+};
 pub use switchyard_core::{
     CallId, ConnectionId, DnsSource, Event, EventKind, Family, Instant, PoolStats, ProxyCredentials,
     StreamLimitPolicy,

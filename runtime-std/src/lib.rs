@@ -116,5 +116,7 @@ pub use switchyard_core;
 /// A proxy server: how a connection reaches the origin (what a
 /// [`ProxySelector`] returns, and a [`Proxy`] rule for every request).
 pub use switchyard_core::Proxy as ProxyServer;
-pub use switchyard_core::{AddressStats, Backoff, CloseReason, Host, Readiness, RetryBudget, WarmPolicy};
+pub use switchyard_core::{
+    AddressStats, Backoff, CloseReason, Host, OutlierPolicy, Readiness, RetryBudget, WarmPolicy,
+};
 pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, ProxyCredentials};

@@ -50,7 +50,12 @@ fn a_sized_reader_body_is_sent_with_its_length_and_held_to_it() {
         assert!(text.contains(says), "length {len}: {text}");
         assert!(matches!(e.kind(), switchyard_std::ErrorKind::InvalidRequest(_)), "{e:?}");
         assert_eq!(client.get(url("/hello")).send().unwrap().text().unwrap(), "hello");
-        assert_eq!(client.stats().created, created + 1, "the broken connection was not reused");
+        // A new connection carried /hello, and the broken one is closed (a
+        // pooled connection the server closed meanwhile may also have been
+        // found stale on the way: only one connection is left open).
+        let stats = client.stats();
+        assert!(stats.created > created, "the broken connection was not reused: {stats:?}");
+        assert_eq!(stats.totals.open, 1, "{stats:?}");
     }
 }
 

@@ -125,8 +125,8 @@ pub use switchyard_async::{
     TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_async::{
-    AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, Readiness, Resolved,
-    RetryBudget, ServerStatus, ShutdownReport, WarmPolicy,
+    AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, OutlierPolicy, Readiness,
+    Resolved, RetryBudget, ServerStatus, ShutdownReport, WarmPolicy,
 };
 
 #[cfg(feature = "gateway")]

@@ -82,6 +82,9 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(d) = config.ping_interval {
         b = b.http2_ping_interval(d);
     }
+    if let Some(policy) = config.outliers {
+        b = b.outlier_policy(policy);
+    }
     if let Some(budget) = config.retry_budget {
         b = b.retry_budget(budget);
     }

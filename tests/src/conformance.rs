@@ -84,6 +84,8 @@ pub struct Config {
     pub max_lifetime: Option<(Duration, f64)>,
     /// HTTP/2 keep-alive PING interval.
     pub ping_interval: Option<Duration>,
+    /// Outlier ejection (`None`: the client's default).
+    pub outliers: Option<switchyard_core::OutlierPolicy>,
 }
 
 /// A resolver plugged into a [`Config`] (shown as `..` in its `Debug`).
@@ -131,6 +133,7 @@ impl Default for Config {
             retry_budget: None,
             max_lifetime: None,
             ping_interval: None,
+            outliers: None,
         }
     }
 }
@@ -248,8 +251,8 @@ fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
 pub use crate::dns::{dns_cache, per_family_blocking_resolver};
 pub use crate::resilience::{
     dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
-    retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
-    shutdown_under_load_loses_no_call,
+    retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm, server_errors_eject_a_route,
+    server_errors_eject_an_http2_route, shutdown_under_load_loses_no_call,
 };
 
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
@@ -1341,7 +1344,7 @@ macro_rules! conformance_suite {
             dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options,
             retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
             dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
-            shutdown_under_load_loses_no_call);
+            shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1355,12 +1358,14 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
             per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm,
-            dns_change_drains_pooled_connections, shutdown_under_load_loses_no_call);
+            dns_change_drains_pooled_connections, shutdown_under_load_loses_no_call,
+            server_errors_eject_a_route);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2,
-            retry_budget_bounds_an_http2_retry_storm, http2_keepalive_ping_finds_a_dead_peer);
+            retry_budget_bounds_an_http2_retry_storm, http2_keepalive_ping_finds_a_dead_peer,
+            server_errors_eject_an_http2_route);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

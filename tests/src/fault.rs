@@ -178,6 +178,17 @@ impl FaultServer {
     #[must_use]
     pub fn start(options: FaultOptions) -> FaultServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        FaultServer::on(listener, options)
+    }
+
+    /// Starts it on `addr` (a loopback address), or says why not (a port
+    /// another test holds).
+    pub fn start_on(addr: std::net::SocketAddr, options: FaultOptions) -> std::io::Result<FaultServer> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        Ok(FaultServer::on(listener, options))
+    }
+
+    fn on(listener: std::net::TcpListener, options: FaultOptions) -> FaultServer {
         let addr = listener.local_addr().expect("addr");
         let shared = Arc::new(Shared {
             script: Mutex::new(VecDeque::new()),
@@ -279,6 +290,9 @@ async fn accept_loop(
             _ = &mut stop => return,
             r = listener.accept() => match r { Ok(s) => s, Err(_) => continue },
         };
+        // A head and its body go out as two writes: without this, Nagle
+        // holds the body until the client's delayed ACK (40 ms a reply).
+        let _ = stream.set_nodelay(true);
         let index = shared.connections.fetch_add(1, Ordering::SeqCst);
         let (shared, tls, options) = (Arc::clone(&shared), tls.clone(), options.clone());
         tokio::spawn(async move {

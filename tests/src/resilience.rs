@@ -1,6 +1,7 @@
 //! Resilience policies seen from outside (issue #34): retry budgets, DNS
-//! change drains, HTTP/2 keep-alive PINGs, graceful shutdown. Each scenario
-//! counts what the server saw, never how long anything took.
+//! change drains, HTTP/2 keep-alive PINGs, outlier ejection, graceful
+//! shutdown. Each scenario counts what the server saw, never how long
+//! anything took.
 
 use std::time::Duration;
 
@@ -315,4 +316,72 @@ pub fn shutdown_under_load_loses_no_call(a: &dyn Adapter) {
     });
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(client.stats().totals.open, 0);
+}
+
+/// Two fault servers on one port of 127.0.0.2 (answers 503 to everything)
+/// and 127.0.0.3 (answers `ok`), one name for both.
+fn failing_and_healthy(http2: bool) -> (FaultServer, FaultServer) {
+    let options = FaultOptions { http2, ..FaultOptions::default() };
+    let (bad, good) = (0..20)
+        .find_map(|_| {
+            let bad = FaultServer::start_on(([127, 0, 0, 2], 0).into(), options.clone()).ok()?;
+            let good = FaultServer::start_on(([127, 0, 0, 3], bad.port()).into(), options.clone()).ok()?;
+            Some((bad, good))
+        })
+        .expect("one port on 127.0.0.2 and 127.0.0.3");
+    bad.push((0..40).map(|_| Reply { status: 503, body: b"down".to_vec(), fault: Fault::None }));
+    (bad, good)
+}
+
+/// Outlier ejection on 5xx answers (opt-in): a name with two addresses,
+/// the first answering 503 to everything on one pooled connection. With
+/// the policy counting 5xx, the fifth 503 in a row ejects that route: its
+/// connection takes no new call (`RouteEjected`) and the next calls go to
+/// the healthy address. By default the 503s are the application's answer
+/// and every call stays on the first address.
+fn server_errors_eject(a: &dyn Adapter, version: Version) {
+    let http2 = version == Version::Http2;
+    let config = |outliers| {
+        let mut hosts = std::collections::BTreeMap::new();
+        hosts.insert(
+            "pair.test".to_owned(),
+            vec!["127.0.0.2".parse().expect("ip"), "127.0.0.3".parse().expect("ip")],
+        );
+        Config { version, hosts, outliers, ..Config::default() }
+    };
+    let statuses = |client: &dyn crate::conformance::TestClient, port: u16| -> Vec<u16> {
+        let url = format!("http://pair.test:{port}/");
+        (0..10)
+            .map(|_| client.send(Req::get(url.clone())).map_err(|(_, m)| m).expect("an answer").status)
+            .collect()
+    };
+    let (bad, good) = failing_and_healthy(http2);
+    let counting = switchyard_core::OutlierPolicy { server_errors: true, ..Default::default() };
+    let client = a.client(config(Some(counting)));
+    let seen = statuses(&*client, bad.port());
+    assert_eq!(seen, [503, 503, 503, 503, 503, 200, 200, 200, 200, 200]);
+    assert_eq!((bad.records().len(), good.records().len()), (5, 5), "five 503s, then the healthy address");
+    assert_eq!((bad.connections(), good.connections()), (1, 1));
+    let stats = client.stats();
+    assert_eq!((stats.ejections, stats.ejected_routes), (1, 1), "{stats:?}");
+    crate::conformance::eventually("the ejected route's connection closes", Duration::from_secs(10), || {
+        client.stats().closed.get(&switchyard_core::CloseReason::RouteEjected) == Some(&1)
+    });
+    // The default: 5xx answers are not the route's failures.
+    let (bad, good) = failing_and_healthy(http2);
+    let client = a.client(config(None));
+    assert_eq!(statuses(&*client, bad.port()), [503; 10]);
+    assert_eq!((bad.records().len(), good.records().len()), (10, 0));
+    assert_eq!(client.stats().ejections, 0);
+}
+
+/// [`server_errors_eject`] over HTTP/1.1.
+pub fn server_errors_eject_a_route(a: &dyn Adapter) {
+    server_errors_eject(a, Version::Http1);
+}
+
+/// [`server_errors_eject`] over HTTP/2 (prior knowledge): the ejected
+/// connection opens no new stream.
+pub fn server_errors_eject_an_http2_route(a: &dyn Adapter) {
+    server_errors_eject(a, Version::Http2);
 }

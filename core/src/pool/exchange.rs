@@ -59,13 +59,15 @@ impl Pool {
             }
         }
         let retire = self.judge_connection(now, call, conn_id, &failure, &ctx);
-        self.apply_outliers(now);
         self.emit(now, Some(call), EventKind::RetryDecision { connection: conn_id, decision });
         let reuse = retire.map_or(Reuse::Reusable, Reuse::Retire);
         let (reason, same_connection, fresh) = match decision {
             RetryDecision::Fail { why, may_have_been_sent } => {
                 self.calls.remove(&call);
                 self.release(now, call, conn_id, reuse, false);
+                // After the release: the failed connection closes for its
+                // failure, not for its route's ejection.
+                self.apply_outliers(now);
                 return Ok(FailureOutcome::Failed(ExchangeError {
                     kind: failure.kind,
                     may_have_been_sent,
@@ -79,6 +81,8 @@ impl Pool {
             RetryDecision::NewConnection { reason, fresh } => (reason, false, fresh),
         };
         self.release(now, call, conn_id, reuse, false);
+        // Before the retry plans its routes.
+        self.apply_outliers(now);
         self.retry(now, call, conn_id, reason, same_connection, fresh);
         Ok(FailureOutcome::Retrying(reason))
     }

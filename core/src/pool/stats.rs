@@ -109,7 +109,8 @@ pub struct PoolStats {
     pub retries_over_budget: u64,
     /// Routes ejected after failures in a row ([`crate::OutlierPolicy`]).
     pub ejections: u64,
-    /// Ejected routes restored by a successful half-open trial.
+    /// Ejected routes restored: a success after the backoff, or no use of
+    /// the route for the backoff's maximum after it.
     pub restorations: u64,
     /// Routes ejected now.
     pub ejected_routes: usize,
