@@ -22,8 +22,17 @@
 //! `…_tcp_connects_total`, `…_tls_handshakes_total`, `…_dns_refreshes_total`,
 //! `…_dns_drained_total`, `…_route_restorations_total`, and the gauge
 //! `switchyard_pool_ejected_routes`.
+//!
+//! With the `metrics` feature, `MetricsListener` records the pool's life
+//! through the `metrics` facade instead (any exporter), with the request and
+//! connection duration histograms.
 
 use std::fmt::Write as _;
+
+#[cfg(feature = "metrics")]
+mod listener;
+#[cfg(feature = "metrics")]
+pub use listener::MetricsListener;
 
 use switchyard_core::{AddressMetrics, PoolStats};
 

@@ -375,12 +375,13 @@ fn server_errors_eject(a: &dyn Adapter, version: Version) {
     assert_eq!(client.stats().ejections, 0);
 }
 
-/// [`server_errors_eject`] over HTTP/1.1.
+/// Outlier ejection on 5xx answers (`server_errors_eject`) over HTTP/1.1.
 pub fn server_errors_eject_a_route(a: &dyn Adapter) {
     server_errors_eject(a, Version::Http1);
 }
 
-/// [`server_errors_eject`] over HTTP/2 (prior knowledge): the ejected
+/// Outlier ejection on 5xx answers (`server_errors_eject`) over HTTP/2
+/// (prior knowledge): the ejected
 /// connection opens no new stream.
 pub fn server_errors_eject_an_http2_route(a: &dyn Adapter) {
     server_errors_eject(a, Version::Http2);
