@@ -8,7 +8,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// switchyard: an HTTP client's connection layer, made visible.
 #[derive(Parser, Debug)]
-#[command(name = "switchyard", version, about, long_about = None)]
+#[command(
+    name = "switchyard",
+    version,
+    about,
+    long_about = None,
+    after_help = "`switchyard [FLAGS] URL...` is `switchyard get [FLAGS] URL...`: curl's flags (-H -X -d -I -i -L -f -s -m -w -k …) and exit codes; see `switchyard get --help`."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -18,7 +24,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Fetch URLs, printing the body; -v shows the connection timeline.
+    /// Fetch URLs as curl does (the default command), printing the body; -v
+    /// shows the connection timeline.
     Get(Box<GetArgs>),
     /// A narrated tour on embedded loopback servers: Happy Eyeballs, reuse,
     /// coalescing, a per-host cap, a stale-connection retry, pool stats, the
@@ -143,13 +150,16 @@ pub enum Dns {
     Hickory,
 }
 
-/// `switchyard get`.
+/// `switchyard get` (also `switchyard URL…`: `get` is the default command).
 #[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES)]
 pub struct GetArgs {
-    /// URLs to fetch (http:// or https://).
+    /// URLs to fetch (http:// or https://). Every URL is tried; the exit code
+    /// is the first failure's.
     #[arg(required = true)]
     pub urls: Vec<String>,
-    /// Print the connection timeline (to stderr).
+    /// Print the connection timeline (to stderr): every hop of a redirect, and
+    /// with -n/-c the first call and every call that opened a connection.
     #[arg(short, long)]
     pub verbose: bool,
     /// Write the body to this file instead of stdout.
@@ -161,6 +171,70 @@ pub struct GetArgs {
     /// Run this many requests at a time.
     #[arg(short = 'c', long = "concurrency", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub concurrency: u64,
+    /// Add a request header, `Name: value` (repeatable). `Name:` with nothing
+    /// after the colon removes a header switchyard would send (User-Agent).
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
+    /// The request method (default GET; POST with -d; HEAD with -I).
+    #[arg(short = 'X', long = "request", value_name = "METHOD")]
+    pub method: Option<String>,
+    /// Send this body, as curl's -d: `@FILE` reads a file (CR and LF removed),
+    /// `@-` reads stdin; several are joined with `&`. Makes the request a POST
+    /// with `Content-Type: application/x-www-form-urlencoded` unless -X / -H
+    /// say otherwise. (curl's `--json BODY` is not this tool's `--json`, which
+    /// switches the output to JSON.)
+    #[arg(short = 'd', long = "data", value_name = "DATA")]
+    pub data: Vec<String>,
+    /// Send this body exactly as given (`@FILE` and `@-` kept byte for byte).
+    #[arg(long = "data-binary", value_name = "DATA")]
+    pub data_binary: Vec<String>,
+    /// Send HEAD and print the response head to stdout.
+    #[arg(short = 'I', long = "head")]
+    pub head: bool,
+    /// Print the response head (status line and headers) to stdout before the
+    /// body; with -L, every hop's.
+    #[arg(short = 'i', long = "include")]
+    pub include: bool,
+    /// Print no status line and no error message on stderr (see -S).
+    #[arg(short = 's', long = "silent")]
+    pub silent: bool,
+    /// With -s: still print error messages.
+    #[arg(short = 'S', long = "show-error")]
+    pub show_error: bool,
+    /// Fail with exit code 22 on an HTTP status of 400 or more (the body is
+    /// not printed).
+    #[arg(short = 'f', long = "fail")]
+    pub fail: bool,
+    /// The most time the whole transfer may take, redirects included (e.g.
+    /// 10s, 500ms; a bare number is seconds).
+    #[arg(short = 'm', long = "max-time", value_parser = parse_duration)]
+    pub max_time: Option<Duration>,
+    /// After each transfer, print this on stdout with its `%{variable}`s
+    /// filled in: http_code, http_version, remote_ip, remote_port,
+    /// num_connects, num_redirects, url_effective, time_namelookup,
+    /// time_connect, time_appconnect, time_starttransfer, time_total,
+    /// size_download, and switchyard's connection_id, connection_source (new,
+    /// pooled, shared, coalesced) and attempts; `\n`, `\t`, `\r` and `%%`
+    /// as curl. Times are seconds from the start of the transfer.
+    #[arg(short = 'w', long = "write-out", value_name = "FORMAT")]
+    pub write_out: Option<String>,
+    /// Follow redirects (3xx with a Location), each hop a call on the same
+    /// pool: a same-origin hop reuses the connection. 301, 302 and 303 turn a
+    /// POST into a GET; 307 and 308 keep the method and body. Authorization,
+    /// Cookie and Proxy-Authorization are dropped on a hop to another origin.
+    #[arg(short = 'L', long = "location")]
+    pub location: bool,
+    /// With -L: the most redirects followed (exit 47 past it).
+    #[arg(long = "max-redirs", default_value_t = 50)]
+    pub max_redirs: u32,
+    /// Accept any server certificate (`danger_accept_invalid_certificates`):
+    /// a warning is printed on stderr every time.
+    #[arg(short = 'k', long = "insecure")]
+    pub insecure: bool,
+    /// Write the calls as an HTTP Archive (HAR 1.2) to FILE, for browser
+    /// devtools and HAR viewers: every hop, and with -n/-c every call.
+    #[arg(long, value_name = "FILE")]
+    pub har: Option<PathBuf>,
     /// `HOST:PORT:ADDR[,ADDR]`: answer DNS for HOST:PORT with these addresses.
     #[arg(long, value_parser = parse_resolve)]
     pub resolve: Vec<Resolve>,
@@ -170,11 +244,13 @@ pub struct GetArgs {
     /// HTTP/1.1 only.
     #[arg(long = "http1.1", conflicts_with_all = ["http2", "h2_prior_knowledge"])]
     pub http1: bool,
-    /// HTTP/2 only (ALPN h2 over TLS).
+    /// HTTP/2 where it is negotiated: ALPN over TLS (falling back to HTTP/1.1
+    /// if the server does not offer h2); an http:// URL uses HTTP/1.1 (no h2c
+    /// upgrade: see --http2-prior-knowledge).
     #[arg(long, conflicts_with = "h2_prior_knowledge")]
     pub http2: bool,
-    /// HTTP/2 over cleartext without negotiation.
-    #[arg(long)]
+    /// HTTP/2 without negotiation (h2c on http://; h2 only over TLS).
+    #[arg(long = "http2-prior-knowledge", alias = "h2-prior-knowledge")]
     pub h2_prior_knowledge: bool,
     /// Bound on each TCP connect (e.g. 10s, 500ms).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -233,6 +309,30 @@ pub struct GetArgs {
     pub json: bool,
 }
 
+/// The exit codes, as curl's for the same failures (`--help`'s last lines).
+pub const EXIT_CODES: &str = "\
+Exit codes (curl's, for the same failures):
+   0  success
+   1  unsupported URL scheme, or another failure
+   2  bad option or configuration (also clap's usage errors)
+   3  malformed URL
+   5  could not resolve the proxy's name
+   6  could not resolve the host's name
+   7  could not connect (refused, unreachable)
+   8  the server's answer is not valid HTTP
+  18  the body ended before its announced length
+  22  HTTP status 400 or more, with -f/--fail
+  23  cannot write the output (-o, stdout)
+  26  cannot read a -d @FILE / --data-binary @FILE
+  28  a timeout (--max-time, --connect-timeout, a read)
+  35  TLS handshake failed
+  47  more redirects than --max-redirs
+  52  the server closed the connection without answering
+  56  the connection failed while sending or receiving, or a proxy refused
+  60  the server's certificate is not trusted (or not for this host)
+  92  an HTTP/2 stream was reset
+  97  a proxy handshake failed";
+
 /// `switchyard demo`.
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -288,4 +388,27 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("duration {s:?} out of range"));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The command line with `get` put in front of the arguments when they do
+/// not start with a subcommand or a help/version flag: `switchyard -sI URL`
+/// is `switchyard get -sI URL`, as curl is called.
+///
+/// ```
+/// use switchyard_cli::args::with_default_command;
+/// let argv = |a: &[&str]| with_default_command(a.iter().map(std::ffi::OsString::from)).into_iter()
+///     .map(|s| s.into_string().unwrap()).collect::<Vec<_>>();
+/// assert_eq!(argv(&["switchyard", "-k", "https://a/"]), ["switchyard", "get", "-k", "https://a/"]);
+/// assert_eq!(argv(&["switchyard", "demo"]), ["switchyard", "demo"]);
+/// assert_eq!(argv(&["switchyard", "--help"]), ["switchyard", "--help"]);
+/// ```
+pub fn with_default_command(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = args.into_iter().collect();
+    let known = ["get", "demo", "warm", "gateway", "help", "-h", "--help", "-V", "--version"];
+    if let Some(first) = args.get(1) {
+        if !known.iter().any(|k| first.as_os_str() == *k) {
+            args.insert(1, "get".into());
+        }
+    }
+    args
 }

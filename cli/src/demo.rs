@@ -11,7 +11,7 @@ use switchyard_tests::net::{v4_listener_with_hanging_v6, RawServer, Step};
 use switchyard_tests::server::{ServerOptions, TestServer};
 use switchyard_tokio::{Client, EventLog, HttpVersion, Recorded};
 
-use crate::get::Failed;
+use crate::exit::Failed;
 use crate::timeline;
 
 struct Narrator {
@@ -44,8 +44,8 @@ fn names(events: &[Recorded], call: CallId) -> Vec<&'static str> {
 }
 
 async fn get(client: &Client, url: &str) -> Result<(http::Version, String), Failed> {
-    let mut r = client.get(url).send().await.map_err(|e| Failed(format!("{e:#}")))?;
-    let body = r.body_mut().text().await.map_err(|e| Failed(format!("{e:#}")))?;
+    let mut r = client.get(url).send().await.map_err(|e| Failed::new(format!("{e:#}")))?;
+    let body = r.body_mut().text().await.map_err(|e| Failed::new(format!("{e:#}")))?;
     Ok((r.version(), body))
 }
 
@@ -60,7 +60,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
     // two names. [::1]:P never answers (a full accept backlog); 127.0.0.1:P serves.
     let ca = TestCa::new();
     let (listener, _hanging) = v4_listener_with_hanging_v6()
-        .ok_or_else(|| Failed("cannot set up the black-holed [::1] route on this machine".into()))?;
+        .ok_or_else(|| Failed::new("cannot set up the black-holed [::1] route on this machine"))?;
     let mut options = ServerOptions::default();
     options
         .tls
@@ -76,14 +76,14 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
         .resolve(&format!("demo.test:{port}"), ["::1".parse().expect("ip"), "127.0.0.1".parse().expect("ip")])
         .resolve(&format!("www.demo.test:{port}"), ["127.0.0.1".parse().expect("ip")])
         .build()
-        .map_err(|e| Failed(format!("{e:#}")))?;
+        .map_err(|e| Failed::new(format!("{e:#}")))?;
 
     // 1. Happy Eyeballs.
     n.say("1. First request. DNS says [::1] and 127.0.0.1; [::1] never answers, so after the");
     n.say("   250 ms attempt delay the race starts 127.0.0.1, which wins; TLS picks h2.");
     let (version, _) = get(&client, &format!("https://demo.test:{port}/hello")).await?;
     let events = log.events();
-    let call = last_call(&events).ok_or_else(|| Failed("no call recorded".into()))?;
+    let call = last_call(&events).ok_or_else(|| Failed::new("no call recorded"))?;
     let starts: Vec<&Recorded> = events.iter().filter(|e| e.name == "connect_start").collect();
     let fallback_ms = match starts.as_slice() {
         [first, second, ..] => (second.at - first.at).as_secs_f64() * 1000.0,
@@ -102,7 +102,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
     log.clear();
     get(&client, &format!("https://demo.test:{port}/hello")).await?;
     let events = log.events();
-    let call = last_call(&events).ok_or_else(|| Failed("no call recorded".into()))?;
+    let call = last_call(&events).ok_or_else(|| Failed::new("no call recorded"))?;
     let acquired =
         events.iter().find(|e| e.name == "connection_acquired").map(|e| e.detail.clone()).unwrap_or_default();
     n.step(
@@ -117,7 +117,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
     log.clear();
     get(&client, &format!("https://www.demo.test:{port}/hello")).await?;
     let events = log.events();
-    let call = last_call(&events).ok_or_else(|| Failed("no call recorded".into()))?;
+    let call = last_call(&events).ok_or_else(|| Failed::new("no call recorded"))?;
     let acquired =
         events.iter().find(|e| e.name == "connection_acquired").map(|e| e.detail.clone()).unwrap_or_default();
     n.step(
@@ -135,7 +135,7 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
         .http_version(HttpVersion::Http1Only)
         .max_connections_per_host(4)
         .build()
-        .map_err(|e| Failed(format!("{e:#}")))?;
+        .map_err(|e| Failed::new(format!("{e:#}")))?;
     let url = format!("http://127.0.0.1:{}/sleep/50", plain.port());
     let tasks: Vec<_> = (0..20)
         .map(|_| {
@@ -168,12 +168,12 @@ pub async fn run(json_out: bool) -> Result<(), Failed> {
         .no_proxy()
         .event_listener(rlog.clone())
         .build()
-        .map_err(|e| Failed(format!("{e:#}")))?;
+        .map_err(|e| Failed::new(format!("{e:#}")))?;
     get(&retrying, &format!("http://{}/", raw.addr)).await?;
     rlog.clear();
     let (_, body) = get(&retrying, &format!("http://{}/", raw.addr)).await?;
     let events = rlog.events();
-    let call = last_call(&events).ok_or_else(|| Failed("no call recorded".into()))?;
+    let call = last_call(&events).ok_or_else(|| Failed::new("no call recorded"))?;
     let retries: Vec<String> =
         events.iter().filter(|e| e.name == "retry_decision").map(|e| e.detail.clone()).collect();
     n.step(
@@ -215,9 +215,9 @@ async fn manager_step(n: &Narrator) -> Result<(), Failed> {
     n.say("   the first request, which opens nothing. Then the second server goes away (its");
     n.say("   connections close) and comes back 2.5 s later on the same port: the Manager backs");
     n.say("   off (1 s, 1.6 s, ±20 %) and re-warms it.");
-    let bind = || std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Failed(format!("bind: {e}")));
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Failed::new(format!("bind: {e}")));
     let (la, lb) = (bind()?, bind()?);
-    let port_b = lb.local_addr().map_err(|e| Failed(e.to_string()))?.port();
+    let port_b = lb.local_addr().map_err(|e| Failed::new(e.to_string()))?.port();
     let a = TestServer::start_on(la, ServerOptions::default());
     let b = TestServer::start_on(lb, ServerOptions::default());
     let log = EventLog::default();
@@ -228,14 +228,14 @@ async fn manager_step(n: &Narrator) -> Result<(), Failed> {
         .client(|c| c.no_proxy().event_listener(log.clone()))
         .ready_timeout(std::time::Duration::from_secs(10))
         .build()
-        .map_err(|e| Failed(format!("{e:#}")))?;
-    manager.ready().await.map_err(|e| Failed(format!("{e:#}")))?;
+        .map_err(|e| Failed::new(format!("{e:#}")))?;
+    manager.ready().await.map_err(|e| Failed::new(format!("{e:#}")))?;
     let warm = (a.connections(), b.connections());
     let before: Vec<String> = manager.status().iter().map(ToString::to_string).collect();
     log.clear();
     let handle =
-        manager.connection(&format!("127.0.0.1:{}", a.port())).map_err(|e| Failed(format!("{e:#}")))?;
-    let mut response = handle.get("/hello").send().await.map_err(|e| Failed(format!("{e:#}")))?;
+        manager.connection(&format!("127.0.0.1:{}", a.port())).map_err(|e| Failed::new(format!("{e:#}")))?;
+    let mut response = handle.get("/hello").send().await.map_err(|e| Failed::new(format!("{e:#}")))?;
     let _ = response.body_mut().collect().await;
     let events = log.events();
     let acquired =
@@ -254,7 +254,7 @@ async fn manager_step(n: &Narrator) -> Result<(), Failed> {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         back = std::net::TcpListener::bind(("127.0.0.1", port_b));
     }
-    let back = back.map_err(|e| Failed(format!("rebind 127.0.0.1:{port_b}: {e}")))?;
+    let back = back.map_err(|e| Failed::new(format!("rebind 127.0.0.1:{port_b}: {e}")))?;
     let b = TestServer::start_on(back, ServerOptions::default());
     let mut ready_again = false;
     for _ in 0..600 {

@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use crate::args::{Dns, GatewayArgs};
-use crate::get::Failed;
+use crate::exit::Failed;
 use crate::warm::manager;
 
 /// Runs `switchyard gateway` on tokio.
@@ -17,24 +17,24 @@ pub fn run(args: &GatewayArgs) -> Result<(), Failed> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
+        .map_err(|e| Failed::new(format!("cannot start the tokio runtime: {e}")))?;
     rt.block_on(serve(args))
 }
 
 async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
     let proxy = match &args.proxy {
-        Some(url) => {
-            Some(switchyard_common::parse_proxy_url(url).map_err(|why| Failed(format!("--proxy: {why}")))?)
-        }
+        Some(url) => Some(
+            switchyard_common::parse_proxy_url(url).map_err(|why| Failed::new(format!("--proxy: {why}")))?,
+        ),
         None => None,
     };
     let dns = match args.dns {
         Dns::System if args.dns_servers.is_empty() => None,
-        Dns::System => return Err(Failed("--dns-server needs --dns hickory".into())),
+        Dns::System => return Err(Failed::new("--dns-server needs --dns hickory")),
         Dns::Hickory if args.dns_servers.is_empty() => Some(switchyard_tokio::HickoryResolver::system()),
         Dns::Hickory => Some(switchyard_tokio::HickoryResolver::with_servers(&args.dns_servers)),
     };
-    let dns = dns.transpose().map_err(|e| Failed(format!("--dns hickory: {e:#}")))?;
+    let dns = dns.transpose().map_err(|e| Failed::new(format!("--dns hickory: {e:#}")))?;
     let (connect_timeout, no_proxy_env) = (args.connect_timeout, args.no_proxy_env);
     let manager = manager(&args.servers, &args.resolve, args.cacert.as_deref(), move |b| {
         b.client(move |mut c| {
@@ -51,9 +51,9 @@ async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
     })?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .map_err(|e| Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+        .map_err(|e| Failed::new(format!("cannot listen on {}: {e}", args.listen)))?;
     let local =
-        listener.local_addr().map_err(|e| Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+        listener.local_addr().map_err(|e| Failed::new(format!("cannot listen on {}: {e}", args.listen)))?;
     let servers: Vec<&str> = args.servers.iter().map(|(u, _)| u.as_str()).collect();
     eprintln!("switchyard gateway: listening on http://{local} for {}", servers.join(", "));
     let json = args.json;
@@ -79,7 +79,7 @@ async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
     gateway
         .serve_until(listener, stop)
         .await
-        .map_err(|e| Failed(format!("the listener on {local} failed: {e}")))?;
+        .map_err(|e| Failed::new(format!("the listener on {local} failed: {e}")))?;
     manager.shutdown().await;
     Ok(())
 }

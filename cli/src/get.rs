@@ -1,22 +1,30 @@
-//! `switchyard get`.
+//! `switchyard get` (the default command): curl's habits, with the
+//! connection timeline.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_common::{AsyncResolve, ClientBuilder, Error, EventLog, FromConfig, HttpVersion};
-use switchyard_core::PoolStats;
+use switchyard_core::{CallId, ConnectionId, PoolStats, Route, Source};
 
 use crate::args::{Dns, GetArgs, Runtime};
+pub use crate::exit::Failed;
+use crate::exit::{self};
+use crate::record::Recorder;
+use crate::redirect::{self, Hop, Next};
+use crate::request::Spec;
 use crate::timeline;
+use crate::transfer::{status_line, HopDone, Transfer};
 
-/// A failure that ends the command, with the one line to print.
-#[derive(Debug)]
-pub struct Failed(pub String);
-
-/// What one fetch of a `-n`/`-c` run returns: the status, the version and
-/// the body's length (the body itself is not kept).
-type Fetched = Result<(http::StatusCode, http::Version, u64), Error>;
+/// What every transfer of the command shares: the arguments, the request,
+/// the event log (timelines, `--json`) and the phase recorder (`-w`, HAR).
+struct Ctx {
+    args: GetArgs,
+    spec: Spec,
+    log: EventLog,
+    recorder: Recorder,
+}
 
 /// The async resolver `--dns` asks for (`None`: the system resolver), built by
 /// `make` for the adapter's runtime from the `--dns-server`s (empty: the
@@ -27,31 +35,33 @@ fn async_dns<R: AsyncResolve>(
 ) -> Result<Option<R>, Failed> {
     match args.dns {
         Dns::System if args.dns_servers.is_empty() => Ok(None),
-        Dns::System => Err(Failed("--dns-server needs --dns hickory".into())),
+        Dns::System => Err(Failed::config("--dns-server needs --dns hickory")),
         Dns::Hickory => {
-            make(&args.dns_servers).map(Some).map_err(|e| Failed(format!("--dns hickory: {e:#}")))
+            make(&args.dns_servers).map(Some).map_err(|e| Failed::config(format!("--dns hickory: {e:#}")))
         }
     }
 }
 
 /// The client for any adapter, from the command line's settings.
-fn client<C: FromConfig>(
-    args: &GetArgs,
-    log: &EventLog,
-    dns: Option<impl AsyncResolve>,
-) -> Result<C, Failed> {
+fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C, Failed> {
+    let args = &ctx.args;
     let mut b = ClientBuilder::<C>::new()
-        .event_listener(log.clone())
+        .event_listener(ctx.log.clone())
+        .event_listener(ctx.recorder.clone())
         .connect_timeout(args.connect_timeout)
         .attempt_delay(args.attempt_delay)
         .dns_cache_ttl(args.dns_cache_ttl);
     if let Some(resolver) = dns {
         b = b.async_resolver(resolver);
     }
+    // --http2 is the default: HTTP/2 by ALPN over TLS, HTTP/1.1 on http://.
     if args.http1 {
         b = b.http_version(HttpVersion::Http1Only);
-    } else if args.http2 || args.h2_prior_knowledge {
+    } else if args.h2_prior_knowledge {
         b = b.http_version(HttpVersion::Http2Only);
+    }
+    if args.insecure {
+        b = b.danger_accept_invalid_certificates(true);
     }
     if let Some(n) = args.max_per_host {
         b = b.max_connections_per_host(n);
@@ -69,8 +79,8 @@ fn client<C: FromConfig>(
         b = b.tcp_keepalive(idle);
     }
     if let Some(url) = &args.proxy {
-        let proxy =
-            switchyard_common::parse_proxy_url(url).map_err(|why| Failed(format!("--proxy: {why}")))?;
+        let proxy = switchyard_common::parse_proxy_url(url)
+            .map_err(|why| Failed::config(format!("--proxy: {why}")))?;
         b = b.proxies([proxy]);
     } else if args.no_proxy_env {
         b = b.no_proxy();
@@ -83,22 +93,34 @@ fn client<C: FromConfig>(
     if let Some(path) = &args.cacert {
         use rustls::pki_types::pem::PemObject;
         let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(path)
-            .map_err(|e| Failed(format!("cannot read --cacert {}: {e}", path.display())))?
+            .map_err(|e| Failed::config(format!("cannot read --cacert {}: {e}", path.display())))?
             .collect::<Result<_, _>>()
-            .map_err(|e| Failed(format!("bad PEM in --cacert {}: {e}", path.display())))?;
+            .map_err(|e| Failed::config(format!("bad PEM in --cacert {}: {e}", path.display())))?;
         if certs.is_empty() {
-            return Err(Failed(format!("no certificates in --cacert {}", path.display())));
+            return Err(Failed::config(format!("no certificates in --cacert {}", path.display())));
         }
         for c in certs {
             b = b.add_root_certificate(c.to_vec());
         }
     }
-    b.build().map_err(|e| Failed(format!("{e:#}")))
+    b.build().map_err(|e| Failed::with_code(exit::code(&e), format!("{e:#}")))
 }
 
-/// Runs `switchyard get` on the runtime `--runtime` names.
+/// Runs `switchyard get` on the runtime `--runtime` names. A transfer's
+/// failure is printed as it happens; the error returned then has an empty
+/// message and the first failure's exit code.
+///
+/// # Errors
+/// A bad option, or the first failed transfer.
 pub fn run(args: GetArgs) -> Result<(), Failed> {
-    let log = EventLog::default();
+    let spec = Spec::from_args(&args)?;
+    if args.insecure {
+        eprintln!(
+            "switchyard: warning: --insecure: server certificates are NOT verified; anyone on the path can read and change this traffic"
+        );
+    }
+    let ctx = Arc::new(Ctx { args, spec, log: EventLog::default(), recorder: Recorder::default() });
+    let args = &ctx.args;
     match args.runtime {
         Runtime::Tokio => {
             // One fetch at a time: one thread, so the connection's task and the
@@ -110,16 +132,16 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
             } else {
                 tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
             }
-            .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
-            let dns = async_dns(&args, |servers| {
+            .map_err(|e| Failed::new(format!("cannot start the tokio runtime: {e}")))?;
+            let dns = async_dns(args, |servers| {
                 if servers.is_empty() {
                     switchyard_tokio::HickoryResolver::system()
                 } else {
                     switchyard_tokio::HickoryResolver::with_servers(servers)
                 }
             })?;
-            let client: switchyard_tokio::Client = client(&args, &log, dns)?;
-            let done = rt.block_on(run_async(client.into_generic(), log, args, |f| {
+            let client: switchyard_tokio::Client = client(&ctx, dns)?;
+            let done = rt.block_on(run_async(client.into_generic(), Arc::clone(&ctx), |f| {
                 let task = tokio::spawn(f);
                 Box::pin(async move { task.await.map_err(|e| e.to_string())? })
             }));
@@ -129,68 +151,366 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
             done
         }
         Runtime::Smol => {
-            let dns = async_dns(&args, |servers| {
+            let dns = async_dns(args, |servers| {
                 if servers.is_empty() {
                     switchyard_smol::HickoryResolver::system()
                 } else {
                     switchyard_smol::HickoryResolver::with_servers(servers)
                 }
             })?;
-            let client: switchyard_smol::Client = client(&args, &log, dns)?;
-            smol::block_on(run_async(client.into_generic(), log, args, |f| Box::pin(smol::spawn(f))))
+            let client: switchyard_smol::Client = client(&ctx, dns)?;
+            smol::block_on(run_async(client.into_generic(), Arc::clone(&ctx), |f| Box::pin(smol::spawn(f))))
         }
         Runtime::Std => {
             if args.dns == Dns::Hickory {
-                return Err(Failed(
-                    "--dns hickory needs --runtime tokio or smol (switchyard-std resolves with the system)"
-                        .into(),
+                return Err(Failed::config(
+                    "--dns hickory needs --runtime tokio or smol (switchyard-std resolves with the system)",
                 ));
             }
-            let client: switchyard_std::Client = client(&args, &log, None::<Arc<dyn AsyncResolve>>)?;
-            run_std(&client, &log, &args)
+            let client: switchyard_std::Client = client(&ctx, None::<Arc<dyn AsyncResolve>>)?;
+            run_std(&client, &ctx)
         }
     }
 }
 
-type Timed = Result<Duration, String>;
-type Spawned = std::pin::Pin<Box<dyn std::future::Future<Output = Timed> + Send>>;
+/// The rest of the transfer's time under `--max-time`.
+impl Ctx {
+    fn remaining(&self, t: &Transfer, url: &str) -> Result<Option<Duration>, Failed> {
+        let Some(max) = self.args.max_time else { return Ok(None) };
+        match max.checked_sub(t.started.elapsed()) {
+            Some(left) if !left.is_zero() => Ok(Some(left)),
+            _ => Err(Failed::with_code(
+                exit::TIMEOUT,
+                format!(
+                    "({}) {}: --max-time {} ms passed",
+                    exit::TIMEOUT,
+                    switchyard_common::redact(url),
+                    max.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// -v: what the version flags mean for `url`.
+    fn announce(&self, url: &str) {
+        let args = &self.args;
+        let cleartext = url.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+        if args.verbose && !args.json && args.http2 && cleartext {
+            eprintln!(
+                "  --http2 on an http:// URL: HTTP/1.1 (no h2c upgrade; --http2-prior-knowledge sends HTTP/2 in the clear)"
+            );
+        }
+    }
+
+    /// The first hop of `url`.
+    fn first_hop(&self, url: &str) -> Hop {
+        Hop {
+            method: self.spec.method.clone(),
+            url: url.to_owned(),
+            headers: self.spec.headers.clone(),
+            body: self.spec.body.clone(),
+        }
+    }
+
+    /// An answered hop, as the transfer keeps it.
+    #[allow(clippy::too_many_arguments)]
+    fn answered(
+        hop: &Hop,
+        head: &http::response::Parts,
+        call: Option<CallId>,
+        connection: Option<ConnectionId>,
+        source: Option<Source>,
+        route: impl Fn(ConnectionId) -> Option<Route>,
+    ) -> HopDone {
+        let peer = connection.and_then(route).filter(|r| r.unix_socket().is_none()).map(|r| r.socket_addr());
+        HopDone {
+            call,
+            method: hop.method.clone(),
+            url: hop.url.clone(),
+            status: head.status,
+            version: head.version,
+            headers: head.headers.clone(),
+            peer,
+            connection,
+            source,
+            bytes: 0,
+            redirect: None,
+        }
+    }
+
+    /// Where the answer leads: another hop (with -L), or nowhere.
+    fn next_hop(&self, hop: &Hop, done: &mut HopDone, t: &Transfer) -> Result<Option<Hop>, Failed> {
+        if !self.args.location {
+            return Ok(None);
+        }
+        match redirect::next(hop, done.status, &done.headers) {
+            Ok(Next::Answer) => Ok(None),
+            Ok(Next::Follow(next)) => {
+                let followed = t.hops.len() as u64;
+                if followed >= u64::from(self.args.max_redirs) {
+                    return Err(Failed::with_code(
+                        exit::TOO_MANY_REDIRECTS,
+                        format!(
+                            "({}) {}: more than {} redirects (--max-redirs)",
+                            exit::TOO_MANY_REDIRECTS,
+                            switchyard_common::redact(&t.url),
+                            self.args.max_redirs
+                        ),
+                    ));
+                }
+                done.redirect = Some(next.url.clone());
+                Ok(Some(next))
+            }
+            Err(why) => Err(Failed::new(format!(
+                "({}) {}: {why}",
+                exit::GENERIC,
+                switchyard_common::redact(&hop.url)
+            ))),
+        }
+    }
+
+    /// A redirect followed: its head with -i, its timeline with -v.
+    fn followed(&self, print: bool, done: &HopDone, sink: &mut Option<Sink>) -> Result<(), Failed> {
+        if !print {
+            return Ok(());
+        }
+        if self.args.include {
+            open(sink, &self.args)?.head(done)?;
+        }
+        self.timeline(done.call);
+        if self.args.verbose && !self.args.json {
+            eprintln!(
+                "  {} -> following to {}",
+                status_line(done.version, done.status),
+                switchyard_common::redact(done.redirect.as_deref().unwrap_or(""))
+            );
+        }
+        Ok(())
+    }
+
+    /// The answer: -f's verdict, then its head (stderr, or the output with
+    /// -i / -I); whether its body is to be read.
+    fn answer(&self, print: bool, done: &HopDone, sink: &mut Option<Sink>) -> Result<bool, Failed> {
+        let args = &self.args;
+        if args.fail && done.status.as_u16() >= 400 {
+            return Err(Failed::with_code(
+                exit::HTTP_STATUS,
+                format!(
+                    "({}) {}: the server answered {}",
+                    exit::HTTP_STATUS,
+                    switchyard_common::redact(&done.url),
+                    status_line(done.version, done.status)
+                ),
+            ));
+        }
+        if print {
+            if args.include || args.head {
+                open(sink, args)?.head(done)?;
+            } else if !args.silent && !args.json {
+                eprintln!("{}", status_line(done.version, done.status));
+            }
+            if !args.head && done.method != http::Method::HEAD {
+                open(sink, args)?;
+            }
+        }
+        Ok(done.method != http::Method::HEAD)
+    }
+
+    /// -v: one call's timeline.
+    fn timeline(&self, call: Option<CallId>) {
+        if let (true, false, Some(call)) = (self.args.verbose, self.args.json, call) {
+            eprint!("{}", timeline::render(&self.log.events(), call));
+        }
+    }
+
+    /// The call a failed hop made (the last one started), for its timeline.
+    fn last_call(&self) -> Option<CallId> {
+        self.log.events().iter().rev().find(|e| e.name == "call_start").and_then(|e| e.call)
+    }
+
+    /// Prints a transfer's failure (unless -s without -S).
+    fn report(&self, f: &Failed) {
+        if !self.args.silent || self.args.show_error {
+            eprintln!("switchyard: {}", f.text(self.args.verbose));
+        }
+    }
+
+    /// A single transfer's end: --json's events and result, -w, the error.
+    fn finish(&self, t: &Transfer) {
+        let args = &self.args;
+        if let Err(f) = &t.result {
+            if t.failed_call.is_some() {
+                self.timeline(t.failed_call);
+            }
+            if !args.json {
+                self.report(f);
+            }
+        }
+        let vars =
+            (args.json || args.write_out.is_some()).then(|| crate::write_out::variables(t, &self.recorder));
+        let mut out = std::io::stdout().lock();
+        if args.json {
+            for e in &self.log.events() {
+                let _ = writeln!(out, "{}", timeline::json(e));
+            }
+            let mut result: serde_json::Map<String, serde_json::Value> =
+                vars.iter().flatten().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+            result.insert("url".into(), serde_json::json!(switchyard_common::redact(&t.url)));
+            if let Err(f) = &t.result {
+                result.insert(
+                    "error".into(),
+                    serde_json::json!({"exit_code": f.code, "message": f.text(true)}),
+                );
+            }
+            let _ = writeln!(out, "{}", serde_json::json!({ "result": result }));
+        }
+        if let (Some(format), Some(vars)) = (&args.write_out, &vars) {
+            let _ = write!(out, "{}", crate::write_out::render(format, vars));
+        }
+        let _ = out.flush();
+    }
+
+    /// --har: every call recorded.
+    fn write_har(&self, transfers: &[Transfer]) -> Result<(), Failed> {
+        let Some(path) = &self.args.har else { return Ok(()) };
+        let archive = crate::har::archive(transfers, &self.recorder);
+        let text = serde_json::to_string_pretty(&archive).unwrap_or_default();
+        std::fs::write(path, text + "\n").map_err(|e| {
+            Failed::with_code(exit::WRITE, format!("cannot write --har {}: {e}", path.display()))
+        })
+    }
+}
+
+/// Opens the transfer's output on first use.
+fn open<'s>(sink: &'s mut Option<Sink>, args: &GetArgs) -> Result<&'s mut Sink, Failed> {
+    if sink.is_none() {
+        *sink = Some(Sink::open(args)?);
+    }
+    sink.as_mut().ok_or_else(|| Failed::new("no output"))
+}
+
+/// The first failure's exit code, as the command's error (already printed).
+fn first_failure<'t>(transfers: impl IntoIterator<Item = &'t Transfer>) -> Result<(), Failed> {
+    match transfers.into_iter().find_map(|t| t.result.as_ref().err()) {
+        Some(f) => Err(Failed::with_code(f.code, String::new())),
+        None => Ok(()),
+    }
+}
+
+type Spawned = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Transfer, String>> + Send>>;
+
+/// One URL's transfer on an async client: each hop a call, redirects
+/// followed with -L; `print`: the head, body and timelines go out (a
+/// single fetch), else the body is only counted (-n/-c).
+async fn transfer_async<R: switchyard_async::Runtime>(
+    client: &switchyard_async::Client<R>,
+    ctx: &Ctx,
+    url: &str,
+    print: bool,
+) -> Transfer {
+    use switchyard_async::ResponseExt;
+    let mut t = Transfer::start(url);
+    let mut hop = ctx.first_hop(url);
+    let mut sink = None;
+    let result = loop {
+        let timeout = match ctx.remaining(&t, &hop.url) {
+            Ok(d) => d,
+            Err(f) => break Err(f),
+        };
+        let mut request = client.request(hop.method.clone(), hop.url.as_str()).headers(hop.headers.clone());
+        if let Some(body) = &hop.body {
+            request = request.body(body.clone());
+        }
+        if let Some(d) = timeout {
+            request = request.timeout(d);
+        }
+        let response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                t.failed_call = ctx.last_call();
+                break Err(Failed::call(&hop.url, &e));
+            }
+        };
+        let (call, connection, source) =
+            (response.call_id(), response.connection_id(), response.connection_source());
+        let (head, mut body) = response.into_parts();
+        let mut done = Ctx::answered(&hop, &head, call, connection, source, |id| client.connection_route(id));
+        match ctx.next_hop(&hop, &mut done, &t) {
+            Err(f) => {
+                t.hops.push(done);
+                break Err(f);
+            }
+            Ok(Some(next)) => {
+                // The redirect's body is read to its end, so its connection
+                // goes back to the pool for a same-origin hop.
+                while let Ok(Some(chunk)) = body.chunk().await {
+                    done.bytes += chunk.len() as u64;
+                }
+                let shown = ctx.followed(print, &done, &mut sink);
+                t.hops.push(done);
+                if let Err(f) = shown {
+                    break Err(f);
+                }
+                hop = next;
+            }
+            Ok(None) => {
+                let read = async {
+                    if !ctx.answer(print, &done, &mut sink)? {
+                        return Ok(());
+                    }
+                    while let Some(chunk) = body.chunk().await.map_err(|e| Failed::call(&hop.url, &e))? {
+                        done.bytes += chunk.len() as u64;
+                        if let Some(s) = &mut sink {
+                            s.write(&chunk)?;
+                        }
+                    }
+                    Ok(())
+                }
+                .await;
+                let read = read.and_then(|()| sink.take().map_or(Ok(()), Sink::finish));
+                if print {
+                    ctx.timeline(done.call);
+                }
+                t.hops.push(done);
+                break read;
+            }
+        }
+    };
+    t.end(result)
+}
 
 async fn run_async<R: switchyard_async::Runtime>(
     client: switchyard_async::Client<R>,
-    log: EventLog,
-    args: GetArgs,
+    ctx: Arc<Ctx>,
     spawn: impl Fn(Spawned) -> Spawned,
 ) -> Result<(), Failed> {
+    let args = &ctx.args;
     if args.requests == 1 && args.concurrency == 1 {
+        let mut transfers = Vec::new();
         for url in &args.urls {
-            log.clear();
-            let result = async {
-                let mut response = client.get(url).send().await.map_err(Streamed::Call)?;
-                let mut sink = Sink::open(&args, response.status(), response.version(), response.headers())?;
-                while let Some(chunk) = response.body_mut().chunk().await.map_err(Streamed::Call)? {
-                    sink.write(&chunk)?;
-                }
-                sink.finish()
-            }
-            .await;
-            single(&log, &args, result)?;
+            ctx.log.clear();
+            ctx.announce(url);
+            let t = transfer_async(&client, &ctx, url, true).await;
+            ctx.finish(&t);
+            transfers.push(t);
         }
-        return Ok(());
+        ctx.write_har(&transfers)?;
+        return first_failure(&transfers);
     }
     let total = args.requests * args.urls.len() as u64;
-    let progress = Progress::new(total, &args);
+    let progress = Progress::new(total, args);
     let limit =
         Arc::new(tokio::sync::Semaphore::new(usize::try_from(args.concurrency).unwrap_or(usize::MAX)));
     let mut tasks = Vec::new();
     for i in 0..total {
         let url = args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()].clone();
-        let (client, limit, bar) = (client.clone(), Arc::clone(&limit), progress.bar.clone());
+        let (client, limit, bar, ctx) =
+            (client.clone(), Arc::clone(&limit), progress.bar.clone(), Arc::clone(&ctx));
         tasks.push(spawn(Box::pin(async move {
             let _permit = limit.acquire_owned().await.ok();
-            let t = Instant::now();
-            let r = fetch_async(&client, &url).await;
+            let t = transfer_async(&client, &ctx, &url, false).await;
             bar.inc(1);
-            r.map(|_| t.elapsed()).map_err(|e| format!("{e:#}"))
+            Ok(t)
         })));
         progress.tick();
     }
@@ -203,47 +523,93 @@ async fn run_async<R: switchyard_async::Runtime>(
     let metrics = args
         .metrics
         .then(|| switchyard_common::metrics::prometheus_text(&client.stats_by_address(), &client.stats()));
-    summary(total, results, &client.stats(), &log, &args, progress.started, metrics)
+    summary(&ctx, total, results, &client.stats(), progress.started, metrics)
 }
 
-async fn fetch_async<R: switchyard_async::Runtime>(
-    client: &switchyard_async::Client<R>,
-    url: &str,
-) -> Fetched {
-    let mut response = client.get(url).send().await?;
-    // Read and dropped chunk by chunk: memory stays bounded.
-    let mut bytes = 0;
-    while let Some(chunk) = response.body_mut().chunk().await? {
-        bytes += chunk.len() as u64;
-    }
-    Ok((response.status(), response.version(), bytes))
-}
-
-fn fetch_std(client: &switchyard_std::Client, url: &str) -> Fetched {
-    let mut response = client.get(url).send()?;
-    let mut bytes = 0;
-    while let Some(chunk) = response.body_mut().chunk()? {
-        bytes += chunk.len() as u64;
-    }
-    Ok((response.status(), response.version(), bytes))
+/// One URL's transfer on the blocking client (as [`transfer_async`]).
+fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, url: &str, print: bool) -> Transfer {
+    use switchyard_std::ResponseExt;
+    let mut t = Transfer::start(url);
+    let mut hop = ctx.first_hop(url);
+    let mut sink = None;
+    let result = loop {
+        let timeout = match ctx.remaining(&t, &hop.url) {
+            Ok(d) => d,
+            Err(f) => break Err(f),
+        };
+        let mut request = client.request(hop.method.clone(), hop.url.as_str()).headers(hop.headers.clone());
+        if let Some(body) = &hop.body {
+            request = request.body(body.clone());
+        }
+        if let Some(d) = timeout {
+            request = request.timeout(d);
+        }
+        let response = match request.send() {
+            Ok(r) => r,
+            Err(e) => {
+                t.failed_call = ctx.last_call();
+                break Err(Failed::call(&hop.url, &e));
+            }
+        };
+        let (call, connection, source) =
+            (response.call_id(), response.connection_id(), response.connection_source());
+        let (head, mut body) = response.into_parts();
+        let mut done = Ctx::answered(&hop, &head, call, connection, source, |id| client.connection_route(id));
+        match ctx.next_hop(&hop, &mut done, &t) {
+            Err(f) => {
+                t.hops.push(done);
+                break Err(f);
+            }
+            Ok(Some(next)) => {
+                while let Ok(Some(chunk)) = body.chunk() {
+                    done.bytes += chunk.len() as u64;
+                }
+                let shown = ctx.followed(print, &done, &mut sink);
+                t.hops.push(done);
+                if let Err(f) = shown {
+                    break Err(f);
+                }
+                hop = next;
+            }
+            Ok(None) => {
+                let read = (|| {
+                    if !ctx.answer(print, &done, &mut sink)? {
+                        return Ok(());
+                    }
+                    while let Some(chunk) = body.chunk().map_err(|e| Failed::call(&hop.url, &e))? {
+                        done.bytes += chunk.len() as u64;
+                        if let Some(s) = &mut sink {
+                            s.write(&chunk)?;
+                        }
+                    }
+                    Ok(())
+                })();
+                let read = read.and_then(|()| sink.take().map_or(Ok(()), Sink::finish));
+                if print {
+                    ctx.timeline(done.call);
+                }
+                t.hops.push(done);
+                break read;
+            }
+        }
+    };
+    t.end(result)
 }
 
 /// The blocking client: `-c` threads share the requests.
-fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> Result<(), Failed> {
+fn run_std(client: &switchyard_std::Client, ctx: &Ctx) -> Result<(), Failed> {
+    let args = &ctx.args;
     if args.requests == 1 && args.concurrency == 1 {
+        let mut transfers = Vec::new();
         for url in &args.urls {
-            log.clear();
-            let result = (|| {
-                let mut response = client.get(url).send().map_err(Streamed::Call)?;
-                let mut sink = Sink::open(args, response.status(), response.version(), response.headers())?;
-                while let Some(chunk) = response.body_mut().chunk().map_err(Streamed::Call)? {
-                    sink.write(&chunk)?;
-                }
-                sink.finish()
-            })();
-            single(log, args, result)?;
+            ctx.log.clear();
+            ctx.announce(url);
+            let t = transfer_std(client, ctx, url, true);
+            ctx.finish(&t);
+            transfers.push(t);
         }
-        return Ok(());
+        ctx.write_har(&transfers)?;
+        return first_failure(&transfers);
     }
     let total = args.requests * args.urls.len() as u64;
     let progress = Progress::new(total, args);
@@ -257,10 +623,9 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
                     return;
                 }
                 let url = &args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()];
-                let t = Instant::now();
-                let r = fetch_std(client, url).map(|_| t.elapsed()).map_err(|e| format!("{e:#}"));
+                let t = transfer_std(client, ctx, url, false);
                 progress.bar.inc(1);
-                results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
+                results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Ok(t));
             });
         }
         while next.load(std::sync::atomic::Ordering::Relaxed) < total {
@@ -273,7 +638,7 @@ fn run_std(client: &switchyard_std::Client, log: &EventLog, args: &GetArgs) -> R
     let metrics = args
         .metrics
         .then(|| switchyard_common::metrics::prometheus_text(&client.stats_by_address(), &client.stats()));
-    summary(total, results, &client.stats(), log, args, progress.started, metrics)
+    summary(ctx, total, results, &client.stats(), progress.started, metrics)
 }
 
 /// A progress bar, shown on a terminal only for runs longer than a second.
@@ -304,43 +669,25 @@ impl Progress {
     }
 }
 
-/// How a streamed fetch failed: the call, or writing its body out.
-enum Streamed {
-    Call(Error),
-    Write(Failed),
-}
-
-impl From<Failed> for Streamed {
-    fn from(f: Failed) -> Streamed {
-        Streamed::Write(f)
-    }
-}
-
-/// Where one fetch's body goes as it arrives: `-o FILE`, stdout, or nowhere
-/// (`--json` without `-o`). Memory stays bounded whatever the body's size;
-/// a long download to a file shows a progress line when stderr is a terminal.
+/// Where one transfer's output goes as it arrives: `-o FILE`, stdout, or
+/// nowhere (`--json` without `-o`). Memory stays bounded whatever the body's
+/// size; a long download to a file shows a progress line when stderr is a
+/// terminal.
 struct Sink {
-    out: Option<Box<dyn Write>>,
+    out: Option<Box<dyn Write + Send>>,
     what: String,
     progress: Option<indicatif::ProgressBar>,
     started: Instant,
 }
 
 impl Sink {
-    /// Says the status (stderr, unless `--json`) and opens the output.
-    fn open(
-        args: &GetArgs,
-        status: http::StatusCode,
-        version: http::Version,
-        headers: &http::HeaderMap,
-    ) -> Result<Sink, Failed> {
-        if !args.json {
-            eprintln!("{version:?} {status}");
-        }
-        let (out, what): (Option<Box<dyn Write>>, String) = match &args.output {
+    fn open(args: &GetArgs) -> Result<Sink, Failed> {
+        let cannot = |what: &str, e: std::io::Error| {
+            Failed::with_code(exit::WRITE, format!("({}) cannot write {what}: {e}", exit::WRITE))
+        };
+        let (out, what): (Option<Box<dyn Write + Send>>, String) = match &args.output {
             Some(path) => {
-                let file = std::fs::File::create(path)
-                    .map_err(|e| Failed(format!("cannot write {}: {e}", path.display())))?;
+                let file = std::fs::File::create(path).map_err(|e| cannot(&path.display().to_string(), e))?;
                 (
                     Some(Box::new(std::io::BufWriter::with_capacity(256 * 1024, file))),
                     path.display().to_string(),
@@ -353,12 +700,7 @@ impl Sink {
             None => (None, String::new()),
         };
         let progress = (args.output.is_some() && std::io::stderr().is_terminal()).then(|| {
-            let length = headers
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            let bar =
-                indicatif::ProgressBar::with_draw_target(length, indicatif::ProgressDrawTarget::hidden());
+            let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::hidden());
             if let Ok(style) = indicatif::ProgressStyle::with_template(
                 "{bytes}/{total_bytes} {binary_bytes_per_sec} {elapsed} {wide_bar}",
             ) {
@@ -369,9 +711,38 @@ impl Sink {
         Ok(Sink { out, what, progress, started: Instant::now() })
     }
 
+    fn failed(&self, e: &std::io::Error) -> Failed {
+        Failed::with_code(exit::WRITE, format!("({}) cannot write {}: {e}", exit::WRITE, self.what))
+    }
+
+    /// A response head, as curl's -i prints it (CRLF line ends).
+    fn head(&mut self, done: &HopDone) -> Result<(), Failed> {
+        let mut text = format!("{}\r\n", status_line(done.version, done.status));
+        for (name, value) in &done.headers {
+            text.push_str(&format!("{name}: {}\r\n", String::from_utf8_lossy(value.as_bytes())));
+        }
+        text.push_str("\r\n");
+        if let Some(bar) = &self.progress {
+            if let Some(n) = done
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                bar.set_length(n);
+            }
+        }
+        match &mut self.out {
+            Some(out) => out.write_all(text.as_bytes()).map_err(|e| self.failed(&e)),
+            None => Ok(()),
+        }
+    }
+
     fn write(&mut self, chunk: &[u8]) -> Result<(), Failed> {
         if let Some(out) = &mut self.out {
-            out.write_all(chunk).map_err(|e| Failed(format!("cannot write {}: {e}", self.what)))?;
+            if let Err(e) = out.write_all(chunk) {
+                return Err(self.failed(&e));
+            }
         }
         if let Some(bar) = &self.progress {
             bar.inc(chunk.len() as u64);
@@ -383,55 +754,64 @@ impl Sink {
         Ok(())
     }
 
-    fn finish(mut self) -> Result<(), Streamed> {
+    fn finish(mut self) -> Result<(), Failed> {
         if let Some(bar) = self.progress.take() {
             bar.finish_and_clear();
         }
         if let Some(out) = &mut self.out {
-            out.flush().map_err(|e| Failed(format!("cannot write {}: {e}", self.what)))?;
+            if let Err(e) = out.flush() {
+                return Err(self.failed(&e));
+            }
         }
         Ok(())
     }
 }
 
-/// Ends one streamed fetch: its timeline (-v / --json) and its error, if any.
-fn single(log: &EventLog, args: &GetArgs, result: Result<(), Streamed>) -> Result<(), Failed> {
-    let events = log.events();
-    if args.json {
-        let mut out = std::io::stdout().lock();
-        for e in &events {
-            let _ = writeln!(out, "{}", timeline::json(e));
-        }
-    }
-    let call = events.iter().find(|e| e.name == "call_start").and_then(|e| e.call);
-    if args.verbose && !args.json {
-        if let Some(call) = call {
-            eprint!("{}", timeline::render(&events, call));
-        }
-    }
-    match result {
-        Ok(()) => Ok(()),
-        Err(Streamed::Call(e)) => Err(Failed(format!("{e:#}"))),
-        Err(Streamed::Write(f)) => Err(f),
-    }
-}
-
-/// Prints the -n/-c summary (and, with --json, every event first).
+/// Prints the -n/-c run's end: with -v the timelines of the first call and
+/// of every call that opened a connection, -w per transfer, the summary
+/// (with --json, every event first), --metrics, --har.
 fn summary(
+    ctx: &Ctx,
     total: u64,
-    results: Vec<Timed>,
+    results: Vec<Result<Transfer, String>>,
     stats: &PoolStats,
-    log: &EventLog,
-    args: &GetArgs,
     started: Instant,
     metrics: Option<String>,
 ) -> Result<(), Failed> {
+    let args = &ctx.args;
     let mut latencies = Vec::new();
-    let mut errors = Vec::new();
+    let mut errors: Vec<Failed> = Vec::new();
+    let mut transfers = Vec::new();
     for r in results {
         match r {
-            Ok(d) => latencies.push(d),
-            Err(e) => errors.push(e),
+            Ok(t) => {
+                match &t.result {
+                    Ok(()) => latencies.push(t.elapsed),
+                    Err(f) => errors.push(f.clone()),
+                }
+                transfers.push(t);
+            }
+            Err(e) => errors.push(Failed::new(format!("a task failed: {e}"))),
+        }
+    }
+    if args.verbose && !args.json {
+        let events = ctx.log.events();
+        for (i, (call, record)) in ctx.recorder.all().into_iter().enumerate() {
+            let opened = record.connection.is_some_and(|(_, s)| s == Source::New);
+            if i == 0 || opened {
+                eprintln!("call {call}{}:", if opened { " (opened a connection)" } else { "" });
+                eprint!("{}", timeline::render(&events, call));
+            }
+        }
+    }
+    if let Some(format) = &args.write_out {
+        let mut out = std::io::stdout().lock();
+        for t in &transfers {
+            let _ = write!(
+                out,
+                "{}",
+                crate::write_out::render(format, &crate::write_out::variables(t, &ctx.recorder))
+            );
         }
     }
     latencies.sort();
@@ -460,7 +840,7 @@ fn summary(
     });
     if args.json {
         let mut out = std::io::stdout().lock();
-        for e in log.events() {
+        for e in ctx.log.events() {
             let _ = writeln!(out, "{}", timeline::json(&e));
         }
         let _ = writeln!(out, "{}", serde_json::json!({ "summary": summary }));
@@ -492,8 +872,16 @@ fn summary(
         // After the summary, on stdout: `switchyard get --metrics … > pool.prom`.
         print!("{text}");
     }
+    ctx.write_har(&transfers)?;
     match errors.first() {
-        Some(first) => Err(Failed(format!("{} of {total} requests failed; first: {first}", errors.len()))),
+        Some(first) => {
+            let f = Failed::with_code(
+                first.code,
+                format!("{} of {total} requests failed; first: {}", errors.len(), first.text(args.verbose)),
+            );
+            ctx.report(&f);
+            Err(Failed::with_code(first.code, String::new()))
+        }
         None => Ok(()),
     }
 }

@@ -1,10 +1,18 @@
-//! The `switchyard` command's pieces: arguments, `get`, `demo`, timelines.
+//! The `switchyard` command's pieces: arguments, `get` (curl's flags, exit
+//! codes, redirects, `-w`, HAR), `demo`, `warm`, `gateway`, timelines.
 // A command-line tool prints by design.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod args;
 pub mod demo;
+pub mod exit;
 pub mod gateway;
 pub mod get;
+pub mod har;
+pub mod record;
+pub mod redirect;
+pub mod request;
 pub mod timeline;
+pub mod transfer;
 pub mod warm;
+pub mod write_out;

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use switchyard_cli::args::{Cli, Command};
+use switchyard_cli::exit::Failed;
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    match Cli::parse_from(switchyard_cli::args::with_default_command(std::env::args_os())).command {
         // `get` starts the runtime its --runtime names.
         Command::Get(args) => exit(switchyard_cli::get::run(*args)),
         Command::Warm(args) => exit(switchyard_cli::warm::run(&args)),
@@ -17,18 +18,21 @@ fn main() -> ExitCode {
         Command::Demo(args) => {
             match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
                 Ok(rt) => exit(rt.block_on(switchyard_cli::demo::run(args.json))),
-                Err(e) => exit(Err(switchyard_cli::get::Failed(format!("cannot start the runtime: {e}")))),
+                Err(e) => exit(Err(Failed::new(format!("cannot start the runtime: {e}")))),
             }
         }
     }
 }
 
-fn exit(result: Result<(), switchyard_cli::get::Failed>) -> ExitCode {
+/// The exit code; the error's line, unless a transfer's already printed it.
+fn exit(result: Result<(), Failed>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("switchyard: error: {}", e.0);
-            ExitCode::FAILURE
+            if !e.message.is_empty() {
+                eprintln!("switchyard: error: {}", e.message);
+            }
+            ExitCode::from(e.code.max(1))
         }
     }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::args::WarmArgs;
-use crate::get::Failed;
+use crate::exit::Failed;
 
 /// Runs `switchyard warm` on tokio.
 pub fn run(args: &WarmArgs) -> Result<(), Failed> {
@@ -13,7 +13,7 @@ pub fn run(args: &WarmArgs) -> Result<(), Failed> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| Failed(format!("cannot start the tokio runtime: {e}")))?;
+        .map_err(|e| Failed::new(format!("cannot start the tokio runtime: {e}")))?;
     rt.block_on(watch(args))
 }
 
@@ -44,7 +44,7 @@ pub fn manager(
         c.proxy_from_env()
     });
     // The caller's settings last: they override the defaults above.
-    more(builder).build().map_err(|e| Failed(format!("{e:#}")))
+    more(builder).build().map_err(|e| Failed::new(format!("{e:#}")))
 }
 
 /// The DER certificates of a `--cacert` PEM file (none without one).
@@ -56,9 +56,11 @@ pub fn ca_certificates(path: Option<&std::path::Path>) -> Result<Vec<Vec<u8>>, F
     let Some(path) = path else { return Ok(Vec::new()) };
     let mut certs = Vec::new();
     for c in rustls::pki_types::CertificateDer::pem_file_iter(path)
-        .map_err(|e| Failed(format!("cannot read --cacert {}: {e}", path.display())))?
+        .map_err(|e| Failed::new(format!("cannot read --cacert {}: {e}", path.display())))?
     {
-        certs.push(c.map_err(|e| Failed(format!("bad PEM in --cacert {}: {e}", path.display())))?.to_vec());
+        certs.push(
+            c.map_err(|e| Failed::new(format!("bad PEM in --cacert {}: {e}", path.display())))?.to_vec(),
+        );
     }
     Ok(certs)
 }

@@ -60,7 +60,9 @@ fn get_json_has_one_event_per_line() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let events = json_lines(&out.stdout);
+    let mut events = json_lines(&out.stdout);
+    let result = events.pop().unwrap();
+    assert_eq!(result["result"]["http_code"], "200", "a result object ends the output: {result}");
     let names: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
     for expected in [
         "call_start",
@@ -99,9 +101,9 @@ fn repeated_runs_print_a_summary() {
 fn errors_are_one_clear_line_and_exit_non_zero() {
     let cases = [
         (vec!["get", "ftp://example.com/"], "unsupported URL scheme"),
-        (vec!["get", "--resolve", "nowhere.test:80:127.0.0.1", "http://127.0.0.1:1/"], "could not connect"),
-        (vec!["get", "--runtime", "smol", "http://127.0.0.1:1/"], "could not connect"),
-        (vec!["get", "--runtime", "std", "http://127.0.0.1:1/"], "could not connect"),
+        (vec!["get", "--resolve", "nowhere.test:80:127.0.0.1", "http://127.0.0.1:1/"], "cannot connect"),
+        (vec!["get", "--runtime", "smol", "http://127.0.0.1:1/"], "cannot connect"),
+        (vec!["get", "--runtime", "std", "http://127.0.0.1:1/"], "cannot connect"),
     ];
     for (args, expected) in cases {
         let out = bin().args(&args).output().unwrap();
@@ -183,7 +185,7 @@ fn every_runtime_fetches_and_reuses() {
         assert_eq!(summary["tcp_connects"].as_u64().unwrap(), opened, "{runtime}: nothing wasted: {summary}");
     }
     // HTTP/2 on the blocking client is a typed configuration error, not a hang.
-    let out = bin().args(["get", "--runtime", "std", "--http2", &url]).output().unwrap();
+    let out = bin().args(["get", "--runtime", "std", "--http2-prior-knowledge", &url]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP/1.1 only"));
 }
@@ -491,4 +493,356 @@ fn get_metrics_prints_prometheus_text_per_server() {
         assert_eq!(value("switchyard_pool_reused_total"), 6 - created, "{runtime}");
         assert!(text.contains("# TYPE http_client_calls_total counter"), "{text}");
     }
+}
+
+// ---- curl's habits (#35) ----
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bin().arg("--no-proxy-env").args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `switchyard URL` is `switchyard get URL`; -H, -X, -d (@file, stdin),
+/// --data-binary and -I reach the server as curl sends them.
+#[test]
+fn curl_request_flags_reach_the_server() {
+    let server = TestServer::start(ServerOptions::default());
+    let base = format!("http://127.0.0.1:{}", server.port());
+    let (code, out, err) =
+        run(&["-s", "-H", "X-One: 1", "-H", "User-Agent: curl-habit", &format!("{base}/headers")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("x-one: 1") && out.contains("user-agent: curl-habit"), "{out}");
+    assert!(err.is_empty(), "-s prints nothing on stderr: {err}");
+
+    let (code, out, err) = run(&["-d", "a=1", "-d", "b=2", &format!("{base}/echo")]);
+    assert_eq!((code, out.as_str()), (0, "a=1&b=2"), "{err}");
+    let (_, out, _) = run(&["-d", "x=1", &format!("{base}/headers")]);
+    assert!(out.contains("content-type: application/x-www-form-urlencoded"), "{out}");
+
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("body.txt");
+    std::fs::write(&file, "k=v\r\nw=z\n").unwrap();
+    let at = format!("@{}", file.display());
+    let (_, out, _) = run(&["-d", &at, &format!("{base}/echo")]);
+    assert_eq!(out, "k=vw=z");
+    let (_, out, _) = run(&["--data-binary", &at, "-X", "PUT", &format!("{base}/echo")]);
+    assert_eq!(out, "k=v\r\nw=z\n");
+    let mut child = bin()
+        .args(["--no-proxy-env", "-d", "@-", &format!("{base}/echo")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"from=stdin\n").unwrap();
+    drop(child.stdin.take());
+    let piped = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), "from=stdin");
+    let (code, _, err) = run(&["-d", "@/no/such/file", &format!("{base}/echo")]);
+    assert_eq!(code, 26, "{err}");
+
+    let (code, out, err) = run(&["-I", &format!("{base}/hello")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n") && out.contains("content-length: 5\r\n"), "{out:?}");
+    assert!(out.ends_with("\r\n\r\n"), "the head only: {out:?}");
+    let (_, out, _) = run(&["-i", &format!("{base}/hello")]);
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n") && out.ends_with("\r\n\r\nhello"), "{out:?}");
+    let (_, out, _) = run(&["-X", "DELETE", &format!("{base}/x")]);
+    assert_eq!(out, "/x");
+
+    let methods: Vec<String> = server.records().iter().map(|r| r.method.clone()).collect();
+    for m in ["GET", "POST", "PUT", "HEAD", "DELETE"] {
+        assert!(methods.iter().any(|x| x == m), "{m} never sent: {methods:?}");
+    }
+    let (code, _, err) = run(&["-H", "no colon", &format!("{base}/")]);
+    assert_eq!(code, 2, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// curl's exit codes: 6 DNS, 7 refused, 28 timeout, 60 untrusted
+/// certificate, 22 with -f on a 404, 3 a malformed URL; each message one line
+/// naming the URL once, the whole chain with -v.
+#[test]
+fn exit_codes_are_curls() {
+    let server = TestServer::start(ServerOptions::default());
+    let ca = switchyard_tests::certs::TestCa::new();
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["a.test".into()], ca.leaf(&["a.test"])));
+    let tls = TestServer::start(options);
+    let refused = format!("http://127.0.0.1:{}/", switchyard_tests::net::refused_port());
+    let slow = format!("http://127.0.0.1:{}/sleep/5000", server.port());
+    let resolve = format!("a.test:{}:127.0.0.1", tls.port());
+    let untrusted = format!("https://a.test:{}/hello", tls.port());
+    let missing = format!("http://127.0.0.1:{}/status/404", server.port());
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["http://nowhere.invalid/"], 6, "cannot resolve nowhere.invalid"),
+        (vec![&refused], 7, "cannot connect to 127.0.0.1"),
+        (vec!["-m", "0.3", &slow], 28, "timed out"),
+        (vec!["--resolve", &resolve, &untrusted], 60, "certificate"),
+        (vec!["-f", &missing], 22, "404 Not Found"),
+        (vec!["http://[::1/"], 3, "not a URL"),
+        (vec!["ftp://x/"], 1, "unsupported URL scheme"),
+    ];
+    for (args, expected, words) in cases {
+        for runtime in ["tokio", "std"] {
+            let mut all = vec!["--runtime", runtime];
+            all.extend(&args);
+            let (code, out, err) = run(&all);
+            assert_eq!(code, expected, "{all:?}: {err}");
+            assert!(err.contains(words), "{all:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{all:?}: one line: {err}");
+            let url = args.last().unwrap();
+            if !url.contains('[') {
+                assert_eq!(err.matches(url.split('?').next().unwrap()).count(), 1, "the URL once: {err}");
+            }
+            assert!(err.starts_with(&format!("switchyard: ({expected}) ")), "{err}");
+            if expected == 22 {
+                assert!(out.is_empty(), "-f prints no body: {out}");
+            }
+        }
+    }
+    // -v: the whole chain (and the timeline).
+    let (code, _, err) = run(&["-v", &refused]);
+    assert_eq!(code, 7);
+    assert!(err.contains("call_failed") && err.contains("os error"), "{err}");
+    // -s hides the error, -S shows it again.
+    assert!(run(&["-s", &refused]).2.is_empty());
+    assert!(run(&["-sS", &refused]).2.contains("(7)"));
+    // --max-redirs: 47 past it.
+    let chain = format!("http://127.0.0.1:{}/redirect/5", server.port());
+    let (code, _, err) = run(&["-L", "--max-redirs", "2", &chain]);
+    assert_eq!(code, 47, "{err}");
+    assert_eq!(run(&["-L", "--max-redirs", "6", &chain]).0, 0);
+}
+
+/// Several URLs: every one is tried, the exit code is the first failure's.
+#[test]
+fn every_url_is_tried_and_the_first_failure_decides() {
+    let server = TestServer::start(ServerOptions::default());
+    let ok = format!("http://127.0.0.1:{}/hello", server.port());
+    let refused = format!("http://127.0.0.1:{}/", switchyard_tests::net::refused_port());
+    let (code, out, err) = run(&[&refused, &ok, "http://nowhere.invalid/", &ok]);
+    assert_eq!(code, 7, "{err}");
+    assert_eq!(out, "hellohello");
+    assert!(err.contains("(7)") && err.contains("(6)"), "{err}");
+    assert_eq!(server.records().len(), 2);
+    let (code, _, _) = run(&["http://nowhere.invalid/", &refused]);
+    assert_eq!(code, 6);
+}
+
+/// -L across two origins: the same-origin hop reuses the connection (-v
+/// shows `Pooled`), the cross-origin one drops Authorization; a POST turns
+/// into a GET on 302 and stays a POST on 307.
+#[test]
+fn location_follows_redirects_on_the_same_pool() {
+    let a = TestServer::start(ServerOptions::default());
+    let b = TestServer::start(ServerOptions::default());
+    let to_b = format!("http://127.0.0.1:{}/hello", b.port());
+    // a: /redirect/1 -> /redirect/0 -> /hello (same origin), then /goto to b.
+    let (code, out, err) = run(&[
+        "-v",
+        "-L",
+        "-H",
+        "Authorization: Bearer t",
+        &format!("http://127.0.0.1:{}/redirect/1", a.port()),
+    ]);
+    assert_eq!((code, out.as_str()), (0, "hello"), "{err}");
+    assert!(err.contains("Pooled"), "the same-origin hop reuses: {err}");
+    assert!(err.contains("following to"), "{err}");
+    assert_eq!(a.connections(), 1);
+    assert!(a.records().iter().all(|r| r.authorization.as_deref() == Some("Bearer t")));
+
+    let cross = format!("http://127.0.0.1:{}/goto/302?{to_b}", a.port());
+    let (code, out, err) = run(&["-L", "-H", "Authorization: Bearer t", &cross]);
+    assert_eq!((code, out.as_str()), (0, "hello"), "{err}");
+    assert_eq!(b.records().len(), 1);
+    assert_eq!(b.records()[0].authorization, None, "dropped on the hop to another origin");
+
+    let echo_b = format!("http://127.0.0.1:{}/echo", b.port());
+    for (status, method, body) in
+        [("302", "GET", ""), ("303", "GET", ""), ("307", "POST", "x=1"), ("308", "POST", "x=1")]
+    {
+        let url = format!("http://127.0.0.1:{}/goto/{status}?{echo_b}", a.port());
+        let (code, out, err) = run(&["-L", "-d", "x=1", &url]);
+        assert_eq!((code, out.as_str()), (0, body), "{status}: {err}");
+        assert_eq!(b.records().last().unwrap().method, method, "{status}");
+    }
+    // Without -L the redirect is the answer.
+    let (code, out, _) = run(&["-i", &cross]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("HTTP/1.1 302 Found\r\n") && out.contains("location: "), "{out}");
+    // -i with -L prints every hop's head.
+    let (_, out, _) = run(&["-L", "-i", &cross]);
+    assert_eq!(out.matches("HTTP/1.1 ").count(), 2, "{out}");
+}
+
+/// -w: every variable filled in, the times numeric and ordered.
+#[test]
+fn write_out_fills_in_curls_variables() {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("http://localhost.test:{}/redirect/0", server.port());
+    let resolve = format!("localhost.test:{}:127.0.0.1", server.port());
+    let format = "%{http_code}|%{http_version}|%{remote_ip}|%{remote_port}|%{num_connects}|%{num_redirects}|%{time_namelookup}|%{time_connect}|%{time_appconnect}|%{time_starttransfer}|%{time_total}|%{size_download}|%{connection_id}|%{connection_source}|%{attempts}|%{url_effective}\\n";
+    let (code, out, err) = run(&["-s", "-L", "--resolve", &resolve, "-o", "/dev/null", "-w", format, &url]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.trim_end();
+    let v: Vec<&str> = line.split('|').collect();
+    assert_eq!(v.len(), 16, "{line}");
+    assert_eq!(&v[..6], ["200", "1.1", "127.0.0.1", &server.port().to_string(), "1", "1"], "{line}");
+    let times: Vec<f64> =
+        v[6..11].iter().map(|t| t.parse().unwrap_or_else(|_| panic!("{t} in {line}"))).collect();
+    assert!(times[0] > 0.0 && times[1] > 0.0, "DNS and connect happened: {line}");
+    assert_eq!(times[2], 0.0, "no TLS: {line}");
+    assert!(times[0] <= times[1] && times[1] <= times[3] && times[3] <= times[4], "ordered: {line}");
+    assert_eq!(v[11], "5");
+    assert!(!v[12].is_empty(), "{line}");
+    assert_eq!(v[13], "pooled", "the hop after the redirect reused: {line}");
+    assert_eq!(v[14], "1");
+    assert!(v[15].ends_with("/hello"), "{line}");
+    // TLS: time_appconnect after time_connect; HTTP/2 by ALPN.
+    let ca = switchyard_tests::certs::TestCa::new();
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["a.test".into()], ca.leaf(&["a.test"])));
+    let tls = TestServer::start(options);
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-w-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    let (code, out, err) = run(&[
+        "--cacert",
+        ca_file.to_str().unwrap(),
+        "--resolve",
+        &format!("a.test:{}:127.0.0.1", tls.port()),
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version} %{time_connect} %{time_appconnect} %{connection_source}",
+        &format!("https://a.test:{}/hello", tls.port()),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("HTTP/2 200 OK"), "status lines say HTTP/2: {err}");
+    let v: Vec<&str> = out.split(' ').collect();
+    assert_eq!((v[0], v[3]), ("2", "new"), "{out}");
+    let (connect, app): (f64, f64) = (v[1].parse().unwrap(), v[2].parse().unwrap());
+    assert!(connect > 0.0 && app > connect, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// -k accepts an untrusted certificate and warns every time; --http2 on
+/// http:// uses HTTP/1.1 (and says so with -v); prior knowledge against an
+/// HTTP/1.1 server says what to do.
+#[test]
+fn insecure_and_http_versions() {
+    let ca = switchyard_tests::certs::TestCa::new();
+    let mut options = ServerOptions::default();
+    options.tls.push((vec!["a.test".into()], ca.leaf(&["a.test"])));
+    let tls = TestServer::start(options);
+    let resolve = format!("a.test:{}:127.0.0.1", tls.port());
+    let url = format!("https://a.test:{}/hello", tls.port());
+    for _ in 0..2 {
+        let (code, out, err) = run(&["-k", "--resolve", &resolve, &url]);
+        assert_eq!((code, out.as_str()), (0, "hello"), "{err}");
+        assert!(err.contains("warning") && err.contains("NOT verified"), "{err}");
+    }
+    let plain = TestServer::start(ServerOptions::default());
+    let url = format!("http://127.0.0.1:{}/hello", plain.port());
+    let (code, _, err) = run(&["--http2", "-v", &url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("HTTP/1.1 200 OK"), "{err}");
+    assert!(err.contains("--http2-prior-knowledge"), "-v says why HTTP/1.1: {err}");
+    assert_eq!(plain.records()[0].version, http::Version::HTTP_11);
+    // An HTTP/1.1-only server, given prior knowledge, answers the preface
+    // with a 400.
+    let answer = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_vec();
+    let old = switchyard_tests::net::RawServer::start(vec![answer.clone(), answer]);
+    let url = format!("http://127.0.0.1:{}/", old.addr.port());
+    let (code, _, err) = run(&["--http2-prior-knowledge", &url]);
+    assert_ne!(code, 0);
+    assert!(err.contains("only HTTP/1.1") && err.trim_end().lines().count() == 1, "{err}");
+    assert!(!err.contains("frame"), "the frame-level cause is for -v: {err}");
+    assert!(run(&["--h2-prior-knowledge", &url]).2.contains("only HTTP/1.1"), "the old name still parses");
+}
+
+/// -n/-c with -v: the first call's timeline and every call that opened a
+/// connection, then the summary; a single --json fetch ends with a result.
+#[test]
+fn runs_show_timelines_and_json_ends_with_a_result() {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    let (code, _, err) = run(&["-v", "-n", "6", "-c", "2", &url]);
+    assert_eq!(code, 0, "{err}");
+    let opened = err.matches("(opened a connection)").count();
+    assert!((1..=2).contains(&opened), "{err}");
+    assert_eq!(opened, server.connections(), "{err}");
+    assert!(err.contains("call_start") && err.contains("6 requests: 6 ok"), "{err}");
+
+    let out = bin().args(["--no-proxy-env", "--json", &url]).output().unwrap();
+    let lines = json_lines(&out.stdout);
+    let result = &lines.last().unwrap()["result"];
+    assert_eq!(result["http_code"], "200", "{result}");
+    assert_eq!(result["connection_source"], "new");
+    assert!(result["time_total"].as_f64().unwrap() > 0.0);
+    let refused = format!("http://127.0.0.1:{}/", switchyard_tests::net::refused_port());
+    let out = bin().args(["--no-proxy-env", "--json", &refused]).output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.last().unwrap()["result"]["error"]["exit_code"], 7);
+}
+
+/// --har: a HAR 1.2 log with an entry per call (every hop, every -n call),
+/// each with timings, serverIPAddress and connection.
+#[test]
+fn har_records_every_call() {
+    let server = TestServer::start(ServerOptions::default());
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-har-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let har = dir.join("out.har");
+    let url = format!("http://127.0.0.1:{}/redirect/1", server.port());
+    let refused = format!("http://127.0.0.1:{}/", switchyard_tests::net::refused_port());
+    let (code, _, err) = run(&["-s", "-L", "--har", har.to_str().unwrap(), &url, &refused]);
+    assert_eq!(code, 7, "{err}");
+    let log: serde_json::Value = serde_json::from_slice(&std::fs::read(&har).unwrap()).unwrap();
+    assert_eq!(log["log"]["version"], "1.2");
+    let entries = log["log"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 4, "three hops and the failed call: {log}");
+    let statuses: Vec<u64> = entries.iter().map(|e| e["response"]["status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses, [302, 302, 200, 0]);
+    for e in &entries[..3] {
+        assert_eq!(e["serverIPAddress"], "127.0.0.1", "{e}");
+        assert!(e["connection"].is_string(), "{e}");
+        for phase in ["blocked", "dns", "connect", "ssl", "send", "wait", "receive"] {
+            assert!(e["timings"][phase].is_number(), "{phase} in {e}");
+        }
+        assert!(e["startedDateTime"].as_str().unwrap().ends_with('Z'));
+        let sum: f64 = ["blocked", "dns", "connect", "send", "wait", "receive"]
+            .iter()
+            .map(|p| e["timings"][p].as_f64().unwrap().max(0.0))
+            .sum();
+        assert!((e["time"].as_f64().unwrap() - sum).abs() < 1e-6, "{e}");
+    }
+    assert!(entries[0]["timings"]["connect"].as_f64().unwrap() >= 0.0, "the first hop connected");
+    assert_eq!(entries[1]["timings"]["connect"], -1.0, "the second reused");
+    assert_eq!(
+        entries[0]["response"]["redirectURL"],
+        format!("http://127.0.0.1:{}/redirect/0", server.port())
+    );
+    assert!(entries[3]["_error"].as_str().unwrap().contains("refused"), "{}", entries[3]);
+    let (code, _, err) = run(&[
+        "-n",
+        "5",
+        "-c",
+        "2",
+        "--har",
+        har.to_str().unwrap(),
+        &format!("http://127.0.0.1:{}/hello", server.port()),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let log: serde_json::Value = serde_json::from_slice(&std::fs::read(&har).unwrap()).unwrap();
+    assert_eq!(log["log"]["entries"].as_array().unwrap().len(), 5);
+    let _ = std::fs::remove_dir_all(&dir);
 }

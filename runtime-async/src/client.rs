@@ -162,6 +162,15 @@ impl<R: Runtime> Client<R> {
         self.inner.shared.input(|st, now| st.pool.evict_all(now));
     }
 
+    /// The route a connection of this client's pool goes over (its peer's
+    /// address: [`Route::socket_addr`](switchyard_core::Route::socket_addr);
+    /// a proxy's, through one), while the pool holds it: pass a response's
+    /// `connection_id()`. `None` once the connection has closed.
+    #[must_use]
+    pub fn connection_route(&self, id: switchyard_core::ConnectionId) -> Option<switchyard_core::Route> {
+        self.inner.shared.lock_state().pool.connection(id).map(|c| c.route().clone())
+    }
+
     /// Every server's gauges and counters, in the order of their names
     /// (Prometheus text: [`switchyard_common::metrics::prometheus_text`]).
     #[must_use]

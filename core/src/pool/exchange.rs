@@ -133,7 +133,7 @@ impl Pool {
         let c = &self.conns[&conn_id];
         if c.multiplexed() && !c.settings && matches!(failure.kind, K::Io { .. } | K::Protocol { .. }) {
             let message = format!(
-                "the server did not answer as an HTTP/2 server (no SETTINGS frame before: {})",
+                "the server did not answer as an HTTP/2 server (no SETTINGS frame before: {}); it may speak only HTTP/1.1",
                 failure.kind
             );
             failure.kind = K::Protocol { message };
