@@ -799,7 +799,7 @@ fn summary(
         for (i, (call, record)) in ctx.recorder.all().into_iter().enumerate() {
             let opened = record.connection.is_some_and(|(_, s)| s == Source::New);
             if i == 0 || opened {
-                eprintln!("call {call}{}:", if opened { " (opened a connection)" } else { "" });
+                eprintln!("{call}{}:", if opened { " (opened a connection)" } else { "" });
                 eprint!("{}", timeline::render(&events, call));
             }
         }

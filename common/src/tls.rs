@@ -314,6 +314,22 @@ pub fn describe(e: &rustls::Error) -> String {
             C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
                 "the certificate is not meant for a TLS server".into()
             }
+            C::Other(o) => match (*o.0).downcast_ref::<webpki::Error>() {
+                Some(webpki::Error::CaUsedAsEndEntity) => "the certificate is a CA certificate \
+                    (basicConstraints CA:TRUE) presented as the server's own; a server certificate, \
+                    self-signed ones included, needs CA:FALSE"
+                    .into(),
+                Some(webpki::Error::EndEntityUsedAsCa) => {
+                    "the chain uses a server certificate (CA:FALSE) as an issuer".into()
+                }
+                Some(webpki::Error::UnsupportedCertVersion) => {
+                    "the certificate is not an X.509 version 3 certificate".into()
+                }
+                Some(webpki::Error::PathLenConstraintViolated) => {
+                    "the chain is longer than an issuer's path length allows".into()
+                }
+                _ => format!("the certificate was rejected: {}", words(&o.to_string())),
+            },
             other => format!("the certificate was rejected ({})", words(&format!("{other:?}"))),
         },
         rustls::Error::AlertReceived(alert) => {
@@ -379,6 +395,17 @@ mod tests {
             presented: vec!["DnsName(\"b.test\")".into(), "c.test".into()],
         }));
         assert_eq!(e, "the certificate does not cover a.test; it covers b.test, c.test");
+        // webpki's own reasons arrive wrapped in `Other`: still in words.
+        let other = |e: webpki::Error| {
+            super::describe(&rustls::Error::InvalidCertificate(C::Other(rustls::OtherError(
+                std::sync::Arc::new(e),
+            ))))
+        };
+        let e = other(webpki::Error::CaUsedAsEndEntity);
+        assert!(e.starts_with("the certificate is a CA certificate"), "{e}");
+        assert!(e.contains("CA:FALSE"), "{e}");
+        let e = other(webpki::Error::MaximumPathDepthExceeded);
+        assert_eq!(e, "the certificate was rejected: maximum path depth exceeded");
         let e = super::describe(&rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure));
         assert_eq!(e, "the server sent a fatal alert: handshake failure");
     }

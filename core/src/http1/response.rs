@@ -312,8 +312,11 @@ impl ResponseDecoder {
     fn head(&mut self, buf: &mut BytesMut, eof: bool, scanned: usize) -> Result<Option<Frame>, Http1Error> {
         let limit = self.limits.max_head_size;
         let found = find_blank_line(buf, scanned);
-        // Only bytes of this head are judged (so any split gives the same verdict).
-        check_status_line_start(found.map_or(&buf[..], |end| &buf[..end]))?;
+        // Only bytes of this head, and none past the limit, are judged: a
+        // wrong byte beyond the limit is never seen when the head arrives in
+        // pieces (the limit fails first), so it must not be seen whole either.
+        let judged = found.map_or(&buf[..], |end| &buf[..end]);
+        check_status_line_start(&judged[..judged.len().min(limit.saturating_add(1))])?;
         let Some(end) = found else {
             if buf.len() > limit {
                 return Err(Http1Error::HeadTooLarge { limit });
