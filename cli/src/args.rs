@@ -320,6 +320,7 @@ Exit codes (curl's, for the same failures):
    6  could not resolve the host's name
    7  could not connect (refused, unreachable)
    8  the server's answer is not valid HTTP
+  16  an HTTP/2 server allowed no streams (MAX_CONCURRENT_STREAMS 0)
   18  the body ended before its announced length
   22  HTTP status 400 or more, with -f/--fail
   23  cannot write the output (-o, stdout)

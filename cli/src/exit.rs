@@ -97,6 +97,9 @@ impl Failed {
     }
 }
 
+/// An HTTP/2 framing-layer problem (curl's CURLE_HTTP2): a server that allows no streams.
+pub const HTTP2: u8 = 16;
+
 /// curl's exit code for a call's failure.
 #[must_use]
 pub fn code(e: &Error) -> u8 {
@@ -138,6 +141,7 @@ pub fn code(e: &Error) -> u8 {
                 CONNECT
             }
         }
+        ErrorKind::Connect(AcquireError::NoStreams { .. }) => HTTP2,
         ErrorKind::Connect(_) => CONNECT,
         ErrorKind::Exchange(x) => match &x.kind {
             ExchangeFailureKind::Timeout => TIMEOUT,

@@ -93,7 +93,10 @@ fn repeated_runs_print_a_summary() {
     let summary = &lines.last().unwrap()["summary"];
     assert_eq!(summary["succeeded"], 20);
     assert!(summary["connections_opened"].as_u64().unwrap() <= 2, "{summary}");
-    assert_eq!(summary["reused"].as_u64().unwrap() + summary["connections_opened"].as_u64().unwrap(), 20);
+    // A call reuses a connection or takes the one its race made; a race that
+    // lost to a released connection leaves its connection idle (scheduling).
+    let raced = summary["connections_opened"].as_u64().unwrap() - summary["joined_idle"].as_u64().unwrap();
+    assert_eq!(summary["reused"].as_u64().unwrap() + raced, 20, "{summary}");
     assert!(server.connections() <= 2);
 }
 
@@ -490,7 +493,15 @@ fn get_metrics_prints_prometheus_text_per_server() {
         assert!((1..=2).contains(&created), "{runtime}: {created} connections for 2 callers");
         assert_eq!(value(&format!("http_client_open_connections{{{labels},state=\"active\"}}")), 0);
         assert_eq!(value(&format!("http_client_open_connections{{{labels},state=\"idle\"}}")), created);
-        assert_eq!(value("switchyard_pool_reused_total"), 6 - created, "{runtime}");
+        // Each call either reused a connection or took the one its own race
+        // made; a race that lost to a released connection leaves its
+        // connection idle unused (how often depends on scheduling, so the
+        // count is read, not assumed).
+        let (joined, wasted) =
+            (value("switchyard_pool_joined_idle_total"), value("switchyard_pool_wasted_total"));
+        assert_eq!(wasted, 0, "{runtime}: one route, nothing to throw away");
+        assert!(joined < created, "{runtime}: at least one call used its own connection");
+        assert_eq!(value("switchyard_pool_reused_total"), 6 - (created - joined), "{runtime}");
         assert!(text.contains("# TYPE http_client_calls_total counter"), "{text}");
     }
 }

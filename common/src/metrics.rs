@@ -19,7 +19,9 @@
 //! | `http_client_route_ejections_total` | counter | ejections of the server's routes (outlier ejection) |
 //!
 //! and pool-wide `switchyard_pool_reused_total`, `…_coalesced_total`,
-//! `…_tcp_connects_total`, `…_tls_handshakes_total`, `…_dns_refreshes_total`,
+//! `…_tcp_connects_total`, `…_tls_handshakes_total`, `…_joined_idle_total`
+//! (connections a racing call made but did not use: it took an existing one
+//! first), `…_wasted_total`, `…_dns_refreshes_total`,
 //! `…_dns_drained_total`, `…_route_restorations_total`, and the gauge
 //! `switchyard_pool_ejected_routes`.
 //!
@@ -129,6 +131,12 @@ pub fn prometheus_text(by_address: &[AddressMetrics], pool: &PoolStats) -> Strin
         ("switchyard_pool_coalesced_total", "Calls served by a coalesced HTTP/2 connection.", pool.coalesced),
         ("switchyard_pool_tcp_connects_total", "TCP connects started.", pool.tcp_connects),
         ("switchyard_pool_tls_handshakes_total", "TLS handshakes started.", pool.tls_handshakes),
+        (
+            "switchyard_pool_joined_idle_total",
+            "Connections that joined the pool idle: their call took an existing connection first.",
+            pool.joined_idle,
+        ),
+        ("switchyard_pool_wasted_total", "Connects thrown away after TCP completed.", pool.wasted),
         (
             "switchyard_pool_dns_refreshes_total",
             "Names looked up again for pooled connections.",

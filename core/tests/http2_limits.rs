@@ -32,6 +32,9 @@ enum Ev {
     Established(switchyard_core::AttemptId),
     Settings(ConnectionId),
     Finish(CallId, ConnectionId),
+    /// The server's REFUSED_STREAM for a stream it got before its SETTINGS
+    /// reached the client (it sent them first; frames arrive in order).
+    Refuse(CallId),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -67,6 +70,9 @@ struct World {
     conns: BTreeMap<ConnectionId, ServerConn>,
     done: BTreeSet<CallId>,
     failed: BTreeMap<CallId, NoRetry>,
+    /// Calls the pool could not give a connection (the tests that expect
+    /// none check this is empty).
+    acquire_failed: BTreeMap<CallId, switchyard_core::AcquireError>,
     refused: u32,
     goaway_retries: u32,
 }
@@ -82,6 +88,7 @@ impl World {
             conns: BTreeMap::new(),
             done: BTreeSet::new(),
             failed: BTreeMap::new(),
+            acquire_failed: BTreeMap::new(),
             refused: 0,
             goaway_retries: 0,
         }
@@ -124,11 +131,14 @@ impl World {
                     self.at(self.server.settings, Ev::Settings(connection));
                 }
                 PoolAction::Acquired { call, connection, .. } => self.stream(call, connection),
-                PoolAction::AcquireFailed { call, error } => panic!("{call}: {error}"),
+                PoolAction::AcquireFailed { call, error } => {
+                    assert!(self.server.limit == 0, "{call}: {error}");
+                    self.acquire_failed.insert(call, error);
+                }
                 PoolAction::CancelAttempt { .. } | PoolAction::Close { .. } => {}
                 PoolAction::Probe { .. } | PoolAction::Ping { .. } => {}
                 PoolAction::Abort { connection, .. } => {
-                    panic!("{connection} aborted: its SETTINGS always come")
+                    assert!(self.server.limit == 0, "{connection} aborted: its SETTINGS always come");
                 }
             }
         }
@@ -155,6 +165,11 @@ impl World {
         if c.going_away {
             // Above the GOAWAY's last stream id: not processed.
             self.failed(call, ExchangeFailureKind::GoAwayUnprocessed);
+            return;
+        }
+        if limit == 0 && !c.settings_sent {
+            self.refused += 1;
+            self.at(self.server.settings, Ev::Refuse(call));
             return;
         }
         if c.open >= limit {
@@ -198,6 +213,7 @@ impl World {
                         self.pool.settings(now, k, Some(self.server.limit)).unwrap();
                     }
                 }
+                Ev::Refuse(call) => self.failed(call, ExchangeFailureKind::RefusedStream),
                 Ev::Finish(call, k) => {
                     self.conns.get_mut(&k).unwrap().open -= 1;
                     self.pool.exchange_finished(now, call, Reuse::Reusable).unwrap();
@@ -207,6 +223,17 @@ impl World {
             self.drain();
         }
         self.pool.check_invariants().unwrap();
+    }
+
+    /// Runs, then lets the pool's timers fire until `until` ms (nothing else
+    /// happening meanwhile), running again after each.
+    fn run_until(&mut self, until: u64) {
+        self.run();
+        while let Some(deadline) = self.pool.poll_timeout().filter(|d| *d <= ms(until)) {
+            self.now = self.now.max(u64::try_from(deadline.elapsed_since_origin().as_millis()).unwrap());
+            self.pool.handle_timeout(deadline);
+            self.run();
+        }
     }
 }
 
@@ -499,4 +526,68 @@ fn a_connection_failing_before_settings_fails_every_stream_one_way() {
         pool.exchange_failed(ms(2), call, failure),
         Ok(FailureOutcome::Retrying(RetryReason::NotSent))
     );
+}
+
+/// A server whose SETTINGS allow zero streams (MAX_CONCURRENT_STREAMS 0):
+/// its connection is never usable. Calls open one connection between them
+/// (not one per retry), wait for its never-usable timer, and fail typed,
+/// naming the server's setting; a call after that may try one new
+/// connection, which costs the same: one connection per period.
+#[test]
+fn a_server_allowing_zero_streams_costs_one_connection_per_never_usable_period() {
+    let config = PoolConfig::default();
+    let timeout = config.race.handshake_timeout.as_millis() as u64;
+    let server = Server { limit: 0, ..SERVER };
+    let mut w = World::new(config, server);
+    let calls = burst(&mut w, 3);
+    w.run_until(2 * timeout);
+    assert_eq!(w.pool.stats().created, 1, "one connection for the whole never-usable period");
+    assert!(w.done.is_empty() && w.failed.is_empty(), "no call was refused as an exchange failure");
+    for call in &calls {
+        let error = w.acquire_failed.get(call).map(ToString::to_string).expect("every call failed");
+        assert!(error.contains("MAX_CONCURRENT_STREAMS 0"), "{error}");
+        assert!(matches!(w.acquire_failed[call], switchyard_core::AcquireError::NoStreams { .. }), "{error}");
+    }
+    assert!(w.now >= timeout, "the calls waited for the never-usable timer ({} ms)", w.now);
+    assert_eq!(w.pool.stats().closed.get(&CloseReason::NeverUsable), Some(&1));
+
+    // The next call, after the period: one new connection, the same end.
+    let next = w.pool.acquire(ms(w.now), address(), AcquireOptions::default());
+    w.run_until(w.now + 2 * timeout);
+    assert_eq!(w.pool.stats().created, 2);
+    assert!(matches!(w.acquire_failed.get(&next), Some(switchyard_core::AcquireError::NoStreams { .. })));
+}
+
+/// A server that allows zero streams at first and raises its limit before
+/// the never-usable timer: the waiting calls are served on that connection.
+#[test]
+fn zero_streams_then_a_raised_limit_serves_the_waiting_calls() {
+    let mut pool = Pool::new(PoolConfig::default());
+    let a = h2c();
+    let (first, connection) = open(&mut pool, &a);
+    pool.settings(ms(2), connection, Some(0)).unwrap();
+    // The early stream is refused: beyond the limit the SETTINGS set, a free retry.
+    let failure = ExchangeFailure {
+        kind: ExchangeFailureKind::RefusedStream,
+        progress: Progress::RequestWritten,
+        request: World::facts(),
+    };
+    let outcome = pool.exchange_failed(ms(3), first, failure).unwrap();
+    assert_eq!(outcome, FailureOutcome::Retrying(RetryReason::StreamLimit));
+    let second = pool.acquire(ms(4), a.clone(), AcquireOptions::default());
+    let actions: Vec<_> = std::iter::from_fn(|| pool.poll_action()).collect();
+    assert!(
+        actions.iter().all(|x| !matches!(x, PoolAction::Connect { .. } | PoolAction::Resolve { .. })),
+        "no new connection while the only one allows zero streams: {actions:?}"
+    );
+    assert_eq!(pool.stats().totals.waiters, 2);
+    pool.settings(ms(50), connection, Some(10)).unwrap();
+    let acquired: Vec<CallId> = std::iter::from_fn(|| pool.poll_action())
+        .filter_map(|x| match x {
+            PoolAction::Acquired { call, connection: c, .. } if c == connection => Some(call),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acquired, vec![first, second]);
+    pool.check_invariants().unwrap();
 }

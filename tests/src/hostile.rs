@@ -278,30 +278,55 @@ pub fn not_http_fails_at_once(a: &dyn Adapter) {
     }
 }
 
-/// An HTTP/2 server whose stream limit is zero and stays zero: the call fails
-/// typed (its streams refused, or no stream within the handshake timeout) and
-/// never hangs; every such connection is retired as never usable once the
-/// handshake timeout has passed, and none is kept idle.
+/// An HTTP/2 server whose stream limit is zero and stays zero: one call's
+/// connection is the only one opened (its retries and the calls beside it
+/// wait for that connection rather than dial again), the call fails typed
+/// naming the server's setting when the never-usable timer (the handshake
+/// timeout) fires, or sooner as a timeout when its own deadline is shorter;
+/// every such connection is retired as never usable, none kept idle.
 pub fn http2_never_usable_is_retired(a: &dyn Adapter) {
     for tls in [false, true] {
         let what = format!("{} MAX_CONCURRENT_STREAMS 0 (tls {tls})", a.name());
         let s = setup(tls, true, Some(0));
         let config = Config { handshake_timeout: Duration::from_millis(300), ..s.config.clone() };
         let client = a.client(config);
-        match client.send(Req::get(&s.url)) {
-            Err((Failure::Exchange(_), _)) => {}
-            other => panic!("{what}: expected a typed failure, got {other:?}"),
+        let results = client.send_all(vec![Req::get(&s.url), Req::get(&s.url), Req::get(&s.url)]);
+        for r in results {
+            match r {
+                Err((Failure::Connect, msg)) if msg.contains("MAX_CONCURRENT_STREAMS 0") => {}
+                other => panic!("{what}: expected a typed failure naming the setting, got {other:?}"),
+            }
         }
+        assert_eq!(s.server.connections(), 1, "{what}: one connection per never-usable period");
         // Bounded wait for the retirement (an event, not a timing verdict).
         let limit = std::time::Instant::now() + Duration::from_secs(10);
         while client.stats().totals.open > 0 {
             assert!(std::time::Instant::now() < limit, "{what}: still open: {:?}", client.stats());
             std::thread::sleep(Duration::from_millis(10));
         }
-        let s = client.stats();
-        assert!(s.closed.get(&CloseReason::NeverUsable).is_some_and(|n| *n >= 1), "{what}: {s:?}");
-        assert_eq!(s.closed.values().sum::<u64>(), s.closed[&CloseReason::NeverUsable], "{what}: {s:?}");
+        let stats = client.stats();
+        assert!(stats.closed.get(&CloseReason::NeverUsable).is_some_and(|n| *n >= 1), "{what}: {stats:?}");
+        assert_eq!(
+            stats.closed.values().sum::<u64>(),
+            stats.closed[&CloseReason::NeverUsable],
+            "{what}: {stats:?}"
+        );
         nothing_in_use(client.as_ref(), &what);
+
+        // The call's own deadline, shorter than the never-usable period: a
+        // timeout, still one connection.
+        let config = Config {
+            handshake_timeout: Duration::from_secs(30),
+            call_timeout: Some(Duration::from_millis(300)),
+            ..s.config.clone()
+        };
+        let before = s.server.connections();
+        let client = a.client(config);
+        match client.send(Req::get(&s.url)) {
+            Err((Failure::Timeout, _)) => {}
+            other => panic!("{what}: expected the call's timeout, got {other:?}"),
+        }
+        assert_eq!(s.server.connections() - before, 1, "{what}: one connection until the call's deadline");
     }
 }
 

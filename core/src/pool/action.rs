@@ -27,6 +27,18 @@ pub enum AcquireError {
     Shutdown,
     /// Connecting failed: every route, or the call's deadline.
     Connect(RaceError),
+    /// The server's HTTP/2 SETTINGS allowed zero concurrent streams
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS` 0) for the whole never-usable period
+    /// (the handshake timeout) of the connection the call waited for. The
+    /// request was not sent.
+    NoStreams {
+        /// The Address the call asked for.
+        address: Address,
+        /// The connection that allowed no stream.
+        connection: ConnectionId,
+        /// How long that connection was given to allow one.
+        waited: Duration,
+    },
 }
 
 impl fmt::Display for AcquireError {
@@ -37,6 +49,10 @@ impl fmt::Display for AcquireError {
             }
             AcquireError::Shutdown => f.write_str("the connection pool is shut down"),
             AcquireError::Connect(e) => fmt::Display::fmt(e, f),
+            AcquireError::NoStreams { address, connection, waited } => write!(
+                f,
+                "the HTTP/2 server {address} allows no streams: its SETTINGS said MAX_CONCURRENT_STREAMS 0 on {connection} for {waited:?}"
+            ),
         }
     }
 }

@@ -114,14 +114,40 @@ impl Pool {
         }
     }
 
-    /// A new HTTP/2 connection's SETTINGS never came: it is never usable.
-    /// Calls that waited for them go elsewhere; a stream on it cannot finish,
-    /// so the driver ends it now ([`PoolAction::Abort`]).
+    /// A new HTTP/2 connection's SETTINGS never came, or allowed no stream
+    /// all along: it is never usable. Calls that waited for its SETTINGS go
+    /// elsewhere; calls that waited because it allowed zero streams fail
+    /// ([`AcquireError::NoStreams`]: the next call may try one new
+    /// connection, so a server that allows none costs one connection per
+    /// never-usable period); a stream on it cannot finish, so the driver ends
+    /// it now ([`PoolAction::Abort`]).
     pub(super) fn settings_overdue(&mut self, now: Instant, id: ConnectionId) {
-        let Some((address, busy)) = self.conns.get(&id).map(|c| (c.address.clone(), c.in_flight > 0)) else {
+        let Some((address, busy, zero)) = self
+            .conns
+            .get(&id)
+            .map(|c| (c.address.clone(), c.in_flight > 0, c.settings && c.stream_limit == 0))
+        else {
             return;
         };
         self.retire(now, id, CloseReason::NeverUsable);
+        if zero {
+            let waited = self.config.race.handshake_timeout;
+            let mut failed: Vec<CallId> = self
+                .calls
+                .iter()
+                .filter(|(_, c)| {
+                    c.zero_streams_on == Some(id) && matches!(c.state, CallState::Waiting { .. })
+                })
+                .map(|(call, _)| *call)
+                .collect();
+            failed.sort_unstable();
+            for call in failed {
+                self.end_call_waiting_or_racing(now, call);
+                self.calls.remove(&call);
+                let error = AcquireError::NoStreams { address: address.clone(), connection: id, waited };
+                self.actions.push_back(PoolAction::AcquireFailed { call, error });
+            }
+        }
         if busy {
             let reason = CloseReason::NeverUsable;
             self.actions.push_back(PoolAction::Abort { connection: id, reason });

@@ -264,6 +264,11 @@ struct Call {
     fresh_only: bool,
     /// Its response was a 5xx counted against the route ([`Pool::server_error`]).
     server_error: bool,
+    /// It waits because this HTTP/2 connection's SETTINGS allow zero
+    /// streams (another connection would be refused too): when that
+    /// connection's never-usable timer fires, the call fails
+    /// ([`AcquireError::NoStreams`]).
+    zero_streams_on: Option<ConnectionId>,
     state: CallState,
 }
 
@@ -282,6 +287,7 @@ impl Call {
             answers: Vec::new(),
             fresh_only: false,
             server_error: false,
+            zero_streams_on: None,
             state: CallState::Pending,
             sequence: Sequence::default(),
         }

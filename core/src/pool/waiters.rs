@@ -7,7 +7,7 @@ use super::{Call, CallState, Pool, StreamLimitPolicy};
 use crate::address::Address;
 use crate::address::Protocol;
 use crate::connection::CloseReason;
-use crate::id::CallId;
+use crate::id::{CallId, ConnectionId};
 use crate::time::Instant;
 
 impl Pool {
@@ -69,9 +69,20 @@ impl Pool {
             return true;
         }
         let (address, exclusive, fresh) = {
-            let c = &self.calls[&call_id];
+            let c = self.calls.get_mut(&call_id).expect("call exists");
+            c.zero_streams_on = None;
             (c.address.clone(), c.options.exclusive, c.fresh_only)
         };
+        if !exclusive && !fresh {
+            if let Some(conn) = self.zero_stream_connection(&address) {
+                // The server's SETTINGS allow no stream on a connection still
+                // in its never-usable period: another connection would be
+                // turned away the same way. Wait for that connection's timer
+                // (or SETTINGS that raise the limit).
+                self.calls.get_mut(&call_id).expect("call exists").zero_streams_on = Some(conn);
+                return false;
+            }
+        }
         if self.config.stream_limit_policy == StreamLimitPolicy::Wait
             && !exclusive
             && !fresh
@@ -138,6 +149,16 @@ impl Pool {
             streams = streams.saturating_add(racing).saturating_add(kept);
         }
         streams
+    }
+
+    /// An HTTP/2 connection to `address` whose SETTINGS allow zero streams and
+    /// that is still in its never-usable period (its timer retires it).
+    fn zero_stream_connection(&self, address: &Address) -> Option<ConnectionId> {
+        let a = self.addrs.get(address)?;
+        a.multiplexed.iter().copied().find(|id| {
+            let c = &self.conns[id];
+            c.settings && c.stream_limit == 0 && c.usable()
+        })
     }
 
     /// Whether a call for `address` should wait for a connect already in flight
