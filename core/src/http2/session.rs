@@ -203,6 +203,8 @@ pub struct Session {
     scanner: FrameScanner,
     head_limit: usize,
     settings: bool,
+    /// The server's last SETTINGS set MAX_CONCURRENT_STREAMS to 0.
+    zero_streams: bool,
     goaway: Option<GoAway>,
     /// Streams whose header block (head or trailers) passed the limit on the
     /// wire; forgotten once asked, the oldest first past [`OVERSIZED_KEPT`].
@@ -221,6 +223,7 @@ impl Session {
             scanner: FrameScanner::with_header_block_limit(head_limit),
             head_limit,
             settings: false,
+            zero_streams: false,
             goaway: None,
             oversized: BTreeSet::new(),
             ending: None,
@@ -236,6 +239,9 @@ impl Session {
             match note {
                 FrameNote::Settings { max_concurrent_streams } => {
                     self.settings = true;
+                    if let Some(n) = max_concurrent_streams {
+                        self.zero_streams = n == 0;
+                    }
                     out.push(Report::Settings { max_concurrent_streams });
                 }
                 FrameNote::GoAway { last_stream_id, error_code } => {
@@ -300,7 +306,14 @@ impl Session {
         request: RequestFacts,
     ) -> ExchangeFailure {
         use ExchangeFailureKind as K;
-        let kind = if self.ending == Some(CloseReason::NeverUsable) {
+        let kind = if self.ending == Some(CloseReason::NeverUsable) && self.zero_streams {
+            K::Io {
+                kind: io::ErrorKind::ConnectionAborted,
+                message: "the server allowed no streams (its SETTINGS said MAX_CONCURRENT_STREAMS 0) \
+                          within the handshake timeout"
+                    .into(),
+            }
+        } else if self.ending == Some(CloseReason::NeverUsable) {
             K::Io {
                 kind: io::ErrorKind::ConnectionAborted,
                 message: "the server never made the HTTP/2 connection usable (no SETTINGS, or no stream \
@@ -544,6 +557,30 @@ mod tests {
         }
         assert_eq!(s.ended(&ConnectionEnd::Released), CloseReason::NeverUsable);
         assert_eq!(s.ending(), Some(CloseReason::NeverUsable));
+    }
+
+    #[test]
+    fn a_server_allowing_no_streams_is_named_when_the_pool_ends_its_connection() {
+        let mut s = Session::new(1000);
+        let mut out = Vec::new();
+        // SETTINGS: MAX_CONCURRENT_STREAMS (3) = 0.
+        s.read(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0], &mut out);
+        s.end(CloseReason::NeverUsable);
+        let e = StreamError::Other { message: "connection closed".into() };
+        match kind(&s, Some(1), &e) {
+            ExchangeFailureKind::Io { message, .. } => {
+                assert!(message.contains("MAX_CONCURRENT_STREAMS 0"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A later SETTINGS raising the limit: the generic message again.
+        s.read(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 5], &mut out);
+        match kind(&s, Some(1), &e) {
+            ExchangeFailureKind::Io { message, .. } => {
+                assert!(!message.contains("MAX_CONCURRENT"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
