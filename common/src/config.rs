@@ -794,14 +794,29 @@ macro_rules! __client_builder_methods {
         }
         /// Whether names with pooled connections are looked up again as
         /// their cached answers expire, draining connections to addresses
-        /// the new answer no longer gives (a blue/green switch, a scaled-in
+        /// the answers no longer give (a blue/green switch, a scaled-in
         /// instance): they take no new exchanges and close once idle, and new
-        /// calls go to the new addresses. At most one round a second, 16
-        /// names a round, each name once per time to live (the cache's 60 s
-        /// default). Needs the DNS cache. Default: on (no HTTP client library
-        /// drains on DNS changes; Envoy does, with a max connection age).
+        /// calls go to the new addresses. An address must be absent from
+        /// every answer for a grace period first
+        /// ([`dns_drain_grace`](Self::dns_drain_grace)), so names that rotate
+        /// through many addresses keep their connections. At most one round
+        /// a second, 16 names a round, each name once per time to live (the
+        /// cache's 60 s default). Needs the DNS cache. Default: on (no HTTP
+        /// client library drains on DNS changes; Envoy does, with a max
+        /// connection age).
         pub fn dns_refresh(mut self, refresh: bool) -> Self {
             self.state.pool.dns_refresh = refresh;
+            self
+        }
+        /// How long an address must be missing from every DNS answer for
+        /// its name before connections to it drain
+        /// ([`dns_refresh`](Self::dns_refresh)): the longer of this and three
+        /// times the answer's time to live. Services that answer each query
+        /// with one or a few of many addresses (object stores, CDNs, cloud
+        /// load balancers) name every serving address again within it.
+        /// Default: 60 s.
+        pub fn dns_drain_grace(mut self, grace: $crate::__private::Duration) -> Self {
+            self.state.pool.dns_drain_grace = grace;
             self
         }
         /// Bound on the winner's TLS handshake (after any proxy tunnel, which

@@ -1601,15 +1601,21 @@ fn refresh_query(sim: &PoolSim) -> switchyard_core::QueryId {
 }
 
 /// A name with pooled connections is looked up again when its answer
-/// expires, by no call. The same answer changes nothing; an answer without
-/// the connections' IP drains exactly them: the idle one closes at once,
-/// the busy one takes no new exchange and closes when released. The next
-/// call connects to the new address from the refreshed cache.
+/// expires, by no call. The same answer changes nothing; answers without
+/// the connections' IP drain exactly them once the absence lasts the grace
+/// period (here three TTLs, 30 s): the idle one closes at once, the busy one
+/// takes no new exchange and closes when released. The next call connects to
+/// the new address from the refreshed cache.
 #[test]
 fn a_dns_answer_that_drops_an_ip_drains_exactly_the_connections_to_it() {
     let dns_cache =
         switchyard_core::DnsCacheConfig { default_ttl: Duration::from_secs(10), ..Default::default() };
-    let mut sim = PoolSim::new(PoolConfig { dns_cache, keep_alive: Duration::from_secs(1000), ..config() });
+    let mut sim = PoolSim::new(PoolConfig {
+        dns_cache,
+        dns_drain_grace: Duration::from_secs(1),
+        keep_alive: Duration::from_secs(1000),
+        ..config()
+    });
     let a = http("moving.test");
     let b = http("staying.test");
     let c1 = sim.acquire(0, &a);
@@ -1638,18 +1644,110 @@ fn a_dns_answer_that_drops_an_ip_drains_exactly_the_connections_to_it() {
     assert!(answer(&mut sim, 10_001, "127.0.0.2").is_empty(), "the same answer drains nothing");
     assert_eq!(sim.timeout(11_000), ["resolve staying.test"]);
     assert!(answer(&mut sim, 11_001, "127.0.0.5").is_empty());
-    // Ten seconds on, moving.test has moved.
+    // Ten seconds on, moving.test has moved; one answer, then a second,
+    // without its address are not yet a sustained absence.
     assert_eq!(sim.timeout(20_001), ["resolve moving.test"]);
-    assert_eq!(answer(&mut sim, 20_002, "127.0.0.3"), [format!("close {k1} address no longer in DNS")]);
+    assert!(answer(&mut sim, 20_002, "127.0.0.3").is_empty(), "absent 10 s of 30");
+    assert_eq!(sim.timeout(21_001), ["resolve staying.test"]);
+    assert!(answer(&mut sim, 21_002, "127.0.0.5").is_empty());
+    assert_eq!(sim.timeout(30_002), ["resolve moving.test"]);
+    assert!(answer(&mut sim, 30_003, "127.0.0.3").is_empty(), "absent 20 s of 30");
+    assert_eq!(sim.timeout(31_002), ["resolve staying.test"]);
+    assert!(answer(&mut sim, 31_003, "127.0.0.5").is_empty());
+    assert!(sim.pool.connection(k1).unwrap().no_new_exchanges().is_none());
+    assert_eq!(sim.timeout(40_003), ["resolve moving.test"]);
+    assert_eq!(answer(&mut sim, 40_004, "127.0.0.3"), [format!("close {k1} address no longer in DNS")]);
     assert_eq!(sim.pool.connection(k2).unwrap().no_new_exchanges(), Some(CloseReason::DnsChanged));
     assert!(sim.pool.connection(kb).unwrap().no_new_exchanges().is_none(), "another name's connection stays");
-    assert_eq!(sim.finish(20_003, c2), [format!("close {k2} address no longer in DNS")]);
+    assert_eq!(sim.finish(40_005, c2), [format!("close {k2} address no longer in DNS")]);
     // New calls go to the new address, from the cache the refresh filled.
-    let c3 = sim.acquire(20_004, &a);
+    let c3 = sim.acquire(40_006, &a);
     assert_eq!(sim.drain(), [format!("connect {c3} 127.0.0.3:80")]);
     let stats = sim.pool.stats();
-    assert_eq!((stats.dns_refreshes, stats.dns_drained, stats.dns_lookups), (3, 2, 2));
+    assert_eq!((stats.dns_refreshes, stats.dns_drained, stats.dns_lookups), (7, 2, 2));
     assert_eq!(stats.closed[&CloseReason::DnsChanged], 2);
+}
+
+/// A name that answers each query with one of four addresses (TTL 1 s), as
+/// object stores and cloud load balancers do, and a steady client: its one
+/// connection is never drained, because its address keeps turning up within
+/// the grace period (60 s), however long the run. An address that leaves
+/// the rotation for good drains once the grace has passed.
+#[test]
+fn rotating_answers_never_drain_a_connection_whose_address_keeps_serving() {
+    let dns_cache =
+        switchyard_core::DnsCacheConfig { default_ttl: Duration::from_secs(1), ..Default::default() };
+    let mut sim = PoolSim::new(PoolConfig { dns_cache, keep_alive: Duration::from_secs(1000), ..config() });
+    let a = http("rotating.test");
+    let ips = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"];
+    let c = sim.acquire(0, &a);
+    sim.drain();
+    sim.dns(0, c, &[ips[0]]);
+    sim.connected(1, c);
+    let k = sim.held[&c];
+    sim.finish(2, c);
+    let mut t = 2;
+    let mut round = 1;
+    // When an answer last gave 127.0.0.2 (the connection's own answer first).
+    let mut last_named = 0;
+    // 10 calls a second for 300 s; every refresh round answers the next
+    // address in the rotation. From 200 s on 127.0.0.2 leaves the rotation.
+    while t < 300_000 {
+        t += 100;
+        if let Some(due) = sim.pool.poll_timeout().filter(|d| *d <= ms(t)) {
+            let asked = sim.timeout(u64::try_from(due.elapsed_since_origin().as_millis()).unwrap());
+            if asked == ["resolve rotating.test"] {
+                let pick = if t >= 200_000 { ips[1 + round % 3] } else { ips[round % 4] };
+                round += 1;
+                if pick == ips[0] {
+                    last_named = t;
+                }
+                let q = refresh_query(&sim);
+                sim.pool.handle_dns(ms(t), q, Ok(vec![pick.parse().unwrap()])).unwrap();
+                let out = sim.drain();
+                if out.iter().any(|o| o.contains("no longer in DNS")) {
+                    assert!(t >= 200_000, "drained at {t} ms while its address was in the rotation");
+                    let absent = t - last_named;
+                    assert!((60_000..62_000).contains(&absent), "drained after {absent} ms of absence");
+                    break;
+                }
+            }
+        }
+        if sim.pool.connection(k).is_some_and(|c| c.no_new_exchanges().is_none()) {
+            let call = sim.acquire(t, &a);
+            assert_eq!(sim.drain(), [format!("acquired {call} {k} Pooled")], "at {t} ms");
+            sim.finish(t + 1, call);
+        }
+    }
+    let stats = sim.pool.stats();
+    assert_eq!(stats.created, 1, "one connection through the rotation: {stats:?}");
+    assert!(stats.dns_refreshes >= 100, "a refresh every second or two: {stats:?}");
+    assert_eq!(stats.dns_drained, 1, "drained once the address left for good");
+}
+
+/// A lookup made for one call does not close a connection another call can
+/// use: a call that finds the pooled connection busy races, its own lookup
+/// answers other addresses, and when the connection is released mid-race
+/// (OkHttp's scenario) the call takes it, still usable.
+#[test]
+fn a_calls_own_lookup_does_not_close_a_connection_released_mid_race() {
+    let dns_cache =
+        switchyard_core::DnsCacheConfig { default_ttl: Duration::from_secs(1), ..Default::default() };
+    let mut sim = PoolSim::new(PoolConfig { dns_cache, dns_refresh: false, ..config() });
+    let a = http("rotating.test");
+    let c1 = sim.acquire(0, &a);
+    sim.drain();
+    sim.dns(0, c1, &["127.0.0.2"]);
+    sim.connected(1, c1);
+    let k1 = sim.held[&c1];
+    // 5 s on (the answer expired), c1 still holds k1; c2 looks up afresh.
+    let c2 = sim.acquire(5_000, &a);
+    assert_eq!(sim.drain(), ["resolve rotating.test"]);
+    assert_eq!(sim.dns(5_001, c2, &["127.0.0.3"]), [format!("connect {c2} 127.0.0.3:80")]);
+    assert!(sim.pool.connection(k1).unwrap().no_new_exchanges().is_none(), "k1 still takes exchanges");
+    let out = sim.finish(5_002, c1);
+    assert!(out.contains(&format!("acquired {c2} {k1} Pooled")), "{out:?}");
+    assert_eq!(sim.pool.stats().dns_drained, 0);
 }
 
 /// Refresh rounds are at least a second apart and only for names that

@@ -67,6 +67,9 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(d) = config.dns_cache_ttl {
         b = b.dns_cache_ttl(d);
     }
+    if let Some(d) = config.dns_drain_grace {
+        b = b.dns_drain_grace(d);
+    }
     if let Some(n) = config.dns_cache_capacity {
         b = b.dns_cache_capacity(n);
     }

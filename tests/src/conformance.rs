@@ -71,6 +71,9 @@ pub struct Config {
     pub dns_cache_ttl: Option<Duration>,
     /// The DNS cache's size (0: off).
     pub dns_cache_capacity: Option<usize>,
+    /// How long an address must be missing from DNS answers before its
+    /// connections drain.
+    pub dns_drain_grace: Option<Duration>,
     /// RFC 8305's resolution delay.
     pub resolution_delay: Option<Duration>,
     /// Idle connections kept per host.
@@ -125,6 +128,7 @@ impl Default for Config {
             async_resolver: None,
             dns_cache_ttl: None,
             dns_cache_capacity: None,
+            dns_drain_grace: None,
             unix_socket: None,
             tcp: switchyard_common::transport::TcpOptions::default(),
             resolution_delay: None,
@@ -251,7 +255,8 @@ fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
 pub use crate::dns::{dns_cache, per_family_blocking_resolver};
 pub use crate::resilience::{
     dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
-    retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm, server_errors_eject_a_route,
+    retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
+    rotating_dns_answers_keep_one_connection, server_errors_eject_a_route,
     server_errors_eject_an_http2_route, shutdown_under_load_loses_no_call,
 };
 
@@ -1343,7 +1348,8 @@ macro_rules! conformance_suite {
             proxy_credentials, socks5_credentials, proxies_from_the_environment, coalescing_onto_an_ip_san,
             dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options,
             retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
-            dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
+            dns_change_drains_pooled_connections, rotating_dns_answers_keep_one_connection,
+            http2_keepalive_ping_finds_a_dead_peer,
             shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
@@ -1358,7 +1364,8 @@ macro_rules! conformance_suite {
             events_are_heard_before_send_returns, a_timeout_marks_the_route, a_call_deadline_marks_the_route,
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
             per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm,
-            dns_change_drains_pooled_connections, shutdown_under_load_loses_no_call,
+            dns_change_drains_pooled_connections, rotating_dns_answers_keep_one_connection,
+            shutdown_under_load_loses_no_call,
             server_errors_eject_a_route);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,

@@ -143,7 +143,8 @@ impl KeepAliveServer {
 }
 
 /// A name moves from 127.0.0.2 to 127.0.0.3 in the resolver: the pooled
-/// connection to the old address is drained by the refresh (no call asks),
+/// connection to the old address is drained by the refresh (no call asks)
+/// once the grace has passed (here 0.9 s: three TTLs of 300 ms),
 /// `DnsChanged`, and the next call connects to the new one.
 pub fn dns_change_drains_pooled_connections(a: &dyn Adapter) {
     // The same port on both addresses (retried on another port if taken).
@@ -159,6 +160,7 @@ pub fn dns_change_drains_pooled_connections(a: &dyn Adapter) {
         version: Version::Http1,
         resolver: Some(crate::conformance::Plugged(resolver.clone())),
         dns_cache_ttl: Some(Duration::from_millis(300)),
+        dns_drain_grace: Some(Duration::from_millis(100)),
         ..Config::default()
     });
     let url = format!("http://moving.test:{}/", old.port);
@@ -173,6 +175,61 @@ pub fn dns_change_drains_pooled_connections(a: &dyn Adapter) {
     assert_eq!(client.send(Req::get(url)).expect("the new address").body, b"ok");
     assert_eq!((old.connections(), new.connections()), (1, 1));
     assert_eq!(client.stats().totals.open, 1);
+}
+
+/// A resolver answering each query with the next of its addresses, one at a
+/// time (an object store's or a cloud load balancer's DNS); counts queries.
+struct Rotating {
+    ips: Vec<std::net::IpAddr>,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl switchyard_common::Resolve for Rotating {
+    fn resolve(&self, _host: &str, _port: u16) -> std::io::Result<Vec<std::net::IpAddr>> {
+        let n = self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(vec![self.ips[n % self.ips.len()]])
+    }
+}
+
+/// A name that answers each query with one of four addresses (TTL 300 ms),
+/// all of them serving, and a steady client: the refreshes see the
+/// connection's address come and go, and the one connection stays — no
+/// address is drained while the answers keep naming it (the grace, 60 s by
+/// default, is far longer than the run).
+pub fn rotating_dns_answers_keep_one_connection(a: &dyn Adapter) {
+    let servers = (0..20)
+        .find_map(|_| {
+            let first = KeepAliveServer::start("127.0.0.2", 0)?;
+            let port = first.port;
+            let mut all = vec![first];
+            for ip in ["127.0.0.3", "127.0.0.4", "127.0.0.5"] {
+                all.push(KeepAliveServer::start(ip, port)?);
+            }
+            Some(all)
+        })
+        .expect("one port on 127.0.0.2-5");
+    let port = servers[0].port;
+    let ips = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"].map(|ip| ip.parse().expect("ip")).to_vec();
+    let resolver = std::sync::Arc::new(Rotating { ips, asked: std::sync::atomic::AtomicUsize::new(0) });
+    let client = a.client(Config {
+        version: Version::Http1,
+        resolver: Some(crate::conformance::Plugged(resolver.clone())),
+        dns_cache_ttl: Some(Duration::from_millis(300)),
+        ..Config::default()
+    });
+    let url = format!("http://rotating.test:{port}/");
+    // A steady client: 40 calls, 50 ms apart (the pacing is the load, not
+    // a verdict), so several refresh rounds run between them.
+    for _ in 0..40 {
+        assert_eq!(client.send(Req::get(url.clone())).expect("ok").body, b"ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stats = client.stats();
+    let connections: usize = servers.iter().map(KeepAliveServer::connections).sum();
+    assert!(stats.dns_refreshes >= 1, "the name was looked up again: {stats:?}");
+    assert!(resolver.asked.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+    assert_eq!(connections, 1, "one connection for the whole run: {stats:?}");
+    assert_eq!(stats.dns_drained, 0, "{stats:?}");
 }
 
 /// A TCP relay whose existing connections can be frozen: it stops

@@ -141,6 +141,14 @@ pub struct PoolConfig {
     ///
     /// [`CloseReason::DnsChanged`]: crate::CloseReason::DnsChanged
     pub dns_refresh: bool,
+    /// How long an address must be absent from every answer for its name
+    /// before connections to it drain: a connection drains only once no
+    /// answer has named its address for the longer of this and three of the
+    /// answers' times to live. Services that answer each query with one or
+    /// a few of many addresses (object stores, CDNs, cloud load balancers)
+    /// rotate through them; an address that keeps serving keeps turning up,
+    /// so its connections stay. Default: 60 s.
+    pub dns_drain_grace: Duration,
     /// Seeds the pool's jitter: warm connects' backoff (see
     /// [`crate::pool::warm`]) and connections' lifetimes
     /// ([`PoolConfig::max_lifetime_jitter`]); a driver passes a random one, a
@@ -174,6 +182,7 @@ impl Default for PoolConfig {
             ping_interval: None,
             dns_cache: crate::dns::DnsCacheConfig::default(),
             dns_refresh: true,
+            dns_drain_grace: Duration::from_secs(60),
             seed: 0x5EED_5EED_5EED_5EED,
         }
     }

@@ -487,6 +487,7 @@ impl Pool {
             tls,
             lifetime_deadline,
             goaway: None,
+            dns_seen: now,
         };
         self.conns.insert(id, conn);
         if !self.warm.is_empty() {

@@ -1,9 +1,19 @@
 //! DNS refresh and drain: names that pooled connections were made from are
 //! looked up again as their cached answers expire (no call waits for it),
-//! and a connection whose IP address the new answer no longer gives takes no
-//! new exchanges ([`CloseReason::DnsChanged`]) and closes once idle, so calls
-//! move to the addresses DNS gives now (a blue/green switch, a scaled-in
-//! instance, a failover record).
+//! and a connection whose IP address the answers have stopped giving takes
+//! no new exchanges ([`CloseReason::DnsChanged`]) and closes once idle, so
+//! calls move to the addresses DNS gives now (a blue/green switch, a
+//! scaled-in instance, a failover record).
+//!
+//! Absence must be sustained: every completed lookup of the name (a
+//! refresh, or a call's own) that gives a connection's address marks it
+//! seen, and a lookup that does not drains it only once nothing has named
+//! it for the grace period — the longer of [`PoolConfig::dns_drain_grace`]
+//! (60 s) and three times the answer's time to live. Names that answer each
+//! query with a few of many addresses (object stores, CDNs, cloud load
+//! balancers) keep naming every address that serves, so their connections
+//! stay; and a lookup made for one call does not close a connection another
+//! call can use on the strength of one answer.
 //!
 //! Bounded: a refresh round runs at most once per second
 //! ([`REFRESH_GAP`]) and asks at most [`REFRESH_BATCH`] names; a name is
@@ -34,20 +44,31 @@ fn dns_key(c: &Connection) -> Option<CacheKey> {
 
 impl Pool {
     /// A lookup completed with these addresses: connections made from the
-    /// same name to an address no longer among them drain (families the
-    /// answer has only).
+    /// same name to an address among them are seen again; ones to an address
+    /// no answer has given for the grace period drain (families the answer
+    /// has only).
     pub(super) fn drain_moved(&mut self, now: Instant, key: &CacheKey, ips: &[IpAddr]) {
+        if self.open_total == 0 {
+            return;
+        }
         let (v4, v6) = (ips.iter().any(IpAddr::is_ipv4), ips.iter().any(IpAddr::is_ipv6));
-        let mut moved: Vec<ConnectionId> = self
-            .conns
-            .values()
-            .filter(|c| c.no_new.is_none() && dns_key(c).as_ref() == Some(key))
-            .filter(|c| {
-                let ip = c.route.socket_addr().ip();
-                (if ip.is_ipv4() { v4 } else { v6 }) && !ips.contains(&ip)
-            })
-            .map(|c| c.id)
-            .collect();
+        let ttl =
+            self.dns.expires_at(key).map_or(std::time::Duration::ZERO, |t| t.saturating_duration_since(now));
+        let grace = self.config.dns_drain_grace.max(ttl.saturating_mul(3));
+        let mut moved: Vec<ConnectionId> = Vec::new();
+        for c in self.conns.values_mut() {
+            if c.no_new.is_some() || dns_key(c).as_ref() != Some(key) {
+                continue;
+            }
+            let ip = c.route.socket_addr().ip();
+            if ips.contains(&ip) {
+                c.dns_seen = now;
+            } else if (if ip.is_ipv4() { v4 } else { v6 })
+                && now.saturating_duration_since(c.dns_seen) >= grace
+            {
+                moved.push(c.id);
+            }
+        }
         moved.sort_unstable();
         for id in moved {
             self.stats.dns_drained += 1;

@@ -35,6 +35,9 @@ pub struct Connection {
     pub(super) lifetime_deadline: Option<Instant>,
     /// HTTP/2: the server's GOAWAY, once heard.
     pub(super) goaway: Option<GoAway>,
+    /// When a DNS answer for its name last gave its address (at first: when
+    /// it was established from one). See [`crate::pool::refresh`].
+    pub(super) dns_seen: Instant,
 }
 
 impl Connection {
