@@ -31,6 +31,8 @@ pub struct Error {
     kind: ErrorKind,
     /// The request's URL, any password shown as `***`.
     url: Option<Arc<str>>,
+    /// For a timeout before the call had a connection: how far it had got.
+    stage: Option<switchyard_core::ConnectStage>,
 }
 
 /// What failed (see [`Error::kind`]). Its `Debug` is short: the variant and
@@ -148,7 +150,7 @@ pub enum BodyError {
 
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Error {
-        Error { kind, url: None }
+        Error { kind, url: None, stage: None }
     }
 }
 
@@ -188,6 +190,21 @@ impl Error {
     #[must_use]
     pub fn timeout(phase: TimeoutPhase) -> Error {
         Error::from(ErrorKind::Timeout(phase))
+    }
+    /// The call's deadline passed before it had a connection, at `stage`
+    /// (`None`: unknown): a timeout of the connect phase whose text names
+    /// the stage ("timed out connecting to URL (resolving the name)").
+    #[must_use]
+    pub fn connect_timeout_at(stage: Option<switchyard_core::ConnectStage>) -> Error {
+        let mut e = Error::timeout(TimeoutPhase::Connect);
+        e.stage = stage;
+        e
+    }
+    /// How far a call had got when its deadline passed before it had a
+    /// connection (see [`Error::connect_timeout_at`]).
+    #[must_use]
+    pub fn connect_stage(&self) -> Option<switchyard_core::ConnectStage> {
+        self.stage
     }
     /// An invalid configuration.
     #[must_use]
@@ -437,10 +454,20 @@ impl fmt::Display for Error {
                 if self.is_timeout() {
                     f.write_str("timed out")?;
                     on(f, "connecting to")?;
+                    if let ErrorKind::Connect(AcquireError::Connect(race)) = &self.kind {
+                        if let Some(stage) = race.stage {
+                            write!(f, " ({stage})")?;
+                        }
+                    }
                 } else {
                     f.write_str("no connection")?;
                     on(f, "to")?;
                 }
+            }
+            ErrorKind::Exchange(e) if matches!(e.kind, ExchangeFailureKind::Timeout) => {
+                // Its phase first, as a call timeout's text says it.
+                f.write_str("timed out")?;
+                on(f, "waiting for the response head from")?;
             }
             ErrorKind::Exchange(_) => {
                 f.write_str("the exchange")?;
@@ -452,10 +479,15 @@ impl fmt::Display for Error {
                 on(f, "from")?;
                 f.write_str(" failed")?;
             }
-            ErrorKind::Timeout(phase) => match url {
-                Some(u) => write!(f, "timed out {phase} {u}")?,
-                None => write!(f, "timed out {phase} the server")?,
-            },
+            ErrorKind::Timeout(phase) => {
+                match url {
+                    Some(u) => write!(f, "timed out {phase} {u}")?,
+                    None => write!(f, "timed out {phase} the server")?,
+                }
+                if let Some(stage) = self.stage {
+                    write!(f, " ({stage})")?;
+                }
+            }
             ErrorKind::Status(s) => {
                 write!(f, "HTTP status {s}")?;
                 on(f, "from")?;

@@ -77,10 +77,11 @@ pub enum ConnectError {
         after: Duration,
     },
     /// The proxy did not open the tunnel (SOCKS5, or `CONNECT` for an https
-    /// origin) within the connect timeout, which covers reaching the origin:
-    /// TCP to the proxy and the tunnel together.
+    /// origin) in time: within the connect timeout, which covers reaching the
+    /// origin (TCP to the proxy and the tunnel together), or within the
+    /// handshake timeout from TCP's end, whichever ended first.
     TunnelTimeout {
-        /// The timeout that ran out (the connect timeout).
+        /// The timeout that ran out.
         after: Duration,
     },
     /// The TLS handshake (after any tunnel) did not finish in time.
@@ -158,10 +159,10 @@ impl fmt::Display for ConnectError {
                 write!(f, "connect timed out after {after:?}")
             }
             ConnectError::TunnelTimeout { after } => {
-                write!(f, "the proxy did not open the tunnel within the connect timeout ({after:?})")
+                write!(f, "proxy handshake timed out: the proxy did not open the tunnel within {after:?}")
             }
             ConnectError::HandshakeTimeout { after } => {
-                write!(f, "handshake timed out after {after:?}")
+                write!(f, "TLS handshake timed out after {after:?}")
             }
             ConnectError::Tls { kind, message } => {
                 let what = match kind {
@@ -242,6 +243,8 @@ pub struct RaceError {
     pub address: Address,
     /// Every DNS and connect failure, in the order they happened.
     pub failures: Vec<Failure>,
+    /// For [`RaceErrorKind::CallTimeout`]: how far the race had got.
+    pub stage: Option<crate::race::ConnectStage>,
 }
 
 impl RaceError {
@@ -285,6 +288,9 @@ impl fmt::Display for RaceError {
             RaceErrorKind::AllRoutesFailed => write!(f, "could not connect to {}", self.address)?,
             RaceErrorKind::CallTimeout => {
                 write!(f, "call timed out connecting to {}", self.address)?;
+                if let Some(stage) = self.stage {
+                    write!(f, " ({stage})")?;
+                }
             }
         }
         match self.failures.as_slice() {

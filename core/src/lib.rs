@@ -204,6 +204,6 @@ pub use pool::{
     ExchangeError, FailureOutcome, Pool, PoolAction, PoolConfig, PoolStats, Readiness, RetryBudget, Source,
     StreamLimitPolicy, WarmPolicy, WarmStatus,
 };
-pub use race::{Action, Race, RaceConfig, RaceRequest, Sequence};
+pub use race::{Action, ConnectStage, Race, RaceConfig, RaceRequest, Sequence};
 pub use route::{Route, RouteDatabase};
 pub use time::Instant;

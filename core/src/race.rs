@@ -60,11 +60,58 @@ pub struct RaceConfig {
     /// answers fails as [`ConnectError::TunnelTimeout`] (the driver reports
     /// the tunnel open with [`Race::handle_tunnelled`]). Default: 10 s.
     pub connect_timeout: Duration,
-    /// Bound on the winner's TLS handshake, from the tunnel's end (or TCP's,
-    /// without a proxy). Default: 10 s.
+    /// Bound on each handshake after TCP: a proxy tunnel from TCP's end
+    /// (whichever of this and the connect timeout ends first bounds the
+    /// tunnel), and the winner's TLS handshake from the tunnel's end (or
+    /// TCP's, without a proxy). Default: 10 s.
     pub handshake_timeout: Duration,
     /// Route ordering. With `fast_fallback` off, attempts run one at a time.
     pub plan: PlanConfig,
+}
+
+/// Where a call that has no connection yet stands: what a deadline that
+/// passes now interrupts (a timeout's text names it).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ConnectStage {
+    /// Waiting for a pooled connection, a stream, or another call's connect.
+    Waiting,
+    /// Resolving the origin's (or the proxy's) name.
+    Resolving,
+    /// A TCP connect in flight.
+    Connecting,
+    /// A proxy handshake (HTTP `CONNECT`, SOCKS5) in flight.
+    ProxyHandshake,
+    /// A TLS handshake in flight.
+    TlsHandshake,
+}
+
+impl std::fmt::Display for ConnectStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConnectStage::Waiting => "waiting for a connection",
+            ConnectStage::Resolving => "resolving the name",
+            ConnectStage::Connecting => "in the TCP connect",
+            ConnectStage::ProxyHandshake => "in the proxy handshake",
+            ConnectStage::TlsHandshake => "in the TLS handshake",
+        })
+    }
+}
+
+impl RaceConfig {
+    /// A proxy tunnel's deadline for an attempt started at `started` whose TCP
+    /// connect ended at `now`, and the timeout that sets it: the connect
+    /// timeout from the start or the handshake timeout from now, whichever
+    /// ends first.
+    #[must_use]
+    pub(crate) fn tunnel_deadline(&self, started_deadline: Instant, now: Instant) -> (Instant, Duration) {
+        let by_handshake = now + self.handshake_timeout;
+        if by_handshake < started_deadline {
+            (by_handshake, self.handshake_timeout)
+        } else {
+            (started_deadline, self.connect_timeout)
+        }
+    }
 }
 
 impl Default for RaceConfig {
@@ -204,9 +251,12 @@ struct Attempt {
     started: Instant,
     stage: Stage,
     /// Handshaking, its proxy tunnel (SOCKS5 or `CONNECT`) not open yet: the
-    /// connect timeout, from the attempt's start, still bounds it.
+    /// connect timeout, from the attempt's start, still bounds it (or the
+    /// handshake timeout from TCP's end, if that ends first).
     tunnelling: bool,
     deadline: Instant,
+    /// The timeout setting `deadline` came from (for the error's text).
+    bound: Duration,
 }
 
 /// The protocol a connection on `route` speaks after its handshakes: ALPN's
@@ -453,10 +503,10 @@ impl Race {
             // The connect timeout covers reaching the origin: TCP and any
             // proxy tunnel. TLS has its own bound, from the tunnel's end.
             winner.tunnelling = route.requires_tunnel() || route.requires_socks5();
-            winner.deadline = if winner.tunnelling {
-                winner.started + self.config.connect_timeout
+            (winner.deadline, winner.bound) = if winner.tunnelling {
+                self.config.tunnel_deadline(winner.started + self.config.connect_timeout, now)
             } else {
-                now + self.config.handshake_timeout
+                (now + self.config.handshake_timeout, self.config.handshake_timeout)
             };
             self.actions.push_back(Action::Handshake { attempt, route: route.clone() });
             if route.requires_tls() {
@@ -515,6 +565,22 @@ impl Race {
         Ok(())
     }
 
+    /// How far the race has got: a handshake in flight, else a TCP connect,
+    /// else a lookup (or nothing started yet: waiting).
+    #[must_use]
+    pub fn stage(&self) -> ConnectStage {
+        if let Some(a) = self.attempts.iter().find(|a| a.stage == Stage::Handshaking) {
+            return if a.tunnelling { ConnectStage::ProxyHandshake } else { ConnectStage::TlsHandshake };
+        }
+        if !self.attempts.is_empty() {
+            ConnectStage::Connecting
+        } else if self.planner.is_waiting() {
+            ConnectStage::Resolving
+        } else {
+            ConnectStage::Waiting
+        }
+    }
+
     /// The winner's proxy tunnel (SOCKS5, or `CONNECT` for an https origin) is
     /// open: its TLS handshake, if any, starts now, bounded by the handshake
     /// timeout (until now the connect timeout bounded it). Drivers report it
@@ -528,6 +594,7 @@ impl Race {
         if a.stage == Stage::Handshaking && a.tunnelling {
             a.tunnelling = false;
             a.deadline = now + self.config.handshake_timeout;
+            a.bound = self.config.handshake_timeout;
         }
         Ok(())
     }
@@ -545,10 +612,14 @@ impl Race {
     /// is not thrown away: the attempt that finished TCP and is handshaking, or
     /// else the only attempt in flight. With several attempts still connecting
     /// (Happy Eyeballs) none is kept. The caller (the pool) owns it from here:
-    /// the returned route, its current deadline, whether it is handshaking and
-    /// whether its proxy tunnel is still opening, and the driver's later
-    /// reports for it. Emits [`EventKind::AttemptKeptForPool`].
-    pub fn take_for_pool(&mut self, now: Instant) -> Option<(AttemptId, Route, Instant, bool, bool)> {
+    /// the returned route, its current deadline, whether it is handshaking and,
+    /// while its proxy tunnel is still opening, the timeout that bounds the
+    /// tunnel; and the driver's later reports for it. Emits
+    /// [`EventKind::AttemptKeptForPool`].
+    pub fn take_for_pool(
+        &mut self,
+        now: Instant,
+    ) -> Option<(AttemptId, Route, Instant, bool, Option<Duration>)> {
         if self.finished {
             return None;
         }
@@ -559,7 +630,7 @@ impl Race {
         };
         let a = self.attempts.remove(index);
         self.emit(now, EventKind::AttemptKeptForPool { attempt: a.id, route: a.route.clone() });
-        Some((a.id, a.route, a.deadline, a.stage == Stage::Handshaking, a.tunnelling))
+        Some((a.id, a.route, a.deadline, a.stage == Stage::Handshaking, a.tunnelling.then_some(a.bound)))
     }
 
     /// A pooled connection became eligible for this call while it was racing: the
@@ -621,8 +692,12 @@ impl Race {
             return;
         }
         if self.deadline.is_some_and(|d| d <= now) {
+            let stage = self.stage();
             self.cancel_all(now, CancelReason::CallTimeout);
             self.finish_failed(RaceErrorKind::CallTimeout);
+            if let Some(Action::Failed(e)) = self.actions.back_mut() {
+                e.stage = Some(stage);
+            }
             return;
         }
         // Held DNS answers whose resolution delay is over.
@@ -632,9 +707,7 @@ impl Race {
             let a = &self.attempts[index];
             let error = match a.stage {
                 Stage::Connecting => ConnectError::ConnectTimeout { after: self.config.connect_timeout },
-                Stage::Handshaking if a.tunnelling => {
-                    ConnectError::TunnelTimeout { after: self.config.connect_timeout }
-                }
+                Stage::Handshaking if a.tunnelling => ConnectError::TunnelTimeout { after: a.bound },
                 Stage::Handshaking => ConnectError::HandshakeTimeout { after: self.config.handshake_timeout },
             };
             let id = a.id;
@@ -687,6 +760,7 @@ impl Race {
             stage: Stage::Connecting,
             tunnelling: false,
             deadline: now + self.config.connect_timeout,
+            bound: self.config.connect_timeout,
         });
         self.emit(now, EventKind::ConnectStart { attempt: id, route: route.clone() });
         self.actions.push_back(Action::Connect { attempt: id, route });
@@ -733,6 +807,7 @@ impl Race {
             kind,
             address: self.address.clone(),
             failures: self.failures.clone(),
+            stage: None,
         }));
     }
 }

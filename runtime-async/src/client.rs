@@ -288,7 +288,7 @@ impl<R: Runtime> Client<R> {
                     let _ = shared.exchange_failed(call, failure, tx);
                     Err(Error::timeout(TimeoutPhase::ResponseHead))
                 } else {
-                    Err(Error::timeout(TimeoutPhase::Connect))
+                    Err(Error::connect_timeout_at(shared.lock_state().pool.connect_stage(call)))
                 }
             }),
             None => run.await,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use switchyard_common::call::CallOwner;
 use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
-use switchyard_common::{Config, Error, FromConfig, HttpVersion, Hub, Sender, TimeoutPhase};
+use switchyard_common::{Config, Error, FromConfig, HttpVersion, Hub, Sender};
 use switchyard_core::{AcquireError, CallId, PoolStats};
 
 use crate::body::Body;
@@ -325,7 +325,7 @@ fn wait_for_lease(
 ) -> Result<Lease, Error> {
     let answer = loop {
         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-            break Err(Error::timeout(TimeoutPhase::Connect));
+            break Err(Error::connect_timeout_at(shared.hub.lock().pool.connect_stage(call)));
         }
         let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
         let sleep = match (shared.plan_sleep(call), left) {

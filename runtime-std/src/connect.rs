@@ -202,9 +202,19 @@ pub(crate) fn establish(
     tcp.set_read_timeout(Some(limit)).map_err(io)?;
     tcp.set_write_timeout(Some(limit)).map_err(io)?;
     let mut tcp = tcp;
+    // A read or write the socket's timeout ended is that phase's timeout,
+    // typed as the core's own timer would have said it.
+    let timed = |phase: fn(Duration) -> ConnectError| {
+        move |e: ConnectError| match e {
+            ConnectError::Io { kind: io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut, .. } => {
+                phase(limit)
+            }
+            other => other,
+        }
+    };
     // SOCKS5, or a CONNECT tunnel for an https origin, with the proxy's credentials.
     if let Some(hs) = ProxyHandshake::for_route(route)? {
-        proxy_handshake(&mut tcp, hs)?;
+        proxy_handshake(&mut tcp, hs).map_err(timed(|after| ConnectError::TunnelTimeout { after }))?;
         if route.requires_tls() {
             tunnelled();
         }
@@ -213,7 +223,8 @@ pub(crate) fn establish(
         .then(|| route.socket_addr().ip());
     let established = if route.requires_tls() {
         let (stream, alpn, facts) =
-            crate::stream::handshake(tcp, config, route.address().host(), (verification, direct))?;
+            crate::stream::handshake(tcp, config, route.address().host(), (verification, direct))
+                .map_err(timed(|after| ConnectError::HandshakeTimeout { after }))?;
         (stream, alpn, Some(facts))
     } else {
         (Stream::Tcp(tcp), None, None)

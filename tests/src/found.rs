@@ -2,9 +2,10 @@
 //! adapter (`found_suite!`): HTTP/1.1 and HTTP/2, cleartext and TLS where it
 //! applies.
 //!
-//! - The connect timeout bounds reaching the origin: TCP and a proxy tunnel
-//!   (`CONNECT` or SOCKS5) that never answers; TLS keeps its own bound. Every
-//!   attempt timing out is a timeout (`is_timeout`), of the connect phase.
+//! - Every timeout setting ends the call in the phase it bounds, typed
+//!   (`is_timeout`) and named in its text (issue 53's matrix: DNS, TCP, proxy
+//!   `CONNECT`, SOCKS5 greeting and reply, TLS, head, body; direct and through
+//!   each proxy kind).
 //! - An idle cap of zero keeps no connection.
 //! - A prepared `tls_config` is never a coalescing target unless vouched for.
 //! - Every attempt's events are complete under load over TLS, kept attempts
@@ -47,48 +48,254 @@ fn silent() -> Silent {
     Silent { port, _held: held }
 }
 
-/// The connect timeout (300 ms here) bounds a proxy that accepts and never
-/// answers its `CONNECT` or SOCKS5 greeting, though the handshake timeout is
-/// 30 s: the call fails with the tunnel timeout, a timeout of the connect
-/// phase. A TLS server that stalls its handshake fails with the handshake
-/// timeout, also a timeout (every attempt timed out).
-pub fn connect_timeout_bounds_a_stalled_proxy_and_tls(a: &dyn Adapter) {
-    let stalled = silent();
+/// A listener that answers each connection's first `read` bytes with
+/// `reply`, then says nothing more (a SOCKS5 proxy that takes the greeting
+/// and never answers the CONNECT request).
+fn half_answering(read: usize, reply: &'static [u8]) -> Silent {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = Arc::clone(&held);
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = vec![0u8; read];
+            if s.read_exact(&mut buf).is_ok() && s.write_all(reply).is_ok() {
+                keep.lock().expect("lock").push(s);
+            }
+        }
+    });
+    Silent { port, _held: held }
+}
+
+/// Which way a case reaches its origin.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Direct,
+    HttpProxy,
+    Socks5,
+}
+
+const SHORT: Duration = Duration::from_millis(300);
+const LONG: Duration = Duration::from_secs(30);
+
+/// The timeout matrix: every timeout setting × every phase it bounds × the
+/// ways to the origin (direct, an HTTP proxy, SOCKS5). One setting is short
+/// (300 ms), every other long (30 s, the call 60 s), so the error's text
+/// says which ran out: each case ends as a timeout (`is_timeout`) whose text
+/// names the phase and the short bound.
+///
+/// | setting | phases |
+/// |---|---|
+/// | `connect_timeout` | TCP connect (a hanging route), proxy `CONNECT`, SOCKS5 greeting, SOCKS5 reply |
+/// | `handshake_timeout` | proxy `CONNECT`, SOCKS5 greeting and reply (from TCP's end), TLS (direct and through each proxy) |
+/// | `timeout` (the call) | DNS, TCP connect, proxy `CONNECT`, SOCKS5, TLS, response head, body |
+/// | `read_timeout` | response head, body |
+/// | `body_timeout` | body |
+pub fn timeouts_end_in_their_phase(a: &dyn Adapter) {
+    use crate::fault::{Fault, FaultOptions, FaultServer, Reply};
     let mut hosts = std::collections::BTreeMap::new();
     hosts.insert("origin.test".to_owned(), vec!["127.0.0.1".parse().expect("ip")]);
     let base = Config {
-        connect_timeout: Duration::from_millis(300),
-        handshake_timeout: Duration::from_secs(30),
+        connect_timeout: LONG,
+        handshake_timeout: LONG,
         call_timeout: Some(Duration::from_secs(60)),
         hosts,
         ..Config::default()
     };
-    let port = u32::from(stalled.port);
-    let cases = [
-        ("CONNECT", Proxy::http("127.0.0.1", port).expect("proxy"), "https://origin.test:443/x"),
-        ("SOCKS5", Proxy::socks5("127.0.0.1", port).expect("proxy"), "https://origin.test:443/x"),
-        ("SOCKS5 (http origin)", Proxy::socks5("127.0.0.1", port).expect("proxy"), "http://origin.test:80/x"),
-        ("SOCKS5h", Proxy::socks5h("127.0.0.1", port).expect("proxy"), "https://origin.test:443/x"),
+    let silent_proxy = silent();
+    let socks_greeted = half_answering(3, &[5, 0]);
+    let stalled_tls = silent();
+    let proxy_to = |via: Via, origin: std::net::IpAddr| -> (Vec<Proxy>, Option<crate::proxy::TestProxy>) {
+        let mut map = std::collections::BTreeMap::new();
+        map.insert("origin.test".to_owned(), origin);
+        match via {
+            Via::Direct => (Vec::new(), None),
+            Via::HttpProxy => {
+                let p = crate::proxy::TestProxy::http(map);
+                (vec![Proxy::http("127.0.0.1", u32::from(p.addr.port())).expect("proxy")], Some(p))
+            }
+            Via::Socks5 => {
+                let p = crate::proxy::TestProxy::socks5(map);
+                (vec![Proxy::socks5h("127.0.0.1", u32::from(p.addr.port())).expect("proxy")], Some(p))
+            }
+        }
+    };
+    // A call's deadline before it has a connection names how far it got,
+    // when the pool still knew (the core's timer and the adapter's may end
+    // it at the same instant; then the text says "connecting" only).
+    let stages = [
+        "waiting for a connection",
+        "resolving the name",
+        "in the TCP connect",
+        "in the proxy handshake",
+        "in the TLS handshake",
     ];
-    for (what, proxy, url) in cases {
+    let stage_right = |msg: &str, stage: &str| msg.contains(stage) || !stages.iter().any(|s| msg.contains(s));
+    let expect = |what: &str, config: Config, url: String, words: &[&str]| {
         let what = format!("{} {what}", a.name());
-        let client = a.client(Config { proxies: vec![proxy], ..base.clone() });
+        let client = a.client(config);
         match client.send(Req::get(url)) {
             Err((Failure::Timeout, msg)) => {
-                assert!(
-                    msg.contains("did not open the tunnel within the connect timeout (300ms)"),
-                    "{what}: {msg}"
-                );
+                for w in words {
+                    let named = if stages.contains(w) { stage_right(&msg, w) } else { msg.contains(w) };
+                    assert!(named, "{what}: {msg:?} does not say {w:?}");
+                }
             }
-            other => panic!("{what}: expected the tunnel timeout, got {other:?}"),
+            other => panic!("{what}: expected a timeout, got {other:?}"),
+        }
+    };
+    let tunnel = "did not open the tunnel within 300ms";
+    let stalled_proxies = [
+        ("CONNECT", Proxy::http("127.0.0.1", u32::from(silent_proxy.port)).expect("proxy"), "https"),
+        ("SOCKS5 greeting", Proxy::socks5("127.0.0.1", u32::from(silent_proxy.port)).expect("proxy"), "http"),
+        (
+            "SOCKS5h greeting",
+            Proxy::socks5h("127.0.0.1", u32::from(silent_proxy.port)).expect("proxy"),
+            "https",
+        ),
+        ("SOCKS5 reply", Proxy::socks5h("127.0.0.1", u32::from(socks_greeted.port)).expect("proxy"), "http"),
+    ];
+
+    // connect_timeout: TCP connect to a hanging route (IPv6 loopback with a
+    // full backlog), direct and to a proxy there.
+    if let Some((v4, hanging)) = crate::net::v4_listener_with_hanging_v6() {
+        let port = v4.local_addr().expect("addr").port();
+        let mut config = Config { connect_timeout: SHORT, ..base.clone() };
+        config.hosts.insert("hang.test".into(), vec!["::1".parse().expect("ip")]);
+        expect(
+            "TCP connect (direct)",
+            config.clone(),
+            format!("http://hang.test:{port}/"),
+            &["connect timed out after 300ms"],
+        );
+        for proxy in [Proxy::http("[::1]", u32::from(port)), Proxy::socks5("[::1]", u32::from(port))] {
+            let c = Config { proxies: vec![proxy.expect("proxy")], ..config.clone() };
+            expect(
+                "TCP connect (to the proxy)",
+                c,
+                "http://origin.test:80/".into(),
+                &["connect timed out after 300ms"],
+            );
+        }
+        // The call's deadline in TCP connect.
+        let c = Config { call_timeout: Some(SHORT), ..base.clone() };
+        let mut c = c;
+        c.hosts.insert("hang.test".into(), vec!["::1".parse().expect("ip")]);
+        expect(
+            "TCP connect (call timeout)",
+            c,
+            format!("http://hang.test:{port}/"),
+            &["timed out", "connecting to"],
+        );
+        drop((v4, hanging));
+    }
+    // connect_timeout and handshake_timeout each bound a proxy handshake that
+    // never finishes; so does the call's deadline.
+    for (what, proxy, scheme) in &stalled_proxies {
+        let url = format!("{scheme}://origin.test/x");
+        let c = Config { connect_timeout: SHORT, proxies: vec![proxy.clone()], ..base.clone() };
+        expect(&format!("{what} (connect timeout)"), c, url.clone(), &[tunnel, "proxy handshake"]);
+        let c = Config { handshake_timeout: SHORT, proxies: vec![proxy.clone()], ..base.clone() };
+        expect(&format!("{what} (handshake timeout)"), c, url.clone(), &[tunnel, "proxy handshake"]);
+        let c = Config { call_timeout: Some(SHORT), proxies: vec![proxy.clone()], ..base.clone() };
+        expect(
+            &format!("{what} (call timeout)"),
+            c,
+            url,
+            &["timed out connecting to", "in the proxy handshake"],
+        );
+    }
+    // TLS that never answers: the handshake timeout, and the call's; direct
+    // and through each proxy.
+    for via in [Via::Direct, Via::HttpProxy, Via::Socks5] {
+        let (proxies, _proxy) = proxy_to(via, "127.0.0.1".parse().expect("ip"));
+        let url = format!("https://origin.test:{}/x", stalled_tls.port);
+        let c = Config { handshake_timeout: SHORT, proxies: proxies.clone(), ..base.clone() };
+        expect(
+            &format!("TLS {via:?} (handshake timeout)"),
+            c,
+            url.clone(),
+            &["TLS handshake timed out after 300ms"],
+        );
+        let c = Config { call_timeout: Some(SHORT), proxies, ..base.clone() };
+        expect(
+            &format!("TLS {via:?} (call timeout)"),
+            c,
+            url,
+            &["timed out connecting to", "in the TLS handshake"],
+        );
+    }
+    // The response head and body, cleartext and TLS, direct and through each
+    // proxy: the call's timeout, the read timeout, and (body) the body timeout.
+    for tls in [false, true] {
+        let ca = TestCa::new();
+        let server = FaultServer::start(FaultOptions {
+            tls: tls.then(|| ca.leaf(&["origin.test"])),
+            http2: false,
+            max_concurrent_streams: None,
+        });
+        let scheme = if tls { "https" } else { "http" };
+        let url = format!("{scheme}://origin.test:{}/x", server.port());
+        for via in [Via::Direct, Via::HttpProxy, Via::Socks5] {
+            let (proxies, _proxy) = proxy_to(via, "127.0.0.1".parse().expect("ip"));
+            let with =
+                |c: Config| Config { proxies: proxies.clone(), root: tls.then(|| ca.cert.clone()), ..c };
+            let head = ["timed out", "response head"];
+            let body = ["timed out", "response body"];
+            let cases: [(&str, Config, Fault, &[&str]); 5] = [
+                (
+                    "head (call timeout)",
+                    Config { call_timeout: Some(SHORT), ..base.clone() },
+                    Fault::NoResponse,
+                    &head,
+                ),
+                (
+                    "head (read timeout)",
+                    Config { read_timeout: Some(SHORT), ..base.clone() },
+                    Fault::NoResponse,
+                    &head,
+                ),
+                (
+                    "body (call timeout)",
+                    Config { call_timeout: Some(SHORT), ..base.clone() },
+                    Fault::BodyDelay(LONG),
+                    &body,
+                ),
+                (
+                    "body (read timeout)",
+                    Config { read_timeout: Some(SHORT), ..base.clone() },
+                    Fault::BodyDelay(LONG),
+                    &body,
+                ),
+                (
+                    "body (body timeout)",
+                    Config { body_timeout: Some(SHORT), ..base.clone() },
+                    Fault::BodyDelay(LONG),
+                    &body,
+                ),
+            ];
+            for (what, config, fault, words) in cases {
+                server.push([Reply::ok("body").with(fault)]);
+                expect(&format!("{what} {via:?} tls {tls}"), with(config), url.clone(), words);
+            }
         }
     }
-    // TLS that never answers: the handshake timeout (short here), a timeout.
-    let client = a.client(Config { handshake_timeout: Duration::from_millis(300), ..base.clone() });
-    match client.send(Req::get(format!("https://origin.test:{}/x", stalled.port))) {
-        Err((Failure::Timeout, msg)) => assert!(msg.contains("handshake timed out after 300ms"), "{msg}"),
-        other => panic!("{} stalled TLS: expected a timeout, got {other:?}", a.name()),
+    // DNS that never answers in time: the call's deadline.
+    struct Slow;
+    impl switchyard_common::Resolve for Slow {
+        fn resolve(&self, _host: &str, _port: u16) -> std::io::Result<Vec<std::net::IpAddr>> {
+            std::thread::sleep(Duration::from_secs(2));
+            Err(std::io::Error::other("no answer"))
+        }
     }
+    let c = Config { call_timeout: Some(SHORT), resolver: Some(Plugged(Arc::new(Slow))), ..base.clone() };
+    expect(
+        "DNS (call timeout)",
+        c,
+        "http://slow.test/x".into(),
+        &["timed out connecting to", "resolving the name"],
+    );
 }
 
 /// `max_idle_per_host(0)` keeps nothing: each released connection closes at
@@ -222,13 +429,13 @@ pub fn attempt_events_complete_http2(a: &dyn Adapter) {
 macro_rules! found_suite {
     ($adapter:expr) => {
         $crate::found_suite!(@tests $adapter;
-            connect_timeout_bounds_a_stalled_proxy_and_tls, idle_cap_of_zero_http1, idle_cap_of_zero_http2,
+            timeouts_end_in_their_phase, idle_cap_of_zero_http1, idle_cap_of_zero_http2,
             a_prepared_tls_config_is_not_a_coalescing_target, attempt_events_complete_http1,
             attempt_events_complete_http2);
     };
     ($adapter:expr, without_http2) => {
         $crate::found_suite!(@tests $adapter;
-            connect_timeout_bounds_a_stalled_proxy_and_tls, idle_cap_of_zero_http1,
+            timeouts_end_in_their_phase, idle_cap_of_zero_http1,
             attempt_events_complete_http1);
         $crate::found_suite!(@skipped $adapter;
             idle_cap_of_zero_http2, a_prepared_tls_config_is_not_a_coalescing_target,

@@ -26,8 +26,10 @@ pub(super) struct Kept {
     /// Past TCP.
     handshaking: bool,
     /// Handshaking, its proxy tunnel not open yet: the connect timeout, from
-    /// its start, still bounds it.
+    /// its start, still bounds it, or the handshake timeout from TCP's end
+    /// (`tunnel_bound`: the one that ends first).
     tunnelling: bool,
+    tunnel_bound: std::time::Duration,
 }
 
 impl Pool {
@@ -38,11 +40,12 @@ impl Pool {
             Some(Call { state: CallState::Racing { race, .. }, .. }) => race.take_for_pool(now),
             _ => None,
         };
-        let Some((attempt, route, deadline, handshaking, tunnelling)) = taken else { return };
+        let Some((attempt, route, deadline, handshaking, tunnel)) = taken else { return };
         let address = self.calls[&call].address.clone();
         self.addrs.entry(address.clone()).or_default().kept += 1;
         self.timers.insert(deadline, Timer::Kept(attempt));
-        self.kept.insert(attempt, Kept { address, route, deadline, handshaking, tunnelling });
+        let (tunnelling, tunnel_bound) = (tunnel.is_some(), tunnel.unwrap_or_default());
+        self.kept.insert(attempt, Kept { address, route, deadline, handshaking, tunnelling, tunnel_bound });
     }
 
     /// A kept attempt's TCP connect finished: its handshakes start (SOCKS5,
@@ -60,10 +63,13 @@ impl Pool {
             return;
         }
         k.handshaking = true;
-        // A proxy tunnel stays under the connect timeout (its deadline stands).
+        // A proxy tunnel stays under the connect timeout (its deadline
+        // stands), or the handshake timeout from now if that ends first.
         k.tunnelling = k.route.requires_tunnel() || k.route.requires_socks5();
         let (old, route) = (k.deadline, k.route.clone());
-        if !k.tunnelling {
+        if k.tunnelling {
+            (k.deadline, k.tunnel_bound) = self.config.race.tunnel_deadline(old, now);
+        } else {
             k.deadline = now + self.config.race.handshake_timeout;
         }
         let deadline = k.deadline;
@@ -189,7 +195,7 @@ impl Pool {
             let error = if !k.handshaking {
                 ConnectError::ConnectTimeout { after: self.config.race.connect_timeout }
             } else if k.tunnelling {
-                ConnectError::TunnelTimeout { after: self.config.race.connect_timeout }
+                ConnectError::TunnelTimeout { after: k.tunnel_bound }
             } else {
                 ConnectError::HandshakeTimeout { after: self.config.race.handshake_timeout }
             };

@@ -420,6 +420,18 @@ impl Pool {
         &self.db
     }
 
+    /// Where a call without a connection stands (`None`: it holds one, or
+    /// it is unknown): waiting, or its race's stage. An adapter whose own
+    /// deadline ends the call names it in the timeout's text.
+    #[must_use]
+    pub fn connect_stage(&self, call: CallId) -> Option<crate::race::ConnectStage> {
+        match &self.calls.get(&call)?.state {
+            CallState::Racing { race, .. } => Some(race.stage()),
+            CallState::Active { .. } => None,
+            _ => Some(crate::race::ConnectStage::Waiting),
+        }
+    }
+
     /// A view of one connection, if it is open.
     #[must_use]
     pub fn connection(&self, id: ConnectionId) -> Option<&Connection> {
