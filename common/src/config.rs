@@ -705,7 +705,8 @@ macro_rules! __client_builder_methods {
         /// Bound on reaching the origin, per attempt: the TCP connect and, through
         /// a proxy, its tunnel (SOCKS5, or `CONNECT` for an https origin), from
         /// the attempt's start. A proxy that never answers fails the attempt
-        /// after this, with a tunnel timeout; TLS is bounded by
+        /// after this (or after the handshake timeout from TCP's end, if that
+        /// ends first), with a tunnel timeout; TLS is bounded by
         /// [`handshake_timeout`](Self::handshake_timeout). Either is a timeout
         /// of the connect phase (`Error::is_timeout`) when every attempt ran out.
         /// Default: 10 s.
@@ -819,9 +820,12 @@ macro_rules! __client_builder_methods {
             self.state.pool.dns_drain_grace = grace;
             self
         }
-        /// Bound on the winner's TLS handshake (after any proxy tunnel, which
-        /// [`connect_timeout`](Self::connect_timeout) bounds); for HTTP/2, also how
-        /// long a new connection may take to send its first SETTINGS. Default: 10 s.
+        /// Bound on each handshake after TCP: a proxy's (SOCKS5, or `CONNECT`
+        /// for an https origin) from TCP's end — with
+        /// [`connect_timeout`](Self::connect_timeout) from the attempt's start,
+        /// whichever ends first — and the winner's TLS handshake from the
+        /// tunnel's end; for HTTP/2, also how long a new connection may take to
+        /// send its first SETTINGS. Default: 10 s.
         pub fn handshake_timeout(mut self, d: $crate::__private::Duration) -> Self {
             self.state.pool.race.handshake_timeout = d;
             self
