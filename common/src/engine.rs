@@ -816,7 +816,9 @@ impl<A: EngineHost> H1Body<A> {
             return None;
         }
         let shared = Arc::clone(&self.shared);
-        Some(Draining { shared, call: self.call, connection: self.connection, wire, driver })
+        let call = self.call;
+        shared.input(|st, now| st.pool.draining(now, call));
+        Some(Draining { shared, call, connection: self.connection, wire, driver })
     }
 }
 

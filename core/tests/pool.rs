@@ -1912,3 +1912,43 @@ fn no_retry_opens_a_connection_during_shutdown() {
         assert_eq!(sim.drain(), [format!("close {k1} shutdown")], "{kind:?}");
     }
 }
+
+// ---------------------------------------------------------------- eviction while settling
+
+/// `evict_all` covers what would become idle without a call: a connect kept
+/// for the pool (its call took a released connection) is cancelled, and a
+/// connection whose caller dropped the response while its body drains closes
+/// when the drain ends. Nothing is left open after the drops settle.
+#[test]
+fn eviction_covers_connections_still_settling() {
+    let mut sim = PoolSim::new(PoolConfig { keep_alive: Duration::from_secs(1000), ..config() });
+    let a = http("127.0.0.1");
+    let (c1, k1) = sim.open(0, &a);
+    let c2 = sim.acquire(1, &a);
+    assert_eq!(sim.drain(), [format!("connect {c2} 127.0.0.1:80")]);
+    let attempt = *sim.attempts[&c2].last().unwrap();
+    // k1 comes back: c2 takes it, its own connect is kept for the pool.
+    let out = sim.finish(2, c1);
+    assert!(out.contains(&format!("acquired {c2} {k1} Pooled")), "{out:?}");
+    // c2's caller drops the response; the body drains in the background.
+    sim.pool.draining(ms(3), c2);
+    sim.pool.evict_all(ms(4));
+    assert_eq!(sim.drain(), [format!("cancel-attempt {attempt}")], "the kept connect is cancelled");
+    assert_eq!(sim.pool.connection(k1).unwrap().no_new_exchanges(), Some(CloseReason::EvictAll));
+    // The drain ends: the connection closes instead of going back idle.
+    assert_eq!(sim.finish(5, c2), [format!("close {k1} evict all")]);
+    let stats = sim.pool.stats();
+    assert_eq!((stats.totals.open, stats.totals.connecting, stats.calls), (0, 0, 0), "{stats:?}");
+
+    // A drain that ends before any eviction returns its connection as usual.
+    let (c3, k3) = sim.open(10, &a);
+    sim.pool.draining(ms(11), c3);
+    assert!(sim.finish(12, c3).is_empty());
+    assert!(sim.pool.connection(k3).unwrap().no_new_exchanges().is_none());
+    // And an eviction leaves live calls' connections alone.
+    let c4 = sim.acquire(13, &a);
+    assert_eq!(sim.drain(), [format!("acquired {c4} {k3} Pooled")]);
+    sim.pool.evict_all(ms(14));
+    assert!(sim.drain().is_empty());
+    assert!(sim.pool.connection(k3).unwrap().no_new_exchanges().is_none());
+}

@@ -357,7 +357,14 @@ fn call_deadline_ends_the_race_with_a_timeout_error() {
     sim.dns(0, 0, &["fd00::1", "10.0.0.1"]);
     sim.timeout(250);
     let out = sim.timeout(400);
-    assert_eq!(out, ["cancel 0", "cancel 1", "failed: call timed out connecting to http://example.com:80 (in the TCP connect)"]);
+    assert_eq!(
+        out,
+        [
+            "cancel 0",
+            "cancel 1",
+            "failed: call timed out connecting to http://example.com:80 (in the TCP connect)"
+        ]
+    );
     let Some(Action::Failed(e)) = &sim.finished else { panic!() };
     assert!(!e.is_retryable());
     assert!(sim

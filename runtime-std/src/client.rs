@@ -259,7 +259,13 @@ impl Client {
         self.send(request)
     }
 
-    /// Closes every idle connection.
+    /// Closes every idle connection, and what would become idle without a
+    /// call: connects kept for the pool after their call took another
+    /// connection are cancelled, and a connection still draining the body
+    /// of a dropped response closes when the drain ends (instead of joining
+    /// the pool). Connections carrying live calls are left alone; so after
+    /// dropped calls, one `evict_idle` leaves nothing open once the drains
+    /// (bounded) end.
     pub fn evict_idle(&self) {
         self.inner.shared.input(|st, now| st.pool.evict_all(now));
     }

@@ -254,7 +254,8 @@ fn ok(r: Result<Resp, (Failure, String)>) -> Resp {
 
 pub use crate::dns::{dns_cache, per_family_blocking_resolver};
 pub use crate::resilience::{
-    dns_change_drains_pooled_connections, http2_keepalive_ping_finds_a_dead_peer,
+    dns_change_drains_pooled_connections, dropped_calls_leave_nothing_behind_http1,
+    dropped_calls_leave_nothing_behind_http2, http2_keepalive_ping_finds_a_dead_peer,
     retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
     rotating_dns_answers_keep_one_connection, server_errors_eject_a_route,
     server_errors_eject_an_http2_route, shutdown_under_load_loses_no_call,
@@ -1349,6 +1350,7 @@ macro_rules! conformance_suite {
             dns_cache, per_family_blocking_resolver, unix_socket, unix_socket_http2, socket_options,
             retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
             dns_change_drains_pooled_connections, rotating_dns_answers_keep_one_connection,
+            dropped_calls_leave_nothing_behind_http1, dropped_calls_leave_nothing_behind_http2,
             http2_keepalive_ping_finds_a_dead_peer,
             shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route);
     };
@@ -1365,14 +1367,14 @@ macro_rules! conformance_suite {
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
             per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm,
             dns_change_drains_pooled_connections, rotating_dns_answers_keep_one_connection,
-            shutdown_under_load_loses_no_call,
+            dropped_calls_leave_nothing_behind_http1, shutdown_under_load_loses_no_call,
             server_errors_eject_a_route);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2,
             retry_budget_bounds_an_http2_retry_storm, http2_keepalive_ping_finds_a_dead_peer,
-            server_errors_eject_an_http2_route);
+            server_errors_eject_an_http2_route, dropped_calls_leave_nothing_behind_http2);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

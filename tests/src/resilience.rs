@@ -443,3 +443,67 @@ pub fn server_errors_eject_a_route(a: &dyn Adapter) {
 pub fn server_errors_eject_an_http2_route(a: &dyn Adapter) {
     server_errors_eject(a, Version::Http2);
 }
+
+/// Calls ended mid-flight by their deadline — waiting, connecting, reading
+/// the head, or mid-body (the body then dropped, drained in the background)
+/// — three rounds of 200, then `evict`: every connection settles and closes;
+/// none is left open and idle after the drains end (an eviction covers a
+/// connection whose drain was still running, and connects kept for the
+/// pool). HTTP/1.1, cleartext and TLS; HTTP/2 on adapters that speak it.
+fn dropped_calls_leave_nothing_behind(a: &dyn Adapter, http2: bool) {
+    use crate::certs::TestCa;
+    use crate::fault::{Fault, FaultOptions, FaultServer, Reply};
+    for tls in [false, true] {
+        let what = format!("{} dropped calls (tls {tls}, h2 {http2})", a.name());
+        let ca = TestCa::new();
+        let server = FaultServer::start(FaultOptions {
+            tls: tls.then(|| ca.leaf(&["drop.test"])),
+            http2,
+            max_concurrent_streams: None,
+        });
+        let mut config = Config {
+            version: if http2 { Version::Http2 } else { Version::Http1 },
+            root: tls.then(|| ca.cert.clone()),
+            call_timeout: Some(Duration::from_millis(60)),
+            ..Config::default()
+        };
+        config.hosts.insert("drop.test".into(), vec!["127.0.0.1".parse().expect("ip")]);
+        let client = a.client(config);
+        let scheme = if tls { "https" } else { "http" };
+        let url = format!("{scheme}://drop.test:{}/x", server.port());
+        let body = "b".repeat(8 * 1024);
+        let mut ended = 0;
+        for round in 0..3 {
+            // Bodies of 8 KiB in 1 KiB chunks, 0-30 ms apart: some calls end
+            // before their deadline, most during the body.
+            server.push((0..200).map(|i| {
+                Reply::ok(&body).with(Fault::Throttle(1024, Duration::from_millis((i + round * 7) % 31)))
+            }));
+            let results = client.send_all((0..200).map(|_| Req::get(url.clone())).collect());
+            ended += results.iter().filter(|r| matches!(r, Err((Failure::Timeout, _)))).count();
+        }
+        crate::conformance::eventually(&format!("{what}: every call ended"), Duration::from_secs(20), || {
+            client.stats().calls == 0
+        });
+        client.evict();
+        crate::conformance::eventually(
+            &format!("{what}: nothing left open"),
+            Duration::from_secs(20),
+            || {
+                let t = client.stats().totals;
+                (t.open, t.connecting) == (0, 0)
+            },
+        );
+        assert!(ended > 0, "{what}: some calls were ended mid-flight");
+    }
+}
+
+/// HTTP/1.1: dropped calls leave nothing behind after an eviction.
+pub fn dropped_calls_leave_nothing_behind_http1(a: &dyn Adapter) {
+    dropped_calls_leave_nothing_behind(a, false);
+}
+
+/// HTTP/2: dropped calls leave nothing behind after an eviction.
+pub fn dropped_calls_leave_nothing_behind_http2(a: &dyn Adapter) {
+    dropped_calls_leave_nothing_behind(a, true);
+}

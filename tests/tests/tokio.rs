@@ -527,3 +527,54 @@ fn the_adapters_manager_types_carry_every_call() {
         manager.shutdown().await;
     });
 }
+
+/// 1,000 call futures dropped mid-flight (a `tokio::time::timeout` around
+/// send and body), three times, then `evict_idle`: every connection settles
+/// (pooled then evicted, or closed); none stays open. Over HTTP/1.1 and TLS
+/// with HTTP/2.
+#[test]
+fn dropped_call_futures_leave_no_connection_after_evict_idle() {
+    let ca = TestCa::new();
+    let server = tls_server(&ca);
+    for (client, scheme) in [
+        (Client::builder().build().unwrap(), "http://127.0.0.1"),
+        (tls_client(&ca, &EventLog::default()), "https://a.test"),
+    ] {
+        let base = format!("{scheme}:{}", server.port());
+        runtime().block_on(async {
+            for round in 0..3u64 {
+                let calls: Vec<_> = (0..1000u64)
+                    .map(|i| {
+                        let client = client.clone();
+                        let url = if i % 2 == 0 {
+                            format!("{base}/sleep/{}", (i + round) % 30)
+                        } else {
+                            format!("{base}/bytes/{}", 1000 + (i % 7) * 5000)
+                        };
+                        tokio::spawn(tokio::time::timeout(
+                            Duration::from_millis((i * 7 + round) % 25),
+                            async move {
+                                let mut response = client.get(url).send().await?;
+                                while response.body_mut().chunk().await?.is_some() {}
+                                Ok::<_, switchyard_tokio::Error>(())
+                            },
+                        ))
+                    })
+                    .collect();
+                for c in calls {
+                    let _ = c.await.expect("task");
+                }
+            }
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while client.stats().calls > 0 {
+                assert!(tokio::time::Instant::now() < deadline, "calls still running: {:?}", client.stats());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            client.evict_idle();
+            while (client.stats().totals.open, client.stats().totals.connecting) != (0, 0) {
+                assert!(tokio::time::Instant::now() < deadline, "{scheme}: left open: {:?}", client.stats());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+}

@@ -2,20 +2,52 @@
 //! reason, idle caps, `evict_all`.
 
 use super::timers::Timer;
-use super::{AddrState, Pool, PoolAction};
+use super::{AddrState, CallState, Pool, PoolAction};
 use crate::address::Address;
 use crate::connection::CloseReason;
 use crate::event::EventKind;
-use crate::id::ConnectionId;
+use crate::id::{CallId, ConnectionId};
 use crate::time::Instant;
 
 impl Pool {
-    /// Closes every idle connection; in-use ones are left alone.
+    /// Closes every idle connection, and what would become idle without a
+    /// call: connects kept for the pool after their call took another
+    /// connection are cancelled (unless a waiting call counts on one), and a
+    /// connection whose caller dropped the response while its body drains
+    /// ([`Pool::draining`]) closes when the drain ends. Connections carrying
+    /// live calls are left alone.
     pub fn evict_all(&mut self, now: Instant) {
         let idle: Vec<ConnectionId> =
             self.idle_all.iter(|k| super::idle_live(&self.conns, k)).map(|(_, id)| *id).collect();
         for id in idle {
             self.close(now, id, CloseReason::EvictAll);
+        }
+        if !self.kept.is_empty() {
+            self.cancel_spare_kept(now);
+        }
+        let mut draining: Vec<ConnectionId> = self
+            .calls
+            .values()
+            .filter(|c| c.draining)
+            .filter_map(|c| match c.state {
+                CallState::Active { connection, .. } => Some(connection),
+                _ => None,
+            })
+            .collect();
+        draining.sort_unstable();
+        for id in draining {
+            self.mark_no_new(now, id, CloseReason::EvictAll);
+        }
+    }
+
+    /// The call's caller dropped its response before the body's end; the
+    /// driver drains the rest (bounded) and then reports the exchange
+    /// finished. Until then the connection is neither idle nor the caller's:
+    /// an eviction meanwhile closes it when the drain ends
+    /// ([`Pool::evict_all`]). Unknown calls: no-op.
+    pub fn draining(&mut self, _now: Instant, call: CallId) {
+        if let Some(c) = self.calls.get_mut(&call) {
+            c.draining = true;
         }
     }
 

@@ -207,7 +207,23 @@ impl Pool {
     /// Shutdown: every kept attempt is cancelled.
     pub(super) fn cancel_kept(&mut self, now: Instant) {
         let all: Vec<AttemptId> = self.kept.keys().copied().collect();
-        for attempt in all {
+        self.cancel_kept_attempts(now, all);
+    }
+
+    /// Eviction: kept attempts that would join the pool idle (no waiting
+    /// call counts on them) are cancelled.
+    pub(super) fn cancel_spare_kept(&mut self, now: Instant) {
+        let spare: Vec<AttemptId> = self
+            .kept
+            .iter()
+            .filter(|(_, k)| self.addrs.get(&k.address).is_none_or(|a| a.waiters == 0))
+            .map(|(id, _)| *id)
+            .collect();
+        self.cancel_kept_attempts(now, spare);
+    }
+
+    fn cancel_kept_attempts(&mut self, now: Instant, attempts: Vec<AttemptId>) {
+        for attempt in attempts {
             if let Some(k) = self.unkeep(attempt) {
                 self.handshaking.remove(&attempt);
                 self.emit(

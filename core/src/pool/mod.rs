@@ -269,6 +269,8 @@ struct Call {
     /// connection's never-usable timer fires, the call fails
     /// ([`AcquireError::NoStreams`]).
     zero_streams_on: Option<ConnectionId>,
+    /// Its caller dropped the response; the body drains ([`Pool::draining`]).
+    draining: bool,
     state: CallState,
 }
 
@@ -288,6 +290,7 @@ impl Call {
             fresh_only: false,
             server_error: false,
             zero_streams_on: None,
+            draining: false,
             state: CallState::Pending,
             sequence: Sequence::default(),
         }
