@@ -1952,3 +1952,51 @@ fn eviction_covers_connections_still_settling() {
     assert!(sim.drain().is_empty());
     assert!(sim.pool.connection(k3).unwrap().no_new_exchanges().is_none());
 }
+
+// ---------------------------------------------------------------- per-host bounds
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4))]
+    /// Calls to many distinct hosts — most refused, some answered and kept
+    /// idle, at any pace — never grow the per-host maps past their bounds:
+    /// the Addresses tracked stay within 64 + 2 × (busy + IDLE_ADDRESSES_KEPT)
+    /// (busy: something open, connecting or waiting), and the DNS cache
+    /// within its capacity (the pool's invariants check both at every step).
+    #[test]
+    fn per_host_state_stays_within_its_bounds(
+        hosts in 2_500usize..4_000,
+        gap_ms in 0u64..20,
+        every in 3usize..50,
+    ) {
+        let mut sim = PoolSim::new(PoolConfig { keep_alive: Duration::from_secs(1000), ..config() });
+        let mut t = 0;
+        for i in 0..hosts {
+            t += gap_ms;
+            let a = http(&format!("h{i}.test"));
+            let c = sim.acquire(t, &a);
+            sim.drain();
+            sim.dns(t, c, &["127.0.0.1"]);
+            if i % every == 0 {
+                sim.connected(t, c);
+                sim.finish(t, c);
+            } else {
+                let attempt = *sim.attempts[&c].last().unwrap();
+                let refused = switchyard_core::ConnectError::Io {
+                    kind: std::io::ErrorKind::ConnectionRefused,
+                    message: "refused".into(),
+                };
+                sim.pool.handle_failed(ms(t), attempt, refused).unwrap();
+                sim.drain();
+            }
+            if i % 250 != 0 {
+                continue;
+            }
+            let tracked = sim.pool.stats_by_address().len();
+            let busy = sim.pool.stats_by_address().iter().filter(|m| m.gauges.open + m.gauges.connecting + m.gauges.waiters > 0).count();
+            proptest::prop_assert!(
+                tracked <= 64 + 2 * (busy + switchyard_core::pool::IDLE_ADDRESSES_KEPT),
+                "{tracked} Addresses tracked ({busy} busy) after {i} hosts"
+            );
+        }
+    }
+}

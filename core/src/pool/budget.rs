@@ -120,6 +120,11 @@ impl Window {
         self.buckets.iter().fold((0, 0), |(c, r), (bc, br)| (c + u64::from(*bc), r + u64::from(*br)))
     }
 
+    /// The newest bucket it counted in (larger: used more recently).
+    pub(super) fn newest(&self) -> u64 {
+        self.current
+    }
+
     /// Whether the window may still hold something at `now` (the Address's
     /// state is kept while it does, after its last connection).
     pub(super) fn recent(&self, now: Instant, budget: &RetryBudget) -> bool {

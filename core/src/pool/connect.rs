@@ -509,9 +509,18 @@ impl Pool {
         }
         let limit = self.known_protocol.get(address).and_then(|k| k.2).filter(|_| protocol.is_multiplexed());
         self.known_protocol.insert(address.clone(), (protocol, now + self.config.route_ttl, limit));
-        if self.known_protocol.len() > 64 + 2 * self.addrs.len() {
-            // Forget what has expired (amortized: only when the map has grown).
+        if self.known_protocol.len() > self.known_sweep_at {
+            // Forget what has expired (amortized: only when the map has
+            // grown), then, past the bound, the oldest.
             self.known_protocol.retain(|_, (_, until, _)| *until > now);
+            let kept = super::evict::KNOWN_PROTOCOLS_KEPT;
+            if self.known_protocol.len() > kept {
+                let mut untils: Vec<Instant> = self.known_protocol.values().map(|k| k.1).collect();
+                untils.sort_unstable();
+                let cut = untils[self.known_protocol.len() - kept];
+                self.known_protocol.retain(|_, (_, until, _)| *until > cut);
+            }
+            self.known_sweep_at = 64 + 2 * self.known_protocol.len();
         }
         self.actions.push_back(PoolAction::Established { attempt, connection: id, protocol });
         self.watch_dns(now, id);

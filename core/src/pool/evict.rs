@@ -9,6 +9,15 @@ use crate::event::EventKind;
 use crate::id::{CallId, ConnectionId};
 use crate::time::Instant;
 
+/// How many Addresses with nothing open, connecting or waiting the pool
+/// keeps for their retry budget windows (and per-Address counters) at most;
+/// past it the least recently called are forgotten at the next sweep.
+pub const IDLE_ADDRESSES_KEPT: usize = 1024;
+
+/// How many Addresses' negotiated protocols (and HTTP/2 stream limits) the
+/// pool remembers at most, each for the route database's TTL.
+pub const KNOWN_PROTOCOLS_KEPT: usize = 4096;
+
 impl Pool {
     /// Closes every idle connection, and what would become idle without a
     /// call: connects kept for the pool after their call took another
@@ -154,10 +163,23 @@ impl Pool {
     }
 
     /// Forgets the Addresses that have nothing open, connecting or waiting
-    /// and whose retry budget window holds nothing any more.
+    /// and whose retry budget window holds nothing any more; of the idle
+    /// ones whose window still counts, at most [`IDLE_ADDRESSES_KEPT`] (the
+    /// most recently called) are kept. Runs when the map has doubled since
+    /// the last sweep, so it holds at most 64 + 2 × (Addresses with something
+    /// open, connecting or waiting + [`IDLE_ADDRESSES_KEPT`]) entries.
     pub(super) fn sweep_addresses(&mut self, now: Instant) {
         let budget = self.config.retry_budget.unwrap_or_default();
         self.addrs.retain(|_, a| !a.is_idle_state() || a.budget.recent(now, &budget));
+        let idle = self.addrs.values().filter(|a| a.is_idle_state()).count();
+        if idle > IDLE_ADDRESSES_KEPT {
+            // The most recently called stay (ties at the cut go).
+            let mut newest: Vec<u64> =
+                self.addrs.values().filter(|a| a.is_idle_state()).map(|a| a.budget.newest()).collect();
+            newest.sort_unstable();
+            let cut = newest[idle - IDLE_ADDRESSES_KEPT];
+            self.addrs.retain(|_, a| !a.is_idle_state() || a.budget.newest() > cut);
+        }
         self.addrs_sweep_at = 64 + 2 * self.addrs.len();
     }
 

@@ -144,7 +144,7 @@ mod coalesce;
 mod config;
 mod connect;
 mod eject;
-mod evict;
+pub(crate) mod evict;
 mod exchange;
 mod http2;
 mod idle;
@@ -159,6 +159,7 @@ pub mod warm;
 pub use action::{AcquireError, ExchangeError, FailureOutcome, PoolAction, Source};
 pub use budget::RetryBudget;
 pub use config::{AcquireOptions, PoolConfig, StreamLimitPolicy};
+pub use evict::{IDLE_ADDRESSES_KEPT, KNOWN_PROTOCOLS_KEPT};
 pub use stats::{AddressCounters, AddressMetrics, AddressStats, PoolStats};
 pub use view::Connection;
 pub use warm::{Backoff, Readiness, WarmPolicy, WarmStatus};
@@ -344,6 +345,9 @@ pub struct Pool {
     /// When `addrs` grows past this, Addresses with nothing left but an old
     /// budget are forgotten (amortized O(1)).
     addrs_sweep_at: usize,
+    /// When `known_protocol` grows past this, expired entries (and past
+    /// [`evict::KNOWN_PROTOCOLS_KEPT`], the oldest) are forgotten.
+    known_sweep_at: usize,
     shutdown: bool,
     stats: PoolStats,
     /// DNS answers and lookups in flight, shared by every call.
@@ -396,6 +400,7 @@ impl Pool {
             racing_total: 0,
             in_use_total: 0,
             addrs_sweep_at: 64,
+            known_sweep_at: 64,
             shutdown: false,
             stats: PoolStats::default(),
             dns,

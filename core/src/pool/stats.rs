@@ -209,6 +209,22 @@ impl Pool {
         if self.stats() != self.recount() {
             return Err(format!("stats {:?} != recount {:?}", self.stats(), self.recount()));
         }
+        // The per-host maps' bounds (documented on the constants): the
+        // Address map is swept each time it doubles (declared Addresses may
+        // join between sweeps).
+        if self.addrs.len() > self.addrs_sweep_at + 1 + self.warm.len() {
+            return Err(format!(
+                "{} Addresses tracked, sweep due at {}",
+                self.addrs.len(),
+                self.addrs_sweep_at
+            ));
+        }
+        if self.known_protocol.len() > 64 + 2 * super::evict::KNOWN_PROTOCOLS_KEPT + 1 {
+            return Err(format!("{} known protocols: past the bound", self.known_protocol.len()));
+        }
+        if self.dns.len() > self.config.dns_cache.capacity {
+            return Err(format!("{} DNS answers cached: past the capacity", self.dns.len()));
+        }
         let mut active: BTreeMap<ConnectionId, u32> = BTreeMap::new();
         for (id, c) in &self.calls {
             if let CallState::Active { connection, .. } = c.state {
