@@ -2,7 +2,7 @@
 //!
 //! # Answers, whole or per family
 //!
-//! The driver answers a [`PoolAction::Resolve`](crate::PoolAction::Resolve) with
+//! The embedder answers a [`PoolAction::Resolve`](crate::PoolAction::Resolve) with
 //! [`Pool::handle_dns`](crate::Pool::handle_dns) (every address at once, as
 //! `getaddrinfo` gives them) or with [`Pool::handle_dns_answer`](crate::Pool::handle_dns_answer),
 //! which also takes one [`DnsAnswer`] per address family — the A and the AAAA query

@@ -1,6 +1,6 @@
 //! Typed errors. Each says what failed and where: the host for DNS, the route for
 //! connects, every failure in order for a race. [`Misuse`] is separate: it reports
-//! driver bugs (an id the core never issued), which network data can never cause.
+//! embedder bugs (an id the core never issued), which network data can never cause.
 
 use std::fmt;
 use std::io;
@@ -309,7 +309,7 @@ impl fmt::Display for RaceError {
 
 impl std::error::Error for RaceError {}
 
-/// A driver bug: an input the core cannot have asked for. Never caused by network
+/// An embedder bug: an input the core cannot have asked for. Never caused by network
 /// data; the core's state is unchanged when it is returned.
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]

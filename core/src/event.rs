@@ -1,7 +1,7 @@
 //! Events: what happened, timestamped, for listeners and tracing.
 //!
-//! Events are observations; nothing depends on a driver consuming them, but a
-//! driver that never drains [`poll_event`](crate::Race::poll_event) lets them pile
+//! Events are observations; nothing depends on an embedder consuming them, but a
+//! embedder that never drains [`poll_event`](crate::Race::poll_event) lets them pile
 //! up for the life of the race.
 //!
 //! Order for one race: `ProxySelectStart`, `ProxySelectEnd`, then per lookup
@@ -183,7 +183,7 @@ pub enum EventKind {
         /// Why.
         error: ConnectError,
     },
-    /// The attempt was abandoned; its socket was closed by the driver.
+    /// The attempt was abandoned; its socket was closed by the embedder.
     ConnectCancelled {
         /// The attempt.
         attempt: AttemptId,

@@ -8,7 +8,7 @@
 //! every method offered) is [`ConnectError::ProxyAuth`], naming the proxy;
 //! credentials are never retried blindly, and never appear in an error.
 //!
-//! A driver writes what [`ProxyHandshake::poll_transmit`] returns, reads what the
+//! An embedder writes what [`ProxyHandshake::poll_transmit`] returns, reads what the
 //! proxy sends into a buffer and feeds it to [`ProxyHandshake::handle_read`],
 //! until that says [`Handshake::Done`]. The machine never consumes bytes beyond
 //! the proxy's answer, and refuses any: after the handshake the client speaks
@@ -219,7 +219,7 @@ impl ProxyHandshake {
     /// # Errors
     /// [`ConnectError::Proxy`]: the proxy refused (with its status or SOCKS5
     /// reason), answered something else, closed early, or sent bytes past its
-    /// answer. Errors leave the machine unusable; the driver closes the socket.
+    /// answer. Errors leave the machine unusable; the embedder closes the socket.
     pub fn handle_read(&mut self, buf: &mut BytesMut, eof: bool) -> Result<Handshake, ConnectError> {
         loop {
             match &mut self.state {

@@ -1,7 +1,7 @@
 //! Opaque identifiers. Never reused within one [`IdAllocator`].
 //!
 //! A call's sub-identifiers ([`AttemptId`], [`QueryId`]) embed the [`CallId`], so an
-//! owner of many races can route a driver's report to the right race without a
+//! owner of many races can route an embedder's report to the right race without a
 //! lookup table, and an id from one race is never mistaken for another's.
 
 use std::fmt;
@@ -23,7 +23,7 @@ pub struct AttemptId {
     seq: u32,
 }
 
-/// One DNS query a call asked the driver to perform.
+/// One DNS query a call asked the embedder to perform.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct QueryId {
     call: CallId,
@@ -54,7 +54,7 @@ impl QueryId {
 
 /// Hands out [`CallId`]s and [`ConnectionId`]s, each never reused.
 ///
-/// One allocator belongs to one owner of the core's state (a pool, or a driver
+/// One allocator belongs to one owner of the core's state (a pool, or an embedder
 /// running races by hand). Ids from different allocators may be equal.
 ///
 /// ```

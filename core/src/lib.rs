@@ -12,13 +12,13 @@
 //! * **Inputs** are method calls that carry `now` (an [`Instant`], the core's only
 //!   clock) and facts from the world: a DNS answer, a TCP connect, a finished TLS
 //!   handshake, a failure.
-//! * **Outputs** are polled. `poll_action()` yields what the driver must do next
+//! * **Outputs** are polled. `poll_action()` yields what the embedder must do next
 //!   ([`PoolAction`], or [`Action`] for a bare [`Race`]); `poll_event()` what
 //!   happened ([`Event`]); `poll_timeout()` when the core next needs
 //!   `handle_timeout(now)`.
-//! * Most drivers own one [`Pool`]: it runs a [`Race`] per connecting call and
+//! * Most embedders own one [`Pool`]: it runs a [`Race`] per connecting call and
 //!   owns the [`RouteDatabase`]. A [`Race`] can also be driven alone, as below.
-//! * The driver's loop: feed an input with `now`; drain actions and perform them;
+//! * The embedder's loop: feed an input with `now`; drain actions and perform them;
 //!   drain events; sleep until the next input or `poll_timeout()`, whichever is
 //!   first; call `handle_timeout(now)` when the timer fires.
 //! * Same inputs, same outputs. Ids ([`CallId`], [`AttemptId`], [`QueryId`],
@@ -142,7 +142,7 @@
 //!   targets and the seeded simulation (`core/tests/sim.rs`) check that, with the
 //!   invariants after every step.
 //!
-//! `core/examples/fetch_loop.rs` is a complete driver: mio for readiness,
+//! `core/examples/fetch_loop.rs` is a complete embedding: mio for readiness,
 //! rustls for TLS, and the core's pool, proxy handshakes and connection driver
 //! for the rest — several calls at once, partial writes, retries through the
 //! core, an HTTPS origin reached through a `CONNECT` proxy, every event printed.
@@ -170,6 +170,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod backoff;
 pub mod connection;
 pub mod dns;
 pub mod error;
@@ -186,6 +187,7 @@ pub mod race;
 pub mod readiness;
 pub mod retry;
 pub mod route;
+pub mod route_db;
 pub mod time;
 
 pub use address::{
@@ -205,5 +207,6 @@ pub use pool::{
     StreamLimitPolicy, WarmPolicy, WarmStatus,
 };
 pub use race::{Action, ConnectStage, Race, RaceConfig, RaceRequest, Sequence};
-pub use route::{Route, RouteDatabase};
+pub use route::Route;
+pub use route_db::RouteDatabase;
 pub use time::Instant;

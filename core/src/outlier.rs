@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
+use crate::backoff::{Backoff, Jitter};
 use crate::hash::FastMap;
-use crate::pool::Backoff;
 use crate::route::Route;
 use crate::time::Instant;
 
@@ -96,7 +96,7 @@ pub(crate) struct Outliers {
     pub(crate) policy: OutlierPolicy,
     routes: FastMap<Route, Outlier>,
     ejected: usize,
-    jitter: u64,
+    jitter: Jitter,
     changes: Vec<OutlierChange>,
     /// When stale streaks are next forgotten (see [`Outliers::succeeded`]).
     prune_at: Instant,
@@ -108,7 +108,7 @@ impl Outliers {
             policy,
             routes: FastMap::default(),
             ejected: 0,
-            jitter: seed,
+            jitter: Jitter::new(seed),
             changes: Vec::new(),
             prune_at: Instant::ZERO,
         }
@@ -174,7 +174,7 @@ impl Outliers {
         o.ejections = o.ejections.saturating_add(1);
         o.trial = false;
         let (failures, ejections) = (o.streak, o.ejections);
-        let backoff = self.policy.backoff.delay(ejections, unit(&mut self.jitter));
+        let backoff = self.policy.backoff.delay(ejections, self.jitter.unit());
         let o = self.routes.get_mut(route).expect("just inserted");
         o.until = now.saturating_add(backoff);
         self.changes.push(OutlierChange::Ejected { route: route.clone(), failures, backoff });
@@ -264,17 +264,6 @@ impl Outliers {
     fn keep(&self) -> Duration {
         self.policy.backoff.max.max(Duration::from_secs(1))
     }
-}
-
-/// A draw in `[-1, 1]` (SplitMix64 on the given state).
-fn unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    let fraction = (z >> 11) as f64 / (1u64 << 53) as f64;
-    fraction * 2.0 - 1.0
 }
 
 #[cfg(test)]

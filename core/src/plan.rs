@@ -23,7 +23,8 @@ use crate::dns::DnsAnswer;
 pub use crate::dns::Family;
 use crate::error::{DnsError, Misuse};
 use crate::id::{CallId, QueryId};
-use crate::route::{dial_target, routes_for, socks_routes, Route, RouteDatabase};
+use crate::route::{dial_target, routes_for, socks_routes, Route};
+use crate::route_db::RouteDatabase;
 use crate::time::Instant;
 
 /// Orders resolved addresses per RFC 8305 §4: when both families are present,

@@ -46,7 +46,8 @@ use crate::error::{ConnectError, DnsError, Failure, Misuse, RaceError, RaceError
 use crate::event::{CancelReason, Event, EventKind};
 use crate::id::{AttemptId, CallId, ConnectionId, QueryId};
 use crate::plan::{KnownAnswer, PlanConfig, PlanStep, RoutePlanner};
-use crate::route::{Route, RouteDatabase};
+use crate::route::Route;
+use crate::route_db::RouteDatabase;
 use crate::time::{earliest, Instant};
 
 /// Timing and ordering knobs of a race. Cheap to copy; share one per client.
@@ -57,7 +58,7 @@ pub struct RaceConfig {
     pub attempt_delay: Duration,
     /// Bound on reaching the origin, per attempt, from its start: the TCP
     /// connect and any proxy tunnel (SOCKS5, `CONNECT`), so a proxy that never
-    /// answers fails as [`ConnectError::TunnelTimeout`] (the driver reports
+    /// answers fails as [`ConnectError::TunnelTimeout`] (the embedder reports
     /// the tunnel open with [`Race::handle_tunnelled`]). Default: 10 s.
     pub connect_timeout: Duration,
     /// Bound on each handshake after TCP: a proxy tunnel from TCP's end
@@ -181,7 +182,7 @@ pub struct Sequence {
     pub queries: u32,
 }
 
-/// An instruction for the driver. Each is given once.
+/// An instruction for the embedder. Each is given once.
 #[must_use]
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Action {
@@ -548,7 +549,7 @@ impl Race {
         Ok(())
     }
 
-    /// `attempt` failed (TCP connect, proxy handshake or TLS). The driver closes its
+    /// `attempt` failed (TCP connect, proxy handshake or TLS). The embedder closes its
     /// socket itself; the route is recorded as failed and the race goes on.
     pub fn handle_failed(
         &mut self,
@@ -614,7 +615,7 @@ impl Race {
     /// (Happy Eyeballs) none is kept. The caller (the pool) owns it from here:
     /// the returned route, its current deadline, whether it is handshaking and,
     /// while its proxy tunnel is still opening, the timeout that bounds the
-    /// tunnel; and the driver's later reports for it. Emits
+    /// tunnel; and the embedder's later reports for it. Emits
     /// [`EventKind::AttemptKeptForPool`].
     pub fn take_for_pool(
         &mut self,

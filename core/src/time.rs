@@ -1,7 +1,7 @@
 //! Virtual time: the only clock the core knows.
 //!
 //! The core never reads a clock. Every input carries `now` as an [`Instant`], an
-//! offset from an origin the driver chooses (typically the moment the driver was
+//! offset from an origin the embedder chooses (typically the moment the embedder was
 //! created). Because the core's `Instant` is plain data, a simulator or a test can
 //! write `Instant::from_millis(250)` and get exactly reproducible behaviour; a real
 //! driver converts its runtime clock once per input:
@@ -9,7 +9,7 @@
 //! ```
 //! use switchyard_core::Instant;
 //! # fn driver_example() {
-//! let origin = std::time::Instant::now(); // kept by the driver, never by the core
+//! let origin = std::time::Instant::now(); // kept by the embedder, never by the core
 //! // ... later, on every input:
 //! let now = Instant::ZERO + origin.elapsed();
 //! # let _ = now;
@@ -20,7 +20,7 @@ use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
 use std::time::Duration;
 
-/// A point in time, measured from an origin chosen by the driver.
+/// A point in time, measured from an origin chosen by the embedder.
 ///
 /// Instants are totally ordered and only ever move forward in a well-behaved
 /// driver; the core tolerates a `now` that goes backwards by treating every
@@ -30,7 +30,7 @@ use std::time::Duration;
 pub struct Instant(Duration);
 
 impl Instant {
-    /// The driver's origin.
+    /// The embedder's origin.
     pub const ZERO: Instant = Instant(Duration::ZERO);
 
     /// The instant `ms` milliseconds after the origin.

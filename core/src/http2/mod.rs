@@ -2,12 +2,12 @@
 //! off the server's frames: its SETTINGS (the stream limit) and GOAWAY; and,
 //! when a limit is set ([`FrameScanner::with_header_block_limit`]), each header
 //! block (HEADERS and its CONTINUATIONs: a response head or trailers) whose
-//! bytes on the wire pass it, so the driver can fail that response rather than
+//! bytes on the wire pass it, so the embedder can fail that response rather than
 //! let the HTTP/2 implementation cut the fields silently.
 //!
 //! HTTP/2 itself stays with a full implementation (the adapters use the `h2`
 //! crate); [`FrameScanner`] only walks the frame headers of the bytes the
-//! server sends (RFC 9113 §4.1) so the driver can report
+//! server sends (RFC 9113 §4.1) so the embedder can report
 //! [`Pool::settings`](crate::Pool::settings) and
 //! [`Pool::goaway`](crate::Pool::goaway) the moment the frames arrive, not when
 //! a stream next fails or the connection ends. It keeps at most one frame

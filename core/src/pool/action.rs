@@ -1,4 +1,4 @@
-//! What the pool tells the driver ([`PoolAction`]) and how calls end: where a
+//! What the pool tells the embedder ([`PoolAction`]) and how calls end: where a
 //! connection came from ([`Source`]), [`AcquireError`], [`ExchangeError`].
 
 use std::fmt;
@@ -99,7 +99,7 @@ pub enum FailureOutcome {
     Failed(ExchangeError),
 }
 
-/// An instruction for the driver.
+/// An instruction for the embedder.
 #[must_use]
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum PoolAction {

@@ -9,7 +9,7 @@ use crate::outlier::OutlierPolicy;
 use crate::race::RaceConfig;
 #[allow(unused_imports)] // for rustdoc links
 use crate::race::RaceRequest;
-use crate::route::RouteDatabase;
+use crate::route_db::RouteDatabase;
 use crate::time::Instant;
 
 /// What to do when every HTTP/2 connection to an Address is at its stream limit.
@@ -151,7 +151,7 @@ pub struct PoolConfig {
     pub dns_drain_grace: Duration,
     /// Seeds the pool's jitter: warm connects' backoff (see
     /// [`crate::pool::warm`]) and connections' lifetimes
-    /// ([`PoolConfig::max_lifetime_jitter`]); a driver passes a random one, a
+    /// ([`PoolConfig::max_lifetime_jitter`]); an embedder passes a random one, a
     /// test a fixed one. Default: a constant.
     pub seed: u64,
 }

@@ -453,7 +453,7 @@ impl Pool {
     }
 
     /// A connection is ready: records it, counts it, remembers the protocol its
-    /// Address negotiated, and tells the driver. Not yet indexed (not idle).
+    /// Address negotiated, and tells the embedder. Not yet indexed (not idle).
     pub(super) fn open_connection(
         &mut self,
         now: Instant,

@@ -119,7 +119,7 @@ impl Pool {
     /// elsewhere; calls that waited because it allowed zero streams fail
     /// ([`AcquireError::NoStreams`]: the next call may try one new
     /// connection, so a server that allows none costs one connection per
-    /// never-usable period); a stream on it cannot finish, so the driver ends
+    /// never-usable period); a stream on it cannot finish, so the embedder ends
     /// it now ([`PoolAction::Abort`]).
     pub(super) fn settings_overdue(&mut self, now: Instant, id: ConnectionId) {
         let Some((address, busy, zero)) = self

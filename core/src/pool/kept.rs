@@ -119,7 +119,7 @@ impl Pool {
         let Some(k) = self.unkeep(attempt) else { return };
         let protocol = negotiated(&k.address, &k.route, alpn);
         if !k.address.protocols().contains(&protocol) {
-            // The driver holds the established socket: it must close it.
+            // The embedder holds the established socket: it must close it.
             self.kept_failed_with(now, attempt, k, ConnectError::ProtocolNotAllowed { protocol }, true);
             return;
         }
@@ -159,7 +159,7 @@ impl Pool {
         self.rebalance(now, &k.address);
     }
 
-    /// A kept attempt failed (the driver closed its socket): the route is
+    /// A kept attempt failed (the embedder closed its socket): the route is
     /// recorded as failed; nothing waits on it.
     pub(super) fn kept_failed(&mut self, now: Instant, attempt: AttemptId, error: ConnectError) {
         if let Some(k) = self.unkeep(attempt) {
@@ -199,7 +199,7 @@ impl Pool {
             } else {
                 ConnectError::HandshakeTimeout { after: self.config.race.handshake_timeout }
             };
-            // Still running in the driver: it is cancelled.
+            // Still running in the embedder: it is cancelled.
             self.kept_failed_with(now, attempt, k, error, true);
         }
     }

@@ -121,7 +121,7 @@
 //! let Some(PoolAction::Established { connection, protocol, .. }) = pool.poll_action() else { panic!() };
 //! assert_eq!(protocol, Protocol::Http1);
 //! assert_eq!(pool.poll_action(), Some(PoolAction::Acquired { call, connection, source: Source::New }));
-//! // ... the driver runs the exchange on the socket ...
+//! // ... the embedder runs the exchange on the socket ...
 //! pool.exchange_finished(ms(10), call, Reuse::Reusable)?;
 //!
 //! // The next call reuses it: no DNS, no connect.
@@ -183,7 +183,8 @@ use crate::event::{Event, EventKind};
 use crate::http2::GoAway;
 use crate::id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
 use crate::race::{Action, Race, RaceRequest, Sequence};
-use crate::route::{Route, RouteDatabase};
+use crate::route::Route;
+use crate::route_db::RouteDatabase;
 use crate::time::{earliest, Instant};
 use timers::{Timer, Timers};
 
@@ -545,7 +546,7 @@ impl Pool {
         }
     }
 
-    /// Asks the driver to probe every idle HTTP/1.1 connection when the probe
+    /// Asks the embedder to probe every idle HTTP/1.1 connection when the probe
     /// interval has passed (oldest idle first), and re-arms while any remain.
     fn probe_idle(&mut self, now: Instant) {
         self.next_probe = None;
