@@ -1,5 +1,5 @@
-//! [`Route`], one concrete way to reach an [`Address`], and the [`RouteDatabase`]
-//! of routes that failed recently.
+//! [`Route`], one concrete way to reach an [`Address`]. The routes that failed
+//! recently are in the route database ([`crate::route_db`]).
 
 use std::fmt;
 use std::net::SocketAddr;
