@@ -62,6 +62,9 @@ impl TestClient for StdClient {
     fn evict(&self) {
         self.client.evict_idle();
     }
+    fn addresses(&self) -> usize {
+        self.client.stats_by_address().len()
+    }
     fn shutdown(&self, grace: std::time::Duration) -> switchyard_std::ShutdownReport {
         self.client.shutdown(grace)
     }

@@ -287,6 +287,9 @@ impl<R: switchyard_async::Runtime, E: Executor> crate::conformance::TestClient f
     fn evict(&self) {
         self.exec.block_on(async { self.client.evict_idle() });
     }
+    fn addresses(&self) -> usize {
+        self.client.stats_by_address().len()
+    }
     fn shutdown(&self, grace: std::time::Duration) -> switchyard_common::ShutdownReport {
         self.exec.block_on(self.client.shutdown(grace))
     }

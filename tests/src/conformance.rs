@@ -235,6 +235,8 @@ pub trait TestClient: Send + Sync {
     fn evict(&self);
     /// Shuts the client down gracefully (`Client::shutdown(grace)`).
     fn shutdown(&self, grace: Duration) -> switchyard_common::ShutdownReport;
+    /// How many Addresses the pool tracks (`stats_by_address().len()`).
+    fn addresses(&self) -> usize;
 }
 
 /// An adapter under test.
@@ -256,9 +258,9 @@ pub use crate::dns::{dns_cache, per_family_blocking_resolver};
 pub use crate::resilience::{
     dns_change_drains_pooled_connections, dropped_calls_leave_nothing_behind_http1,
     dropped_calls_leave_nothing_behind_http2, http2_keepalive_ping_finds_a_dead_peer,
-    retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
-    rotating_dns_answers_keep_one_connection, server_errors_eject_a_route,
-    server_errors_eject_an_http2_route, shutdown_under_load_loses_no_call,
+    many_hosts_keep_bounded_state, retry_budget_bounds_a_retry_storm,
+    retry_budget_bounds_an_http2_retry_storm, rotating_dns_answers_keep_one_connection,
+    server_errors_eject_a_route, server_errors_eject_an_http2_route, shutdown_under_load_loses_no_call,
 };
 
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
@@ -1351,7 +1353,7 @@ macro_rules! conformance_suite {
             retry_budget_bounds_a_retry_storm, retry_budget_bounds_an_http2_retry_storm,
             dns_change_drains_pooled_connections, rotating_dns_answers_keep_one_connection,
             dropped_calls_leave_nothing_behind_http1, dropped_calls_leave_nothing_behind_http2,
-            http2_keepalive_ping_finds_a_dead_peer,
+            many_hosts_keep_bounded_state, http2_keepalive_ping_finds_a_dead_peer,
             shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
@@ -1367,7 +1369,8 @@ macro_rules! conformance_suite {
             proxy_credentials, socks5_credentials, proxies_from_the_environment, dns_cache,
             per_family_blocking_resolver, unix_socket, socket_options, retry_budget_bounds_a_retry_storm,
             dns_change_drains_pooled_connections, rotating_dns_answers_keep_one_connection,
-            dropped_calls_leave_nothing_behind_http1, shutdown_under_load_loses_no_call,
+            dropped_calls_leave_nothing_behind_http1, many_hosts_keep_bounded_state,
+            shutdown_under_load_loses_no_call,
             server_errors_eject_a_route);
         $crate::conformance_suite!(@skipped $adapter; http2_multiplexing, http2_stream_limit, coalescing,
             coalescing_onto_an_ip_san,

@@ -507,3 +507,39 @@ pub fn dropped_calls_leave_nothing_behind_http1(a: &dyn Adapter) {
 pub fn dropped_calls_leave_nothing_behind_http2(a: &dyn Adapter) {
     dropped_calls_leave_nothing_behind(a, true);
 }
+
+/// Every name resolves to 127.0.0.1.
+struct Everything;
+
+impl switchyard_common::Resolve for Everything {
+    fn resolve(&self, _host: &str, _port: u16) -> std::io::Result<Vec<std::net::IpAddr>> {
+        Ok(vec!["127.0.0.1".parse().expect("ip")])
+    }
+}
+
+/// 3,000 calls, each to a host name of its own that resolves and refuses
+/// (a crawler's or a webhook sender's traffic): every call fails typed, and
+/// the Addresses the pool tracks stay within the documented bound, 64 + 2 ×
+/// (busy + `IDLE_ADDRESSES_KEPT`) — nothing is busy once the calls ended —
+/// however many hosts came before (`tests/examples/hosts.rs` shows resident
+/// memory flat over 100,000 hosts).
+pub fn many_hosts_keep_bounded_state(a: &dyn Adapter) {
+    let port = crate::net::refused_port();
+    let client = a.client(Config {
+        version: Version::Http1,
+        resolver: Some(crate::conformance::Plugged(std::sync::Arc::new(Everything))),
+        ..Config::default()
+    });
+    // One call at a time: at most one Address busy when a sweep runs.
+    let bound = 64 + 2 * (1 + switchyard_core::pool::IDLE_ADDRESSES_KEPT);
+    let mut most = 0;
+    for i in 0..3_000 {
+        match client.send(Req::get(format!("http://h{i}.many.test:{port}/"))) {
+            Err((Failure::Connect, _)) => {}
+            other => panic!("{}: h{i}: expected a refused connect, got {other:?}", a.name()),
+        }
+        most = most.max(client.addresses());
+    }
+    assert!(most <= bound, "{}: {most} Addresses tracked at most, bound {bound}", a.name());
+    assert_eq!(client.stats().calls, 0);
+}

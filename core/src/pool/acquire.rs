@@ -17,7 +17,7 @@ impl Pool {
             self.actions.push_back(PoolAction::AcquireFailed { call: id, error: AcquireError::Shutdown });
             return id;
         }
-        if self.addrs.len() > self.addrs_sweep_at {
+        if self.addrs.len() >= self.addrs_sweep_at {
             self.sweep_addresses(now);
         }
         self.calls.insert(id, Call::new(address, options, wait_seq));
