@@ -133,6 +133,9 @@ impl Pool {
             return;
         };
         debug_assert_eq!(c.in_flight, 0, "closing a connection in use");
+        if c.allows_no_stream() {
+            self.zero_stream_conns -= 1;
+        }
         self.timers.cancel_pong(conn);
         if !self.probation.is_empty() {
             // Closed by the pool's own choice (idle, caps, duplicate): not the

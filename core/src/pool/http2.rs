@@ -23,16 +23,22 @@ impl Pool {
         if !self.conns[&connection].multiplexed() {
             return Ok(());
         }
+        let was_zero = self.conns[&connection].allows_no_stream();
         self.update(connection, |c| {
             c.settings = true;
             if let Some(limit) = max_concurrent_streams {
                 c.stream_limit = limit;
             }
         });
-        let (address, limit, created) = {
+        let (address, limit, created, zero) = {
             let c = &self.conns[&connection];
-            (c.address.clone(), c.stream_limit, c.created)
+            (c.address.clone(), c.stream_limit, c.created, c.allows_no_stream())
         };
+        match (was_zero, zero) {
+            (false, true) => self.zero_stream_conns += 1,
+            (true, false) => self.zero_stream_conns -= 1,
+            _ => {}
+        }
         if limit > 0 {
             self.timers.remove(created + self.config.race.handshake_timeout, Timer::Settings(connection));
         }
@@ -132,11 +138,18 @@ impl Pool {
         self.retire(now, id, CloseReason::NeverUsable);
         if zero {
             let waited = self.config.race.handshake_timeout;
+            // Every call waiting for the Address that could have used a
+            // shared connection waited because of it (the zero-stream check
+            // comes first); exclusive and fresh-only calls wait for other
+            // reasons.
             let mut failed: Vec<CallId> = self
                 .calls
                 .iter()
                 .filter(|(_, c)| {
-                    c.zero_streams_on == Some(id) && matches!(c.state, CallState::Waiting { .. })
+                    c.address == address
+                        && !c.options.exclusive
+                        && !c.fresh_only
+                        && matches!(c.state, CallState::Waiting { .. })
                 })
                 .map(|(call, _)| *call)
                 .collect();

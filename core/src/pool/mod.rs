@@ -266,11 +266,6 @@ struct Call {
     fresh_only: bool,
     /// Its response was a 5xx counted against the route ([`Pool::server_error`]).
     server_error: bool,
-    /// It waits because this HTTP/2 connection's SETTINGS allow zero
-    /// streams (another connection would be refused too): when that
-    /// connection's never-usable timer fires, the call fails
-    /// ([`AcquireError::NoStreams`]).
-    zero_streams_on: Option<ConnectionId>,
     /// Its caller dropped the response; the body drains ([`Pool::draining`]).
     draining: bool,
     state: CallState,
@@ -291,7 +286,6 @@ impl Call {
             answers: Vec::new(),
             fresh_only: false,
             server_error: false,
-            zero_streams_on: None,
             draining: false,
             state: CallState::Pending,
             sequence: Sequence::default(),
@@ -349,6 +343,9 @@ pub struct Pool {
     /// When `known_protocol` grows past this, expired entries (and past
     /// [`evict::KNOWN_PROTOCOLS_KEPT`], the oldest) are forgotten.
     known_sweep_at: usize,
+    /// HTTP/2 connections whose SETTINGS allow zero streams now (calls for
+    /// their Address wait rather than dial; see [`Pool::settings`]).
+    zero_stream_conns: usize,
     shutdown: bool,
     stats: PoolStats,
     /// DNS answers and lookups in flight, shared by every call.
@@ -402,6 +399,7 @@ impl Pool {
             in_use_total: 0,
             addrs_sweep_at: 64,
             known_sweep_at: 64,
+            zero_stream_conns: 0,
             shutdown: false,
             stats: PoolStats::default(),
             dns,

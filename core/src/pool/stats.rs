@@ -209,6 +209,10 @@ impl Pool {
         if self.stats() != self.recount() {
             return Err(format!("stats {:?} != recount {:?}", self.stats(), self.recount()));
         }
+        let zero = self.conns.values().filter(|c| c.allows_no_stream()).count();
+        if zero != self.zero_stream_conns {
+            return Err(format!("{zero} zero-stream connections, counted {}", self.zero_stream_conns));
+        }
         // The per-host maps' bounds (documented on the constants): the
         // Address map is swept each time it doubles (declared Addresses may
         // join between sweeps).

@@ -121,6 +121,10 @@ impl Connection {
             1
         }
     }
+    /// HTTP/2 whose SETTINGS allow zero streams now.
+    pub(super) fn allows_no_stream(&self) -> bool {
+        self.settings && self.stream_limit == 0 && self.multiplexed()
+    }
     pub(super) fn usable(&self) -> bool {
         self.no_new.is_none()
     }

@@ -69,19 +69,19 @@ impl Pool {
             return true;
         }
         let (address, exclusive, fresh) = {
-            let c = self.calls.get_mut(&call_id).expect("call exists");
-            c.zero_streams_on = None;
+            let c = &self.calls[&call_id];
             (c.address.clone(), c.options.exclusive, c.fresh_only)
         };
-        if !exclusive && !fresh {
-            if let Some(conn) = self.zero_stream_connection(&address) {
-                // The server's SETTINGS allow no stream on a connection still
-                // in its never-usable period: another connection would be
-                // turned away the same way. Wait for that connection's timer
-                // (or SETTINGS that raise the limit).
-                self.calls.get_mut(&call_id).expect("call exists").zero_streams_on = Some(conn);
-                return false;
-            }
+        if self.zero_stream_conns > 0
+            && !exclusive
+            && !fresh
+            && self.zero_stream_connection(&address).is_some()
+        {
+            // The server's SETTINGS allow no stream on a connection still in
+            // its never-usable period: another connection would be turned
+            // away the same way. Wait for that connection's timer (or
+            // SETTINGS that raise the limit).
+            return false;
         }
         if self.config.stream_limit_policy == StreamLimitPolicy::Wait
             && !exclusive
