@@ -465,9 +465,10 @@ impl fmt::Display for Error {
                 }
             }
             ErrorKind::Exchange(e) if matches!(e.kind, ExchangeFailureKind::Timeout) => {
-                // Its phase first, as a call timeout's text says it.
-                f.write_str("timed out")?;
-                on(f, "waiting for the response head from")?;
+                // Its phase named, as a call timeout's text names it.
+                f.write_str("the exchange")?;
+                on(f, "with")?;
+                f.write_str(" timed out waiting for the response head")?;
             }
             ErrorKind::Exchange(_) => {
                 f.write_str("the exchange")?;

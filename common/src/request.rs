@@ -693,6 +693,9 @@ impl Drop for BodyLedger {
     /// Dropped before the end: the call is over either way.
     fn drop(&mut self) {
         if let Some((notes, call)) = self.owner.take() {
+            // A body whose end was known without a last poll (its length
+            // reached) ends here: its span hears the end all the same.
+            tracing::debug!(target: "switchyard", parent: &self.span, bytes = self.received, "call end");
             notes.call_over(call);
             let at = notes.now();
             notes.note(Box::new(move |l| l.call_end(call, at)));

@@ -647,6 +647,9 @@ pub async fn tracing_spans(target: &str, send: impl AsyncFn(String) -> Result<u1
     let server = TestServer::start(ServerOptions::default());
     let seen = std::sync::Arc::new(Seen::default());
     let _guard = tracing::subscriber::set_default(Recorder(std::sync::Arc::clone(&seen)));
+    // Other tests in this process may have registered the same callsites
+    // with no subscriber interested; ask every callsite again.
+    tracing::callsite::rebuild_interest_cache();
     // `localhost`: a DNS lookup (the system's), and on most machines an IPv6
     // attempt that is refused (the server listens on 127.0.0.1 only).
     let url = format!("http://ann:secret@localhost:{}/hello", server.port());

@@ -329,16 +329,6 @@ mod ecosystem {
         runtime().block_on(ecosystem::tower_stack::<Tokio>());
     }
     #[test]
-    fn a_tracing_span_per_call() {
-        runtime().block_on(ecosystem::tracing_spans("switchyard_tokio", async |url| {
-            let client = switchyard_tokio::Client::new().unwrap();
-            let r = client.get(url).send().await.map_err(|e| format!("{e:#}"))?;
-            let status = r.status().as_u16();
-            let _ = switchyard_tokio::ResponseExt::text(r).await.map_err(|e| format!("{e:#}"))?;
-            Ok(status)
-        }));
-    }
-    #[test]
     fn tls_inputs_and_danger() {
         runtime().block_on(ecosystem::tls_inputs::<Tokio>());
     }
