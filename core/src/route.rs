@@ -196,11 +196,12 @@ pub(crate) fn dial_target<'a>(address: &'a Address, proxy: &'a Proxy) -> (&'a Ho
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::address::Scheme;
 
-    fn route(host: &str, port: u32, proxy: Proxy, sock: &str) -> Route {
+    /// A route for tests (the route database's too).
+    pub(crate) fn route(host: &str, port: u32, proxy: Proxy, sock: &str) -> Route {
         let a = Address::builder(Scheme::Https, host, port).build().unwrap();
         Route::new(a, proxy, sock.parse().unwrap())
     }

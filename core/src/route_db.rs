@@ -195,12 +195,8 @@ impl RouteDatabase {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address::{Address, Proxy, Scheme};
-
-    fn route(host: &str, port: u32, proxy: Proxy, sock: &str) -> Route {
-        let a = Address::builder(Scheme::Https, host, port).build().unwrap();
-        Route::new(a, proxy, sock.parse().unwrap())
-    }
+    use crate::address::Proxy;
+    use crate::route::tests::route;
 
     #[test]
     fn database_ttl_success_and_capacity() {
