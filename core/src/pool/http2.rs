@@ -155,10 +155,8 @@ impl Pool {
                 .collect();
             failed.sort_unstable();
             for call in failed {
-                self.end_call_waiting_or_racing(now, call);
-                self.calls.remove(&call);
                 let error = AcquireError::NoStreams { address: address.clone(), connection: id, waited };
-                self.actions.push_back(PoolAction::AcquireFailed { call, error });
+                self.fail_unserved(now, call, error);
             }
         }
         if busy {

@@ -526,13 +526,15 @@ impl Pool {
         let Some(c) = self.calls.get(&call) else { return };
         if let CallState::Waiting { since, .. } = c.state {
             let address = c.address.clone();
-            self.end_call_waiting_or_racing(now, call);
-            self.calls.remove(&call);
-            self.actions.push_back(PoolAction::AcquireFailed {
-                call,
-                error: AcquireError::Timeout { address, waited: now - since },
-            });
+            self.fail_unserved(now, call, AcquireError::Timeout { address, waited: now - since });
         }
+    }
+
+    /// A call without a connection (waiting or racing) ends, failed.
+    pub(super) fn fail_unserved(&mut self, now: Instant, call: CallId, error: AcquireError) {
+        self.end_call_waiting_or_racing(now, call);
+        self.calls.remove(&call);
+        self.actions.push_back(PoolAction::AcquireFailed { call, error });
     }
 
     /// A race's timer is due: it takes its next step.
@@ -592,9 +594,7 @@ impl Pool {
         // In the order the calls were made, not the map's.
         pending.sort_unstable();
         for call in pending {
-            self.end_call_waiting_or_racing(now, call);
-            self.calls.remove(&call);
-            self.actions.push_back(PoolAction::AcquireFailed { call, error: AcquireError::Shutdown });
+            self.fail_unserved(now, call, AcquireError::Shutdown);
         }
         self.cancel_kept(now);
         let mut open: Vec<ConnectionId> = self.conns.keys().copied().collect();
