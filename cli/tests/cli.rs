@@ -789,7 +789,12 @@ fn runs_show_timelines_and_json_ends_with_a_result() {
     assert_eq!(code, 0, "{err}");
     let opened = err.matches("(opened a connection)").count();
     assert!((1..=2).contains(&opened), "{err}");
-    assert_eq!(opened, server.connections(), "{err}");
+    // A call whose own attempt lost to a connection another call released
+    // is served by that one and keeps its attempt idle for the pool: the
+    // server then sees a connection no call "opened". How often depends on
+    // scheduling, so only the bounds are guaranteed: every opened connection
+    // reached the server, and two callers never need more than two.
+    assert!((opened..=2).contains(&server.connections()), "{} connections: {err}", server.connections());
     assert!(err.contains("call_start") && err.contains("6 requests: 6 ok"), "{err}");
 
     let out = bin().args(["--no-proxy-env", "--json", &url]).output().unwrap();

@@ -33,10 +33,14 @@
 //! [`WindowEstimator`] decides the adaptive flow-control window from the DATA
 //! bytes the scanner counts and PING round trips.
 
+mod driver;
 mod frame;
+pub mod hpack;
+mod huffman;
 pub mod session;
 mod window;
 
+pub use driver::{field_sizes, Driver, DriverConfig, Event, OpenError, PREFACE};
 pub use frame::{FrameNote, FrameScanner};
 pub use session::{code_name, ConnectionEnd, GoAway, Peer, Report, Session, StreamError};
 pub use window::{WindowEstimator, PROTOCOL_WINDOW};

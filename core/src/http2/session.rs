@@ -235,29 +235,58 @@ impl Session {
     /// implementation sees them). Appends what the pool must hear now.
     pub fn read(&mut self, bytes: &[u8], out: &mut Vec<Report>) {
         self.scanner.feed(bytes, &mut self.notes);
-        for note in self.notes.drain(..) {
-            match note {
+        let notes = std::mem::take(&mut self.notes);
+        for note in &notes {
+            match *note {
                 FrameNote::Settings { max_concurrent_streams } => {
-                    self.settings = true;
-                    if let Some(n) = max_concurrent_streams {
-                        self.zero_streams = n == 0;
-                    }
-                    out.push(Report::Settings { max_concurrent_streams });
+                    out.push(self.heard(Report::Settings { max_concurrent_streams }));
                 }
                 FrameNote::GoAway { last_stream_id, error_code } => {
-                    // A later GOAWAY may only lower the last id (RFC 9113 §6.8).
-                    let last = self.goaway.map_or(last_stream_id, |g| g.last_stream_id.min(last_stream_id));
-                    let g = GoAway { last_stream_id: last, error_code };
-                    self.goaway = Some(g);
-                    out.push(Report::GoAway(g));
+                    out.push(self.heard(Report::GoAway(GoAway { last_stream_id, error_code })));
                 }
-                FrameNote::HeaderBlockTooLarge { stream_id } => {
-                    self.oversized.insert(stream_id);
-                    while self.oversized.len() > OVERSIZED_KEPT {
-                        self.oversized.pop_first();
-                    }
-                }
+                FrameNote::HeaderBlockTooLarge { stream_id } => self.mark_oversized(stream_id),
             }
+        }
+        self.notes = notes;
+        self.notes.clear();
+    }
+
+    /// A fact an HTTP/2 implementation read itself (our
+    /// [`Driver`](super::Driver) does; a bridge uses [`read`](Self::read)):
+    /// the server's SETTINGS or GOAWAY. Returns what the pool must hear (a
+    /// later GOAWAY never raises the last stream id).
+    pub fn heard(&mut self, report: Report) -> Report {
+        match report {
+            Report::Settings { max_concurrent_streams } => {
+                self.settings = true;
+                if let Some(n) = max_concurrent_streams {
+                    self.zero_streams = n == 0;
+                }
+                report
+            }
+            Report::GoAway(GoAway { last_stream_id, error_code }) => {
+                // A later GOAWAY may only lower the last id (RFC 9113 §6.8).
+                let last = self.goaway.map_or(last_stream_id, |g| g.last_stream_id.min(last_stream_id));
+                let g = GoAway { last_stream_id: last, error_code };
+                self.goaway = Some(g);
+                Report::GoAway(g)
+            }
+        }
+    }
+
+    /// A header block of `len` bytes on the wire arrived on `stream` (the
+    /// driver's count): past the head limit, that head or those trailers fail
+    /// ([`response_head`](Self::response_head), [`trailers_fit`](Self::trailers_fit)).
+    pub fn block_read(&mut self, stream: u32, len: usize) {
+        if len > self.head_limit {
+            self.mark_oversized(stream);
+        }
+    }
+
+    fn mark_oversized(&mut self, stream: u32) {
+        self.oversized.insert(stream);
+        while self.oversized.len() > OVERSIZED_KEPT {
+            self.oversized.pop_first();
         }
     }
 

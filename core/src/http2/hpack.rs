@@ -1,0 +1,549 @@
+//! HPACK (RFC 7541): the header blocks of one connection.
+//!
+//! [`Decoder`] reads the server's blocks with the full format (indexed
+//! fields, literals with and without indexing, the dynamic table and its size
+//! updates, Huffman strings). [`Encoder`] writes our requests' fields as
+//! literals without indexing, naming a static-table entry where one matches:
+//! it keeps no dynamic table, so nothing the server sets about tables can make
+//! our blocks wrong, and nothing we send grows the server's memory.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue};
+
+pub use super::huffman::{huffman_decode, HuffmanError};
+
+/// A field's name as decoded: a pseudo-header or a regular name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Name {
+    /// `:status`, `:method`, `:path`, `:scheme`, `:authority`, or another
+    /// pseudo-header (kept as sent, so the caller can refuse it).
+    Pseudo(Bytes),
+    /// A regular field name.
+    Header(HeaderName),
+}
+
+impl Name {
+    fn parse(raw: Bytes) -> Result<Name, DecodeError> {
+        if raw.first() == Some(&b':') {
+            return Ok(Name::Pseudo(raw));
+        }
+        // RFC 9113 §8.2.1: names are lower case on HTTP/2.
+        if raw.iter().any(u8::is_ascii_uppercase) {
+            return Err(DecodeError::BadName);
+        }
+        HeaderName::from_bytes(&raw).map(Name::Header).map_err(|_| DecodeError::BadName)
+    }
+}
+
+/// Why a header block did not decode: the connection's compression state is
+/// lost (a connection error, COMPRESSION_ERROR) — except for a field that is
+/// merely malformed ([`DecodeError::is_malformed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// An integer past the block's end or past 2³² .
+    Integer,
+    /// A string past the block's end.
+    Truncated,
+    /// A Huffman string that did not decode.
+    Huffman,
+    /// An index not in the static or dynamic table.
+    Index,
+    /// A dynamic table size update past our SETTINGS_HEADER_TABLE_SIZE, or
+    /// after the block's first field.
+    TableSize,
+    /// A name with characters a field name cannot have (malformed).
+    BadName,
+    /// A value with characters a field value cannot have (malformed).
+    BadValue,
+}
+
+impl DecodeError {
+    /// A malformed field (RFC 9113 §8.1.1): the block decoded, the response
+    /// is refused (a stream error), the connection stays usable.
+    #[must_use]
+    pub fn is_malformed(self) -> bool {
+        matches!(self, DecodeError::BadName | DecodeError::BadValue)
+    }
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DecodeError::Integer => "an HPACK integer overflowed or was cut off",
+            DecodeError::Truncated => "an HPACK string was cut off",
+            DecodeError::Huffman => "an HPACK Huffman string did not decode",
+            DecodeError::Index => "an HPACK index is not in the table",
+            DecodeError::TableSize => "an HPACK table size update was not allowed",
+            DecodeError::BadName => "a header field name is malformed",
+            DecodeError::BadValue => "a header field value is malformed",
+        })
+    }
+}
+
+/// RFC 7541 Appendix A: the static table (index 1 is the first).
+const STATIC: [(&str, &str); 61] = [
+    (":authority", ""),
+    (":method", "GET"),
+    (":method", "POST"),
+    (":path", "/"),
+    (":path", "/index.html"),
+    (":scheme", "http"),
+    (":scheme", "https"),
+    (":status", "200"),
+    (":status", "204"),
+    (":status", "206"),
+    (":status", "304"),
+    (":status", "400"),
+    (":status", "404"),
+    (":status", "500"),
+    ("accept-charset", ""),
+    ("accept-encoding", "gzip, deflate"),
+    ("accept-language", ""),
+    ("accept-ranges", ""),
+    ("accept", ""),
+    ("access-control-allow-origin", ""),
+    ("age", ""),
+    ("allow", ""),
+    ("authorization", ""),
+    ("cache-control", ""),
+    ("content-disposition", ""),
+    ("content-encoding", ""),
+    ("content-language", ""),
+    ("content-length", ""),
+    ("content-location", ""),
+    ("content-range", ""),
+    ("content-type", ""),
+    ("cookie", ""),
+    ("date", ""),
+    ("etag", ""),
+    ("expect", ""),
+    ("expires", ""),
+    ("from", ""),
+    ("host", ""),
+    ("if-match", ""),
+    ("if-modified-since", ""),
+    ("if-none-match", ""),
+    ("if-range", ""),
+    ("if-unmodified-since", ""),
+    ("last-modified", ""),
+    ("link", ""),
+    ("location", ""),
+    ("max-forwards", ""),
+    ("proxy-authenticate", ""),
+    ("proxy-authorization", ""),
+    ("range", ""),
+    ("referer", ""),
+    ("refresh", ""),
+    ("retry-after", ""),
+    ("server", ""),
+    ("set-cookie", ""),
+    ("strict-transport-security", ""),
+    ("transfer-encoding", ""),
+    ("user-agent", ""),
+    ("vary", ""),
+    ("via", ""),
+    ("www-authenticate", ""),
+];
+
+/// Each field costs its name and value plus 32 octets in a table (§4.1).
+const ENTRY_OVERHEAD: usize = 32;
+
+/// A table entry: its name and value, each absent when malformed (the server
+/// may still index it, and the table must stay in step with its own), and its
+/// size.
+/// The last field is the name's length (the size counts it even when the
+/// name is malformed).
+type Entry = (Option<Name>, Option<HeaderValue>, usize, usize);
+
+/// The dynamic table: newest first.
+#[derive(Debug, Default)]
+struct Table {
+    entries: std::collections::VecDeque<Entry>,
+    size: usize,
+    max: usize,
+}
+
+impl Table {
+    fn evict_to(&mut self, max: usize) {
+        while self.size > max {
+            let Some((_, _, _, size)) = self.entries.pop_back() else { break };
+            self.size -= size;
+        }
+    }
+
+    fn insert(&mut self, name: Option<Name>, value: Option<HeaderValue>, name_len: usize, size: usize) {
+        if size > self.max {
+            // A field larger than the table empties it and is not kept (§4.4).
+            self.entries.clear();
+            self.size = 0;
+            return;
+        }
+        self.evict_to(self.max - size);
+        self.size += size;
+        self.entries.push_front((name, value, name_len, size));
+    }
+}
+
+/// The decoding side of one connection's HPACK state.
+#[derive(Debug)]
+pub struct Decoder {
+    table: Table,
+    /// Our SETTINGS_HEADER_TABLE_SIZE: the most a size update may ask for.
+    limit: usize,
+    /// Scratch for Huffman strings.
+    scratch: Vec<u8>,
+    statics: Vec<Entry>,
+}
+
+impl Default for Decoder {
+    fn default() -> Decoder {
+        Decoder::new(4096)
+    }
+}
+
+impl Decoder {
+    /// A decoder whose table may grow to `limit` octets (what our SETTINGS
+    /// allow the server to use; 4 096 unless we said otherwise).
+    #[must_use]
+    pub fn new(limit: usize) -> Decoder {
+        let statics = STATIC
+            .iter()
+            .map(|&(n, v)| {
+                let name = if n.starts_with(':') {
+                    Name::Pseudo(Bytes::from_static(n.as_bytes()))
+                } else {
+                    Name::Header(HeaderName::from_static(n))
+                };
+                (Some(name), Some(HeaderValue::from_static(v)), n.len(), n.len() + v.len() + ENTRY_OVERHEAD)
+            })
+            .collect();
+        Decoder { table: Table { max: limit, ..Table::default() }, limit, scratch: Vec::new(), statics }
+    }
+
+    fn entry(&self, index: usize) -> Result<&Entry, DecodeError> {
+        match index {
+            0 => Err(DecodeError::Index),
+            1..=61 => Ok(&self.statics[index - 1]),
+            _ => self.table.entries.get(index - 62).ok_or(DecodeError::Index),
+        }
+    }
+
+    /// Decodes one whole header block, handing each field to `field` in
+    /// order. A malformed field ([`DecodeError::is_malformed`]) is reported
+    /// after the whole block was read, so the table stays in step with the
+    /// server's; any other error leaves it out of step (the connection must
+    /// end).
+    pub fn decode(
+        &mut self,
+        block: &Bytes,
+        mut field: impl FnMut(Name, HeaderValue),
+    ) -> Result<(), DecodeError> {
+        let mut at = 0;
+        let mut first = true;
+        let mut malformed = None;
+        while at < block.len() {
+            let b = block[at];
+            if b & 0x80 != 0 {
+                // Indexed field (§6.1).
+                let index = integer(block, &mut at, 7)?;
+                match self.entry(index)? {
+                    (Some(n), Some(v), _, _) => field(n.clone(), v.clone()),
+                    (n, _, _, _) => {
+                        malformed.get_or_insert(if n.is_none() {
+                            DecodeError::BadName
+                        } else {
+                            DecodeError::BadValue
+                        });
+                    }
+                }
+            } else if b & 0xe0 == 0x20 {
+                // Dynamic table size update (§6.3): only before the first field.
+                let size = integer(block, &mut at, 5)?;
+                if size > self.limit || !first {
+                    return Err(DecodeError::TableSize);
+                }
+                self.table.max = size;
+                self.table.evict_to(size);
+                continue;
+            } else {
+                // A literal (§6.2): with incremental indexing (01), without
+                // (0000) or never indexed (0001).
+                let indexing = b & 0x40 != 0;
+                let prefix = if indexing { 6 } else { 4 };
+                let index = integer(block, &mut at, prefix)?;
+                let (name, name_len) = if index == 0 {
+                    let raw = self.string(block, &mut at)?;
+                    let len = raw.len();
+                    (Name::parse(raw).ok(), len)
+                } else {
+                    let (n, _, name_len, _) = self.entry(index)?;
+                    (n.clone(), *name_len)
+                };
+                let raw = self.string(block, &mut at)?;
+                let value_len = raw.len();
+                let value = HeaderValue::from_maybe_shared(raw).ok();
+                if indexing {
+                    self.table.insert(
+                        name.clone(),
+                        value.clone(),
+                        name_len,
+                        name_len + value_len + ENTRY_OVERHEAD,
+                    );
+                }
+                match (name, value) {
+                    (Some(n), Some(v)) => field(n, v),
+                    (None, _) => {
+                        malformed.get_or_insert(DecodeError::BadName);
+                    }
+                    (Some(_), None) => {
+                        malformed.get_or_insert(DecodeError::BadValue);
+                    }
+                }
+            }
+            first = false;
+        }
+        malformed.map_or(Ok(()), Err)
+    }
+
+    /// A string literal (§5.2): raw bytes share the block; Huffman ones are
+    /// decoded.
+    fn string(&mut self, block: &Bytes, at: &mut usize) -> Result<Bytes, DecodeError> {
+        let huffman = block.get(*at).ok_or(DecodeError::Truncated)? & 0x80 != 0;
+        let len = integer(block, at, 7)?;
+        let end = at.checked_add(len).filter(|e| *e <= block.len()).ok_or(DecodeError::Truncated)?;
+        let raw = &block[*at..end];
+        let out = if huffman {
+            self.scratch.clear();
+            huffman_decode(raw, &mut self.scratch).map_err(|_| DecodeError::Huffman)?;
+            Bytes::copy_from_slice(&self.scratch)
+        } else {
+            block.slice(*at..end)
+        };
+        *at = end;
+        Ok(out)
+    }
+
+    /// The table's current size in octets (fields plus 32 each).
+    #[must_use]
+    pub fn table_size(&self) -> usize {
+        self.table.size
+    }
+}
+
+/// An integer with an `n`-bit prefix (§5.1), at most 2³² − 1.
+fn integer(block: &[u8], at: &mut usize, n: u32) -> Result<usize, DecodeError> {
+    let mask = (1u32 << n) - 1;
+    let first = u32::from(*block.get(*at).ok_or(DecodeError::Integer)?) & mask;
+    *at += 1;
+    if first < mask {
+        return Ok(first as usize);
+    }
+    let mut value = u64::from(mask);
+    let mut shift = 0;
+    loop {
+        let b = *block.get(*at).ok_or(DecodeError::Integer)?;
+        *at += 1;
+        value += u64::from(b & 0x7f) << shift;
+        if value > u64::from(u32::MAX) {
+            return Err(DecodeError::Integer);
+        }
+        if b & 0x80 == 0 {
+            return Ok(value as usize);
+        }
+        shift += 7;
+        if shift > 28 {
+            return Err(DecodeError::Integer);
+        }
+    }
+}
+
+fn put_integer(out: &mut BytesMut, first: u8, n: u32, value: usize) {
+    let mask = (1usize << n) - 1;
+    if value < mask {
+        out.put_u8(first | value as u8);
+        return;
+    }
+    out.put_u8(first | mask as u8);
+    let mut rest = value - mask;
+    while rest >= 0x80 {
+        out.put_u8((rest as u8 & 0x7f) | 0x80);
+        rest >>= 7;
+    }
+    out.put_u8(rest as u8);
+}
+
+/// The encoding side: literals without indexing (see the module docs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Encoder;
+
+impl Encoder {
+    /// Appends one field: the static entry's index when name and value both
+    /// match it, else a literal naming the static entry's name when one
+    /// matches, else a literal name.
+    pub fn field(self, out: &mut BytesMut, name: &str, value: &[u8]) {
+        if let Some(i) = static_full(name, value) {
+            put_integer(out, 0x80, 7, i);
+            return;
+        }
+        match static_name(name) {
+            Some(i) => put_integer(out, 0x00, 4, i),
+            None => {
+                out.put_u8(0x00);
+                put_integer(out, 0x00, 7, name.len());
+                out.put_slice(name.as_bytes());
+            }
+        }
+        put_integer(out, 0x00, 7, value.len());
+        out.put_slice(value);
+    }
+}
+
+fn static_full(name: &str, value: &[u8]) -> Option<usize> {
+    Some(match (name, value) {
+        (":method", b"GET") => 2,
+        (":method", b"POST") => 3,
+        (":path", b"/") => 4,
+        (":scheme", b"http") => 6,
+        (":scheme", b"https") => 7,
+        ("accept-encoding", b"gzip, deflate") => 16,
+        _ => return None,
+    })
+}
+
+fn static_name(name: &str) -> Option<usize> {
+    // The entries a request carries most; the rest go out as literal names.
+    Some(match name {
+        ":authority" => 1,
+        ":method" => 2,
+        ":path" => 4,
+        ":scheme" => 6,
+        "accept-encoding" => 16,
+        "accept-language" => 17,
+        "accept" => 19,
+        "authorization" => 23,
+        "cache-control" => 24,
+        "content-length" => 28,
+        "content-type" => 31,
+        "cookie" => 32,
+        "expect" => 35,
+        "if-modified-since" => 40,
+        "if-none-match" => 41,
+        "range" => 50,
+        "referer" => 51,
+        "user-agent" => 58,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(d: &mut Decoder, block: &[u8]) -> Result<Vec<(String, String)>, DecodeError> {
+        let mut out = Vec::new();
+        d.decode(&Bytes::copy_from_slice(block), |n, v| {
+            let n = match n {
+                Name::Pseudo(b) => String::from_utf8(b.to_vec()).unwrap(),
+                Name::Header(h) => h.to_string(),
+            };
+            out.push((n, v.to_str().unwrap().to_owned()));
+        })?;
+        Ok(out)
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
+    }
+
+    #[test]
+    fn rfc_response_examples_with_huffman_and_eviction() {
+        // RFC 7541 C.6: three responses, Huffman coded, a 256-octet table.
+        let mut d = Decoder::new(256);
+        let first = [
+            0x48, 0x82, 0x64, 0x02, 0x58, 0x85, 0xae, 0xc3, 0x77, 0x1a, 0x4b, 0x61, 0x96, 0xd0, 0x7a, 0xbe,
+            0x94, 0x10, 0x54, 0xd4, 0x44, 0xa8, 0x20, 0x05, 0x95, 0x04, 0x0b, 0x81, 0x66, 0xe0, 0x82, 0xa6,
+            0x2d, 0x1b, 0xff, 0x6e, 0x91, 0x9d, 0x29, 0xad, 0x17, 0x18, 0x63, 0xc7, 0x8f, 0x0b, 0x97, 0xc8,
+            0xe9, 0xae, 0x82, 0xae, 0x43, 0xd3,
+        ];
+        assert_eq!(
+            decode_all(&mut d, &first).unwrap(),
+            pairs(&[
+                (":status", "302"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                ("location", "https://www.example.com"),
+            ])
+        );
+        assert_eq!(d.table_size(), 222);
+        let second = [0x48, 0x83, 0x64, 0x0e, 0xff, 0xc1, 0xc0, 0xbf];
+        assert_eq!(
+            decode_all(&mut d, &second).unwrap(),
+            pairs(&[
+                (":status", "307"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                ("location", "https://www.example.com"),
+            ])
+        );
+        assert_eq!(d.table_size(), 222);
+    }
+
+    #[test]
+    fn encoded_requests_decode_back() {
+        let mut out = BytesMut::new();
+        let e = Encoder;
+        let fields: [(&str, &str); 7] = [
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "a.test:8443"),
+            (":path", "/x?y=1"),
+            ("user-agent", "switchyard"),
+            ("x-long", &"v".repeat(300)),
+            ("accept-encoding", "gzip, deflate"),
+        ];
+        for (n, v) in fields {
+            e.field(&mut out, n, v.as_bytes());
+        }
+        let mut d = Decoder::default();
+        assert_eq!(decode_all(&mut d, &out).unwrap(), pairs(&fields));
+        assert_eq!(d.table_size(), 0, "nothing we send is indexed");
+    }
+
+    #[test]
+    fn hostile_blocks_are_errors() {
+        let mut d = Decoder::default();
+        // Index 0, an index past both tables, an integer that never ends,
+        // one past 2^32, a string longer than the block, a size update past
+        // our limit, a size update after a field.
+        let cases: [(&[u8], DecodeError); 7] = [
+            (&[0x80], DecodeError::Index),
+            (&[0xff, 0x00], DecodeError::Index),
+            (&[0xff, 0xff, 0xff], DecodeError::Integer),
+            (&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], DecodeError::Integer),
+            (&[0x00, 0x05, b'a'], DecodeError::Truncated),
+            (&[0x3f, 0xe2, 0x1f], DecodeError::TableSize),
+            (&[0x82, 0x20], DecodeError::TableSize),
+        ];
+        for (block, want) in cases {
+            assert_eq!(decode_all(&mut d, block), Err(want), "{block:x?}");
+        }
+        // Upper case names are malformed, not fatal.
+        let e = decode_all(&mut d, &[0x00, 0x01, b'A', 0x01, b'b']).unwrap_err();
+        assert!(e.is_malformed());
+    }
+
+    #[test]
+    fn integers_round_trip_at_every_prefix() {
+        for n in 1..=8u32 {
+            for v in
+                [0usize, 1, (1 << n) - 2, (1 << n) - 1, 1 << n, 127, 128, 1337, 1 << 20, u32::MAX as usize]
+            {
+                let mut out = BytesMut::new();
+                put_integer(&mut out, 0, n, v);
+                let mut at = 0;
+                assert_eq!(integer(&out, &mut at, n), Ok(v), "n={n} v={v}");
+                assert_eq!(at, out.len());
+            }
+        }
+    }
+}
