@@ -135,7 +135,7 @@ pub enum Runtime {
     Tokio,
     /// switchyard-smol.
     Smol,
-    /// switchyard-std (blocking; HTTP/1.1 only).
+    /// switchyard-std (blocking threads, no async runtime).
     Std,
 }
 

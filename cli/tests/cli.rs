@@ -187,10 +187,15 @@ fn every_runtime_fetches_and_reuses() {
         assert_eq!(summary["reused"].as_u64().unwrap(), 20 - raced, "{runtime}: {summary}");
         assert_eq!(summary["tcp_connects"].as_u64().unwrap(), opened, "{runtime}: nothing wasted: {summary}");
     }
-    // HTTP/2 on the blocking client is a typed configuration error, not a hang.
-    let out = bin().args(["get", "--runtime", "std", "--http2-prior-knowledge", &url]).output().unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP/1.1 only"));
+    // HTTP/2 with prior knowledge on every runtime, the blocking one too.
+    for runtime in ["tokio", "smol", "std"] {
+        let before = server.records().len();
+        let out =
+            bin().args(["get", "--runtime", runtime, "--http2-prior-knowledge", &url]).output().unwrap();
+        assert!(out.status.success(), "{runtime}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, b"hello", "{runtime}");
+        assert_eq!(server.records()[before].version, http::Version::HTTP_2, "{runtime}");
+    }
 }
 
 /// curl's `--unix-socket` on every runtime: the URL's host in `Host`, the

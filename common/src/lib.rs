@@ -91,6 +91,7 @@ mod error;
 mod event;
 pub mod exchange;
 pub mod gateway;
+pub mod h2;
 mod hub;
 pub mod manager;
 pub mod metrics;

@@ -1,10 +1,12 @@
-//! Replays the fuzz corpora (`pool_ops`, `h1_driver`) and a batch of seeded
+//! Replays the fuzz corpora (`pool_ops`, `h1_driver`, `h2_driver`) and a batch of seeded
 //! random inputs through the same harnesses as the fuzz targets, so `cargo
 //! test` catches regressions without the fuzz tooling.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../../fuzz/h1_driver.rs"]
 mod h1_driver;
+#[path = "../../fuzz/h2_driver.rs"]
+mod h2_driver;
 #[path = "../../fuzz/pool_ops.rs"]
 mod pool_ops;
 
@@ -51,4 +53,14 @@ fn h1_driver_corpus_replays() {
 #[test]
 fn h1_driver_seeded_random_inputs() {
     seeded(0xd71e, 3000, 256, h1_driver::run);
+}
+
+#[test]
+fn h2_driver_corpus_replays() {
+    corpus("h2_driver", 10, h2_driver::run);
+}
+
+#[test]
+fn h2_driver_seeded_random_inputs() {
+    seeded(0x4832, 3000, 512, h2_driver::run);
 }

@@ -8,9 +8,10 @@
 //!
 //! Users pick an adapter — `switchyard-tokio` or `switchyard-smol` — whose
 //! `Client` is this crate's [`Client`] for that runtime. Everything else here is
-//! runtime-neutral: HTTP/1.1 through the core's codec, HTTP/2 through `h2`, TLS
-//! through `tokio-rustls` (which, like `h2`, uses only tokio's I/O traits — no
-//! tokio runtime), idle connections probed before reuse and swept on the core's
+//! runtime-neutral: HTTP/1.1 and HTTP/2 through the core's sans-IO drivers
+//! (`switchyard_core::http1::Driver`, `switchyard_core::http2::Driver`; one
+//! task per HTTP/2 connection pumps its bytes), TLS through `tokio-rustls`
+//! (which uses only tokio's I/O traits — no tokio runtime), idle connections probed before reuse and swept on the core's
 //! probe timer (`PoolAction::Probe`, every second by default),
 //! HTTP/2 liveness PINGs, the abandoned-body drain, and the core's timers.
 #![cfg_attr(docsrs, feature(doc_cfg))]

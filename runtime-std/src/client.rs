@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use switchyard_common::call::CallOwner;
 use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
-use switchyard_common::{Config, Error, FromConfig, HttpVersion, Hub, Sender};
+use switchyard_common::{Config, Error, FromConfig, Hub, Sender};
 use switchyard_core::{AcquireError, CallId, PoolStats};
 
 use crate::body::Body;
@@ -16,9 +16,6 @@ use crate::{h1, ResponseBody};
 impl FromConfig for Client {
     type Runtime = ();
     fn from_config(config: Config, (): ()) -> Result<Self, Error> {
-        if config.version == HttpVersion::Http2Only {
-            return Err(Error::config("switchyard-std speaks HTTP/1.1 only; HTTP/2 needs an async adapter"));
-        }
         if config.async_resolver.is_some() {
             return Err(Error::config(
                 "async_resolver: switchyard-std resolves with a blocking `Resolve` (use `resolver`); async resolvers need an async adapter",
@@ -31,6 +28,7 @@ impl FromConfig for Client {
             tls: config.tls_configs.clone(),
             tcp: config.tcp.clone(),
             connector: config.connector::<crate::ConnectorSlot>()?,
+            http2: config.http2,
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),
@@ -172,8 +170,7 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve` override,
-    /// unusable TLS roots or client identity, a setting out of range, or HTTP/2
-    /// only (this adapter speaks HTTP/1.1).
+    /// unusable TLS roots or client identity, or a setting out of range.
     pub fn build(self) -> Result<Client, Error> {
         let config = self.state.finish()?;
         <Client as FromConfig>::from_config(config, ())
@@ -300,7 +297,7 @@ impl Client {
     ) -> Result<http::Response<ResponseBody>, Error> {
         let shared = Arc::clone(&self.inner.shared);
         let uri = parts.uri.clone();
-        let plan = CallPlan::new(&self.inner.config, &mut parts, false, body.is_replayable())
+        let plan = CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable())
             .map_err(|e| e.with_url(&uri.to_string()))?;
         let (tx, rx) = mpsc::channel();
         let call = shared.start_call(&parts, &plan, tx);
@@ -363,15 +360,22 @@ fn run_call(
 ) -> Result<http::Response<ResponseBody>, Error> {
     let (call, mut rx) = (owner.call(), rx);
     loop {
-        let (connection, source, conn) = match wait_for_lease(shared, call, &rx, owner.deadline())? {
-            Lease::H1 { connection, source, conn } => (connection, source, conn),
-            Lease::H2 { handle, .. } => match handle {},
+        let answered = match wait_for_lease(shared, call, &rx, owner.deadline())? {
+            Lease::H1 { connection, source, conn } => {
+                let target = owner.h1_target(&shared.hub.lock().pool, connection, parts);
+                let request = owner.h1_call(&target, body.len());
+                let attempt = H1Exchange::start(shared, call, (connection, source), conn, &request)
+                    .and_then(|exchange| h1::exchange(exchange, body));
+                owner.answered(attempt, target.via())
+            }
+            Lease::H2 { connection, handle } => {
+                let limits = (owner.call_deadline(), owner.body_timeout());
+                let attempt =
+                    crate::h2::exchange(shared, call, connection, handle, parts, body, owner.facts(), limits);
+                owner.answered(attempt, None)
+            }
         };
-        let target = owner.h1_target(&shared.hub.lock().pool, connection, parts);
-        let request = owner.h1_call(&target, body.len());
-        let attempt = H1Exchange::start(shared, call, (connection, source), conn, &request)
-            .and_then(|exchange| h1::exchange(exchange, body));
-        let failure = match owner.answered(attempt, target.via()) {
+        let failure = match answered {
             Ok(done) => return done,
             Err(failure) => failure,
         };

@@ -4,7 +4,6 @@
 //! tunnel (the core's proxy handshake, driven on the blocking socket), then
 //! TLS, each step bounded by the handshake timeout.
 
-use std::convert::Infallible;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
@@ -134,9 +133,17 @@ impl EngineHost for Shared {
                 let _ = tcp.shutdown(std::net::Shutdown::Both);
             }
             Effect::Abort(None) => {}
-            Effect::Start(never) | Effect::Ping { handle: never, .. } | Effect::End { handle: never, .. } => {
-                match never {}
+            Effect::Start((connection, job)) => {
+                // One thread per HTTP/2 connection, for its life: reads.
+                let spawned = std::thread::Builder::new().name("switchyard-h2".into()).spawn(job);
+                if spawned.is_err() {
+                    self.input(|st, now| {
+                        let _ = st.pool.connection_closed(now, connection, CloseReason::Failure);
+                    });
+                }
             }
+            Effect::Ping { handle, .. } => crate::h2::ping(&handle),
+            Effect::End { handle, reason, .. } => crate::h2::end(&handle, reason),
             Effect::Answer { call, waiter, answer } => {
                 if let Err(mpsc::SendError(Msg::Answer(Ok(lease)))) = waiter.send(Msg::Answer(answer)) {
                     self.give_back(call, lease);
@@ -166,20 +173,37 @@ impl Adapter for Shared {
     type Wire = Wire;
     /// For a handshake, a clone of its socket (cancelling shuts it down).
     type Task = Option<Sock>;
-    type H2 = Infallible;
-    type Job = Infallible;
+    type H2 = crate::h2::H2Handle;
+    /// An HTTP/2 connection's reader thread.
+    type Job = (ConnectionId, Box<dyn FnOnce() + Send>);
     type Waiter = mpsc::Sender<Msg>;
     type Local = Keeper;
 
-    fn install(&self, _: ConnectionId, protocol: Protocol, socket: Stream) -> Option<Installed<Self>> {
-        // Only HTTP/1.1 is ever offered (Address protocols), so anything else
-        // is a peer that ignored ALPN: refused.
-        (protocol == Protocol::Http1).then(|| {
-            Installed::Http1(Box::new(H1Conn {
+    fn install(
+        &self,
+        connection: ConnectionId,
+        protocol: Protocol,
+        socket: Stream,
+    ) -> Option<Installed<Self>> {
+        Some(match protocol {
+            Protocol::Http1 => Installed::Http1(Box::new(H1Conn {
                 wire: Wire::new(socket),
                 conn: switchyard_core::http1::Conn::new(self.settings.driver),
-            }))
+            })),
+            Protocol::Http2 | Protocol::H2PriorKnowledge => {
+                match crate::h2::prepare(self, socket, connection) {
+                    Ok((handle, job)) => Installed::Http2(handle, (connection, job)),
+                    Err(e) => {
+                        tracing::debug!(%connection, "HTTP/2 connection not set up: {e}");
+                        return None;
+                    }
+                }
+            }
         })
+    }
+
+    fn lease_h2(&self, handle: &crate::h2::H2Handle, source: switchyard_core::Source) -> crate::h2::H2Handle {
+        handle.leased(source)
     }
 }
 

@@ -1,6 +1,6 @@
 //! # switchyard-std
 //!
-//! A blocking HTTP/1.1 client on `std::net` and rustls whose every connection
+//! A blocking HTTP/1.1 and HTTP/2 client on `std::net` and rustls whose every connection
 //! decision — reuse, route planning, the Happy Eyeballs race, limits, eviction,
 //! retries — comes from `switchyard-core`. No async runtime anywhere in its tree.
 //!
@@ -18,9 +18,14 @@
 //! - **Idle connections** are probed (a non-blocking peek) before reuse, so a
 //!   request never goes out on a connection the server already closed.
 //! - **Timeouts** are socket options, bounded by what is left of the call.
-//! - **HTTP/2** is not offered: `https` negotiates HTTP/1.1, and
-//!   [`HttpVersion::Http2Only`] is a configuration error. Use switchyard-tokio
-//!   or switchyard-smol for HTTP/2.
+//! - **HTTP/2** by ALPN over TLS (`h2` is offered first, as on the async
+//!   adapters) and with prior knowledge
+//!   ([`HttpVersion::Http2PriorKnowledge`], [`HttpVersion::Http2Only`]): the
+//!   core's sans-IO driver (`switchyard_core::http2::Driver`) with the same
+//!   rules as every adapter (stream limits, GOAWAY retries, coalescing, 421,
+//!   PING keep-alive, windows, trailers). Each HTTP/2 connection has one
+//!   reader thread for its life; calls write their own frames and park until
+//!   their stream moves.
 //!
 //! ```
 //! # use switchyard_tests::server::{ServerOptions, TestServer};
@@ -65,6 +70,7 @@ mod body;
 mod client;
 mod connect;
 mod h1;
+mod h2;
 mod manager;
 mod response;
 mod shared;

@@ -11,6 +11,40 @@ use switchyard_common::{BodyLedger, Collector, Error};
 use switchyard_core::CallId;
 
 use crate::h1::H1Body;
+use crate::h2::H2Body;
+
+/// The protocol's body reader.
+enum Inner {
+    H1(H1Body),
+    H2(H2Body),
+}
+
+impl Inner {
+    fn chunk(&mut self) -> Result<Option<Bytes>, switchyard_common::BodyError> {
+        match self {
+            Inner::H1(b) => b.chunk(),
+            Inner::H2(b) => b.chunk(),
+        }
+    }
+    fn finish(&mut self) {
+        match self {
+            Inner::H1(b) => b.0.finish(),
+            Inner::H2(b) => b.finish(),
+        }
+    }
+    fn trailers(&self) -> Option<&http::HeaderMap> {
+        match self {
+            Inner::H1(b) => b.0.trailers.as_ref(),
+            Inner::H2(b) => b.trailers.as_ref(),
+        }
+    }
+    fn is_done(&self) -> bool {
+        match self {
+            Inner::H1(b) => b.0.is_done(),
+            Inner::H2(b) => b.is_done(),
+        }
+    }
+}
 use crate::shared::Shared;
 
 /// A streaming response body.
@@ -28,7 +62,7 @@ use crate::shared::Shared;
 /// ```
 pub struct ResponseBody {
     // Dropped first: the connection is released before the call ends.
-    inner: Option<Box<H1Body>>,
+    inner: Option<Box<Inner>>,
     ledger: BodyLedger,
     /// What `Read` has not handed out yet of the last chunk.
     pending: Bytes,
@@ -49,7 +83,18 @@ impl std::fmt::Debug for ResponseBody {
 
 impl ResponseBody {
     pub(crate) fn h1(body: H1Body) -> ResponseBody {
-        ResponseBody { inner: Some(Box::new(body)), ledger: BodyLedger::new(false), pending: Bytes::new() }
+        ResponseBody {
+            inner: Some(Box::new(Inner::H1(body))),
+            ledger: BodyLedger::new(false),
+            pending: Bytes::new(),
+        }
+    }
+    pub(crate) fn h2(body: H2Body) -> ResponseBody {
+        ResponseBody {
+            inner: Some(Box::new(Inner::H2(body))),
+            ledger: BodyLedger::new(false),
+            pending: Bytes::new(),
+        }
     }
     pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId, uri: &http::Uri) {
         self.ledger.own(shared, call, uri);
@@ -74,7 +119,7 @@ impl ResponseBody {
         }
         let next = self.inner.as_mut().map_or(Ok(None), |b| b.chunk());
         let inner = &mut self.inner;
-        self.ledger.settle(next, || inner.as_mut().map_or((), |b| b.0.finish()))
+        self.ledger.settle(next, || inner.as_mut().map_or((), |b| b.finish()))
     }
 
     /// Reads the whole body.
@@ -119,14 +164,13 @@ impl ResponseBody {
     /// Trailer fields, once the body has ended (chunked HTTP/1.1).
     #[must_use]
     pub fn trailers(&self) -> Option<&http::HeaderMap> {
-        self.inner.as_ref().and_then(|b| b.0.trailers.as_ref())
+        self.inner.as_ref().and_then(|b| b.trailers())
     }
 
     /// Whether the body has been read to the end (its connection released).
     #[must_use]
     pub fn is_end(&self) -> bool {
-        self.pending.is_empty()
-            && (self.ledger.is_ended() || self.inner.as_ref().is_none_or(|b| b.0.is_done()))
+        self.pending.is_empty() && (self.ledger.is_ended() || self.inner.as_ref().is_none_or(|b| b.is_done()))
     }
 }
 

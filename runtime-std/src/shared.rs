@@ -59,6 +59,8 @@ pub(crate) struct Settings {
     pub(crate) tcp: switchyard_common::transport::TcpOptions,
     /// The embedder's connector hook, instead of TCP.
     pub(crate) connector: Option<crate::ConnectorSlot>,
+    /// HTTP/2 windows.
+    pub(crate) http2: switchyard_common::Http2Settings,
 }
 
 pub(crate) struct Shared {
@@ -75,6 +77,9 @@ pub(crate) struct Shared {
     pub(crate) changed: Condvar,
     /// How many wait in [`Shared::wait_for`]; no wake-ups are sent without one.
     pub(crate) watching: Watchers,
+    /// This `Shared`, for connection threads that must not keep the client
+    /// alive.
+    pub(crate) me: Weak<Shared>,
 }
 
 /// Fires the core's timers if one is due.
@@ -86,7 +91,7 @@ pub(crate) fn fire_due(st: &mut State, now: Instant) {
 
 impl Shared {
     pub(crate) fn new(hub: Hub<IoState>, resolver: Arc<dyn Resolve>, settings: Settings) -> Arc<Shared> {
-        Arc::new(Shared {
+        Arc::new_cyclic(|me| Shared {
             hub,
             resolver,
             settings,
@@ -94,6 +99,7 @@ impl Shared {
             clock: Condvar::new(),
             changed: Condvar::new(),
             watching: Watchers::default(),
+            me: Weak::clone(me),
         })
     }
 

@@ -137,13 +137,31 @@ fn dropping_a_body_early_drains_a_little_or_closes_never_leaks() {
     assert_eq!(s.reused, 1, "{s:?}");
 }
 
+/// HTTP/2 only, blocking, with prior knowledge on `http://`:
+/// several threads share one connection, each on its own stream.
 #[test]
-fn http2_only_is_a_configuration_error() {
-    let err = Client::builder().http_version(HttpVersion::Http2Only).build().unwrap_err();
-    assert!(
-        matches!(err.kind(), switchyard_std::ErrorKind::Config(why) if why.contains("HTTP/1.1 only")),
-        "{err}"
-    );
+fn http2_only_shares_one_connection_across_threads() {
+    let server = TestServer::start(ServerOptions::default());
+    let client = Client::builder().http_version(HttpVersion::Http2Only).build().unwrap();
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    std::thread::scope(|s| {
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut response = client.get(&url).send().unwrap();
+                    assert_eq!(response.version(), http::Version::HTTP_2);
+                    response.body_mut().text().unwrap()
+                })
+            })
+            .collect();
+        for c in calls {
+            assert_eq!(c.join().unwrap(), "hello");
+        }
+    });
+    let records = server.records();
+    assert_eq!(records.len(), 8);
+    assert!(records.iter().all(|r| r.version == http::Version::HTTP_2));
+    assert_eq!(server.connections(), 1, "one HTTP/2 connection carried every call");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The conformance suite and reliability matrix on switchyard-std, unchanged;
-//! HTTP/2 scenarios are listed as ignored (std has no HTTP/2).
+//! The conformance suite and reliability matrix on switchyard-std, unchanged,
+//! HTTP/2 scenarios included (the core's driver, pumped by a reader thread).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use switchyard_std::{Client, Error, EventLog};
@@ -81,12 +81,12 @@ impl Adapter for StdAdapter {
     }
 }
 
-switchyard_tests::conformance_suite!(StdAdapter, without_http2);
-switchyard_tests::reliability_matrix!(StdAdapter, without_http2);
-switchyard_tests::hostile_suite!(StdAdapter, without_http2);
-switchyard_tests::found_suite!(StdAdapter, without_http2);
-switchyard_tests::churn_suite!(StdAdapter, without_http2);
-switchyard_tests::interop_suite!(StdAdapter, without_http2);
+switchyard_tests::conformance_suite!(StdAdapter);
+switchyard_tests::reliability_matrix!(StdAdapter);
+switchyard_tests::hostile_suite!(StdAdapter);
+switchyard_tests::found_suite!(StdAdapter);
+switchyard_tests::churn_suite!(StdAdapter);
+switchyard_tests::interop_suite!(StdAdapter);
 
 #[test]
 fn load_10000_calls_1000_at_a_time_through_a_cap_of_16() {

@@ -56,7 +56,7 @@ mod response;
 
 pub use driver::{BodyFailure, Conn, Driver, DriverConfig, Event, Failure, Peek, Refused, Request};
 pub use error::Http1Error;
-pub use request::{encode_head, BodyEncoder, RequestBody, TargetForm};
+pub use request::{encode_head, BodyCounter, BodyEncoder, RequestBody, TargetForm};
 pub use response::{Frame, Limits, ResponseDecoder};
 
 use bytes::BytesMut;

@@ -224,9 +224,7 @@ impl BodyEncoder {
         match self.kind {
             RequestBody::None => return Err(Http1Error::BodyNotAllowed),
             RequestBody::Length(declared) => {
-                if self.sent + len > declared {
-                    return Err(Http1Error::BodyTooLong { declared });
-                }
+                BodyCounter { declared: Some(declared), sent: self.sent }.add(len)?;
                 out.extend_from_slice(data);
             }
             RequestBody::Chunked => {
@@ -254,9 +252,7 @@ impl BodyEncoder {
         match self.kind {
             RequestBody::None => return Err(Http1Error::BodyNotAllowed),
             RequestBody::Length(declared) => {
-                if self.sent + len > declared {
-                    return Err(Http1Error::BodyTooLong { declared });
-                }
+                BodyCounter { declared: Some(declared), sent: self.sent }.add(len)?;
             }
             RequestBody::Chunked => {
                 write_hex(len, before);
@@ -276,9 +272,7 @@ impl BodyEncoder {
         match self.kind {
             RequestBody::None => {}
             RequestBody::Length(declared) => {
-                if self.sent != declared {
-                    return Err(Http1Error::BodyTooShort { declared, sent: self.sent });
-                }
+                BodyCounter { declared: Some(declared), sent: self.sent }.finish()?;
             }
             RequestBody::Chunked => {
                 out.extend_from_slice(b"0\r\n");
@@ -305,6 +299,57 @@ fn write_hex(mut n: u64, out: &mut Vec<u8>) {
         }
     }
     out.extend_from_slice(&buf[i..]);
+}
+
+/// A request body's length rule, counted as the body goes out: with a
+/// declared length (`Content-Length`), no more and no fewer bytes than it
+/// says. HTTP/1.1's framing ([`BodyEncoder`]) and HTTP/2's streams apply the
+/// same counter, in the same words.
+///
+/// ```
+/// use switchyard_core::http1::{BodyCounter, Http1Error};
+/// let mut c = BodyCounter::new(Some(5));
+/// c.add(3).unwrap();
+/// assert_eq!(c.finish(), Err(Http1Error::BodyTooShort { declared: 5, sent: 3 }));
+/// assert_eq!(c.add(3), Err(Http1Error::BodyTooLong { declared: 5 }));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BodyCounter {
+    declared: Option<u64>,
+    sent: u64,
+}
+
+impl BodyCounter {
+    /// A counter for a body of `declared` bytes (`None`: any length).
+    #[must_use]
+    pub fn new(declared: Option<u64>) -> BodyCounter {
+        BodyCounter { declared, sent: 0 }
+    }
+
+    /// `n` more bytes: past the declared length is an error (nothing counted).
+    pub fn add(&mut self, n: u64) -> Result<(), Http1Error> {
+        if let Some(declared) = self.declared.filter(|d| self.sent + n > *d) {
+            return Err(Http1Error::BodyTooLong { declared });
+        }
+        self.sent += n;
+        Ok(())
+    }
+
+    /// The body ended: short of the declared length is an error.
+    pub fn finish(&self) -> Result<(), Http1Error> {
+        match self.declared {
+            Some(declared) if self.sent != declared => {
+                Err(Http1Error::BodyTooShort { declared, sent: self.sent })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Bytes counted so far.
+    #[must_use]
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
 }
 
 #[cfg(test)]

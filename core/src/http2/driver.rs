@@ -329,6 +329,13 @@ impl Driver {
         (!self.out.is_empty()).then_some(&self.out[..])
     }
 
+    /// Everything there is to write, taken at once (empty: nothing); the
+    /// owned alternative to [`poll_transmit`](Self::poll_transmit) and
+    /// [`handle_written`](Self::handle_written).
+    pub fn take_transmit(&mut self) -> Bytes {
+        self.out.split().freeze()
+    }
+
     /// `n` bytes of [`poll_transmit`](Self::poll_transmit)'s were written.
     pub fn handle_written(&mut self, n: usize) {
         self.out.advance(n.min(self.out.len()));

@@ -1,0 +1,650 @@
+//! One HTTP/2 connection as every adapter shares it: the core's
+//! [`Driver`] and [`Session`], the calls' streams, and what the pool must
+//! hear — behind the adapter's lock, with no I/O and no waiting of its own.
+//!
+//! The adapter keeps a [`H2Conn`] in a mutex and does two things with it:
+//!
+//! * **The connection's I/O** (a task on the async adapters, a reader
+//!   thread on the blocking one): bytes read go to [`H2Conn::handle_read`],
+//!   what [`H2Conn::take_transmit`] returns is written, and after the lock is
+//!   released the [`Wakeups`] are woken and the [`PoolNote`]s reported.
+//! * **Each call's stream**: [`H2Conn::lease`] when the pool hands the
+//!   stream out (in the pool's order), [`submit`](H2Conn::submit) the
+//!   request, then poll for the head, for body room and for body chunks with
+//!   a [`Waker`] (an async task's, or one that unparks a blocked thread).
+//!
+//! Streams open in the order the pool leased them: submitted requests wait in
+//! lease order and the connection's side opens them ([`H2Conn::open_pending`]),
+//! so no call's task needs to run first.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::task::{Poll, Waker};
+
+use bytes::Bytes;
+use switchyard_core::http2::{
+    ConnectionEnd, Driver, DriverConfig, Event, GoAway, OpenError, Report, Session, StreamError,
+    WindowEstimator,
+};
+use switchyard_core::{CloseReason, Instant};
+
+/// What the pool must hear from the connection (reported after the lock is
+/// released).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolNote {
+    /// [`Pool::settings`](switchyard_core::Pool::settings).
+    Settings(Option<u32>),
+    /// [`Pool::goaway`](switchyard_core::Pool::goaway).
+    GoAway(GoAway),
+    /// [`Pool::pong`](switchyard_core::Pool::pong): the PING the pool asked for
+    /// was answered.
+    Pong,
+    /// [`Pool::connection_closed`](switchyard_core::Pool::connection_closed).
+    Closed(CloseReason),
+}
+
+/// Wakers to wake once the lock is released.
+pub type Wakeups = Vec<Waker>;
+
+/// A request's body as submitted with its head.
+#[derive(Debug)]
+pub enum Submitted {
+    /// No body: the HEADERS end the stream.
+    Empty,
+    /// The whole body, known now.
+    Full(Bytes),
+    /// A body streamed by the caller ([`H2Conn::poll_send`], [`H2Conn::send`]).
+    Streaming,
+}
+
+#[derive(Debug)]
+struct Pending {
+    parts: http::request::Parts,
+    body: Submitted,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    stream: Option<u32>,
+    head: Option<(http::Response<()>, usize)>,
+    data: VecDeque<Bytes>,
+    trailers: Option<(http::HeaderMap, usize)>,
+    ended: bool,
+    failed: Option<StreamError>,
+    waker: Option<Waker>,
+}
+
+impl Slot {
+    fn wake(&mut self, wakeups: &mut Wakeups) {
+        if let Some(w) = self.waker.take() {
+            wakeups.push(w);
+        }
+    }
+}
+
+/// How a streamed body may go on ([`H2Conn::poll_send`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum SendRoom {
+    /// The stream takes the next chunk.
+    Open,
+    /// The server no longer wants the body (it answered, or the stream is
+    /// over): send no more; the head (or failure) is next.
+    Stop,
+}
+
+/// One HTTP/2 connection's shared state. See the [module docs](self).
+#[derive(Debug)]
+pub struct H2Conn {
+    driver: Driver,
+    session: Session,
+    pending: BTreeMap<u64, Pending>,
+    slots: BTreeMap<u64, Slot>,
+    by_stream: BTreeMap<u32, u64>,
+    next_ticket: u64,
+    /// The connection's I/O side, woken when there is something to write or
+    /// the connection must end.
+    io_waker: Option<Waker>,
+    notes: Vec<PoolNote>,
+    /// The pool's PING is out (its PONG is reported).
+    pool_ping: bool,
+    /// The adaptive window's sample is out.
+    sample_ping: bool,
+    estimator: Option<WindowEstimator>,
+    /// The I/O side must end the connection now (the pool ended it, or its
+    /// last handle is gone).
+    stop: bool,
+    closed_reported: bool,
+}
+
+impl H2Conn {
+    /// A connection whose preface is ready to write. `head_limit` bounds
+    /// response heads and trailers (as on HTTP/1.1); `adaptive` starts both
+    /// windows at the protocol's size and grows them by PING samples.
+    #[must_use]
+    pub fn new(settings: crate::config::Http2Settings, head_limit: usize) -> H2Conn {
+        let estimator = settings
+            .adaptive_window
+            .then(|| WindowEstimator::new(settings.stream_window, settings.connection_window));
+        let (stream_window, connection_window) = match &estimator {
+            Some(e) => e.windows(),
+            None => (settings.stream_window, settings.connection_window),
+        };
+        let config = DriverConfig {
+            stream_window,
+            connection_window,
+            // A block several times the head limit ends the connection; up
+            // to that it is decoded and its response failed (the session).
+            max_header_block: head_limit.saturating_mul(4).max(64 * 1024),
+            max_header_list: u32::try_from(head_limit).unwrap_or(u32::MAX),
+        };
+        H2Conn {
+            driver: Driver::new(config),
+            session: Session::new(head_limit),
+            pending: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            by_stream: BTreeMap::new(),
+            next_ticket: 0,
+            io_waker: None,
+            notes: Vec::new(),
+            pool_ping: false,
+            sample_ping: false,
+            estimator,
+            stop: false,
+            closed_reported: false,
+        }
+    }
+
+    /// The connection's rules (verdicts on failures, head limits).
+    pub fn session(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// A stream the pool handed out: its place in the opening order.
+    pub fn lease(&mut self) -> u64 {
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        self.slots.insert(t, Slot::default());
+        t
+    }
+
+    /// The call's request. It opens when the connection's side next runs
+    /// ([`open_pending`](Self::open_pending)), after every request leased
+    /// before it that was submitted by then.
+    pub fn submit(
+        &mut self,
+        ticket: u64,
+        parts: http::request::Parts,
+        body: Submitted,
+        wakeups: &mut Wakeups,
+    ) {
+        if !self.slots.contains_key(&ticket) {
+            return;
+        }
+        if self.driver.is_closed() || self.stop {
+            // The connection ended before this request reached it (the
+            // pool leased the stream before it heard): never sent.
+            let error = match self.driver.goaway() {
+                Some(g) => {
+                    StreamError::GoAway { code: g.error_code, by: switchyard_core::http2::Peer::Server }
+                }
+                None => StreamError::Io {
+                    message: "the HTTP/2 connection closed before the request was sent".into(),
+                },
+            };
+            return self.fail_slot(ticket, error, wakeups);
+        }
+        self.pending.insert(ticket, Pending { parts, body });
+        self.wake_io(wakeups);
+    }
+
+    /// Opens the submitted requests, in lease order (the I/O side calls this
+    /// before taking what to write).
+    pub fn open_pending(&mut self, wakeups: &mut Wakeups) {
+        while let Some((&ticket, p)) = self.pending.first_key_value() {
+            let end =
+                matches!(p.body, Submitted::Empty) || matches!(&p.body, Submitted::Full(b) if b.is_empty());
+            let opened = self.driver.open(&p.parts, end);
+            if opened == Err(OpenError::AtLimit) {
+                // Waits for a stream to end, or for more streams (SETTINGS).
+                return;
+            }
+            let Some(p) = self.pending.remove(&ticket) else { return };
+            match opened {
+                Ok(stream) => {
+                    if let Submitted::Full(b) = p.body {
+                        if !b.is_empty() {
+                            self.driver.send_data(stream, b, true);
+                        }
+                    }
+                    self.by_stream.insert(stream, ticket);
+                    if let Some(slot) = self.slots.get_mut(&ticket) {
+                        slot.stream = Some(stream);
+                        slot.wake(wakeups);
+                    }
+                }
+                Err(OpenError::Closed(error)) => self.fail_slot(ticket, error, wakeups),
+                Err(OpenError::AtLimit | OpenError::Exhausted) => {
+                    let error = StreamError::GoAway { code: 0, by: switchyard_core::http2::Peer::Us };
+                    self.fail_slot(ticket, error, wakeups);
+                }
+            }
+        }
+    }
+
+    fn fail_slot(&mut self, ticket: u64, error: StreamError, wakeups: &mut Wakeups) {
+        if let Some(slot) = self.slots.get_mut(&ticket) {
+            slot.failed.get_or_insert(error);
+            slot.wake(wakeups);
+        }
+    }
+
+    /// The stream's id once it opened.
+    #[must_use]
+    pub fn stream_id(&self, ticket: u64) -> Option<u32> {
+        self.slots.get(&ticket).and_then(|s| s.stream)
+    }
+
+    /// The response head (status and fields, and the block's wire length),
+    /// or how the stream failed before it (with its id, if it had opened).
+    pub fn poll_head(
+        &mut self,
+        ticket: u64,
+        waker: &Waker,
+    ) -> Poll<Result<(u32, http::Response<()>, usize), (Option<u32>, StreamError)>> {
+        let Some(slot) = self.slots.get_mut(&ticket) else {
+            let message = "the HTTP/2 stream is gone".into();
+            return Poll::Ready(Err((None, StreamError::Other { message })));
+        };
+        if let Some((head, len)) = slot.head.take() {
+            return Poll::Ready(Ok((slot.stream.unwrap_or(0), head, len)));
+        }
+        if let Some(e) = &slot.failed {
+            return Poll::Ready(Err((slot.stream, e.clone())));
+        }
+        slot.waker = Some(waker.clone());
+        Poll::Pending
+    }
+
+    /// Whether a streamed body may send its next chunk now.
+    pub fn poll_send(&mut self, ticket: u64, waker: &Waker) -> Poll<SendRoom> {
+        let Some(slot) = self.slots.get_mut(&ticket) else { return Poll::Ready(SendRoom::Stop) };
+        if slot.failed.is_some() || slot.head.is_some() {
+            return Poll::Ready(SendRoom::Stop);
+        }
+        let Some(stream) = slot.stream else {
+            slot.waker = Some(waker.clone());
+            return Poll::Pending;
+        };
+        if self.driver.body_done(stream) {
+            return Poll::Ready(SendRoom::Stop);
+        }
+        if self.driver.wants_body(stream) {
+            return Poll::Ready(SendRoom::Open);
+        }
+        slot.waker = Some(waker.clone());
+        Poll::Pending
+    }
+
+    /// A streamed body's next chunk (`end`: the last).
+    pub fn send(&mut self, ticket: u64, chunk: Bytes, end: bool, wakeups: &mut Wakeups) {
+        if let Some(stream) = self.stream_id(ticket) {
+            self.driver.send_data(stream, chunk, end);
+            self.wake_io(wakeups);
+        }
+    }
+
+    /// The next body chunk, `None` at the end (trailers, if any, are then in
+    /// [`take_trailers`](Self::take_trailers)). Each chunk's flow-control
+    /// credit goes back as it is taken.
+    pub fn poll_chunk(
+        &mut self,
+        ticket: u64,
+        waker: &Waker,
+        wakeups: &mut Wakeups,
+    ) -> Poll<Result<Option<Bytes>, StreamError>> {
+        let Some(slot) = self.slots.get_mut(&ticket) else { return Poll::Ready(Ok(None)) };
+        if let Some(chunk) = slot.data.pop_front() {
+            if let Some(stream) = slot.stream {
+                self.driver.release(stream, chunk.len());
+                if self.driver.poll_transmit().is_some() {
+                    self.wake_io(wakeups);
+                }
+            }
+            return Poll::Ready(Ok(Some(chunk)));
+        }
+        if slot.ended {
+            return Poll::Ready(Ok(None));
+        }
+        if let Some(e) = &slot.failed {
+            return Poll::Ready(Err(e.clone()));
+        }
+        slot.waker = Some(waker.clone());
+        Poll::Pending
+    }
+
+    /// The trailers, once the body ended (and their block's wire length).
+    pub fn take_trailers(&mut self, ticket: u64) -> Option<(http::HeaderMap, usize)> {
+        self.slots.get_mut(&ticket).and_then(|s| s.trailers.take())
+    }
+
+    /// The call is done with its stream (body read, dropped, or failed): a
+    /// stream still open is reset (CANCEL); the slot is freed.
+    pub fn close(&mut self, ticket: u64, wakeups: &mut Wakeups) {
+        self.pending.remove(&ticket);
+        let Some(slot) = self.slots.remove(&ticket) else { return };
+        if let Some(stream) = slot.stream {
+            self.by_stream.remove(&stream);
+            self.driver.close_stream(stream);
+        }
+        // A stream freed: a request waiting for one may open.
+        self.wake_io(wakeups);
+    }
+
+    /// The pool's PING (keep-alive or a stalled stream): its PONG is noted.
+    pub fn ping(&mut self, wakeups: &mut Wakeups) {
+        self.pool_ping = true;
+        if self.driver.ping() {
+            self.wake_io(wakeups);
+        }
+    }
+
+    /// The pool ends the connection now: the session hears why first, so the
+    /// streams' failures say so; the I/O side closes the socket.
+    pub fn end(&mut self, reason: CloseReason, wakeups: &mut Wakeups) {
+        self.session.end(reason);
+        self.stop = true;
+        self.wake_io(wakeups);
+    }
+
+    /// The last handle is gone (the pool closed the connection and no call
+    /// holds a stream): the I/O side says GOAWAY and closes.
+    pub fn release(&mut self, wakeups: &mut Wakeups) {
+        self.stop = true;
+        self.wake_io(wakeups);
+    }
+
+    /// Whether the I/O side should end the connection (after writing what
+    /// is left).
+    #[must_use]
+    pub fn should_stop(&self) -> bool {
+        self.stop || self.driver.is_closed()
+    }
+
+    /// The I/O side is ending the connection because it was asked to: fails
+    /// what is still open.
+    pub fn stopped(&mut self, wakeups: &mut Wakeups) {
+        if self.session.ending().is_some() {
+            let message = "the pool ended the HTTP/2 connection".to_owned();
+            self.driver.handle_read_error(&message);
+        } else {
+            self.driver.go_away();
+        }
+        self.dispatch(Instant::from_millis(0), wakeups);
+    }
+
+    /// The connection's I/O side registers to be woken.
+    pub fn register_io(&mut self, waker: &Waker) {
+        if !self.io_waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            self.io_waker = Some(waker.clone());
+        }
+    }
+
+    fn wake_io(&mut self, wakeups: &mut Wakeups) {
+        if let Some(w) = self.io_waker.take() {
+            wakeups.push(w);
+        }
+    }
+
+    /// Bytes the server sent.
+    pub fn handle_read(&mut self, now: Instant, bytes: &[u8], wakeups: &mut Wakeups) {
+        self.driver.handle_read(bytes);
+        self.dispatch(now, wakeups);
+        if let Some(e) = self.estimator.as_mut() {
+            let data = self.driver.data_bytes();
+            if !self.sample_ping && e.wants_sample(now, data) && self.driver.ping() {
+                e.started(now, data);
+                self.sample_ping = true;
+            }
+        }
+    }
+
+    /// The server closed the connection.
+    pub fn handle_eof(&mut self, wakeups: &mut Wakeups) {
+        self.driver.handle_eof();
+        self.dispatch(Instant::from_millis(0), wakeups);
+    }
+
+    /// Reading or writing failed.
+    pub fn handle_io_error(&mut self, message: &str, wakeups: &mut Wakeups) {
+        self.driver.handle_read_error(message);
+        self.dispatch(Instant::from_millis(0), wakeups);
+    }
+
+    /// What to write now (opening submitted requests first).
+    pub fn take_transmit(&mut self, wakeups: &mut Wakeups) -> Option<Bytes> {
+        self.open_pending(wakeups);
+        let bytes = self.driver.take_transmit();
+        (!bytes.is_empty()).then_some(bytes)
+    }
+
+    /// What the pool must hear, in order.
+    pub fn take_notes(&mut self) -> Vec<PoolNote> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// Whether a note waits (cheap check before taking them).
+    #[must_use]
+    pub fn has_notes(&self) -> bool {
+        !self.notes.is_empty()
+    }
+
+    fn slot_of(&mut self, stream: u32) -> Option<&mut Slot> {
+        let ticket = self.by_stream.get(&stream)?;
+        self.slots.get_mut(ticket)
+    }
+
+    fn dispatch(&mut self, now: Instant, wakeups: &mut Wakeups) {
+        while let Some(event) = self.driver.poll_event() {
+            match event {
+                Event::Settings { max_concurrent_streams } => {
+                    let _ = self.session.heard(Report::Settings { max_concurrent_streams });
+                    self.notes.push(PoolNote::Settings(max_concurrent_streams));
+                    // More streams may be allowed now.
+                    self.wake_io(wakeups);
+                }
+                Event::GoAway(g) => {
+                    if let Report::GoAway(g) = self.session.heard(Report::GoAway(g)) {
+                        self.notes.push(PoolNote::GoAway(g));
+                    }
+                }
+                Event::Head { stream, response, block_len } => {
+                    self.session.block_read(stream, block_len);
+                    if let Some(slot) = self.slot_of(stream) {
+                        slot.head = Some((response, block_len));
+                        slot.wake(wakeups);
+                    }
+                }
+                Event::Data { stream, data } => {
+                    if let Some(slot) = self.slot_of(stream) {
+                        slot.data.push_back(data);
+                        slot.wake(wakeups);
+                    }
+                }
+                Event::Trailers { stream, trailers, block_len } => {
+                    self.session.block_read(stream, block_len);
+                    if let Some(slot) = self.slot_of(stream) {
+                        slot.trailers = Some((trailers, block_len));
+                    }
+                }
+                Event::End { stream } => {
+                    if let Some(slot) = self.slot_of(stream) {
+                        slot.ended = true;
+                        slot.wake(wakeups);
+                    }
+                    // A stream freed: a waiting request may open.
+                    if !self.pending.is_empty() {
+                        self.wake_io(wakeups);
+                    }
+                }
+                Event::Failed { stream, error } => {
+                    if let Some(slot) = self.slot_of(stream) {
+                        slot.failed.get_or_insert(error);
+                        slot.wake(wakeups);
+                    }
+                    if !self.pending.is_empty() {
+                        self.wake_io(wakeups);
+                    }
+                }
+                Event::Pong => {
+                    if std::mem::take(&mut self.pool_ping) {
+                        self.notes.push(PoolNote::Pong);
+                    }
+                    if std::mem::take(&mut self.sample_ping) {
+                        let data = self.driver.data_bytes();
+                        if let Some(grown) = self.estimator.as_mut().and_then(|e| e.pong(now, data)) {
+                            self.driver.grow_windows(grown.0, grown.1);
+                            self.wake_io(wakeups);
+                        }
+                    }
+                }
+                Event::Closed(end) => {
+                    // Requests that never opened fail as never sent.
+                    let error = match &end {
+                        ConnectionEnd::Failed(e) => e.clone(),
+                        _ => StreamError::Other { message: "the HTTP/2 connection closed".into() },
+                    };
+                    for (ticket, _) in std::mem::take(&mut self.pending) {
+                        self.fail_slot(ticket, error.clone(), wakeups);
+                    }
+                    if !self.closed_reported {
+                        self.closed_reported = true;
+                        self.notes.push(PoolNote::Closed(self.session.ended(&end)));
+                    }
+                    self.wake_io(wakeups);
+                }
+            }
+        }
+    }
+}
+
+/// Wakes every waker in `wakeups` (after the lock is released).
+pub fn wake_all(wakeups: &mut Wakeups) {
+    for w in wakeups.drain(..) {
+        w.wake();
+    }
+}
+
+/// One request as it goes out on a stream, and the verdicts on it that do
+/// not depend on the adapter: the head sent (HTTP/2's version, no
+/// connection-specific fields, a streamed body's declared length), the
+/// request-body length rule (the same counter and words as HTTP/1.1's), and
+/// what a failure or a response head means (the session's rules).
+#[derive(Debug)]
+pub struct Outgoing {
+    head: http::request::Parts,
+    has_body: bool,
+    streaming: bool,
+    declared: Option<u64>,
+}
+
+impl Outgoing {
+    /// `body_len`: the body's length when known (a buffered body's, or a
+    /// stream's declared one); `streaming`: the caller streams it;
+    /// `has_body`: there is a body at all.
+    #[must_use]
+    pub fn new(
+        parts: &http::request::Parts,
+        body_len: Option<u64>,
+        streaming: bool,
+        has_body: bool,
+    ) -> Outgoing {
+        let mut head = parts.clone();
+        head.version = http::Version::HTTP_2;
+        for name in crate::exchange::HTTP2_STRIPPED {
+            head.headers.remove(name);
+        }
+        // A stream declared with its length tells the server so, as on HTTP/1.1.
+        if let (true, Some(n)) = (streaming, body_len) {
+            head.headers.entry(http::header::CONTENT_LENGTH).or_insert(n.into());
+        }
+        let declared = if streaming {
+            body_len.or_else(|| crate::exchange::declared_length(&parts.headers))
+        } else {
+            None
+        };
+        Outgoing { head, has_body, streaming, declared }
+    }
+
+    /// Whether a body follows the head.
+    #[must_use]
+    pub fn has_body(&self) -> bool {
+        self.has_body
+    }
+
+    /// The head to submit.
+    #[must_use]
+    pub fn head(&self) -> http::request::Parts {
+        self.head.clone()
+    }
+
+    /// How the body is submitted when the caller does not hand it over whole.
+    #[must_use]
+    pub fn submitted(&self) -> Submitted {
+        if self.has_body && self.streaming {
+            Submitted::Streaming
+        } else {
+            Submitted::Empty
+        }
+    }
+
+    /// The streamed body's length rule.
+    #[must_use]
+    pub fn counter(&self) -> switchyard_core::http1::BodyCounter {
+        switchyard_core::http1::BodyCounter::new(self.declared)
+    }
+
+    /// The stream failed before its response (`stream`: its id, if it had
+    /// opened): the failure the retry rules judge.
+    pub fn failed(
+        &self,
+        session: &Session,
+        stream: Option<u32>,
+        error: &StreamError,
+        facts: switchyard_core::pool::RequestFacts,
+    ) -> crate::exchange::Attempted {
+        use switchyard_core::pool::Progress;
+        let progress = if stream.is_some() { Progress::RequestWritten } else { Progress::NothingWritten };
+        crate::exchange::Attempted::Failed(session.stream_failed(stream, error, progress, facts))
+    }
+
+    /// The caller's body failed (we reset the stream): whether the
+    /// connection may carry more.
+    #[must_use]
+    pub fn body_failed(&self, session: &Session) -> switchyard_core::Reuse {
+        let ours = StreamError::Reset {
+            code: switchyard_core::http2::session::code::CANCEL,
+            by: switchyard_core::http2::Peer::Us,
+        };
+        session.body_failed(&ours)
+    }
+
+    /// A response head arrived: over the head limit it fails, typed; a 421 on
+    /// a coalesced connection is retried on one of the call's own (when the
+    /// request can be sent again).
+    pub fn judge_head(
+        &self,
+        session: &mut Session,
+        stream: u32,
+        response: &http::Response<()>,
+        source: switchyard_core::Source,
+        facts: switchyard_core::pool::RequestFacts,
+    ) -> Result<(), crate::exchange::Attempted> {
+        use crate::exchange::Attempted;
+        session
+            .response_head(stream, switchyard_core::http2::field_sizes(response.headers()), facts)
+            .map_err(Attempted::Failed)?;
+        match Session::misdirected(response.status().as_u16(), source, facts) {
+            Some(misdirected) => Err(Attempted::Failed(misdirected)),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! HTTP/2 on blocking sockets: the pump. The connection's frames, flow
+//! control, stream order and verdicts are the core's, shared with the async
+//! adapters through [`switchyard_common::h2::H2Conn`]; here one reader
+//! thread per connection feeds it what the socket delivers, whoever changes
+//! the state writes what it produced (under the connection's lock, bounded by
+//! the write timeout), and each call's thread parks until its stream moves.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Poll, Wake, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use switchyard_common::engine::EngineHost;
+use switchyard_common::exchange::Attempted;
+use switchyard_common::h2::{wake_all, H2Conn, PoolNote, SendRoom, Wakeups};
+use switchyard_common::{BodyError, Error};
+use switchyard_core::http2::{field_sizes, StreamError};
+use switchyard_core::pool::RequestFacts;
+use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse, Source};
+
+use crate::body::{Body, Kind};
+use crate::shared::Shared;
+use crate::stream::{Sock, Stream};
+
+/// The connection's state and its write side, under one lock.
+struct Inner {
+    h2: H2Conn,
+    /// TLS records in and out (absent on cleartext).
+    tls: Option<rustls::ClientConnection>,
+    /// Where writes go (a clone of the reader thread's socket).
+    sock: Sock,
+}
+
+impl Inner {
+    /// Writes what the state produced (blocking, bounded by the socket's
+    /// write timeout); a failure fails the connection.
+    fn flush(&mut self, wakeups: &mut Wakeups) {
+        while let Some(bytes) = self.h2.take_transmit(wakeups) {
+            let written = match self.tls.as_mut() {
+                Some(tls) => write_tls(tls, &mut self.sock, &bytes),
+                None => self.sock.write_all(&bytes),
+            };
+            if let Err(e) = written {
+                self.h2.handle_io_error(&format!("writing to the HTTP/2 connection failed: {e}"), wakeups);
+                let _ = self.sock.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        }
+    }
+
+    /// TLS records read off the socket: decrypted (a buffer's worth at a
+    /// time) and handed to the state.
+    fn read_tls(
+        &mut self,
+        now: switchyard_core::Instant,
+        mut input: &[u8],
+        scratch: &mut [u8],
+        wakeups: &mut Wakeups,
+    ) {
+        while !input.is_empty() {
+            let Some(tls) = self.tls.as_mut() else { return };
+            let processed = tls
+                .read_tls(&mut input)
+                .map_err(|e| e.to_string())
+                .and_then(|_| tls.process_new_packets().map(|_| ()).map_err(|e| e.to_string()));
+            if let Err(e) = processed {
+                self.h2.handle_io_error(&format!("TLS failed on the HTTP/2 connection: {e}"), wakeups);
+                return;
+            }
+            self.drain_tls(now, scratch, wakeups);
+        }
+    }
+
+    /// Plaintext TLS has decrypted and not handed out yet.
+    fn drain_tls(&mut self, now: switchyard_core::Instant, scratch: &mut [u8], wakeups: &mut Wakeups) {
+        let Some(tls) = self.tls.as_mut() else { return };
+        loop {
+            match tls.reader().read(scratch) {
+                Ok(0) => {
+                    self.h2.handle_eof(wakeups);
+                    return;
+                }
+                Ok(n) => self.h2.handle_read(now, &scratch[..n], wakeups),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    self.h2.handle_io_error(&format!("reading the HTTP/2 connection failed: {e}"), wakeups);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Encrypts `bytes` and writes the records, as much as rustls buffers at a
+/// time.
+fn write_tls(tls: &mut rustls::ClientConnection, sock: &mut Sock, mut bytes: &[u8]) -> io::Result<()> {
+    loop {
+        while !bytes.is_empty() {
+            let n = tls.writer().write(bytes)?;
+            if n == 0 {
+                break; // rustls's buffer is full: write records first
+            }
+            bytes = &bytes[n..];
+        }
+        while tls.wants_write() {
+            tls.write_tls(sock)?;
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+    }
+}
+
+struct Conn {
+    inner: Mutex<Inner>,
+    handles: AtomicUsize,
+    connection: ConnectionId,
+    shared: Weak<Shared>,
+}
+
+impl Conn {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the state, writes what it produced, then (lock released)
+    /// wakes who it woke and tells the pool what it must hear.
+    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
+        let mut wakeups = Wakeups::new();
+        let (r, notes) = {
+            let mut st = self.lock();
+            let r = f(&mut st.h2, &mut wakeups);
+            st.flush(&mut wakeups);
+            if st.h2.should_stop() {
+                // Says GOAWAY (or fails what is open), then ends the reader
+                // thread's blocking read.
+                st.h2.stopped(&mut wakeups);
+                st.flush(&mut wakeups);
+                let _ = st.sock.shutdown(std::net::Shutdown::Both);
+            }
+            (r, st.h2.has_notes().then(|| st.h2.take_notes()))
+        };
+        wake_all(&mut wakeups);
+        if let Some(notes) = notes {
+            self.report(notes);
+        }
+        r
+    }
+
+    fn report(&self, notes: Vec<PoolNote>) {
+        let Some(shared) = self.shared.upgrade() else { return };
+        let connection = self.connection;
+        shared.input(|st, now| {
+            for note in notes {
+                let _ = match note {
+                    PoolNote::Settings(max) => st.pool.settings(now, connection, max),
+                    PoolNote::GoAway(g) => st.pool.goaway(now, connection, g),
+                    PoolNote::Pong => st.pool.pong(now, connection),
+                    PoolNote::Closed(reason) => st.pool.connection_closed(now, connection, reason),
+                };
+            }
+        });
+    }
+}
+
+/// A handle on a shared HTTP/2 connection; a leased one carries its stream's
+/// place in the opening order.
+pub(crate) struct H2Handle {
+    conn: Arc<Conn>,
+    ticket: Option<u64>,
+    source: Source,
+}
+
+impl Clone for H2Handle {
+    fn clone(&self) -> H2Handle {
+        self.conn.handles.fetch_add(1, Ordering::Relaxed);
+        H2Handle { conn: Arc::clone(&self.conn), ticket: None, source: self.source }
+    }
+}
+
+impl Drop for H2Handle {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.conn.with(|st, w| st.close(ticket, w));
+        }
+        if self.conn.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.conn.with(|st, w| st.release(w));
+        }
+    }
+}
+
+impl H2Handle {
+    /// The handle for one stream the pool handed out, in the pool's order.
+    pub(crate) fn leased(&self, source: Source) -> H2Handle {
+        let mut handle = self.clone();
+        handle.ticket = Some(self.conn.lock().h2.lease());
+        handle.source = source;
+        handle
+    }
+}
+
+/// Sends the PING the core asked for; its PONG is reported.
+pub(crate) fn ping(handle: &H2Handle) {
+    handle.conn.with(|st, w| st.ping(w));
+}
+
+/// The pool ends the connection now.
+pub(crate) fn end(handle: &H2Handle, reason: CloseReason) {
+    handle.conn.with(|st, w| st.end(reason, w));
+}
+
+/// The connection on `stream`: its handle, and the reader thread's work
+/// (started by the engine once the lock is released).
+pub(crate) fn prepare(
+    owner: &Shared,
+    stream: Stream,
+    connection: ConnectionId,
+) -> io::Result<(H2Handle, Box<dyn FnOnce() + Send>)> {
+    let (sock, tls) = match stream {
+        Stream::Tcp(sock) => (sock, None),
+        Stream::Tls(s) => {
+            let rustls::StreamOwned { conn, sock } = *s;
+            (sock, Some(conn))
+        }
+    };
+    let reader = sock.try_clone()?;
+    sock.set_read_timeout(None)?;
+    sock.set_write_timeout(Some(owner.settings.driver.write_timeout.unwrap_or(WRITE_LIMIT)))?;
+    let h2 = H2Conn::new(owner.settings.http2, owner.settings.driver.limits.max_head_size);
+    let conn = Arc::new(Conn {
+        inner: Mutex::new(Inner { h2, tls, sock }),
+        handles: AtomicUsize::new(1),
+        connection,
+        shared: Weak::clone(&owner.me),
+    });
+    let job = {
+        let conn = Arc::clone(&conn);
+        Box::new(move || read_loop(&conn, reader)) as Box<dyn FnOnce() + Send>
+    };
+    Ok((H2Handle { conn, ticket: None, source: Source::New }, job))
+}
+
+/// A write that makes no progress this long fails the connection (unless the
+/// client set a write timeout).
+const WRITE_LIMIT: Duration = Duration::from_secs(30);
+
+/// The reader thread: blocking reads until the connection ends.
+fn read_loop(conn: &Arc<Conn>, mut reader: Sock) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut plain = vec![0u8; 16 * 1024];
+    // The preface goes out, and whatever the TLS handshake left decrypted is read.
+    let now = || conn.shared.upgrade().map_or(switchyard_core::Instant::from_millis(0), |s| s.hub.now());
+    conn.with(|_, _| {});
+    {
+        let mut wakeups = Wakeups::new();
+        let mut st = conn.lock();
+        if let Some(tls) = st.tls.as_mut() {
+            let _ = tls.process_new_packets();
+        }
+        st.drain_tls(now(), &mut plain, &mut wakeups);
+        st.flush(&mut wakeups);
+        drop(st);
+        wake_all(&mut wakeups);
+    }
+    loop {
+        let read = reader.read(&mut buf);
+        let at = now();
+        let mut wakeups = Wakeups::new();
+        let (notes, over) = {
+            let mut st = conn.lock();
+            let over_before = st.h2.should_stop();
+            match read {
+                _ if over_before => {}
+                Ok(0) => st.h2.handle_eof(&mut wakeups),
+                Ok(n) => match st.tls.as_mut() {
+                    None => st.h2.handle_read(at, &buf[..n], &mut wakeups),
+                    Some(_) => st.read_tls(at, &buf[..n], &mut plain, &mut wakeups),
+                },
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    st.h2.handle_io_error(&format!("reading the HTTP/2 connection failed: {e}"), &mut wakeups)
+                }
+            }
+            st.flush(&mut wakeups);
+            let over = st.h2.should_stop();
+            if over {
+                st.h2.stopped(&mut wakeups);
+                st.flush(&mut wakeups);
+                let _ = st.sock.shutdown(std::net::Shutdown::Both);
+            }
+            (st.h2.has_notes().then(|| st.h2.take_notes()), over)
+        };
+        wake_all(&mut wakeups);
+        if let Some(notes) = notes {
+            conn.report(notes);
+        }
+        if over {
+            return;
+        }
+    }
+}
+
+/// Wakes a parked thread.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `poll` until it is ready, parking in between, at most until
+/// `deadline` (`None`: it passed). A parked call keeps the core's clock
+/// meanwhile (there is no housekeeping thread): it wakes for the pool's next
+/// deadline and fires what is due — the handshake timeout that retires a
+/// connection the server never made usable, a PONG that never came.
+fn wait<T>(
+    shared: &Arc<Shared>,
+    conn: &Conn,
+    deadline: Option<std::time::Instant>,
+    mut poll: impl FnMut(&mut H2Conn, &Waker, &mut Wakeups) -> Poll<T>,
+) -> Option<T> {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    loop {
+        if let Poll::Ready(v) = conn.with(|st, w| poll(st, &waker, w)) {
+            return Some(v);
+        }
+        let timer = shared.hub.lock().pool.poll_timeout().map(|t| shared.hub.to_std(t));
+        let now = std::time::Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return None;
+        }
+        match earliest(deadline, timer) {
+            Some(until) => std::thread::park_timeout(until.saturating_duration_since(now)),
+            None => std::thread::park(),
+        }
+        if timer.is_some_and(|t| std::time::Instant::now() >= t) {
+            shared.input(|_, _| {}); // fires the due timers
+        }
+    }
+}
+
+fn after(limit: Option<Duration>) -> Option<std::time::Instant> {
+    limit.map(|d| std::time::Instant::now() + d)
+}
+
+fn earliest(a: Option<std::time::Instant>, b: Option<std::time::Instant>) -> Option<std::time::Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A call's stream: closed (reset when still open) when dropped.
+struct StreamGuard(H2Handle);
+
+impl StreamGuard {
+    fn ticket(&self) -> u64 {
+        self.0.ticket.unwrap_or(u64::MAX)
+    }
+}
+
+/// Runs one exchange on a stream of the connection (blocking).
+pub(crate) fn exchange(
+    shared: &Arc<Shared>,
+    call: CallId,
+    connection: ConnectionId,
+    handle: H2Handle,
+    parts: &http::request::Parts,
+    body: &mut Body,
+    facts: RequestFacts,
+    limits: (Option<std::time::Instant>, Option<Duration>),
+) -> Result<http::Response<crate::ResponseBody>, Attempted> {
+    let (call_deadline, body_timeout) = limits;
+    let source = handle.source;
+    let guard = StreamGuard(handle);
+    let conn = Arc::clone(&guard.0.conn);
+    let ticket = guard.ticket();
+    let streaming = matches!(body.kind, Kind::Stream(_));
+    let plan = switchyard_common::h2::Outgoing::new(parts, body.len(), streaming, !body.is_empty());
+    let failed =
+        |stream: Option<u32>, e: &StreamError| plan.failed(conn.lock().h2.session(), stream, e, facts);
+    let submitted = match &body.kind {
+        Kind::Full(bytes) if plan.has_body() => switchyard_common::h2::Submitted::Full(bytes.clone()),
+        _ => plan.submitted(),
+    };
+    let at = shared.hub.now();
+    shared.hub.emit(move |l| l.request_headers_start(call, at));
+    conn.with(|st, w| st.submit(ticket, plan.head(), submitted, w));
+    let at = shared.hub.now();
+    let has_body = plan.has_body();
+    shared.hub.emit(move |l| switchyard_common::request_head_written(l, call, at, has_body));
+    if has_body {
+        if let Kind::Stream(reader) = &mut body.kind {
+            let mut counter = plan.counter();
+            let mut scratch = vec![0u8; 16 * 1024];
+            let mut failure = None;
+            let mut stopped = false;
+            loop {
+                let n = match reader.read(&mut scratch) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        failure = Some(format!("reading the request body failed: {e}"));
+                        break;
+                    }
+                };
+                if let Err(why) = counter.add(n as u64) {
+                    failure = Some(why.to_string());
+                    break;
+                }
+                match wait(shared, &conn, call_deadline, |st, waker, _| st.poll_send(ticket, waker)) {
+                    Some(SendRoom::Open) => {}
+                    Some(SendRoom::Stop) => {
+                        stopped = true;
+                        break;
+                    }
+                    None => {
+                        let stream = conn.lock().h2.stream_id(ticket);
+                        return Err(failed(stream, &StreamError::ReadTimeout));
+                    }
+                }
+                let chunk = Bytes::copy_from_slice(&scratch[..n]);
+                conn.with(|st, w| st.send(ticket, chunk, false, w));
+            }
+            if failure.is_none() && !stopped {
+                failure = counter.finish().err().map(|e| e.to_string());
+            }
+            if let Some(why) = failure {
+                drop(guard);
+                let reuse = plan.body_failed(conn.lock().h2.session());
+                shared.input(|st, now| {
+                    let _ = st.pool.exchange_finished(now, call, reuse);
+                });
+                return Err(Attempted::Fatal(Error::invalid_request(why)));
+            }
+            if !stopped {
+                conn.with(|st, w| st.send(ticket, Bytes::new(), true, w));
+            }
+        }
+        let (at, n) = (shared.hub.now(), body.len().unwrap_or(0));
+        shared.hub.emit(move |l| switchyard_common::request_body_written(l, call, n, at));
+    }
+    let read_by = after(shared.settings.driver.read_timeout);
+    let Some(head) =
+        wait(shared, &conn, earliest(read_by, call_deadline), |st, waker, _| st.poll_head(ticket, waker))
+    else {
+        // A read timeout may mean a stalled peer (the pool's PING decides);
+        // the call's own deadline says nothing about the connection.
+        if read_by.is_some_and(|r| std::time::Instant::now() >= r) {
+            shared.input(|st, now| {
+                let _ = st.pool.stream_stalled(now, connection);
+            });
+        }
+        let stream = conn.lock().h2.stream_id(ticket);
+        return Err(failed(stream, &StreamError::ReadTimeout));
+    };
+    let (stream_id, response, _) = head.map_err(|(stream, e)| failed(stream, &e))?;
+    plan.judge_head(conn.lock().h2.session(), stream_id, &response, source, facts)?;
+    if response.status().is_server_error() {
+        shared.input(|st, now| {
+            let _ = st.pool.server_error(now, call);
+        });
+    }
+    let (at, status) = (shared.hub.now(), response.status());
+    shared.hub.emit(move |l| l.response_headers_end(call, status, at));
+    let (mut parts, ()) = response.into_parts();
+    parts.extensions.insert(call);
+    parts.extensions.insert(switchyard_common::Carrier { connection, source });
+    let deadline = earliest(after(body_timeout), call_deadline);
+    let body = H2Body {
+        shared: Arc::clone(shared),
+        call,
+        connection,
+        stream: Some(guard),
+        stream_id,
+        trailers: None,
+        deadline,
+    };
+    Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
+}
+
+/// An HTTP/2 response body, read on demand.
+pub(crate) struct H2Body {
+    shared: Arc<Shared>,
+    call: CallId,
+    connection: ConnectionId,
+    stream: Option<StreamGuard>,
+    stream_id: u32,
+    pub(crate) trailers: Option<http::HeaderMap>,
+    deadline: Option<std::time::Instant>,
+}
+
+impl H2Body {
+    pub(crate) fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
+        let Some(guard) = self.stream.as_ref() else { return Ok(None) };
+        let (conn, ticket) = (Arc::clone(&guard.0.conn), guard.ticket());
+        let until = earliest(after(self.shared.settings.driver.read_timeout), self.deadline);
+        let Some(next) = wait(&self.shared, &conn, until, |st, waker, w| st.poll_chunk(ticket, waker, w))
+        else {
+            let body_deadline = self.deadline.is_some_and(|t| std::time::Instant::now() >= t);
+            if !body_deadline {
+                let connection = self.connection;
+                self.shared.input(|st, now| {
+                    let _ = st.pool.stream_stalled(now, connection);
+                });
+            }
+            let reuse = conn.lock().h2.session().body_failed(&StreamError::ReadTimeout);
+            self.end(reuse);
+            return Err(BodyError::Timeout);
+        };
+        match next {
+            Ok(Some(data)) => Ok(Some(data)),
+            Ok(None) => {
+                let trailers = conn.lock().h2.take_trailers(ticket);
+                if let Some((trailers, _)) = trailers {
+                    let fits = {
+                        let mut st = conn.lock();
+                        let session = st.h2.session();
+                        session
+                            .trailers_fit(self.stream_id, field_sizes(&trailers))
+                            .then_some(())
+                            .ok_or(session.head_limit())
+                    };
+                    if let Err(limit) = fits {
+                        self.end(Reuse::Reusable);
+                        return Err(BodyError::TrailersTooLarge { limit });
+                    }
+                    self.trailers = Some(trailers);
+                }
+                // The stream is released by `finish`, after the body's end
+                // is reported.
+                Ok(None)
+            }
+            Err(e) => {
+                let reuse = conn.lock().h2.session().body_failed(&e);
+                self.end(reuse);
+                Err(BodyError::Http2(e.to_string()))
+            }
+        }
+    }
+
+    pub(crate) fn finish(&mut self) {
+        self.end(Reuse::Reusable);
+    }
+
+    fn end(&mut self, reuse: Reuse) {
+        if let Some(guard) = self.stream.take() {
+            drop(guard);
+            let call = self.call;
+            self.shared.input(|st, now| {
+                let _ = st.pool.exchange_finished(now, call, reuse);
+            });
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.stream.is_none()
+    }
+}
+
+impl Drop for H2Body {
+    fn drop(&mut self) {
+        self.end(Reuse::Reusable);
+    }
+}
