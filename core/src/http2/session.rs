@@ -335,7 +335,17 @@ impl Session {
         request: RequestFacts,
     ) -> ExchangeFailure {
         use ExchangeFailureKind as K;
-        let kind = if self.ending == Some(CloseReason::NeverUsable) && self.zero_streams {
+        let kind = if self.ending == Some(CloseReason::NeverUsable) && self.zero_streams && stream.is_none() {
+            // Leased before the server's SETTINGS said zero, never sent: the
+            // server refuses every stream, so another connection in this
+            // never-usable period would fare no better (the pool's rule: one
+            // connection per period). Not retried; nothing was sent.
+            K::Protocol {
+                message: "the server allowed no streams (its SETTINGS said MAX_CONCURRENT_STREAMS 0) \
+                          within the handshake timeout"
+                    .into(),
+            }
+        } else if self.ending == Some(CloseReason::NeverUsable) && self.zero_streams {
             K::Io {
                 kind: io::ErrorKind::ConnectionAborted,
                 message: "the server allowed no streams (its SETTINGS said MAX_CONCURRENT_STREAMS 0) \
@@ -599,6 +609,14 @@ mod tests {
         match kind(&s, Some(1), &e) {
             ExchangeFailureKind::Io { message, .. } => {
                 assert!(message.contains("MAX_CONCURRENT_STREAMS 0"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A request that never got its stream (it waited behind the zero)
+        // is not sent again elsewhere in this period: a protocol failure.
+        match kind(&s, None, &e) {
+            ExchangeFailureKind::Protocol { message } => {
+                assert!(message.contains("MAX_CONCURRENT_STREAMS 0"))
             }
             other => panic!("{other:?}"),
         }
