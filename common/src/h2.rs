@@ -22,7 +22,7 @@ use std::task::{Poll, Waker};
 
 use bytes::Bytes;
 use switchyard_core::http2::{
-    ConnectionEnd, Driver, DriverConfig, Event, GoAway, OpenError, Report, Session, StreamError,
+    ConnectionEnd, Driver, DriverConfig, Event, GoAway, OpenError, Report, RequestHead, Session, StreamError,
     WindowEstimator,
 };
 use switchyard_core::{CloseReason, Instant};
@@ -58,12 +58,53 @@ pub enum Submitted {
 
 #[derive(Debug)]
 struct Pending {
-    parts: http::request::Parts,
+    head: RequestHead,
     body: Submitted,
+}
+
+/// The calls' streams by their ticket (a reused index: no map to search or
+/// shift).
+#[derive(Debug, Default)]
+struct Slots {
+    items: Vec<Option<Slot>>,
+    free: Vec<usize>,
+}
+
+impl Slots {
+    fn insert(&mut self, slot: Slot) -> u64 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i] = Some(slot);
+                i as u64
+            }
+            None => {
+                self.items.push(Some(slot));
+                (self.items.len() - 1) as u64
+            }
+        }
+    }
+    fn get(&self, ticket: u64) -> Option<&Slot> {
+        self.items.get(usize::try_from(ticket).ok()?)?.as_ref()
+    }
+    fn get_mut(&mut self, ticket: u64) -> Option<&mut Slot> {
+        self.items.get_mut(usize::try_from(ticket).ok()?)?.as_mut()
+    }
+    fn remove(&mut self, ticket: u64) -> Option<Slot> {
+        let i = usize::try_from(ticket).ok()?;
+        let slot = self.items.get_mut(i)?.take();
+        if slot.is_some() {
+            self.free.push(i);
+        }
+        slot
+    }
 }
 
 #[derive(Debug, Default)]
 struct Slot {
+    /// The lease order (the order streams open in).
+    seq: u64,
+    /// The request, submitted and not yet opened.
+    pending: Option<Pending>,
     stream: Option<u32>,
     head: Option<(http::Response<()>, usize)>,
     data: VecDeque<Bytes>,
@@ -96,8 +137,9 @@ pub enum SendRoom {
 pub struct H2Conn {
     driver: Driver,
     session: Session,
-    pending: BTreeMap<u64, Pending>,
-    slots: BTreeMap<u64, Slot>,
+    /// Submitted requests not yet opened: lease order → ticket.
+    pending: BTreeMap<u64, u64>,
+    slots: Slots,
     by_stream: BTreeMap<u32, u64>,
     next_ticket: u64,
     /// The connection's I/O side, woken when there is something to write or
@@ -140,7 +182,7 @@ impl H2Conn {
             driver: Driver::new(config),
             session: Session::new(head_limit),
             pending: BTreeMap::new(),
-            slots: BTreeMap::new(),
+            slots: Slots::default(),
             by_stream: BTreeMap::new(),
             next_ticket: 0,
             io_waker: None,
@@ -160,10 +202,9 @@ impl H2Conn {
 
     /// A stream the pool handed out: its place in the opening order.
     pub fn lease(&mut self) -> u64 {
-        let t = self.next_ticket;
+        let seq = self.next_ticket;
         self.next_ticket += 1;
-        self.slots.insert(t, Slot::default());
-        t
+        self.slots.insert(Slot { seq, ..Slot::default() })
     }
 
     /// The call's request. It opens when the connection's side next runs
@@ -172,11 +213,11 @@ impl H2Conn {
     pub fn submit(
         &mut self,
         ticket: u64,
-        parts: http::request::Parts,
+        head: RequestHead,
         body: Submitted,
         wakeups: &mut Wakeups,
     ) {
-        if !self.slots.contains_key(&ticket) {
+        if self.slots.get(ticket).is_none() {
             return;
         }
         if self.driver.is_closed() || self.stop {
@@ -192,34 +233,40 @@ impl H2Conn {
             };
             return self.fail_slot(ticket, error, wakeups);
         }
-        self.pending.insert(ticket, Pending { parts, body });
+        if let Some(slot) = self.slots.get_mut(ticket) {
+            slot.pending = Some(Pending { head, body });
+            self.pending.insert(slot.seq, ticket);
+        }
         self.wake_io(wakeups);
     }
 
     /// Opens the submitted requests, in lease order (the I/O side calls this
     /// before taking what to write).
     pub fn open_pending(&mut self, wakeups: &mut Wakeups) {
-        while let Some((&ticket, p)) = self.pending.first_key_value() {
-            let end =
-                matches!(p.body, Submitted::Empty) || matches!(&p.body, Submitted::Full(b) if b.is_empty());
-            let opened = self.driver.open(&p.parts, end);
+        while let Some((&seq, &ticket)) = self.pending.first_key_value() {
+            let Some(p) = self.slots.get_mut(ticket).and_then(|s| s.pending.as_ref()) else {
+                self.pending.remove(&seq);
+                continue;
+            };
+            let end = matches!(p.body, Submitted::Empty) || matches!(&p.body, Submitted::Full(b) if b.is_empty());
+            let opened = self.driver.open_head(&p.head, end);
             if opened == Err(OpenError::AtLimit) {
                 // Waits for a stream to end, or for more streams (SETTINGS).
                 return;
             }
-            let Some(p) = self.pending.remove(&ticket) else { return };
+            self.pending.remove(&seq);
+            let Some(slot) = self.slots.get_mut(ticket) else { continue };
+            let Some(p) = slot.pending.take() else { continue };
             match opened {
                 Ok(stream) => {
+                    slot.stream = Some(stream);
+                    slot.wake(wakeups);
                     if let Submitted::Full(b) = p.body {
                         if !b.is_empty() {
                             self.driver.send_data(stream, b, true);
                         }
                     }
                     self.by_stream.insert(stream, ticket);
-                    if let Some(slot) = self.slots.get_mut(&ticket) {
-                        slot.stream = Some(stream);
-                        slot.wake(wakeups);
-                    }
                 }
                 Err(OpenError::Closed(error)) => self.fail_slot(ticket, error, wakeups),
                 Err(OpenError::AtLimit | OpenError::Exhausted) => {
@@ -231,7 +278,7 @@ impl H2Conn {
     }
 
     fn fail_slot(&mut self, ticket: u64, error: StreamError, wakeups: &mut Wakeups) {
-        if let Some(slot) = self.slots.get_mut(&ticket) {
+        if let Some(slot) = self.slots.get_mut(ticket) {
             slot.failed.get_or_insert(error);
             slot.wake(wakeups);
         }
@@ -240,7 +287,7 @@ impl H2Conn {
     /// The stream's id once it opened.
     #[must_use]
     pub fn stream_id(&self, ticket: u64) -> Option<u32> {
-        self.slots.get(&ticket).and_then(|s| s.stream)
+        self.slots.get(ticket).and_then(|s| s.stream)
     }
 
     /// The response head (status and fields, and the block's wire length),
@@ -250,7 +297,7 @@ impl H2Conn {
         ticket: u64,
         waker: &Waker,
     ) -> Poll<Result<(u32, http::Response<()>, usize), (Option<u32>, StreamError)>> {
-        let Some(slot) = self.slots.get_mut(&ticket) else {
+        let Some(slot) = self.slots.get_mut(ticket) else {
             let message = "the HTTP/2 stream is gone".into();
             return Poll::Ready(Err((None, StreamError::Other { message })));
         };
@@ -266,7 +313,7 @@ impl H2Conn {
 
     /// Whether a streamed body may send its next chunk now.
     pub fn poll_send(&mut self, ticket: u64, waker: &Waker) -> Poll<SendRoom> {
-        let Some(slot) = self.slots.get_mut(&ticket) else { return Poll::Ready(SendRoom::Stop) };
+        let Some(slot) = self.slots.get_mut(ticket) else { return Poll::Ready(SendRoom::Stop) };
         if slot.failed.is_some() || slot.head.is_some() {
             return Poll::Ready(SendRoom::Stop);
         }
@@ -301,7 +348,7 @@ impl H2Conn {
         waker: &Waker,
         wakeups: &mut Wakeups,
     ) -> Poll<Result<Option<Bytes>, StreamError>> {
-        let Some(slot) = self.slots.get_mut(&ticket) else { return Poll::Ready(Ok(None)) };
+        let Some(slot) = self.slots.get_mut(ticket) else { return Poll::Ready(Ok(None)) };
         if let Some(chunk) = slot.data.pop_front() {
             if let Some(stream) = slot.stream {
                 self.driver.release(stream, chunk.len());
@@ -323,14 +370,16 @@ impl H2Conn {
 
     /// The trailers, once the body ended (and their block's wire length).
     pub fn take_trailers(&mut self, ticket: u64) -> Option<(http::HeaderMap, usize)> {
-        self.slots.get_mut(&ticket).and_then(|s| s.trailers.take())
+        self.slots.get_mut(ticket).and_then(|s| s.trailers.take())
     }
 
     /// The call is done with its stream (body read, dropped, or failed): a
     /// stream still open is reset (CANCEL); the slot is freed.
     pub fn close(&mut self, ticket: u64, wakeups: &mut Wakeups) {
-        self.pending.remove(&ticket);
-        let Some(slot) = self.slots.remove(&ticket) else { return };
+        let Some(slot) = self.slots.remove(ticket) else { return };
+        if slot.pending.is_some() {
+            self.pending.remove(&slot.seq);
+        }
         if let Some(stream) = slot.stream {
             self.by_stream.remove(&stream);
             self.driver.close_stream(stream);
@@ -438,7 +487,7 @@ impl H2Conn {
     }
 
     fn slot_of(&mut self, stream: u32) -> Option<&mut Slot> {
-        let ticket = self.by_stream.get(&stream)?;
+        let ticket = *self.by_stream.get(&stream)?;
         self.slots.get_mut(ticket)
     }
 
@@ -512,7 +561,10 @@ impl H2Conn {
                         ConnectionEnd::Failed(e) => e.clone(),
                         _ => StreamError::Other { message: "the HTTP/2 connection closed".into() },
                     };
-                    for (ticket, _) in std::mem::take(&mut self.pending) {
+                    for (_, ticket) in std::mem::take(&mut self.pending) {
+                        if let Some(slot) = self.slots.get_mut(ticket) {
+                            slot.pending = None;
+                        }
                         self.fail_slot(ticket, error.clone(), wakeups);
                     }
                     if !self.closed_reported {
@@ -540,7 +592,7 @@ pub fn wake_all(wakeups: &mut Wakeups) {
 /// what a failure or a response head means (the session's rules).
 #[derive(Debug)]
 pub struct Outgoing {
-    head: http::request::Parts,
+    head: RequestHead,
     has_body: bool,
     streaming: bool,
     declared: Option<u64>,
@@ -549,28 +601,14 @@ pub struct Outgoing {
 impl Outgoing {
     /// `body_len`: the body's length when known (a buffered body's, or a
     /// stream's declared one); `streaming`: the caller streams it;
-    /// `has_body`: there is a body at all.
+    /// `has_body`: there is a body at all. The head is encoded here, on the
+    /// caller's side.
     #[must_use]
-    pub fn new(
-        parts: &http::request::Parts,
-        body_len: Option<u64>,
-        streaming: bool,
-        has_body: bool,
-    ) -> Outgoing {
-        let mut head = parts.clone();
-        head.version = http::Version::HTTP_2;
-        for name in crate::exchange::HTTP2_STRIPPED {
-            head.headers.remove(name);
-        }
+    pub fn new(parts: &http::request::Parts, body_len: Option<u64>, streaming: bool, has_body: bool) -> Outgoing {
         // A stream declared with its length tells the server so, as on HTTP/1.1.
-        if let (true, Some(n)) = (streaming, body_len) {
-            head.headers.entry(http::header::CONTENT_LENGTH).or_insert(n.into());
-        }
-        let declared = if streaming {
-            body_len.or_else(|| crate::exchange::declared_length(&parts.headers))
-        } else {
-            None
-        };
+        let length = if streaming { body_len } else { None };
+        let head = RequestHead::encode(parts, length);
+        let declared = if streaming { body_len.or_else(|| crate::exchange::declared_length(&parts.headers)) } else { None };
         Outgoing { head, has_body, streaming, declared }
     }
 
@@ -582,7 +620,7 @@ impl Outgoing {
 
     /// The head to submit.
     #[must_use]
-    pub fn head(&self) -> http::request::Parts {
+    pub fn head(&self) -> RequestHead {
         self.head.clone()
     }
 

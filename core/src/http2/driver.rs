@@ -196,6 +196,72 @@ pub enum Event {
     Closed(ConnectionEnd),
 }
 
+/// A request head encoded for HTTP/2 (HPACK, no connection state used).
+#[derive(Clone, Debug)]
+pub struct RequestHead {
+    block: Bytes,
+    head_request: bool,
+}
+
+impl RequestHead {
+    /// Encodes `parts` as a header block: the pseudo-fields from the method
+    /// and URI (`host` becomes `:authority` when the URI has none), then the
+    /// fields, without the connection-specific ones RFC 9113 §8.2.2 forbids
+    /// (`connection`, `keep-alive`, `proxy-connection`, `transfer-encoding`,
+    /// `upgrade`, `host`, and `te` other than `trailers`).
+    /// `content_length`: sent as `content-length` when the fields have none
+    /// (a streamed body's declared length).
+    #[must_use]
+    pub fn encode(parts: &http::request::Parts, content_length: Option<u64>) -> RequestHead {
+        use http::header as h;
+        let mut block = BytesMut::with_capacity(128);
+        let e = Encoder;
+        e.field(&mut block, ":method", parts.method.as_str().as_bytes());
+        let uri = &parts.uri;
+        let connect = parts.method == http::Method::CONNECT;
+        if !connect {
+            e.field(&mut block, ":scheme", uri.scheme_str().unwrap_or("https").as_bytes());
+        }
+        match uri.authority() {
+            Some(a) => e.field(&mut block, ":authority", a.as_str().as_bytes()),
+            None => {
+                if let Some(host) = parts.headers.get(h::HOST) {
+                    e.field(&mut block, ":authority", host.as_bytes());
+                }
+            }
+        }
+        if !connect {
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            e.field(&mut block, ":path", if path.is_empty() { b"/" } else { path.as_bytes() });
+        }
+        for (name, value) in &parts.headers {
+            let skip = matches!(*name, h::CONNECTION | h::TRANSFER_ENCODING | h::UPGRADE | h::HOST)
+                || name.as_str() == "keep-alive"
+                || name.as_str() == "proxy-connection"
+                || (*name == h::TE && value.as_bytes() != b"trailers");
+            if !skip {
+                e.field(&mut block, name.as_str(), value.as_bytes());
+            }
+        }
+        if let Some(n) = content_length.filter(|_| !parts.headers.contains_key(h::CONTENT_LENGTH)) {
+            e.field(&mut block, "content-length", n.to_string().as_bytes());
+        }
+        RequestHead { block: block.freeze(), head_request: parts.method == http::Method::HEAD }
+    }
+
+    /// The encoded block's length.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.block.len()
+    }
+
+    /// Whether the block is empty (never, for a head [`encode`](Self::encode) made).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.block.is_empty()
+    }
+}
+
 /// Why [`Driver::open`] did not open a stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpenError {
@@ -246,7 +312,8 @@ pub struct Driver {
     out: BytesMut,
     input: BytesMut,
     decoder: Decoder,
-    streams: BTreeMap<u32, Stream>,
+    /// Boxed: a map's moves stay small.
+    streams: BTreeMap<u32, Box<Stream>>,
     /// Streams with body bytes waiting for window, in turn.
     sending: VecDeque<u32>,
     next_stream: u32,
@@ -410,12 +477,16 @@ impl Driver {
     }
 
     /// Opens a stream for a request: its HEADERS (and CONTINUATIONs) are
-    /// queued. `end_of_stream`: the request has no body. Connection-specific
-    /// fields (`connection`, `keep-alive`, `proxy-connection`,
-    /// `transfer-encoding`, `upgrade`, `host`, and `te` other than
-    /// `trailers`) are left out, as RFC 9113 §8.2.2 requires; `host` becomes
-    /// `:authority` when the URI has none.
+    /// queued. `end_of_stream`: the request has no body. The head is encoded
+    /// as [`RequestHead::encode`] says.
     pub fn open(&mut self, parts: &http::request::Parts, end_of_stream: bool) -> Result<u32, OpenError> {
+        self.open_head(&RequestHead::encode(parts, None), end_of_stream)
+    }
+
+    /// Opens a stream for a head encoded beforehand ([`RequestHead::encode`]:
+    /// the encoding keeps no connection state, so it may happen anywhere,
+    /// on the caller's thread).
+    pub fn open_head(&mut self, head: &RequestHead, end_of_stream: bool) -> Result<u32, OpenError> {
         if self.closed {
             let message = "the HTTP/2 connection is closed".into();
             return Err(OpenError::Closed(StreamError::Other { message }));
@@ -432,42 +503,11 @@ impl Driver {
         }
         let id = self.next_stream;
         self.next_stream += 2;
-        let mut block = BytesMut::with_capacity(128);
-        let e = Encoder;
-        e.field(&mut block, ":method", parts.method.as_str().as_bytes());
-        let uri = &parts.uri;
-        let connect = parts.method == http::Method::CONNECT;
-        if !connect {
-            e.field(&mut block, ":scheme", uri.scheme_str().unwrap_or("https").as_bytes());
-        }
-        match uri.authority() {
-            Some(a) => e.field(&mut block, ":authority", a.as_str().as_bytes()),
-            None => {
-                if let Some(host) = parts.headers.get(http::header::HOST) {
-                    e.field(&mut block, ":authority", host.as_bytes());
-                }
-            }
-        }
-        if !connect {
-            let path = uri.path_and_query().map_or("/", |p| p.as_str());
-            e.field(&mut block, ":path", if path.is_empty() { b"/" } else { path.as_bytes() });
-        }
-        for (name, value) in &parts.headers {
-            use http::header as h;
-            let skip = matches!(*name, h::CONNECTION | h::TRANSFER_ENCODING | h::UPGRADE | h::HOST)
-                || name.as_str() == "keep-alive"
-                || name.as_str() == "proxy-connection"
-                || (*name == h::TE && value.as_bytes() != b"trailers");
-            if skip {
-                continue;
-            }
-            e.field(&mut block, name.as_str(), value.as_bytes());
-        }
         let flags = if end_of_stream { END_STREAM } else { 0 };
-        self.put_header_block(id, flags, &block);
+        self.put_header_block(id, flags, &head.block);
         self.streams.insert(
             id,
-            Stream {
+            Box::new(Stream {
                 recv_window: i64::from(self.config.stream_window),
                 unannounced: 0,
                 send_window: self.peer_initial_window,
@@ -477,11 +517,11 @@ impl Driver {
                 local_closed: end_of_stream,
                 remote_closed: false,
                 head: false,
-                bodiless: parts.method == http::Method::HEAD,
-                is_head_request: parts.method == http::Method::HEAD,
+                bodiless: head.head_request,
+                is_head_request: head.head_request,
                 expected: None,
                 received: 0,
-            },
+            }),
         );
         Ok(id)
     }

@@ -40,7 +40,7 @@ mod huffman;
 pub mod session;
 mod window;
 
-pub use driver::{field_sizes, Driver, DriverConfig, Event, OpenError, PREFACE};
+pub use driver::{field_sizes, Driver, DriverConfig, Event, OpenError, RequestHead, PREFACE};
 pub use frame::{FrameNote, FrameScanner};
 pub use session::{code_name, ConnectionEnd, GoAway, Peer, Report, Session, StreamError};
 pub use window::{WindowEstimator, PROTOCOL_WINDOW};
