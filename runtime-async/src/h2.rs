@@ -145,7 +145,7 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
 /// Moves bytes until the connection ends: reads go to the state, what it
 /// has to write is written; woken by the socket and by the calls.
 async fn pump(conn: Arc<Conn>, mut io: Io) {
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; 16 * 1024];
     let mut out: Option<Bytes> = None;
     let mut flush = false;
     let mut read_open = true;
@@ -182,9 +182,9 @@ async fn pump(conn: Arc<Conn>, mut io: Io) {
                 }
                 (false, taken)
             });
-            if let Some(r) = read {
+            if let Some(r) = &read {
                 progressed = true;
-                if !matches!(r, Ok(n) if n > 0) {
+                if !matches!(r, Ok(n) if *n > 0) {
                     read_open = false;
                 }
             }
@@ -230,6 +230,13 @@ async fn pump(conn: Arc<Conn>, mut io: Io) {
                 }
             }
             if !progressed {
+                return Poll::Pending;
+            }
+            if matches!(read, Some(Ok(n)) if n > 0) && out.is_none() {
+                // What was read woke the calls it answered: let them run
+                // (and send their next requests, which the server can work on
+                // while we read on) before reading more.
+                cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
         }

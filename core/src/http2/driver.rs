@@ -72,7 +72,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::hpack::{Decoder, Encoder, Name};
+use super::hpack::{Decoder, Name, TableEncoder};
 use super::session::{code, ConnectionEnd, GoAway, Peer, StreamError};
 
 /// The client connection preface (RFC 9113 §3.4).
@@ -196,17 +196,22 @@ pub enum Event {
     Closed(ConnectionEnd),
 }
 
-/// A request head encoded for HTTP/2 (HPACK, no connection state used).
+/// A request head ready for a stream: its pseudo-fields and fields, taken
+/// from the request (no copy of the request itself; field values share their
+/// bytes). The connection's encoder writes it when the stream opens.
 #[derive(Clone, Debug)]
 pub struct RequestHead {
-    block: Bytes,
-    head_request: bool,
+    method: http::Method,
+    uri: http::Uri,
+    host: Option<HeaderValue>,
+    fields: Vec<(http::HeaderName, HeaderValue)>,
+    content_length: Option<u64>,
 }
 
 impl RequestHead {
-    /// Encodes `parts` as a header block: the pseudo-fields from the method
-    /// and URI (`host` becomes `:authority` when the URI has none), then the
-    /// fields, without the connection-specific ones RFC 9113 §8.2.2 forbids
+    /// The head of `parts`: the pseudo-fields from the method and URI
+    /// (`host` becomes `:authority` when the URI has none), then the fields,
+    /// without the connection-specific ones RFC 9113 §8.2.2 forbids
     /// (`connection`, `keep-alive`, `proxy-connection`, `transfer-encoding`,
     /// `upgrade`, `host`, and `te` other than `trailers`).
     /// `content_length`: sent as `content-length` when the fields have none
@@ -214,51 +219,52 @@ impl RequestHead {
     #[must_use]
     pub fn encode(parts: &http::request::Parts, content_length: Option<u64>) -> RequestHead {
         use http::header as h;
-        let mut block = BytesMut::with_capacity(128);
-        let e = Encoder;
-        e.field(&mut block, ":method", parts.method.as_str().as_bytes());
-        let uri = &parts.uri;
-        let connect = parts.method == http::Method::CONNECT;
-        if !connect {
-            e.field(&mut block, ":scheme", uri.scheme_str().unwrap_or("https").as_bytes());
+        let fields = parts
+            .headers
+            .iter()
+            .filter(|(name, value)| {
+                !(matches!(**name, h::CONNECTION | h::TRANSFER_ENCODING | h::UPGRADE | h::HOST)
+                    || name.as_str() == "keep-alive"
+                    || name.as_str() == "proxy-connection"
+                    || (**name == h::TE && value.as_bytes() != b"trailers"))
+            })
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        RequestHead {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            host: parts.headers.get(h::HOST).cloned(),
+            fields,
+            content_length: content_length.filter(|_| !parts.headers.contains_key(h::CONTENT_LENGTH)),
         }
-        match uri.authority() {
-            Some(a) => e.field(&mut block, ":authority", a.as_str().as_bytes()),
-            None => {
-                if let Some(host) = parts.headers.get(h::HOST) {
-                    e.field(&mut block, ":authority", host.as_bytes());
-                }
-            }
-        }
-        if !connect {
-            let path = uri.path_and_query().map_or("/", |p| p.as_str());
-            e.field(&mut block, ":path", if path.is_empty() { b"/" } else { path.as_bytes() });
-        }
-        for (name, value) in &parts.headers {
-            let skip = matches!(*name, h::CONNECTION | h::TRANSFER_ENCODING | h::UPGRADE | h::HOST)
-                || name.as_str() == "keep-alive"
-                || name.as_str() == "proxy-connection"
-                || (*name == h::TE && value.as_bytes() != b"trailers");
-            if !skip {
-                e.field(&mut block, name.as_str(), value.as_bytes());
-            }
-        }
-        if let Some(n) = content_length.filter(|_| !parts.headers.contains_key(h::CONTENT_LENGTH)) {
-            e.field(&mut block, "content-length", n.to_string().as_bytes());
-        }
-        RequestHead { block: block.freeze(), head_request: parts.method == http::Method::HEAD }
     }
 
-    /// The encoded block's length.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.block.len()
+    fn write(&self, e: &mut TableEncoder, block: &mut BytesMut) {
+        e.begin(block);
+        e.field(block, ":method", self.method.as_str().as_bytes());
+        let connect = self.method == http::Method::CONNECT;
+        if !connect {
+            e.field(block, ":scheme", self.uri.scheme_str().unwrap_or("https").as_bytes());
+        }
+        match (self.uri.authority(), &self.host) {
+            (Some(a), _) => e.field(block, ":authority", a.as_str().as_bytes()),
+            (None, Some(host)) => e.field(block, ":authority", host.as_bytes()),
+            (None, None) => {}
+        }
+        if !connect {
+            let path = self.uri.path_and_query().map_or("/", |p| p.as_str());
+            e.field(block, ":path", if path.is_empty() { b"/" } else { path.as_bytes() });
+        }
+        for (name, value) in &self.fields {
+            e.field(block, name.as_str(), value.as_bytes());
+        }
+        if let Some(n) = self.content_length {
+            e.field(block, "content-length", n.to_string().as_bytes());
+        }
     }
 
-    /// Whether the block is empty (never, for a head [`encode`](Self::encode) made).
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.block.is_empty()
+    fn is_head_request(&self) -> bool {
+        self.method == http::Method::HEAD
     }
 }
 
@@ -312,6 +318,9 @@ pub struct Driver {
     out: BytesMut,
     input: BytesMut,
     decoder: Decoder,
+    encoder: TableEncoder,
+    /// Where request heads are encoded (kept between streams).
+    scratch: BytesMut,
     /// Boxed: a map's moves stay small.
     streams: BTreeMap<u32, Box<Stream>>,
     /// Streams with body bytes waiting for window, in turn.
@@ -370,6 +379,8 @@ impl Driver {
             out,
             input: BytesMut::new(),
             decoder: Decoder::default(),
+            encoder: TableEncoder::default(),
+            scratch: BytesMut::new(),
             streams: BTreeMap::new(),
             sending: VecDeque::new(),
             next_stream: 1,
@@ -483,9 +494,9 @@ impl Driver {
         self.open_head(&RequestHead::encode(parts, None), end_of_stream)
     }
 
-    /// Opens a stream for a head encoded beforehand ([`RequestHead::encode`]:
-    /// the encoding keeps no connection state, so it may happen anywhere,
-    /// on the caller's thread).
+    /// Opens a stream for a head taken from its request beforehand
+    /// ([`RequestHead::encode`], on the caller's side); the connection's
+    /// encoder writes it now.
     pub fn open_head(&mut self, head: &RequestHead, end_of_stream: bool) -> Result<u32, OpenError> {
         if self.closed {
             let message = "the HTTP/2 connection is closed".into();
@@ -504,7 +515,11 @@ impl Driver {
         let id = self.next_stream;
         self.next_stream += 2;
         let flags = if end_of_stream { END_STREAM } else { 0 };
-        self.put_header_block(id, flags, &head.block);
+        let mut block = std::mem::take(&mut self.scratch);
+        block.clear();
+        head.write(&mut self.encoder, &mut block);
+        self.put_header_block(id, flags, &block);
+        self.scratch = block;
         self.streams.insert(
             id,
             Box::new(Stream {
@@ -517,8 +532,8 @@ impl Driver {
                 local_closed: end_of_stream,
                 remote_closed: false,
                 head: false,
-                bodiless: head.head_request,
-                is_head_request: head.head_request,
+                bodiless: head.is_head_request(),
+                is_head_request: head.is_head_request(),
                 expected: None,
                 received: 0,
             }),
@@ -550,6 +565,7 @@ impl Driver {
     pub fn wants_body(&self, stream: u32) -> bool {
         self.streams.get(&stream).is_some_and(|s| {
             !s.local_closed
+                && !s.remote_closed
                 && !s.end_queued
                 && s.queued == 0
                 && s.send_window > 0
@@ -990,9 +1006,18 @@ impl Driver {
             self.sending.retain(|&id| id != stream);
             return;
         }
-        self.streams.remove(&stream);
+        self.fail(stream, StreamError::Reset { code, by: Peer::Server });
+    }
+
+    /// The stream is over with `error`: it fails, unless its response was
+    /// already complete ([`Event::End`] is its last event; only the rest of
+    /// the request body is dropped then).
+    fn fail(&mut self, stream: u32, error: StreamError) {
+        let Some(s) = self.streams.remove(&stream) else { return };
         self.sending.retain(|&id| id != stream);
-        self.events.push_back(Event::Failed { stream, error: StreamError::Reset { code, by: Peer::Server } });
+        if !s.remote_closed {
+            self.events.push_back(Event::Failed { stream, error });
+        }
     }
 
     fn on_settings(&mut self, stream: u32, flags: u8, payload: &[u8]) {
@@ -1013,6 +1038,7 @@ impl Driver {
             let id = u16::from_be_bytes([entry[0], entry[1]]);
             let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
             match id {
+                0x1 => self.encoder.set_max(value as usize),
                 0x2 if value > 1 => return self.connection_error(PROTOCOL_ERROR),
                 0x3 => max_concurrent_streams = Some(value),
                 0x4 => {
@@ -1034,7 +1060,7 @@ impl Driver {
                     }
                     self.peer_max_frame = value as usize;
                 }
-                _ => {} // header table size (we index nothing), list size, unknown
+                _ => {} // the header list size (advisory), unknown settings
             }
         }
         if max_concurrent_streams.is_some() {
@@ -1087,10 +1113,7 @@ impl Driver {
         let refused: Vec<u32> =
             self.streams.range(last_stream_id.saturating_add(1)..).map(|(id, _)| *id).collect();
         for id in refused {
-            self.streams.remove(&id);
-            self.sending.retain(|&s| s != id);
-            let error = StreamError::GoAway { code: error_code, by: Peer::Server };
-            self.events.push_back(Event::Failed { stream: id, error });
+            self.fail(id, StreamError::GoAway { code: error_code, by: Peer::Server });
         }
     }
 
@@ -1125,13 +1148,12 @@ impl Driver {
 
     /// The stream is broken: RST_STREAM with `code`, and it fails.
     fn stream_error(&mut self, stream: u32, code: u32) {
-        if self.streams.remove(&stream).is_none() {
+        if !self.streams.contains_key(&stream) {
             return;
         }
-        self.sending.retain(|&id| id != stream);
         frame_header(&mut self.out, 4, RST_STREAM, 0, stream);
         self.out.put_u32(code);
-        self.events.push_back(Event::Failed { stream, error: StreamError::Reset { code, by: Peer::Us } });
+        self.fail(stream, StreamError::Reset { code, by: Peer::Us });
     }
 
     /// The connection is broken (or we end it): GOAWAY with `code`; every
@@ -1159,8 +1181,10 @@ impl Driver {
         self.closed = true;
         self.block = None;
         self.sending.clear();
-        for (stream, _) in std::mem::take(&mut self.streams) {
-            self.events.push_back(Event::Failed { stream, error: error.clone() });
+        for (stream, s) in std::mem::take(&mut self.streams) {
+            if !s.remote_closed {
+                self.events.push_back(Event::Failed { stream, error: error.clone() });
+            }
         }
         self.events.push_back(Event::Closed(end));
     }

@@ -2,10 +2,14 @@
 //!
 //! [`Decoder`] reads the server's blocks with the full format (indexed
 //! fields, literals with and without indexing, the dynamic table and its size
-//! updates, Huffman strings). [`Encoder`] writes our requests' fields as
-//! literals without indexing, naming a static-table entry where one matches:
-//! it keeps no dynamic table, so nothing the server sets about tables can make
-//! our blocks wrong, and nothing we send grows the server's memory.
+//! updates, Huffman strings). [`TableEncoder`] writes a connection's request
+//! fields: the fields a client repeats on every request (`:authority`,
+//! `user-agent`, `accept`, …) go into the dynamic table once and are sent as
+//! one-byte indexes after that, which spares the server decoding them again;
+//! credentials are never indexed; everything else goes as a literal naming a
+//! static-table entry where one matches. Its table follows the server's
+//! SETTINGS_HEADER_TABLE_SIZE (at most 4 096 octets). [`Encoder`] is the
+//! stateless form (literals only).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
@@ -385,17 +389,118 @@ impl Encoder {
             put_integer(out, 0x80, 7, i);
             return;
         }
-        match static_name(name) {
-            Some(i) => put_integer(out, 0x00, 4, i),
-            None => {
-                out.put_u8(0x00);
-                put_integer(out, 0x00, 7, name.len());
-                out.put_slice(name.as_bytes());
-            }
-        }
-        put_integer(out, 0x00, 7, value.len());
-        out.put_slice(value);
+        put_literal(out, 0x00, 4, name, value);
     }
+}
+
+/// The most our encoder's table holds, whatever the server allows.
+const ENCODER_TABLE: usize = 4096;
+
+/// The encoding side of one connection, with a dynamic table (see the module
+/// docs).
+///
+/// ```
+/// use bytes::{Bytes, BytesMut};
+/// use switchyard_core::http2::hpack::{Decoder, TableEncoder};
+/// let mut e = TableEncoder::default();
+/// let mut d = Decoder::default();
+/// for _ in 0..2 {
+///     let mut block = BytesMut::new();
+///     e.begin(&mut block);
+///     e.field(&mut block, "user-agent", b"switchyard");
+///     let mut seen = Vec::new();
+///     d.decode(&block.freeze(), |_, v| seen.push(v)).unwrap();
+///     assert_eq!(seen, ["switchyard"]);
+/// }
+/// ```
+#[derive(Debug)]
+pub struct TableEncoder {
+    /// Newest first, as the decoder numbers them.
+    entries: std::collections::VecDeque<(Bytes, Bytes)>,
+    size: usize,
+    max: usize,
+    /// A size update to send at the start of the next block.
+    update: Option<usize>,
+}
+
+impl Default for TableEncoder {
+    fn default() -> TableEncoder {
+        TableEncoder { entries: std::collections::VecDeque::new(), size: 0, max: ENCODER_TABLE, update: None }
+    }
+}
+
+impl TableEncoder {
+    /// The server's SETTINGS_HEADER_TABLE_SIZE: the table shrinks to it (or
+    /// to our own cap), and the next block says so.
+    pub fn set_max(&mut self, peer: usize) {
+        let max = peer.min(ENCODER_TABLE);
+        if max != self.max {
+            self.max = max;
+            self.evict_to(max);
+            self.update = Some(self.update.map_or(max, |u| u.min(max)));
+        }
+    }
+
+    /// Starts a header block (a pending size update goes first).
+    pub fn begin(&mut self, out: &mut BytesMut) {
+        if let Some(max) = self.update.take() {
+            put_integer(out, 0x20, 5, max);
+        }
+    }
+
+    fn evict_to(&mut self, max: usize) {
+        while self.size > max {
+            let Some((n, v)) = self.entries.pop_back() else { break };
+            self.size -= n.len() + v.len() + ENTRY_OVERHEAD;
+        }
+    }
+
+    /// Appends one field.
+    pub fn field(&mut self, out: &mut BytesMut, name: &str, value: &[u8]) {
+        if let Some(i) = static_full(name, value) {
+            put_integer(out, 0x80, 7, i);
+            return;
+        }
+        if let Some(i) = self.entries.iter().position(|(n, v)| n == name.as_bytes() && v == value) {
+            put_integer(out, 0x80, 7, 62 + i);
+            return;
+        }
+        let size = name.len() + value.len() + ENTRY_OVERHEAD;
+        if matches!(name, "authorization" | "proxy-authorization" | "cookie") {
+            // Never indexed, here or by any intermediary (RFC 7541 §7.1.3).
+            put_literal(out, 0x10, 4, name, value);
+        } else if repeated(name) && size <= self.max {
+            put_literal(out, 0x40, 6, name, value);
+            self.evict_to(self.max - size);
+            self.size += size;
+            self.entries.push_front((Bytes::copy_from_slice(name.as_bytes()), Bytes::copy_from_slice(value)));
+        } else {
+            put_literal(out, 0x00, 4, name, value);
+        }
+    }
+}
+
+/// Fields a client sends with the same value on request after request.
+fn repeated(name: &str) -> bool {
+    matches!(
+        name,
+        ":authority" | "user-agent" | "accept" | "accept-encoding" | "accept-language" | "content-type" | "cache-control"
+    )
+}
+
+/// A literal field: `first`'s pattern, its name as a static index (in an
+/// `n`-bit prefix) or a literal, then the value (raw, never Huffman).
+fn put_literal(out: &mut BytesMut, first: u8, n: u32, name: &str, value: &[u8]) {
+    match static_name(name) {
+        Some(i) => put_integer(out, first, n, i),
+        None => {
+            out.put_u8(first);
+            put_integer(out, 0x00, 7, name.len());
+            out.put_slice(name.as_bytes());
+        }
+    }
+    put_integer(out, 0x00, 7, value.len());
+    out.put_slice(value);
 }
 
 fn static_full(name: &str, value: &[u8]) -> Option<usize> {
@@ -530,6 +635,43 @@ mod tests {
         // Upper case names are malformed, not fatal.
         let e = decode_all(&mut d, &[0x00, 0x01, b'A', 0x01, b'b']).unwrap_err();
         assert!(e.is_malformed());
+    }
+
+    #[test]
+    fn the_table_encoder_indexes_repeated_fields_and_follows_the_servers_size() {
+        let mut e = TableEncoder::default();
+        let mut d = Decoder::default();
+        let fields: [(&str, &str); 4] = [
+            (":authority", "a.test"),
+            ("user-agent", "switchyard"),
+            ("authorization", "Basic c2VjcmV0"),
+            ("x-request-id", "1"),
+        ];
+        let mut sizes = Vec::new();
+        for round in 0..3 {
+            let mut block = BytesMut::new();
+            e.begin(&mut block);
+            for (n, v) in fields {
+                e.field(&mut block, n, v.as_bytes());
+            }
+            sizes.push(block.len());
+            assert_eq!(decode_all(&mut d, &block).unwrap(), pairs(&fields), "round {round}");
+            assert_eq!(d.table_size(), e.size, "both tables in step");
+        }
+        assert!(sizes[1] < sizes[0] && sizes[1] == sizes[2], "{sizes:?}");
+        // Credentials are never indexed.
+        assert!(!e.entries.iter().any(|(n, _)| n == "authorization"));
+        // The server shrinks its table: the next block starts with the update
+        // and both sides evict alike.
+        e.set_max(40);
+        let mut block = BytesMut::new();
+        e.begin(&mut block);
+        e.field(&mut block, ":authority", b"a.test");
+        assert_eq!(block[0] & 0xe0, 0x20, "a size update first");
+        let mut small = Decoder::new(4096);
+        // (A fresh decoder sees only this block: the update then the literal.)
+        assert!(decode_all(&mut small, &block).is_ok());
+        assert!(e.size <= 40);
     }
 
     #[test]
