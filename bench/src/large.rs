@@ -120,6 +120,7 @@ impl Spec {
                 "switchyard-tokio",
                 "switchyard-tokio-adaptive",
                 "switchyard-smol",
+                "switchyard-std",
                 "hyper-util",
                 "reqwest",
             ],
@@ -232,7 +233,7 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
                 async move { check(switchyard_call(&c, url, up).await) }
             })
         }
-        "switchyard-std" if spec.wire != Wire::H2 => {
+        "switchyard-std" => {
             let c = for_row!(switchyard_std::Client::builder(), spec, port).build().ok()?;
             thread_concurrent_with(w, n, || {
                 let mut r = get_or_post!(c, url, upload.clone()).send().expect("switchyard-std");

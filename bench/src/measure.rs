@@ -635,8 +635,10 @@ pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Opti
                 async move { switchyard_get(&c, url).await }
             })
         }
-        "switchyard-std" if !http2 => {
-            let c = switchyard_std::Client::builder().build().ok()?;
+        "switchyard-std" => {
+            let b = switchyard_std::Client::builder();
+            let b = if http2 { b.http_version(switchyard_std::HttpVersion::Http2Only) } else { b };
+            let c = b.build().ok()?;
             thread_concurrent(n, || std_get(&c, url))
         }
         "hyper-util" => {
@@ -922,6 +924,15 @@ pub fn tls_client(client: &str, port: u16, n: usize) -> Option<Sample> {
                 let c = c.clone();
                 async move { switchyard_get(&c, url).await }
             })
+        }
+        "switchyard-std" => {
+            let c = switchyard_std::Client::builder()
+                .add_root_certificate(ca)
+                .resolve(&authority, local)
+                .http_version(switchyard_std::HttpVersion::Http2Only)
+                .build()
+                .ok()?;
+            thread_concurrent(n, || std_get(&c, url))
         }
         "hyper-util" => {
             let mut http =

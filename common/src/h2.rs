@@ -42,6 +42,13 @@ pub enum PoolNote {
     Closed(CloseReason),
 }
 
+/// A response head: its stream, the head, and its block's wire length.
+pub type Head = (u32, http::Response<()>, usize);
+
+/// How a stream failed before its head: its id (if it opened) and what
+/// happened.
+pub type Unanswered = (Option<u32>, StreamError);
+
 /// Wakers to wake once the lock is released.
 pub type Wakeups = Vec<Waker>;
 
@@ -210,13 +217,7 @@ impl H2Conn {
     /// The call's request. It opens when the connection's side next runs
     /// ([`open_pending`](Self::open_pending)), after every request leased
     /// before it that was submitted by then.
-    pub fn submit(
-        &mut self,
-        ticket: u64,
-        head: RequestHead,
-        body: Submitted,
-        wakeups: &mut Wakeups,
-    ) {
+    pub fn submit(&mut self, ticket: u64, head: RequestHead, body: Submitted, wakeups: &mut Wakeups) {
         if self.slots.get(ticket).is_none() {
             return;
         }
@@ -248,7 +249,8 @@ impl H2Conn {
                 self.pending.remove(&seq);
                 continue;
             };
-            let end = matches!(p.body, Submitted::Empty) || matches!(&p.body, Submitted::Full(b) if b.is_empty());
+            let end =
+                matches!(p.body, Submitted::Empty) || matches!(&p.body, Submitted::Full(b) if b.is_empty());
             let opened = self.driver.open_head(&p.head, end);
             if opened == Err(OpenError::AtLimit) {
                 // Waits for a stream to end, or for more streams (SETTINGS).
@@ -292,11 +294,7 @@ impl H2Conn {
 
     /// The response head (status and fields, and the block's wire length),
     /// or how the stream failed before it (with its id, if it had opened).
-    pub fn poll_head(
-        &mut self,
-        ticket: u64,
-        waker: &Waker,
-    ) -> Poll<Result<(u32, http::Response<()>, usize), (Option<u32>, StreamError)>> {
+    pub fn poll_head(&mut self, ticket: u64, waker: &Waker) -> Poll<Result<Head, Unanswered>> {
         let Some(slot) = self.slots.get_mut(ticket) else {
             let message = "the HTTP/2 stream is gone".into();
             return Poll::Ready(Err((None, StreamError::Other { message })));
@@ -604,11 +602,20 @@ impl Outgoing {
     /// `has_body`: there is a body at all. The head is encoded here, on the
     /// caller's side.
     #[must_use]
-    pub fn new(parts: &http::request::Parts, body_len: Option<u64>, streaming: bool, has_body: bool) -> Outgoing {
+    pub fn new(
+        parts: &http::request::Parts,
+        body_len: Option<u64>,
+        streaming: bool,
+        has_body: bool,
+    ) -> Outgoing {
         // A stream declared with its length tells the server so, as on HTTP/1.1.
         let length = if streaming { body_len } else { None };
         let head = RequestHead::encode(parts, length);
-        let declared = if streaming { body_len.or_else(|| crate::exchange::declared_length(&parts.headers)) } else { None };
+        let declared = if streaming {
+            body_len.or_else(|| crate::exchange::declared_length(&parts.headers))
+        } else {
+            None
+        };
         Outgoing { head, has_body, streaming, declared }
     }
 

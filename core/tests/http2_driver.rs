@@ -1,5 +1,6 @@
 //! The HTTP/2 driver against a scripted server: frames built here, the
 //! driver's output parsed back. Deterministic: no I/O, no clock.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use bytes::{Bytes, BytesMut};
 use switchyard_core::http2::hpack::Encoder;

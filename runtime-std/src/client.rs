@@ -370,8 +370,8 @@ fn run_call(
             }
             Lease::H2 { connection, handle } => {
                 let limits = (owner.call_deadline(), owner.body_timeout());
-                let attempt =
-                    crate::h2::exchange(shared, call, connection, handle, parts, body, owner.facts(), limits);
+                let req = crate::h2::Request { parts, body, facts: owner.facts(), limits };
+                let attempt = crate::h2::exchange(shared, call, connection, handle, req);
                 owner.answered(attempt, None)
             }
         };

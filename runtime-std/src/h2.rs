@@ -365,17 +365,24 @@ impl StreamGuard {
     }
 }
 
+/// What one HTTP/2 exchange sends, and its bounds.
+pub(crate) struct Request<'a> {
+    pub(crate) parts: &'a http::request::Parts,
+    pub(crate) body: &'a mut Body,
+    pub(crate) facts: RequestFacts,
+    /// The call's deadline and the body timeout.
+    pub(crate) limits: (Option<std::time::Instant>, Option<Duration>),
+}
+
 /// Runs one exchange on a stream of the connection (blocking).
 pub(crate) fn exchange(
     shared: &Arc<Shared>,
     call: CallId,
     connection: ConnectionId,
     handle: H2Handle,
-    parts: &http::request::Parts,
-    body: &mut Body,
-    facts: RequestFacts,
-    limits: (Option<std::time::Instant>, Option<Duration>),
+    req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
+    let Request { parts, body, facts, limits } = req;
     let (call_deadline, body_timeout) = limits;
     let source = handle.source;
     let guard = StreamGuard(handle);

@@ -19,8 +19,8 @@
 //!   request never goes out on a connection the server already closed.
 //! - **Timeouts** are socket options, bounded by what is left of the call.
 //! - **HTTP/2** by ALPN over TLS (`h2` is offered first, as on the async
-//!   adapters) and with prior knowledge
-//!   ([`HttpVersion::Http2PriorKnowledge`], [`HttpVersion::Http2Only`]): the
+//!   adapters) and with prior knowledge over cleartext
+//!   ([`HttpVersion::Http2Only`]): the
 //!   core's sans-IO driver (`switchyard_core::http2::Driver`) with the same
 //!   rules as every adapter (stream limits, GOAWAY retries, coalescing, 421,
 //!   PING keep-alive, windows, trailers). Each HTTP/2 connection has one

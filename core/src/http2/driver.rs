@@ -622,10 +622,11 @@ impl Driver {
     }
 
     /// The caller is done with `stream`: a stream not yet ended both ways is
-    /// reset (CANCEL), its unread data's credit returned to the connection.
+    /// reset (CANCEL); what it still buffers is dropped.
     pub fn close_stream(&mut self, stream: u32) {
         let Some(s) = self.streams.remove(&stream) else { return };
-        if !(s.local_closed && s.remote_closed) && !self.closed {
+        let over = s.local_closed && s.remote_closed;
+        if !over && !self.closed {
             frame_header(&mut self.out, 4, RST_STREAM, 0, stream);
             self.out.put_u32(code::CANCEL);
         }

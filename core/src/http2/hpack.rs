@@ -484,7 +484,13 @@ impl TableEncoder {
 fn repeated(name: &str) -> bool {
     matches!(
         name,
-        ":authority" | "user-agent" | "accept" | "accept-encoding" | "accept-language" | "content-type" | "cache-control"
+        ":authority"
+            | "user-agent"
+            | "accept"
+            | "accept-encoding"
+            | "accept-language"
+            | "content-type"
+            | "cache-control"
     )
 }
 

@@ -1,18 +1,19 @@
-//! What the pool needs to hear from an HTTP/2 connection as it happens, read
-//! off the server's frames: its SETTINGS (the stream limit) and GOAWAY; and,
-//! when a limit is set ([`FrameScanner::with_header_block_limit`]), each header
-//! block (HEADERS and its CONTINUATIONs: a response head or trailers) whose
-//! bytes on the wire pass it, so the embedder can fail that response rather than
-//! let the HTTP/2 implementation cut the fields silently.
+//! HTTP/2 in the core: one client connection as a sans-IO state machine
+//! ([`Driver`]: framing, HPACK, flow control both ways, stream states, with
+//! the HTTP/1.1 driver's shape — bytes in, bytes out, events out, no clock),
+//! and the rules the pool needs from it ([`Session`]: what a failure means
+//! for the call and the connection, the head limit, the 421 rule, the close
+//! reason). Every adapter pumps the same driver; so can an embedder's own
+//! loop.
 //!
-//! HTTP/2 itself stays with a full implementation (the adapters use the `h2`
-//! crate); [`FrameScanner`] only walks the frame headers of the bytes the
-//! server sends (RFC 9113 §4.1) so the embedder can report
-//! [`Pool::settings`](crate::Pool::settings) and
-//! [`Pool::goaway`](crate::Pool::goaway) the moment the frames arrive, not when
-//! a stream next fails or the connection ends. It keeps at most one frame
-//! header and a bounded SETTINGS payload; it never rejects anything (framing
-//! errors are the HTTP/2 implementation's to report).
+//! For an embedder that brings another HTTP/2 implementation,
+//! [`FrameScanner`] walks the frame headers of the bytes the server sends
+//! (RFC 9113 §4.1) so [`Pool::settings`](crate::Pool::settings) and
+//! [`Pool::goaway`](crate::Pool::goaway) hear of SETTINGS and GOAWAY the
+//! moment they arrive; with a header block limit
+//! ([`FrameScanner::with_header_block_limit`]) it also notes each block whose
+//! bytes pass it. It keeps at most one frame header and a bounded SETTINGS
+//! payload, and never rejects anything.
 //!
 //! ```
 //! use switchyard_core::http2::{FrameNote, FrameScanner};
@@ -25,15 +26,15 @@
 //! assert_eq!(notes, [FrameNote::Settings { max_concurrent_streams: Some(10) }]);
 //! ```
 //!
-//! [`Session`] holds one connection's rules: it reads the server's bytes
-//! through the scanner and decides, from the facts an HTTP/2 bridge reports,
-//! what each failure means for the call and the connection (see its module,
+//! [`Session`] holds one connection's rules: it hears the server's SETTINGS
+//! and GOAWAY (from the driver, or through the scanner) and decides what each
+//! failure means for the call and the connection (see its module,
 //! [`session`]).
 //!
 //! [`WindowEstimator`] decides the adaptive flow-control window from the DATA
-//! bytes the scanner counts and PING round trips.
+//! bytes received and PING round trips.
 
-mod driver;
+pub mod driver;
 mod frame;
 pub mod hpack;
 mod huffman;
