@@ -3,7 +3,10 @@
 //! core for everything else: route planning and the connect race
 //! ([`Pool`]), proxy tunnels ([`ProxyHandshake`]), every HTTP/1.1 exchange
 //! ([`http1::Driver`]: partial writes, early answers, timeouts, keep-alive,
-//! how far a failure got), retries ([`Pool::exchange_failed`]) and events.
+//! how far a failure got), HTTP/2 by ALPN ([`http2::Driver`]: several streams
+//! on one connection, flow control, SETTINGS and GOAWAY for the pool, with
+//! [`http2::Session`]'s verdicts), retries ([`Pool::exchange_failed`]) and
+//! events.
 //!
 //! What this loop does itself is exactly the embedder's part:
 //!
@@ -21,8 +24,9 @@
 //! a CA made at start), and an HTTP `CONNECT` proxy — and starts six calls at
 //! once under a cap of one connection per origin: four to the plain origin
 //! (sharing its connection in turn; after the server closes it, the core
-//! retries the next call on a new one), and two to the HTTPS origin through the
-//! proxy (one tunnel, reused), one of them a POST with a body.
+//! retries the next call on a new one), two to the HTTPS origin through the
+//! proxy (one tunnel, reused), one of them a POST with a body, and three to an
+//! HTTP/2 origin (ALPN `h2`), which share one connection as concurrent streams.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,6 +40,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use switchyard_core::handshake::{Handshake, ProxyHandshake};
 use switchyard_core::http1::{self, Event, Failure, Peek, TargetForm};
+use switchyard_core::http2;
 use switchyard_core::pool::{ExchangeFailure, RequestFacts};
 use switchyard_core::{
     AcquireOptions, Address, AttemptId, CallId, ConnectError, ConnectionId, DnsError, FailureOutcome,
@@ -64,6 +69,13 @@ enum Stage {
     Idle(http1::Conn),
     /// Carrying `call`'s exchange.
     Busy(ConnectionId, CallId, Box<http1::Driver>),
+    /// An HTTP/2 connection: its driver, its rules, and its streams' calls.
+    H2 {
+        connection: ConnectionId,
+        driver: Box<http2::Driver>,
+        session: http2::Session,
+        streams: BTreeMap<u32, CallId>,
+    },
     /// Between states.
     Moving,
 }
@@ -231,17 +243,41 @@ impl Loop {
             }
             PoolAction::Established { attempt, connection, protocol } => {
                 let token = self.attempts.remove(&attempt).expect("established attempt has a socket");
-                assert_eq!(protocol, Protocol::Http1, "this loop offers HTTP/1.1 only");
-                self.socks.get_mut(&token).unwrap().stage =
-                    Stage::Idle(http1::Conn::new(http1::DriverConfig::default()));
+                self.socks.get_mut(&token).unwrap().stage = match protocol {
+                    Protocol::Http1 => Stage::Idle(http1::Conn::new(http1::DriverConfig::default())),
+                    // The preface and SETTINGS go out with the first write.
+                    _ => Stage::H2 {
+                        connection,
+                        driver: Box::new(http2::Driver::new(http2::DriverConfig::default())),
+                        session: http2::Session::new(64 * 1024),
+                        streams: BTreeMap::new(),
+                    },
+                };
                 self.conns.insert(connection, token);
+                self.progress(token);
             }
             PoolAction::Acquired { call, connection, .. } => self.start_exchange(call, connection),
             PoolAction::AcquireFailed { call, error } => {
                 self.calls.get_mut(&call).unwrap().outcome = Some(Err(error.to_string()));
             }
-            // No probe interval configured (reuse probes anyway); HTTP/1.1 only: no PING.
-            PoolAction::Probe { .. } | PoolAction::Ping { .. } | PoolAction::Abort { .. } => {}
+            // No probe interval configured (reuse probes anyway).
+            PoolAction::Probe { .. } => {}
+            PoolAction::Ping { connection } => {
+                let Some(token) = self.conns.get(&connection).copied() else { return };
+                if let Some(Sock { stage: Stage::H2 { driver, .. }, .. }) = self.socks.get_mut(&token) {
+                    driver.ping();
+                }
+                self.progress(token);
+            }
+            PoolAction::Abort { connection, .. } => {
+                // Its streams fail with the connection (the socket closes).
+                if let Some(token) = self.conns.get(&connection).copied() {
+                    if let Some(Sock { stage: Stage::H2 { driver, .. }, .. }) = self.socks.get_mut(&token) {
+                        driver.handle_read_error("the pool ended the connection");
+                    }
+                    self.progress(token);
+                }
+            }
             PoolAction::Close { connection, .. } => {
                 if let Some(token) = self.conns.remove(&connection) {
                     self.socks.remove(&token);
@@ -255,6 +291,25 @@ impl Loop {
         let now = self.now();
         let token = self.conns[&connection];
         let s = self.socks.get_mut(&token).unwrap();
+        if let Stage::H2 { driver, streams, .. } = &mut s.stage {
+            // A stream of the shared connection: HEADERS now, the body as the
+            // server's windows allow (the driver keeps it).
+            let c = &self.calls[&call];
+            match driver.open(&c.parts, c.body.is_empty()) {
+                Ok(stream) => {
+                    if !c.body.is_empty() {
+                        driver.send_data(stream, c.body.clone(), true);
+                    }
+                    streams.insert(stream, call);
+                    println!("{call}: stream {stream} on {connection}");
+                }
+                Err(e) => {
+                    self.calls.get_mut(&call).unwrap().outcome = Some(Err(format!("{e:?}")));
+                    self.pool.exchange_finished(now, call, Reuse::Reusable).unwrap();
+                }
+            }
+            return self.progress(token);
+        }
         let Stage::Idle(conn) = std::mem::replace(&mut s.stage, Stage::Moving) else {
             unreachable!("the pool hands out idle connections")
         };
@@ -337,6 +392,7 @@ impl Loop {
             }
             Stage::Handshaking { .. } => self.handshake(token),
             Stage::Busy(..) => self.exchange(token),
+            Stage::H2 { .. } => self.h2(token),
             Stage::Ready | Stage::Idle(_) | Stage::Moving => {}
         }
     }
@@ -408,7 +464,11 @@ impl Loop {
                     dns_names: vec![route.address().host().to_string()],
                     ..TlsFacts::default()
                 });
-                self.pool.handle_established(now, attempt, Some(Protocol::Http1), facts).unwrap();
+                // What ALPN chose (cleartext: HTTP/1.1 here).
+                let alpn =
+                    self.socks[&token].io.tls.as_ref().and_then(|t| t.alpn_protocol().map(<[u8]>::to_vec));
+                let protocol = if alpn.as_deref() == Some(b"h2") { Protocol::Http2 } else { Protocol::Http1 };
+                self.pool.handle_established(now, attempt, Some(protocol), facts).unwrap();
             }
             Err(e) => self.fail_attempt(attempt, e),
         }
@@ -476,6 +536,102 @@ impl Loop {
         }
     }
 
+    /// Moves bytes for an HTTP/2 connection's driver and acts on its events:
+    /// what the pool must hear (SETTINGS, GOAWAY, PONG, the end), and each
+    /// stream's head, body and end for its call.
+    fn h2(&mut self, token: Token) {
+        loop {
+            let now = self.now();
+            let Some(Sock { io, stage: Stage::H2 { connection, driver, session, streams } }) =
+                self.socks.get_mut(&token)
+            else {
+                return;
+            };
+            let connection = *connection;
+            let mut moved = false;
+            if let Some(out) = driver.poll_transmit() {
+                match io.write(out) {
+                    Ok(n) => {
+                        driver.handle_written(n);
+                        moved = n > 0;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => driver.handle_read_error(&e.to_string()),
+                }
+            }
+            match io.read() {
+                Ok(Got::Bytes(b)) => {
+                    driver.handle_read(&b);
+                    moved = true;
+                }
+                Ok(Got::Eof) => driver.handle_eof(),
+                Ok(Got::Nothing) => {}
+                Err(e) => driver.handle_read_error(&e.to_string()),
+            }
+            let mut closed = None;
+            while let Some(event) = driver.poll_event() {
+                moved = true;
+                let call_of = |s: u32| streams.get(&s).copied();
+                match event {
+                    http2::Event::Settings { max_concurrent_streams } => {
+                        let _ = session.heard(http2::Report::Settings { max_concurrent_streams });
+                        self.pool.settings(now, connection, max_concurrent_streams).unwrap();
+                    }
+                    http2::Event::GoAway(g) => {
+                        let _ = session.heard(http2::Report::GoAway(g));
+                        self.pool.goaway(now, connection, g).unwrap();
+                    }
+                    http2::Event::Pong => {
+                        let _ = self.pool.pong(now, connection);
+                    }
+                    http2::Event::Head { stream, response, .. } => {
+                        if let Some(call) = call_of(stream) {
+                            self.calls.get_mut(&call).unwrap().status = Some(response.status().as_u16());
+                        }
+                    }
+                    http2::Event::Data { stream, data } => {
+                        driver.release(stream, data.len()); // consumed at once
+                        if let Some(call) = call_of(stream) {
+                            self.calls.get_mut(&call).unwrap().received.extend_from_slice(&data);
+                        }
+                    }
+                    http2::Event::Trailers { .. } => {}
+                    http2::Event::End { stream } => {
+                        if let Some(call) = streams.remove(&stream) {
+                            self.calls.get_mut(&call).unwrap().outcome = Some(Ok(()));
+                            self.pool.exchange_finished(now, call, Reuse::Reusable).unwrap();
+                        }
+                    }
+                    http2::Event::Failed { stream, error } => {
+                        if let Some(call) = streams.remove(&stream) {
+                            let facts = RequestFacts::new(&self.calls[&call].parts.method, false, true);
+                            let progress = switchyard_core::pool::Progress::RequestWritten;
+                            let failure = session.stream_failed(Some(stream), &error, progress, facts);
+                            println!("{call}: stream {stream} failed ({error})");
+                            match self.pool.exchange_failed(now, call, failure).unwrap() {
+                                FailureOutcome::Retrying(reason) => println!("{call}: retrying ({reason:?})"),
+                                FailureOutcome::Failed(e) => {
+                                    self.calls.get_mut(&call).unwrap().outcome = Some(Err(e.to_string()));
+                                }
+                            }
+                        }
+                    }
+                    http2::Event::Closed(end) => closed = Some(session.ended(&end)),
+                }
+            }
+            if let Some(reason) = closed {
+                // Already closed by the pool: nothing to report.
+                let _ = self.pool.connection_closed(now, connection, reason);
+                self.conns.remove(&connection);
+                self.socks.remove(&token);
+                return;
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
     /// The driver ended the exchange: report it to the core (which may retry),
     /// and keep the connection idle or close it as the driver decided.
     fn end_exchange(
@@ -528,9 +684,11 @@ fn main() {
     let mut roots = rustls::RootCertStore::empty();
     if urls.is_empty() {
         let plain = serve_plain();
-        let (tls, ca) = serve_tls();
+        let (tls, ca) = serve_tls(&[b"http/1.1"]);
+        let (h2, h2_ca) = serve_tls(&[b"h2"]);
         let proxy = serve_proxy();
         roots.add(ca).unwrap();
+        roots.add(h2_ca).unwrap();
         urls = vec![
             (format!("http://{plain}/a"), None, None),
             (format!("http://{plain}/b"), None, None),
@@ -542,6 +700,9 @@ fn main() {
                 Some(proxy.port()),
                 Some("a body, sent once"),
             ),
+            (format!("https://localhost:{}/h2/one", h2.port()), None, None),
+            (format!("https://localhost:{}/h2/two", h2.port()), None, None),
+            (format!("https://localhost:{}/h2/three", h2.port()), None, Some("over HTTP/2")),
         ];
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -550,7 +711,7 @@ fn main() {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let mut lp = Loop {
         // One connection per Address: the calls share it in turn, so reuse,
         // a server's close and the core's retry all show.
@@ -567,8 +728,14 @@ fn main() {
     // Every call starts at once: the pool decides which share a connection.
     for (url, proxy, body) in &urls {
         let uri: http::Uri = url.parse().expect("a valid URL");
+        // https may speak HTTP/2 (ALPN decides); http is HTTP/1.1 here.
+        let protocols: &[Protocol] = if uri.scheme_str() == Some("https") {
+            &[Protocol::Http2, Protocol::Http1]
+        } else {
+            &[Protocol::Http1]
+        };
         let address = Address::from_uri(&uri)
-            .map(|b| b.protocols([Protocol::Http1]))
+            .map(|b| b.protocols(protocols.iter().copied()))
             .and_then(|b| b.build())
             .expect("an http(s):// URL");
         let proxies: Vec<Proxy> =
@@ -677,8 +844,9 @@ fn serve_plain() -> std::net::SocketAddr {
     addr
 }
 
-/// An HTTPS server for `localhost`, with a CA made now (returned, to trust).
-fn serve_tls() -> (std::net::SocketAddr, rustls::pki_types::CertificateDer<'static>) {
+/// An HTTPS server for `localhost` speaking what `alpn` names (HTTP/1.1, or
+/// HTTP/2: [`serve_h2`]), with a CA made now (returned, to trust).
+fn serve_tls(alpn: &[&[u8]]) -> (std::net::SocketAddr, rustls::pki_types::CertificateDer<'static>) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -696,7 +864,8 @@ fn serve_tls() -> (std::net::SocketAddr, rustls::pki_types::CertificateDer<'stat
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der().clone(), ca_cert.der().clone()], key)
         .unwrap();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let h2 = alpn == [b"h2"];
     let config = Arc::new(config);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -706,11 +875,61 @@ fn serve_tls() -> (std::net::SocketAddr, rustls::pki_types::CertificateDer<'stat
             std::thread::spawn(move || {
                 let conn = rustls::ServerConnection::new(config).unwrap();
                 let mut stream = rustls::StreamOwned::new(conn, tcp);
-                while answer(&mut stream).unwrap_or(false) {}
+                if h2 {
+                    let _ = serve_h2(&mut stream);
+                } else {
+                    while answer(&mut stream).unwrap_or(false) {}
+                }
             });
         }
     });
     (addr, ca_cert.der().clone())
+}
+
+/// A minimal HTTP/2 server on one connection: its SETTINGS, then for each
+/// request (a HEADERS or DATA frame with END_STREAM) a 200 naming the stream
+/// and what its body held. Enough for the example; no flow control of its
+/// own beyond acknowledging SETTINGS.
+fn serve_h2(stream: &mut impl ReadWrite) -> io::Result<()> {
+    use switchyard_core::http2::hpack::Encoder;
+    let frame = |kind: u8, flags: u8, id: u32, payload: &[u8]| {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([kind, flags]);
+        f.extend(id.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut preface = [0u8; 24];
+    stream.read_exact(&mut preface)?;
+    // SETTINGS: MAX_CONCURRENT_STREAMS (3) = 16.
+    stream.write_all(&frame(4, 0, 0, &[0, 3, 0, 0, 0, 16]))?;
+    stream.flush()?;
+    let mut bodies: BTreeMap<u32, usize> = BTreeMap::new();
+    loop {
+        let mut head = [0u8; 9];
+        stream.read_exact(&mut head)?;
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let (kind, flags) = (head[3], head[4]);
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload)?;
+        match kind {
+            0 => *bodies.entry(id).or_default() += len,
+            4 if flags & 1 == 0 => stream.write_all(&frame(4, 1, 0, &[]))?, // SETTINGS ACK
+            6 if flags & 1 == 0 => stream.write_all(&frame(6, 1, 0, &payload))?, // PONG
+            _ => {}
+        }
+        if matches!(kind, 0 | 1) && flags & 1 != 0 {
+            let got = bodies.remove(&id).unwrap_or(0);
+            let body = if got > 0 { format!("stream {id} got {got} bytes") } else { format!("stream {id}") };
+            let mut block = BytesMut::new();
+            Encoder.field(&mut block, ":status", b"200");
+            Encoder.field(&mut block, "content-length", body.len().to_string().as_bytes());
+            stream.write_all(&frame(1, 4, id, &block))?;
+            stream.write_all(&frame(0, 1, id, body.as_bytes()))?;
+        }
+        stream.flush()?;
+    }
 }
 
 /// An HTTP `CONNECT` proxy: opens the tunnel, then copies bytes both ways.
