@@ -13,7 +13,7 @@ struct StdClient {
     log: EventLog,
 }
 
-fn send(client: &Client, req: Req) -> Result<Resp, (Failure, String)> {
+fn request(client: &Client, req: &Req) -> switchyard_std::RequestBuilder {
     let mut builder = match req.method.as_str() {
         "POST" => client.post(&req.url),
         "PUT" => client.put(&req.url),
@@ -27,6 +27,11 @@ fn send(client: &Client, req: Req) -> Result<Resp, (Failure, String)> {
     for (n, v) in &req.headers {
         builder = builder.header(n, v);
     }
+    builder
+}
+
+fn send(client: &Client, req: Req) -> Result<Resp, (Failure, String)> {
+    let builder = request(client, &req);
     let result = (|| {
         let mut response = builder.body(req.body).send()?;
         let body = response.body_mut().collect()?;
@@ -42,6 +47,10 @@ fn send(client: &Client, req: Req) -> Result<Resp, (Failure, String)> {
 impl TestClient for StdClient {
     fn send(&self, req: Req) -> Result<Resp, (Failure, String)> {
         send(&self.client, req)
+    }
+    fn hold(&self, req: Req) -> Result<(u16, Box<dyn std::any::Any>), (Failure, String)> {
+        let response = request(&self.client, &req).body(req.body).send().map_err(|e| adapter::failure(&e))?;
+        Ok((response.status().as_u16(), Box::new(response)))
     }
     /// One thread per request, all at once.
     fn send_all(&self, reqs: Vec<Req>) -> Vec<Result<Resp, (Failure, String)>> {

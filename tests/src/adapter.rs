@@ -70,6 +70,9 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(d) = config.dns_drain_grace {
         b = b.dns_drain_grace(d);
     }
+    if let Some((stream, connection)) = config.http2_windows {
+        b = b.http2_stream_window(stream).http2_connection_window(connection);
+    }
     if let Some(n) = config.dns_cache_capacity {
         b = b.dns_cache_capacity(n);
     }
@@ -195,10 +198,11 @@ pub struct AsyncTestClient<R, E> {
 ///
 /// # Errors
 /// The call failed, classified.
-pub async fn send<R: switchyard_async::Runtime>(
+/// The request builder for `req` (method, URL, options, headers).
+fn request<R: switchyard_async::Runtime>(
     client: &switchyard_async::Client<R>,
-    req: crate::conformance::Req,
-) -> Result<crate::conformance::Resp, (Failure, String)> {
+    req: &crate::conformance::Req,
+) -> switchyard_async::RequestBuilder<R> {
     let mut builder = match req.method.as_str() {
         "POST" => client.post(&req.url),
         "PUT" => client.put(&req.url),
@@ -212,6 +216,15 @@ pub async fn send<R: switchyard_async::Runtime>(
     for (n, v) in &req.headers {
         builder = builder.header(n, v);
     }
+    builder
+}
+
+/// Sends `req` and reads its whole body.
+pub async fn send<R: switchyard_async::Runtime>(
+    client: &switchyard_async::Client<R>,
+    req: crate::conformance::Req,
+) -> Result<crate::conformance::Resp, (Failure, String)> {
+    let builder = request(client, &req);
     let result = async {
         let mut response = builder.body(req.body).send().await?;
         let body = response.body_mut().collect().await?;
@@ -228,6 +241,11 @@ pub async fn send<R: switchyard_async::Runtime>(
 impl<R: switchyard_async::Runtime, E: Executor> crate::conformance::TestClient for AsyncTestClient<R, E> {
     fn send(&self, req: crate::conformance::Req) -> Result<crate::conformance::Resp, (Failure, String)> {
         self.exec.block_on(send(&self.client, req))
+    }
+    fn hold(&self, req: crate::conformance::Req) -> Result<(u16, Box<dyn std::any::Any>), (Failure, String)> {
+        let builder = request(&self.client, &req);
+        let response = self.exec.block_on(builder.body(req.body).send()).map_err(|e| failure(&e))?;
+        Ok((response.status().as_u16(), Box::new(response)))
     }
     fn send_all(
         &self,

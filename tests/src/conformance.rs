@@ -89,6 +89,8 @@ pub struct Config {
     pub ping_interval: Option<Duration>,
     /// Outlier ejection (`None`: the client's default).
     pub outliers: Option<switchyard_core::OutlierPolicy>,
+    /// HTTP/2 stream and connection windows (`None`: the client's default).
+    pub http2_windows: Option<(u32, u32)>,
 }
 
 /// A resolver plugged into a [`Config`] (shown as `..` in its `Debug`).
@@ -138,6 +140,7 @@ impl Default for Config {
             max_lifetime: None,
             ping_interval: None,
             outliers: None,
+            http2_windows: None,
         }
     }
 }
@@ -213,6 +216,9 @@ pub type EventRow = (Option<u64>, &'static str, String);
 pub trait TestClient: Send + Sync {
     /// Sends one request and reads its whole body.
     fn send(&self, req: Req) -> Result<Resp, (Failure, String)>;
+    /// Sends `req` and returns once its head arrived: the status, and the
+    /// response held with its body unread (dropping it abandons the body).
+    fn hold(&self, req: Req) -> Result<(u16, Box<dyn std::any::Any>), (Failure, String)>;
     /// Sends these requests concurrently, results in order.
     fn send_all(&self, reqs: Vec<Req>) -> Vec<Result<Resp, (Failure, String)>>;
     /// `callers` concurrent callers, each sending `req` `each` times one after
@@ -957,6 +963,69 @@ pub fn a_call_deadline_on_http2_keeps_the_connection(a: &dyn Adapter) {
     assert!(s.closed.is_empty(), "nothing closed: {s:?}");
 }
 
+/// An HTTP/2 server and client over h2c, then over TLS, with `config`'s
+/// other settings: the server, its base URL, the client's config.
+fn http2_origin(ca: &TestCa, tls: bool, config: Config) -> (TestServer, String, Config) {
+    if tls {
+        let server = tls_server(ca, &["a.test"], ServerOptions::default());
+        let base = format!("https://a.test:{}", server.port());
+        let c = tls_config(ca, &["a.test"]);
+        (server, base, Config { version: Version::Http2, root: c.root, hosts: c.hosts, ..config })
+    } else {
+        let server = TestServer::start(ServerOptions::default());
+        let base = format!("http://127.0.0.1:{}", server.port());
+        (server, base, Config { version: Version::Http2, ..config })
+    }
+}
+
+/// A response body nobody reads holds only its own stream's window, never
+/// the connection's: with windows of 256 KiB per stream and 512 KiB per
+/// connection, three 1 MiB bodies left unread would hold the whole
+/// connection window twice over, yet a fourth call on the same connection
+/// gets its answer (over h2c and TLS).
+pub fn stalled_readers_do_not_stall_http2(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    for tls in [false, true] {
+        let base_config = Config { http2_windows: Some((256 * 1024, 512 * 1024)), ..Config::default() };
+        let (server, base, config) = http2_origin(&ca, tls, base_config);
+        let client = a.client(config);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let (status, body) =
+                client.hold(Req::get(format!("{base}/bytes/1048576"))).expect("the head arrives");
+            assert_eq!(status, 200, "tls {tls}");
+            held.push(body);
+        }
+        let r = ok(client.send(Req::get(format!("{base}/hello"))));
+        assert_eq!((r.version, r.body.as_slice()), (http::Version::HTTP_2, &b"hello"[..]), "tls {tls}");
+        assert_eq!(server.connections(), 1, "tls {tls}: one connection carried all four calls");
+        drop(held);
+    }
+}
+
+/// An HTTP/2 server that answers an upload before reading it (413, 401,
+/// 403) and ends its side: that answer is the caller's response — not a
+/// failed upload — and the connection carries the next call (h2c and TLS).
+pub fn an_early_answer_wins_http2(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    for tls in [false, true] {
+        let (server, base, config) = http2_origin(&ca, tls, Config::default());
+        let client = a.client(config);
+        for status in [413u16, 401, 403] {
+            let upload = Req {
+                method: http::Method::POST,
+                body: vec![b'u'; 4 << 20],
+                ..Req::get(format!("{base}/early/{status}"))
+            };
+            let r = ok(client.send(upload));
+            assert_eq!(r.status, status, "tls {tls}");
+            assert_eq!(r.body, b"refused before reading", "tls {tls}");
+        }
+        assert_eq!(ok(client.send(Req::get(format!("{base}/hello")))).body, b"hello", "tls {tls}");
+        assert_eq!(server.connections(), 1, "tls {tls}: the connection stayed");
+    }
+}
+
 /// Through a SOCKS5 proxy. `socks5h://`: the proxy resolves the origin's
 /// name; an origin it cannot reach is a typed proxy error naming it.
 /// `socks5://`: the client resolves the name (its resolver, not the proxy's)
@@ -1354,7 +1423,8 @@ macro_rules! conformance_suite {
             dns_change_drains_pooled_connections, rotating_dns_answers_keep_one_connection,
             dropped_calls_leave_nothing_behind_http1, dropped_calls_leave_nothing_behind_http2,
             many_hosts_keep_bounded_state, http2_keepalive_ping_finds_a_dead_peer,
-            shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route);
+            shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route,
+            stalled_readers_do_not_stall_http2, an_early_answer_wins_http2);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1377,7 +1447,8 @@ macro_rules! conformance_suite {
             misdirected_on_a_coalesced_connection, prior_knowledge_to_an_http1_server_fails_one_way,
             event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2,
             retry_budget_bounds_an_http2_retry_storm, http2_keepalive_ping_finds_a_dead_peer,
-            server_errors_eject_an_http2_route, dropped_calls_leave_nothing_behind_http2);
+            server_errors_eject_an_http2_route, dropped_calls_leave_nothing_behind_http2,
+            stalled_readers_do_not_stall_http2, an_early_answer_wins_http2);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

@@ -322,7 +322,16 @@ async fn serve_connection<I>(
         async move {
             let exchange = exchanges.fetch_add(1, Ordering::SeqCst);
             let (parts, body) = req.into_parts();
-            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            // `/early/STATUS`: answered at once, the request body never read
+            // (an upload refused by its head: 413, 401, 403).
+            let early = parts.uri.path().strip_prefix("/early/").and_then(|s| s.parse::<u16>().ok());
+            let body = match early {
+                Some(_) => {
+                    drop(body);
+                    Bytes::new()
+                }
+                None => body.collect().await.map(|b| b.to_bytes()).unwrap_or_default(),
+            };
             let authority = parts
                 .uri
                 .authority()
@@ -410,7 +419,8 @@ fn gzipped() -> Bytes {
 /// `/redirect/0` to `/hello`), `/gzip` (a gzip-encoded body), `/slow-body/MS`
 /// (the head at once, the body MS later), `/trailers` (a body, then an
 /// `x-checksum` trailer), `/goto/STATUS?URL` (a redirect with that status
-/// to URL), `/bad-gzip` (gzip-labelled bytes that are not gzip); anything else answers its path.
+/// to URL), `/bad-gzip` (gzip-labelled bytes that are not gzip), `/early/STATUS`
+/// (that status at once, the request body never read); anything else answers its path.
 async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::Response<ServerBody> {
     let mut segments = path.trim_start_matches('/').split('/');
     let first = segments.next().unwrap_or_default();
@@ -465,6 +475,11 @@ async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::R
         ("bad-gzip", _) => {
             response.headers_mut().insert("content-encoding", http::HeaderValue::from_static("gzip"));
             *response.body_mut() = full(Bytes::from_static(b"this is not gzip at all"));
+        }
+        ("early", Some(code)) => {
+            *response.status_mut() =
+                http::StatusCode::from_u16(u16::try_from(code).unwrap_or(413)).unwrap_or_default();
+            *response.body_mut() = full(Bytes::from_static(b"refused before reading"));
         }
         ("slow-body", Some(ms)) => {
             *response.body_mut() = Later {
