@@ -15,17 +15,19 @@
 //! resets as an EOF before any response byte; the driver's keep-alive decision
 //! and failure classification are what the pool hears, and are checked.
 //!
-//! HTTP/2 connections run through the core's session (`http2::Session`): the
-//! server's SETTINGS and GOAWAY arrive as frame bytes in random pieces and
-//! reach the pool as the session reports them; each stream has an id; the
-//! server refuses streams (REFUSED_STREAM), resets them before or during the
-//! response, answers GOAWAY with a last stream id below streams still in
-//! flight (which then fail unprocessed), or never makes a connection usable
-//! (no SETTINGS, or a limit of zero: the pool's timer ends it). The
-//! session's verdicts are what the pool hears, and are checked: a request
-//! the server processed is never replayed unless idempotent, a connection a
-//! stream was reset on mid-body takes no new streams, an ended connection's
-//! streams all fail.
+//! HTTP/2 connections run through the core's connection driver
+//! (`http2::Driver`) with real frames: the server's SETTINGS, GOAWAY, response
+//! HEADERS and DATA, and RST_STREAM reach the driver as bytes in random pieces,
+//! and what it reports goes to the pool, judged by the core's session
+//! (`http2::Session`). The server refuses streams (REFUSED_STREAM), resets
+//! them before or during the response, answers GOAWAY with a last stream id
+//! below streams still in flight (which the driver then fails as
+//! unprocessed), closes connections silently (every stream on it fails), or
+//! never makes a connection usable (no SETTINGS, or a limit of zero: the
+//! pool's timer ends it). The verdicts are what the pool hears, and are
+//! checked: a request the server processed is never replayed unless
+//! idempotent, a connection a stream was reset on mid-body takes no new
+//! streams, an ended connection's streams all fail.
 //!
 //! After every step the checker asserts the pool's invariants; per call: every
 //! acquisition ends by the call's deadline; the race keeps its stagger; routes
@@ -143,11 +145,13 @@ struct SimConn {
     goaway_sent: bool,
     /// HTTP/2: the server's SETTINGS reached the pool.
     settings_delivered: bool,
-    /// HTTP/2: the core's session, the next stream id, the streams in
-    /// flight (call → id), and the GOAWAY's last stream id once sent.
+    /// HTTP/2: the core's session and driver, the streams in flight (call →
+    /// id), the streams whose head arrived, and the GOAWAY's last stream id
+    /// once sent.
     session: Option<Session>,
-    next_stream: u32,
+    h2: Option<http2::Driver>,
     streams: BTreeMap<CallId, u32>,
+    heads: BTreeSet<u32>,
     goaway_last: Option<u32>,
     /// The highest stream id the server answered.
     max_done: u32,
@@ -337,8 +341,14 @@ struct Sim {
 
 /// An HTTP/2 frame on stream 0 (RFC 9113 §4.1).
 fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    frame_on(kind, flags, 0, payload)
+}
+
+/// An HTTP/2 frame on `stream`.
+fn frame_on(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len();
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags, 0, 0, 0, 0];
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend(stream.to_be_bytes());
     f.extend_from_slice(payload);
     f
 }
@@ -451,7 +461,7 @@ impl Sim {
                 if protocol.is_multiplexed() {
                     let c = self.conns.get_mut(&connection).unwrap();
                     c.session = Some(Session::new(64 * 1024));
-                    c.next_stream = 1;
+                    c.h2 = Some(http2::Driver::new(http2::DriverConfig::default()));
                     // Every usable HTTP/2 server opens with SETTINGS; some set
                     // a limit. Some never make the connection usable.
                     let limit = self.w.server.stream_limit;
@@ -504,8 +514,18 @@ impl Sim {
                             "{call} opened a stream on {connection} after its GOAWAY ({last})"
                         ));
                     }
-                    k.streams.insert(call, k.next_stream);
-                    k.next_stream += 2;
+                    let (parts, ()) = http::Request::get("https://sim.test/").body(()).unwrap().into_parts();
+                    let driver = k.h2.as_mut().ok_or("HTTP/2 without a driver")?;
+                    let stream = driver
+                        .open(&parts, true)
+                        .map_err(|e| format!("{call}: open on {connection}: {e:?}"))?;
+                    // The client's bytes (preface, SETTINGS, HEADERS) go out
+                    // in pieces.
+                    while let Some(out) = driver.poll_transmit() {
+                        let n = (self.w.rng.range(1, 64) as usize).min(out.len());
+                        driver.handle_written(n);
+                    }
+                    k.streams.insert(call, stream);
                 }
                 if self.start_h1(call, connection)? {
                     self.at(ms(t), Ev::ExchangeDone(call, connection));
@@ -650,7 +670,6 @@ impl Sim {
     }
 
     fn exchange_done(&mut self, call: CallId, connection: ConnectionId) -> Result<(), String> {
-        let facts = self.facts(call);
         if self.conns.get(&connection).is_some_and(|c| c.driver.is_some()) {
             let stale = self.conns[&connection].stale;
             let broken = stale || self.w.rng.chance(self.w.server.reset_percent);
@@ -662,49 +681,160 @@ impl Sim {
         let Some(stream) = k.streams.remove(&call) else {
             return Err(format!("{call} finished on {connection} without a stream"));
         };
-        // HTTP/2: the server decides the stream's fate; the session judges it.
-        let (stale, last) = (k.stale, k.goaway_last);
-        let answered = !stale && last.is_none_or(|l| stream <= l);
-        if answered {
-            k.max_done = k.max_done.max(stream);
-        }
+        // HTTP/2: the server decides the stream's fate and says it in frames;
+        // the driver reads them and the session judges what it reports.
+        let stale = k.stale;
+        k.max_done = k.max_done.max(stream);
+        k.streams.insert(call, stream);
+        let rng = &mut self.w.rng;
         let server = self.w.server.clone();
         let ip = self.pool.connection(connection).map(|c| c.route().socket_addr().ip());
-        let rng = &mut self.w.rng;
-        let (error, processed) = if stale {
-            (StreamError::Io { message: "connection reset".into() }, true)
-        } else if last.is_some_and(|l| stream > l) {
-            self.counters.unprocessed += 1;
-            (StreamError::GoAway { code: http2::session::code::NO_ERROR, by: Peer::Server }, false)
-        } else if rng.chance(server.refuse_percent) {
+        if stale {
+            // Closed without the client noticing: the connection's streams fail.
+            return self.server_gone(connection);
+        }
+        let head = |end: bool| {
+            let mut block = bytes::BytesMut::new();
+            http2::hpack::Encoder.field(&mut block, ":status", b"200");
+            frame_on(1, 0x4 | u8::from(end), stream, &block)
+        };
+        let bytes = if rng.chance(server.refuse_percent) {
             self.counters.refused += 1;
             if let (Some(ip), Some(c)) = (ip, self.calls.get_mut(&call)) {
                 c.refused_ips.insert(ip);
             }
-            (StreamError::Reset { code: http2::session::code::REFUSED_STREAM, by: Peer::Server }, false)
+            frame_on(3, 0, stream, &http2::session::code::REFUSED_STREAM.to_be_bytes())
         } else if rng.chance(server.reset_percent) {
-            (StreamError::Reset { code: 0x2, by: Peer::Server }, true)
+            frame_on(3, 0, stream, &2u32.to_be_bytes())
         } else if rng.chance(server.body_reset_percent) {
-            // The head arrived; the body is cut by a reset.
+            // The head arrives; the body is cut by a reset.
             self.counters.body_resets += 1;
-            let k = &self.conns[&connection];
-            let reset = StreamError::Reset { code: 0x2, by: Peer::Server };
-            let reuse = k.session.as_ref().unwrap().body_failed(&reset);
-            if reuse != Reuse::Retire(CloseReason::StreamReset) {
-                return Err(format!("{connection}: a reset mid-body left it reusable"));
-            }
-            self.complete(call, connection, reuse)?;
-            if self.pool.connection(connection).is_some_and(|c| c.no_new_exchanges().is_none()) {
-                return Err(format!("{connection} takes new streams after a reset mid-body"));
-            }
-            return Ok(());
+            let mut b = head(false);
+            b.extend(frame_on(0, 0, stream, b"par"));
+            b.extend(frame_on(3, 0, stream, &2u32.to_be_bytes()));
+            b
         } else {
-            return self.complete(call, connection, Reuse::Reusable);
+            let mut b = head(false);
+            b.extend(frame_on(0, 1, stream, b"ok"));
+            b
         };
-        let k = &self.conns[&connection];
-        let failure =
-            k.session.as_ref().unwrap().stream_failed(Some(stream), &error, Progress::RequestWritten, facts);
-        self.h2_failed(call, failure, processed)
+        self.server_bytes(connection, &bytes)
+    }
+
+    /// The server's bytes reach the connection's driver in random pieces; what
+    /// it reports goes to the pool (SETTINGS, GOAWAY), and each stream's end
+    /// or failure to its call, with the session's verdict.
+    fn server_bytes(&mut self, connection: ConnectionId, bytes: &[u8]) -> Result<(), String> {
+        let Some(k) = self.conns.get_mut(&connection) else { return Ok(()) };
+        let driver = k.h2.as_mut().ok_or_else(|| format!("{connection}: frames on HTTP/1.1"))?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = (self.w.rng.range(1, 16) as usize).min(rest.len());
+            driver.handle_read(&rest[..n]);
+            rest = &rest[n..];
+        }
+        self.h2_events(connection)
+    }
+
+    /// The connection died under its streams (a silent close, or the pool's
+    /// abort): the driver fails every stream on it.
+    fn server_gone(&mut self, connection: ConnectionId) -> Result<(), String> {
+        let Some(k) = self.conns.get_mut(&connection) else { return Ok(()) };
+        k.h2.as_mut()
+            .ok_or_else(|| format!("{connection}: not HTTP/2"))?
+            .handle_read_error("connection reset");
+        self.h2_events(connection)
+    }
+
+    fn h2_events(&mut self, connection: ConnectionId) -> Result<(), String> {
+        loop {
+            let Some(k) = self.conns.get_mut(&connection) else { return Ok(()) };
+            let Some(event) = k.h2.as_mut().and_then(http2::Driver::poll_event) else { return Ok(()) };
+            let call_of =
+                |k: &SimConn, stream: u32| k.streams.iter().find(|(_, s)| **s == stream).map(|(c, _)| *c);
+            match event {
+                http2::Event::Settings { max_concurrent_streams } => {
+                    let session = k.session.as_mut().unwrap();
+                    let _ = session.heard(Report::Settings { max_concurrent_streams });
+                    k.settings_delivered = true;
+                    if self.pool.connection(connection).is_some() {
+                        self.pool
+                            .settings(self.now, connection, max_concurrent_streams)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                http2::Event::GoAway(g) => {
+                    let _ = k.session.as_mut().unwrap().heard(Report::GoAway(g));
+                    if self.pool.connection(connection).is_some() {
+                        self.pool.goaway(self.now, connection, g).map_err(|e| e.to_string())?;
+                    }
+                }
+                http2::Event::Head { stream, .. } => {
+                    k.heads.insert(stream);
+                }
+                http2::Event::Data { stream, data } => {
+                    k.h2.as_mut().unwrap().release(stream, data.len());
+                }
+                http2::Event::Trailers { .. } | http2::Event::Pong | http2::Event::Closed(_) => {}
+                http2::Event::End { stream } => {
+                    let call =
+                        call_of(k, stream).ok_or_else(|| format!("{connection}: end of unknown {stream}"))?;
+                    k.streams.remove(&call);
+                    k.h2.as_mut().unwrap().close_stream(stream);
+                    self.complete(call, connection, Reuse::Reusable)?;
+                }
+                http2::Event::Failed { stream, error } => {
+                    let Some(call) = call_of(k, stream) else { continue };
+                    k.streams.remove(&call);
+                    k.h2.as_mut().unwrap().close_stream(stream);
+                    let facts = self.facts(call);
+                    let k = &self.conns[&connection];
+                    let session = k.session.as_ref().unwrap();
+                    if k.heads.contains(&stream) {
+                        // Mid-body: the session says whether the connection goes on.
+                        let reuse = session.body_failed(&error);
+                        if matches!(error, StreamError::Reset { by: Peer::Server, code } if code != http2::session::code::CANCEL)
+                            && reuse != Reuse::Retire(CloseReason::StreamReset)
+                        {
+                            return Err(format!("{connection}: a reset mid-body left it reusable"));
+                        }
+                        self.complete(call, connection, reuse)?;
+                        if reuse != Reuse::Reusable
+                            && self
+                                .pool
+                                .connection(connection)
+                                .is_some_and(|c| c.no_new_exchanges().is_none())
+                        {
+                            return Err(format!("{connection} takes new streams after a reset mid-body"));
+                        }
+                        continue;
+                    }
+                    // What the simulated server did with the request: a
+                    // refusal or a GOAWAY above the stream leaves it
+                    // unprocessed; anything else may have processed it.
+                    let processed = !matches!(
+                        error,
+                        StreamError::GoAway { by: Peer::Server, .. }
+                            | StreamError::Reset {
+                                code: http2::session::code::REFUSED_STREAM,
+                                by: Peer::Server
+                            }
+                    ) && session.ending() != Some(CloseReason::NeverUsable);
+                    if matches!(error, StreamError::GoAway { by: Peer::Server, .. }) {
+                        self.counters.unprocessed += 1;
+                    }
+                    let failure =
+                        session.stream_failed(Some(stream), &error, Progress::RequestWritten, facts);
+                    let aborted = std::io::ErrorKind::ConnectionAborted;
+                    if session.ending() == Some(CloseReason::NeverUsable)
+                        && !matches!(failure.kind, ExchangeFailureKind::Io { kind, .. } if kind == aborted)
+                    {
+                        return Err(format!("{call}: never-usable verdict {:?}", failure.kind));
+                    }
+                    self.h2_failed(call, failure, processed)?;
+                }
+            }
+        }
     }
 
     /// An HTTP/2 stream failed with the session's verdict; `processed`: the
@@ -746,52 +876,19 @@ impl Sim {
         let k = self.conns.get_mut(&connection).ok_or_else(|| format!("abort of unknown {connection}"))?;
         let session = k.session.as_mut().ok_or_else(|| format!("{connection}: abort of HTTP/1.1"))?;
         session.end(reason);
-        let streams: Vec<(CallId, u32)> = std::mem::take(&mut k.streams).into_iter().collect();
-        if streams.is_empty() {
+        if k.streams.is_empty() {
             return Err(format!("{connection} aborted with no stream in flight"));
         }
         self.counters.aborted += 1;
-        for (call, stream) in streams {
-            let facts = self.facts(call);
-            let error = StreamError::Other { message: "connection closed".into() };
-            let session = self.conns[&connection].session.as_ref().unwrap();
-            let failure = session.stream_failed(Some(stream), &error, Progress::RequestWritten, facts);
-            let aborted = std::io::ErrorKind::ConnectionAborted;
-            if !matches!(failure.kind, ExchangeFailureKind::Io { kind, .. } if kind == aborted) {
-                return Err(format!("{call}: never-usable verdict {:?}", failure.kind));
+        // The server never made the connection usable: it processed nothing;
+        // the session names why (checked in h2_failed's caller: never-usable
+        // verdicts are I/O aborts).
+        let calls: Vec<CallId> = k.streams.keys().copied().collect();
+        self.server_gone(connection)?;
+        for call in calls {
+            if self.calls[&call].holding == Some(connection) {
+                return Err(format!("{call} still holds aborted {connection}"));
             }
-            // The server never made the connection usable: it processed nothing.
-            self.h2_failed(call, failure, false)?;
-        }
-        Ok(())
-    }
-
-    /// The server's frames reach the session as bytes, in random pieces; what
-    /// it reports goes to the pool.
-    fn frames(&mut self, connection: ConnectionId, bytes: &[u8]) -> Result<(), String> {
-        let mut reports = Vec::new();
-        let Some(k) = self.conns.get_mut(&connection) else { return Ok(()) };
-        let Some(session) = k.session.as_mut() else {
-            return Err(format!("{connection}: frames on HTTP/1.1"));
-        };
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            let n = (self.w.rng.range(1, 16) as usize).min(rest.len());
-            session.read(&rest[..n], &mut reports);
-            rest = &rest[n..];
-        }
-        for report in reports {
-            if self.pool.connection(connection).is_none() {
-                continue;
-            }
-            match report {
-                Report::Settings { max_concurrent_streams } => {
-                    k.settings_delivered = true;
-                    self.pool.settings(self.now, connection, max_concurrent_streams)
-                }
-                Report::GoAway(g) => self.pool.goaway(self.now, connection, g),
-            }
-            .map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -933,20 +1030,20 @@ impl Sim {
                     payload.extend([0, 3]);
                     payload.extend(limit.to_be_bytes());
                 }
-                self.frames(c, &frame(4, 0, &payload))?;
+                self.server_bytes(c, &frame(4, 0, &payload))?;
             }
             Ev::GoAway(c) => {
                 // The last stream it will process: at least every one it
                 // answered, sometimes below streams still in flight (those
                 // then fail unprocessed).
                 let Some(k) = self.conns.get_mut(&c) else { return self.drain() };
-                let highest = k.next_stream.saturating_sub(2);
+                let highest = k.streams.values().copied().max().unwrap_or(0).max(k.max_done);
                 let last = self.w.rng.range(u64::from(k.max_done), u64::from(highest.max(k.max_done)));
                 let last = u32::try_from(last).unwrap();
                 k.goaway_last = Some(last);
                 let mut payload = last.to_be_bytes().to_vec();
                 payload.extend(0u32.to_be_bytes());
-                self.frames(c, &frame(7, 0, &payload))?;
+                self.server_bytes(c, &frame(7, 0, &payload))?;
             }
             // A stream the pool's abort already failed is over.
             Ev::ExchangeDone(call, c) if self.calls[&call].holding != Some(c) => {}
