@@ -8,7 +8,7 @@ use std::io;
 
 use bytes::Bytes;
 use switchyard_core::http1::{BodyFailure, Driver, Event, Failure, RequestBody};
-use switchyard_core::pool::{ExchangeFailure, Progress, RequestFacts};
+use switchyard_core::pool::{ExchangeFailure, RequestFacts};
 use switchyard_core::{CallId, CloseReason};
 
 use crate::{BodyError, Error, Hub};
@@ -26,12 +26,7 @@ pub enum Attempted {
 /// core retries the call elsewhere (nothing was sent).
 #[must_use]
 pub fn stale(why: &str, facts: RequestFacts) -> Attempted {
-    let e = io::Error::new(io::ErrorKind::ConnectionAborted, why.to_owned());
-    Attempted::Failed(ExchangeFailure {
-        kind: switchyard_core::pool::ExchangeFailureKind::from_io(&e),
-        progress: Progress::NothingWritten,
-        request: facts,
-    })
+    Attempted::Failed(ExchangeFailure::stale(why, facts))
 }
 
 /// The failure for a pooled connection that did not pass its probe

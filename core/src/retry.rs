@@ -139,6 +139,35 @@ pub struct ExchangeFailure {
     pub request: RequestFacts,
 }
 
+impl ExchangeFailure {
+    /// The call's own deadline passed mid-exchange (the embedder's timer, not
+    /// the connection's): a timeout, and how far the exchange got is taken
+    /// as "the request was written" — the claim that never wrongly allows a
+    /// replay.
+    ///
+    /// ```
+    /// use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
+    /// let f = ExchangeFailure::call_deadline(RequestFacts { idempotent: false, body_replayable: true });
+    /// assert_eq!((f.kind, f.progress), (ExchangeFailureKind::Timeout, Progress::RequestWritten));
+    /// ```
+    #[must_use]
+    pub fn call_deadline(request: RequestFacts) -> ExchangeFailure {
+        ExchangeFailure { kind: ExchangeFailureKind::Timeout, progress: Progress::RequestWritten, request }
+    }
+
+    /// A pooled connection found dead before anything was written (`why`):
+    /// nothing was sent, so the call may go elsewhere.
+    #[must_use]
+    pub fn stale(why: &str, request: RequestFacts) -> ExchangeFailure {
+        let e = io::Error::new(io::ErrorKind::ConnectionAborted, why.to_owned());
+        ExchangeFailure {
+            kind: ExchangeFailureKind::from_io(&e),
+            progress: Progress::NothingWritten,
+            request,
+        }
+    }
+}
+
 /// Why a retry happens.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum RetryReason {

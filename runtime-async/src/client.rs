@@ -10,7 +10,7 @@ use std::sync::Arc;
 use switchyard_common::call::CallOwner;
 use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
 use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender, TimeoutPhase};
-use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress};
+use switchyard_core::pool::ExchangeFailure;
 use switchyard_core::{CallId, PoolStats};
 use tokio::sync::oneshot;
 
@@ -282,14 +282,9 @@ impl<R: Runtime> Client<R> {
             Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
                 if leased.load(Ordering::Acquire) {
                     // Mid-exchange: the pool hears a timeout failure (route
-                    // memory, the connection's verdict), not a cancellation.
-                    // How far the exchange got is not known here: "written" is
-                    // the claim that never wrongly allows a replay.
-                    let failure = ExchangeFailure {
-                        kind: ExchangeFailureKind::Timeout,
-                        progress: Progress::RequestWritten,
-                        request: facts,
-                    };
+                    // memory, the connection's verdict), not a cancellation;
+                    // the core says what that failure is.
+                    let failure = ExchangeFailure::call_deadline(facts);
                     let (tx, _) = oneshot::channel();
                     let _ = shared.exchange_failed(call, failure, tx);
                     Err(Error::timeout(TimeoutPhase::ResponseHead))
