@@ -366,9 +366,23 @@ impl H2Conn {
         Poll::Pending
     }
 
-    /// The trailers, once the body ended (and their block's wire length).
-    pub fn take_trailers(&mut self, ticket: u64) -> Option<(http::HeaderMap, usize)> {
-        self.slots.get_mut(ticket).and_then(|s| s.trailers.take())
+    /// The body ended: its trailers, if any, held to the head limit (over
+    /// it, on the wire or decoded, a typed error — never fields cut
+    /// silently; the connection is fine).
+    pub fn body_end(
+        &mut self,
+        ticket: u64,
+        stream: u32,
+    ) -> Result<Option<http::HeaderMap>, crate::BodyError> {
+        let Some((trailers, _)) = self.slots.get_mut(ticket).and_then(|s| s.trailers.take()) else {
+            return Ok(None);
+        };
+        let fits = self.session.trailers_fit(stream, switchyard_core::http2::field_sizes(&trailers));
+        if fits {
+            Ok(Some(trailers))
+        } else {
+            Err(crate::BodyError::TrailersTooLarge { limit: self.session.head_limit() })
+        }
     }
 
     /// The call is done with its stream (body read, dropped, or failed): a
@@ -573,6 +587,106 @@ impl H2Conn {
                 }
             }
         }
+    }
+}
+
+/// An adapter's shared HTTP/2 connection, as its handles see it.
+pub trait SharedConn: Send + Sync + 'static {
+    /// Runs `f` on the state under the connection's lock; after it, the
+    /// adapter writes what was produced (or wakes its writer), wakes who was
+    /// woken, and tells the pool what it must hear.
+    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R;
+    /// How many handles hold the connection (the pool's, and each stream's).
+    fn handles(&self) -> &std::sync::atomic::AtomicUsize;
+}
+
+/// A handle on a shared HTTP/2 connection. A leased one carries its stream's
+/// place in the opening order (its ticket) and closes that stream when
+/// dropped; when the last handle goes (the pool closed the connection and no
+/// call holds a stream), the connection is released: GOAWAY, then closed.
+pub struct Handle<C: SharedConn> {
+    conn: std::sync::Arc<C>,
+    ticket: Option<u64>,
+    source: switchyard_core::Source,
+}
+
+impl<C: SharedConn> Handle<C> {
+    /// The first handle on a new connection (the pool's).
+    #[must_use]
+    pub fn new(conn: std::sync::Arc<C>) -> Handle<C> {
+        Handle { conn, ticket: None, source: switchyard_core::Source::New }
+    }
+
+    /// The handle for one stream the pool handed out (under the engine's
+    /// lock, in the pool's order): its place in the opening order, and how
+    /// the pool found the connection.
+    #[must_use]
+    pub fn leased(&self, source: switchyard_core::Source) -> Handle<C> {
+        let mut handle = self.clone();
+        handle.ticket = Some(self.conn.with(|st, _| st.lease()));
+        handle.source = source;
+        handle
+    }
+
+    /// The shared connection.
+    #[must_use]
+    pub fn conn(&self) -> &std::sync::Arc<C> {
+        &self.conn
+    }
+
+    /// The stream's ticket (`u64::MAX` for a handle that leased none).
+    #[must_use]
+    pub fn ticket(&self) -> u64 {
+        self.ticket.unwrap_or(u64::MAX)
+    }
+
+    /// How the pool found the connection for this stream.
+    #[must_use]
+    pub fn source(&self) -> switchyard_core::Source {
+        self.source
+    }
+}
+
+impl<C: SharedConn> Clone for Handle<C> {
+    fn clone(&self) -> Handle<C> {
+        self.conn.handles().fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Handle { conn: std::sync::Arc::clone(&self.conn), ticket: None, source: self.source }
+    }
+}
+
+impl<C: SharedConn> Drop for Handle<C> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.conn.with(|st, w| st.close(ticket, w));
+        }
+        if self.conn.handles().fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            self.conn.with(|st, w| st.release(w));
+        }
+    }
+}
+
+impl<C: SharedConn> std::fmt::Debug for Handle<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").field("ticket", &self.ticket).field("source", &self.source).finish()
+    }
+}
+
+/// Tells the pool what it must hear from `connection` (under the engine's
+/// lock, after the connection's was released).
+pub fn tell_pool(
+    pool: &mut switchyard_core::Pool,
+    now: Instant,
+    connection: switchyard_core::ConnectionId,
+    notes: Vec<PoolNote>,
+) {
+    for note in notes {
+        let _ = match note {
+            PoolNote::Settings(max) => pool.settings(now, connection, max),
+            PoolNote::GoAway(g) => pool.goaway(now, connection, g),
+            PoolNote::Pong => pool.pong(now, connection),
+            // Already closed by the pool: nothing to report.
+            PoolNote::Closed(reason) => pool.connection_closed(now, connection, reason),
+        };
     }
 }
 

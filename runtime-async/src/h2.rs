@@ -5,19 +5,21 @@
 //! moves bytes between the socket and that state, and each call waits on its
 //! stream; nothing is decided here.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::Poll;
 
 use bytes::Bytes;
-use switchyard_core::http2::{field_sizes, StreamError};
+use switchyard_core::http2::StreamError;
 use switchyard_core::pool::RequestFacts;
-use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse, Source};
+use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
-use switchyard_common::h2::{wake_all, H2Conn, PoolNote, SendRoom, Submitted, Wakeups};
+use switchyard_common::h2::{
+    tell_pool, wake_all, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Submitted, Wakeups,
+};
 use switchyard_common::{BodyError, Error};
 
 use crate::body::{Body, Kind};
@@ -25,7 +27,7 @@ use crate::runtime::{within, BoxFuture, Io};
 use crate::shared::Shared;
 
 /// The shared connection: its state, and how many handles hold it.
-struct Conn {
+pub(crate) struct Conn {
     state: Mutex<H2Conn>,
     handles: AtomicUsize,
     connection: ConnectionId,
@@ -56,58 +58,21 @@ impl Conn {
     fn report(&self, notes: Vec<PoolNote>) {
         let Some(shared) = self.shared.upgrade() else { return };
         let connection = self.connection;
-        shared.input(|st, now| {
-            for note in notes {
-                let _ = match note {
-                    PoolNote::Settings(max) => st.pool.settings(now, connection, max),
-                    PoolNote::GoAway(g) => st.pool.goaway(now, connection, g),
-                    PoolNote::Pong => st.pool.pong(now, connection),
-                    // Already closed by the pool: nothing to report.
-                    PoolNote::Closed(reason) => st.pool.connection_closed(now, connection, reason),
-                };
-            }
-        });
+        shared.input(|st, now| tell_pool(&mut st.pool, now, connection, notes));
     }
 }
 
-/// A handle on a shared HTTP/2 connection; a leased one carries its
-/// stream's place in the opening order.
-pub(crate) struct H2Handle {
-    conn: Arc<Conn>,
-    ticket: Option<u64>,
-    source: Source,
-}
-
-impl Clone for H2Handle {
-    fn clone(&self) -> H2Handle {
-        self.conn.handles.fetch_add(1, Ordering::Relaxed);
-        H2Handle { conn: Arc::clone(&self.conn), ticket: None, source: self.source }
+impl SharedConn for Conn {
+    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
+        Conn::with(self, f)
+    }
+    fn handles(&self) -> &AtomicUsize {
+        &self.handles
     }
 }
 
-impl Drop for H2Handle {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            self.conn.with(|st, w| st.close(ticket, w));
-        }
-        if self.conn.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The pool closed the connection and no call holds a stream.
-            self.conn.with(|st, w| st.release(w));
-        }
-    }
-}
-
-impl H2Handle {
-    /// The handle for one stream the pool handed out (under the engine's
-    /// lock, in the pool's order): its place in the opening order, and how
-    /// the pool found the connection.
-    pub(crate) fn leased(&self, source: Source) -> H2Handle {
-        let mut handle = self.clone();
-        handle.ticket = Some(self.conn.lock().lease());
-        handle.source = source;
-        handle
-    }
-}
+/// A handle on a shared HTTP/2 connection (see [`Handle`]).
+pub(crate) type H2Handle = Handle<Conn>;
 
 /// A stream's read timed out: the peer may have stalled. The core decides
 /// what follows (one PING, and no new exchanges if no PONG comes in time).
@@ -120,12 +85,12 @@ fn stream_stalled(shared: &Arc<Shared>, connection: ConnectionId) {
 /// Sends the PING the core asked for; its PONG is reported. The core times
 /// it out (`PoolConfig::pong_timeout`).
 pub(crate) fn ping(_shared: &Arc<Shared>, _connection: ConnectionId, handle: &H2Handle) {
-    handle.conn.with(|st, w| st.ping(w));
+    handle.conn().with(|st, w| st.ping(w));
 }
 
 /// The pool ends the connection now ([`PoolAction::Abort`](switchyard_core::PoolAction::Abort)).
 pub(crate) fn end(handle: &H2Handle, reason: CloseReason) {
-    handle.conn.with(|st, w| st.end(reason, w));
+    handle.conn().with(|st, w| st.end(reason, w));
 }
 
 /// Prepares the HTTP/2 connection on `io` without I/O: its handle now, and
@@ -139,7 +104,7 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
         shared: Weak::clone(&owner.me),
     });
     let job = Box::pin(pump(Arc::clone(&conn), io));
-    (H2Handle { conn, ticket: None, source: Source::New }, job)
+    (H2Handle::new(conn), job)
 }
 
 /// Moves bytes until the connection ends: reads go to the state, what it
@@ -257,7 +222,7 @@ struct StreamGuard(H2Handle);
 
 impl StreamGuard {
     fn ticket(&self) -> u64 {
-        self.0.ticket.unwrap_or(u64::MAX)
+        self.0.ticket()
     }
 }
 
@@ -270,9 +235,9 @@ pub(crate) async fn exchange(
     req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let Request { parts, body, facts, limits } = req;
-    let source = handle.source;
+    let source = handle.source();
     let guard = StreamGuard(handle);
-    let conn = Arc::clone(&guard.0.conn);
+    let conn = Arc::clone(guard.0.conn());
     let ticket = guard.ticket();
     let streaming = matches!(body.kind, Kind::Stream(_));
     let plan = switchyard_common::h2::Outgoing::new(parts, body.len(), streaming, !body.is_empty());
@@ -393,7 +358,7 @@ pub(crate) struct H2Body {
 impl H2Body {
     pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         let Some(guard) = self.stream.as_ref() else { return Ok(None) };
-        let (conn, ticket) = (Arc::clone(&guard.0.conn), guard.ticket());
+        let (conn, ticket) = (Arc::clone(guard.0.conn()), guard.ticket());
         let next = std::future::poll_fn(|cx| conn.with(|st, w| st.poll_chunk(ticket, cx.waker(), w)));
         let limit = crate::h1::bound(self.shared.settings.read_timeout, self.deadline);
         let next = match limit {
@@ -416,29 +381,18 @@ impl H2Body {
         };
         match next {
             Ok(Some(data)) => Ok(Some(data)),
-            Ok(None) => {
-                let trailers = conn.lock().take_trailers(ticket);
-                if let Some((trailers, _)) = trailers {
-                    // Over the head limit on the wire, or decoded: a typed
-                    // error, never fields cut silently. The connection is fine.
-                    let fits = {
-                        let mut st = conn.lock();
-                        let session = st.session();
-                        session
-                            .trailers_fit(self.stream_id, field_sizes(&trailers))
-                            .then_some(())
-                            .ok_or(session.head_limit())
-                    };
-                    if let Err(limit) = fits {
-                        self.end(Reuse::Reusable);
-                        return Err(BodyError::TrailersTooLarge { limit });
-                    }
-                    self.trailers = Some(trailers);
-                }
+            Ok(None) => match conn.lock().body_end(ticket, self.stream_id) {
                 // The stream is released by `finish`, after the body's end
                 // is reported.
-                Ok(None)
-            }
+                Ok(trailers) => {
+                    self.trailers = trailers;
+                    Ok(None)
+                }
+                Err(e) => {
+                    self.end(Reuse::Reusable);
+                    Err(e)
+                }
+            },
             Err(e) => {
                 let reuse = conn.lock().session().body_failed(&e);
                 self.end(reuse);

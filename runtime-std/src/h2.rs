@@ -6,7 +6,7 @@
 //! the write timeout), and each call's thread parks until its stream moves.
 
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Poll, Wake, Waker};
 use std::time::Duration;
@@ -14,11 +14,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
-use switchyard_common::h2::{wake_all, H2Conn, PoolNote, SendRoom, Wakeups};
+use switchyard_common::h2::{tell_pool, wake_all, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Wakeups};
 use switchyard_common::{BodyError, Error};
-use switchyard_core::http2::{field_sizes, StreamError};
+use switchyard_core::http2::StreamError;
 use switchyard_core::pool::RequestFacts;
-use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse, Source};
+use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
 
 use crate::body::{Body, Kind};
 use crate::shared::Shared;
@@ -113,7 +113,7 @@ fn write_tls(tls: &mut rustls::ClientConnection, sock: &mut Sock, mut bytes: &[u
     }
 }
 
-struct Conn {
+pub(crate) struct Conn {
     inner: Mutex<Inner>,
     handles: AtomicUsize,
     connection: ConnectionId,
@@ -152,63 +152,30 @@ impl Conn {
     fn report(&self, notes: Vec<PoolNote>) {
         let Some(shared) = self.shared.upgrade() else { return };
         let connection = self.connection;
-        shared.input(|st, now| {
-            for note in notes {
-                let _ = match note {
-                    PoolNote::Settings(max) => st.pool.settings(now, connection, max),
-                    PoolNote::GoAway(g) => st.pool.goaway(now, connection, g),
-                    PoolNote::Pong => st.pool.pong(now, connection),
-                    PoolNote::Closed(reason) => st.pool.connection_closed(now, connection, reason),
-                };
-            }
-        });
+        shared.input(|st, now| tell_pool(&mut st.pool, now, connection, notes));
     }
 }
 
-/// A handle on a shared HTTP/2 connection; a leased one carries its stream's
-/// place in the opening order.
-pub(crate) struct H2Handle {
-    conn: Arc<Conn>,
-    ticket: Option<u64>,
-    source: Source,
-}
-
-impl Clone for H2Handle {
-    fn clone(&self) -> H2Handle {
-        self.conn.handles.fetch_add(1, Ordering::Relaxed);
-        H2Handle { conn: Arc::clone(&self.conn), ticket: None, source: self.source }
+impl SharedConn for Conn {
+    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
+        Conn::with(self, f)
+    }
+    fn handles(&self) -> &AtomicUsize {
+        &self.handles
     }
 }
 
-impl Drop for H2Handle {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            self.conn.with(|st, w| st.close(ticket, w));
-        }
-        if self.conn.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.conn.with(|st, w| st.release(w));
-        }
-    }
-}
-
-impl H2Handle {
-    /// The handle for one stream the pool handed out, in the pool's order.
-    pub(crate) fn leased(&self, source: Source) -> H2Handle {
-        let mut handle = self.clone();
-        handle.ticket = Some(self.conn.lock().h2.lease());
-        handle.source = source;
-        handle
-    }
-}
+/// A handle on a shared HTTP/2 connection (see [`Handle`]).
+pub(crate) type H2Handle = Handle<Conn>;
 
 /// Sends the PING the core asked for; its PONG is reported.
 pub(crate) fn ping(handle: &H2Handle) {
-    handle.conn.with(|st, w| st.ping(w));
+    handle.conn().with(|st, w| st.ping(w));
 }
 
 /// The pool ends the connection now.
 pub(crate) fn end(handle: &H2Handle, reason: CloseReason) {
-    handle.conn.with(|st, w| st.end(reason, w));
+    handle.conn().with(|st, w| st.end(reason, w));
 }
 
 /// The connection on `stream`: its handle, and the reader thread's work
@@ -239,7 +206,7 @@ pub(crate) fn prepare(
         let conn = Arc::clone(&conn);
         Box::new(move || read_loop(&conn, reader)) as Box<dyn FnOnce() + Send>
     };
-    Ok((H2Handle { conn, ticket: None, source: Source::New }, job))
+    Ok((H2Handle::new(conn), job))
 }
 
 /// A write that makes no progress this long fails the connection (unless the
@@ -361,7 +328,7 @@ struct StreamGuard(H2Handle);
 
 impl StreamGuard {
     fn ticket(&self) -> u64 {
-        self.0.ticket.unwrap_or(u64::MAX)
+        self.0.ticket()
     }
 }
 
@@ -384,9 +351,9 @@ pub(crate) fn exchange(
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let Request { parts, body, facts, limits } = req;
     let (call_deadline, body_timeout) = limits;
-    let source = handle.source;
+    let source = handle.source();
     let guard = StreamGuard(handle);
-    let conn = Arc::clone(&guard.0.conn);
+    let conn = Arc::clone(guard.0.conn());
     let ticket = guard.ticket();
     let streaming = matches!(body.kind, Kind::Stream(_));
     let plan = switchyard_common::h2::Outgoing::new(parts, body.len(), streaming, !body.is_empty());
@@ -507,7 +474,7 @@ pub(crate) struct H2Body {
 impl H2Body {
     pub(crate) fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         let Some(guard) = self.stream.as_ref() else { return Ok(None) };
-        let (conn, ticket) = (Arc::clone(&guard.0.conn), guard.ticket());
+        let (conn, ticket) = (Arc::clone(guard.0.conn()), guard.ticket());
         let until = earliest(after(self.shared.settings.driver.read_timeout), self.deadline);
         let Some(next) = wait(&self.shared, &conn, until, |st, waker, w| st.poll_chunk(ticket, waker, w))
         else {
@@ -524,27 +491,18 @@ impl H2Body {
         };
         match next {
             Ok(Some(data)) => Ok(Some(data)),
-            Ok(None) => {
-                let trailers = conn.lock().h2.take_trailers(ticket);
-                if let Some((trailers, _)) = trailers {
-                    let fits = {
-                        let mut st = conn.lock();
-                        let session = st.h2.session();
-                        session
-                            .trailers_fit(self.stream_id, field_sizes(&trailers))
-                            .then_some(())
-                            .ok_or(session.head_limit())
-                    };
-                    if let Err(limit) = fits {
-                        self.end(Reuse::Reusable);
-                        return Err(BodyError::TrailersTooLarge { limit });
-                    }
-                    self.trailers = Some(trailers);
-                }
+            Ok(None) => match conn.lock().h2.body_end(ticket, self.stream_id) {
                 // The stream is released by `finish`, after the body's end
                 // is reported.
-                Ok(None)
-            }
+                Ok(trailers) => {
+                    self.trailers = trailers;
+                    Ok(None)
+                }
+                Err(e) => {
+                    self.end(Reuse::Reusable);
+                    Err(e)
+                }
+            },
             Err(e) => {
                 let reuse = conn.lock().h2.session().body_failed(&e);
                 self.end(reuse);
