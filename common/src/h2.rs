@@ -146,6 +146,8 @@ pub struct H2Conn {
     session: Session,
     /// Submitted requests not yet opened: lease order → ticket.
     pending: BTreeMap<u64, u64>,
+    /// Streamed uploads waiting for the server's windows.
+    send_waiters: Vec<u64>,
     slots: Slots,
     by_stream: BTreeMap<u32, u64>,
     next_ticket: u64,
@@ -189,6 +191,7 @@ impl H2Conn {
             driver: Driver::new(config),
             session: Session::new(head_limit),
             pending: BTreeMap::new(),
+            send_waiters: Vec::new(),
             slots: Slots::default(),
             by_stream: BTreeMap::new(),
             next_ticket: 0,
@@ -325,7 +328,12 @@ impl H2Conn {
         if self.driver.wants_body(stream) {
             return Poll::Ready(SendRoom::Open);
         }
+        // Waits for the server's window (a WINDOW_UPDATE or SETTINGS read
+        // later wakes it).
         slot.waker = Some(waker.clone());
+        if !self.send_waiters.contains(&ticket) {
+            self.send_waiters.push(ticket);
+        }
         Poll::Pending
     }
 
@@ -459,6 +467,13 @@ impl H2Conn {
     pub fn handle_read(&mut self, now: Instant, bytes: &[u8], wakeups: &mut Wakeups) {
         self.driver.handle_read(bytes);
         self.dispatch(now, wakeups);
+        // What was read may have opened the server's windows: uploads that
+        // wait for room look again.
+        for ticket in std::mem::take(&mut self.send_waiters) {
+            if let Some(slot) = self.slots.get_mut(ticket) {
+                slot.wake(wakeups);
+            }
+        }
         if let Some(e) = self.estimator.as_mut() {
             let data = self.driver.data_bytes();
             if !self.sample_ping && e.wants_sample(now, data) && self.driver.ping() {

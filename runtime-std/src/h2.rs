@@ -491,18 +491,22 @@ impl H2Body {
         };
         match next {
             Ok(Some(data)) => Ok(Some(data)),
-            Ok(None) => match conn.lock().h2.body_end(ticket, self.stream_id) {
-                // The stream is released by `finish`, after the body's end
-                // is reported.
-                Ok(trailers) => {
-                    self.trailers = trailers;
-                    Ok(None)
+            Ok(None) => {
+                // The lock is released before the stream is (its close takes it).
+                let end = conn.lock().h2.body_end(ticket, self.stream_id);
+                match end {
+                    // The stream is released by `finish`, after the body's end
+                    // is reported.
+                    Ok(trailers) => {
+                        self.trailers = trailers;
+                        Ok(None)
+                    }
+                    Err(e) => {
+                        self.end(Reuse::Reusable);
+                        Err(e)
+                    }
                 }
-                Err(e) => {
-                    self.end(Reuse::Reusable);
-                    Err(e)
-                }
-            },
+            }
             Err(e) => {
                 let reuse = conn.lock().h2.session().body_failed(&e);
                 self.end(reuse);

@@ -33,7 +33,12 @@ fn request(client: &Client, req: &Req) -> switchyard_std::RequestBuilder {
 fn send(client: &Client, req: Req) -> Result<Resp, (Failure, String)> {
     let builder = request(client, &req);
     let result = (|| {
-        let mut response = builder.body(req.body).send()?;
+        let body = if req.streamed {
+            switchyard_std::Body::from_reader(std::io::Cursor::new(req.body), None)
+        } else {
+            switchyard_std::Body::from(req.body)
+        };
+        let mut response = builder.body(body).send()?;
         let body = response.body_mut().collect()?;
         Ok::<_, Error>(Resp {
             status: response.status().as_u16(),

@@ -226,7 +226,12 @@ pub async fn send<R: switchyard_async::Runtime>(
 ) -> Result<crate::conformance::Resp, (Failure, String)> {
     let builder = request(client, &req);
     let result = async {
-        let mut response = builder.body(req.body).send().await?;
+        let body = if req.streamed {
+            switchyard_async::Body::from_reader(std::io::Cursor::new(req.body), None)
+        } else {
+            switchyard_async::Body::from(req.body)
+        };
+        let mut response = builder.body(body).send().await?;
         let body = response.body_mut().collect().await?;
         Ok::<_, Error>(crate::conformance::Resp {
             status: response.status().as_u16(),

@@ -154,6 +154,8 @@ pub struct Req {
     pub url: String,
     /// Body bytes.
     pub body: Vec<u8>,
+    /// Send the body as a stream (a reader of unknown length), not a buffer.
+    pub streamed: bool,
     /// Exclusive acquisition.
     pub exclusive: bool,
     /// Extra header fields.
@@ -168,6 +170,7 @@ impl Req {
             method: http::Method::GET,
             url: url.into(),
             body: Vec::new(),
+            streamed: false,
             exclusive: false,
             headers: Vec::new(),
         }
@@ -1003,6 +1006,34 @@ pub fn stalled_readers_do_not_stall_http2(a: &dyn Adapter) {
     }
 }
 
+/// Uploads larger than the server's windows, streamed (a reader of unknown
+/// length) and buffered, go out as the windows open and come back whole
+/// (`/echo`, 4 MiB each way, over h2c and TLS).
+pub fn uploads_larger_than_the_windows_http2(a: &dyn Adapter) {
+    let ca = TestCa::new();
+    for tls in [false, true] {
+        let (server, base, config) = http2_origin(&ca, tls, Config::default());
+        let client = a.client(config);
+        let payload: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+        for streamed in [true, false] {
+            let upload = Req {
+                method: http::Method::POST,
+                body: payload.clone(),
+                streamed,
+                ..Req::get(format!("{base}/echo"))
+            };
+            let r = ok(client.send(upload));
+            assert_eq!(r.version, http::Version::HTTP_2);
+            assert!(
+                r.body == payload,
+                "tls {tls}, streamed {streamed}: the echo differs ({} bytes)",
+                r.body.len()
+            );
+        }
+        assert_eq!(server.connections(), 1, "tls {tls}");
+    }
+}
+
 /// An HTTP/2 server that answers an upload before reading it (413, 401,
 /// 403) and ends its side: that answer is the caller's response — not a
 /// failed upload — and the connection carries the next call (h2c and TLS).
@@ -1424,7 +1455,8 @@ macro_rules! conformance_suite {
             dropped_calls_leave_nothing_behind_http1, dropped_calls_leave_nothing_behind_http2,
             many_hosts_keep_bounded_state, http2_keepalive_ping_finds_a_dead_peer,
             shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route,
-            stalled_readers_do_not_stall_http2, an_early_answer_wins_http2);
+            stalled_readers_do_not_stall_http2, an_early_answer_wins_http2,
+            uploads_larger_than_the_windows_http2);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1448,7 +1480,8 @@ macro_rules! conformance_suite {
             event_order_http2, a_call_deadline_on_http2_keeps_the_connection, unix_socket_http2,
             retry_budget_bounds_an_http2_retry_storm, http2_keepalive_ping_finds_a_dead_peer,
             server_errors_eject_an_http2_route, dropped_calls_leave_nothing_behind_http2,
-            stalled_readers_do_not_stall_http2, an_early_answer_wins_http2);
+            stalled_readers_do_not_stall_http2, an_early_answer_wins_http2,
+            uploads_larger_than_the_windows_http2);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(
