@@ -342,6 +342,14 @@ impl H2Conn {
         if let Some(stream) = self.stream_id(ticket) {
             self.driver.send_data(stream, chunk, end);
             self.wake_io(wakeups);
+            return;
+        }
+        // Not opened yet (a body that ended before its first chunk needed
+        // room): the stream opens with what it is, all of it.
+        if let Some(p) = self.slots.get_mut(ticket).and_then(|s| s.pending.as_mut()) {
+            if end {
+                p.body = Submitted::Full(chunk);
+            }
         }
     }
 

@@ -1008,7 +1008,8 @@ pub fn stalled_readers_do_not_stall_http2(a: &dyn Adapter) {
 
 /// Uploads larger than the server's windows, streamed (a reader of unknown
 /// length) and buffered, go out as the windows open and come back whole
-/// (`/echo`, 4 MiB each way, over h2c and TLS).
+/// (`/echo`, 4 MiB each way, over h2c and TLS); a streamed upload that ends
+/// before its first byte still ends its request.
 pub fn uploads_larger_than_the_windows_http2(a: &dyn Adapter) {
     let ca = TestCa::new();
     for tls in [false, true] {
@@ -1030,6 +1031,9 @@ pub fn uploads_larger_than_the_windows_http2(a: &dyn Adapter) {
                 r.body.len()
             );
         }
+        // A stream that ends before its first byte: the request still ends.
+        let empty = Req { method: http::Method::POST, streamed: true, ..Req::get(format!("{base}/echo")) };
+        assert_eq!(ok(client.send(empty)).body, b"", "tls {tls}: an empty streamed upload");
         assert_eq!(server.connections(), 1, "tls {tls}");
     }
 }
