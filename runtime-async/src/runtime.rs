@@ -14,7 +14,7 @@ use std::time::Duration;
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// Any bidirectional byte stream (TCP, or TLS over TCP), with tokio's I/O traits
-/// (which `h2` and `tokio-rustls` speak; they need no tokio runtime).
+/// (which `tokio-rustls` speaks; it needs no tokio runtime).
 pub trait AsyncIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> AsyncIo for T {}
 

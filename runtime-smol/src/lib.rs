@@ -12,7 +12,7 @@
 //!
 //! Sockets are `async-net`, timers `async-io`, DNS runs on smol's blocking pool,
 //! and tasks go to smol's global executor (or one you give with [`Smol::on`]).
-//! There is no tokio runtime in the tree: `h2` and `tokio-rustls` use tokio's
+//! There is no tokio runtime in the tree: `tokio-rustls` uses tokio's
 //! I/O traits only, and the sockets are bridged to them with `tokio-util`'s
 //! `compat`.
 //!

@@ -4,7 +4,7 @@
 //! reuse, HTTP/2 sharing and coalescing, route planning, the Happy Eyeballs race,
 //! limits, eviction, retries — comes from [`switchyard_core`]. This crate only
 //! performs the I/O the core asks for: DNS, TCP, TLS (rustls, ring provider),
-//! HTTP/2 (`h2`), timers.
+//! the bytes of HTTP/1.1 and HTTP/2 (framed by the core's drivers), timers.
 //!
 //! What it guarantees against hostile servers and careless callers (no
 //! response smuggling, no leaked URL credentials, deadlines that hold, early
