@@ -266,11 +266,25 @@ pub(crate) async fn exchange(
                         }
                         // Back-pressure: a chunk goes once the server's
                         // windows have room; an early answer stops the rest.
+                        // Each wait for the server's window is bounded by
+                        // the write timeout, as each wait for the socket is on
+                        // HTTP/1.1.
                         let room =
                             std::future::poll_fn(|cx| conn.with(|st, _| st.poll_send(ticket, cx.waker())));
-                        if room.await == SendRoom::Stop {
-                            stopped = true;
-                            break;
+                        let room = match shared.settings.driver.write_timeout {
+                            Some(d) => within(&*shared.rt, d, room).await,
+                            None => Some(room.await),
+                        };
+                        match room {
+                            Some(SendRoom::Open) => {}
+                            Some(SendRoom::Stop) => {
+                                stopped = true;
+                                break;
+                            }
+                            None => {
+                                let stream = conn.lock().stream_id(ticket);
+                                return Err(failed(stream, &StreamError::ReadTimeout));
+                            }
                         }
                         conn.with(|st, w| st.send(ticket, chunk, false, w));
                     }

@@ -389,7 +389,10 @@ pub(crate) fn exchange(
                     failure = Some(why.to_string());
                     break;
                 }
-                match wait(shared, &conn, call_deadline, |st, waker, _| st.poll_send(ticket, waker)) {
+                // Each wait for the server's window is bounded by the write
+                // timeout, as each wait for the socket is on HTTP/1.1.
+                let until = earliest(call_deadline, after(shared.settings.driver.write_timeout));
+                match wait(shared, &conn, until, |st, waker, _| st.poll_send(ticket, waker)) {
                     Some(SendRoom::Open) => {}
                     Some(SendRoom::Stop) => {
                         stopped = true;
