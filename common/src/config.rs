@@ -1050,12 +1050,19 @@ macro_rules! __client_builder_methods {
         /// windows carry large bodies at full speed over long round trips.
         /// Default: 16 MiB (the protocol's own, 65,535 bytes, caps a download at
         /// one window per round trip). At most 2^31 − 1.
+        ///
+        /// It is also what one body nobody reads may hold in memory: a stalled
+        /// reader holds its own stream's window and nothing of the
+        /// connection's (connection credit goes back as data arrives), so the
+        /// other streams on the connection keep flowing; the memory bound is
+        /// streams × this window.
         pub fn http2_stream_window(mut self, bytes: u32) -> Self {
             self.state.http2.stream_window = bytes;
             self
         }
-        /// HTTP/2: the connection's flow-control window, shared by its streams.
-        /// Default: 32 MiB. At most 2^31 − 1.
+        /// HTTP/2: the connection's flow-control window, shared by its streams:
+        /// what may be in flight on the connection at once (credit returns as
+        /// data arrives, read or not). Default: 32 MiB. At most 2^31 − 1.
         pub fn http2_connection_window(mut self, bytes: u32) -> Self {
             self.state.http2.connection_window = bytes;
             self
