@@ -354,7 +354,7 @@ impl H2Conn {
     }
 
     /// The next body chunk, `None` at the end (trailers, if any, are then in
-    /// [`take_trailers`](Self::take_trailers)). Each chunk's flow-control
+    /// [`body_end`](Self::body_end)). Each chunk's flow-control
     /// credit goes back as it is taken.
     pub fn poll_chunk(
         &mut self,
