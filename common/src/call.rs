@@ -92,6 +92,25 @@ impl CallOwner {
         self.body_timeout
     }
 
+    /// The call's bounds on the waits of an HTTP/2 stream, on the core's
+    /// clock (`from_std` converts): its head deadline, its whole deadline,
+    /// its body timeout, and the client's read and write timeouts.
+    #[must_use]
+    pub fn stream_limits(
+        &self,
+        from_std: impl Fn(std::time::Instant) -> switchyard_core::Instant,
+        read_timeout: Option<Duration>,
+        write_timeout: Option<Duration>,
+    ) -> switchyard_core::http2::StreamLimits {
+        switchyard_core::http2::StreamLimits {
+            head_deadline: self.deadline.map(&from_std),
+            call_deadline: self.call_deadline.map(&from_std),
+            read_timeout,
+            write_timeout,
+            body_timeout: self.body_timeout,
+        }
+    }
+
     /// The form and head of an HTTP/1.1 attempt on `connection` (read from
     /// the pool: absolute form through an HTTP proxy).
     #[must_use]

@@ -200,6 +200,17 @@ impl Error {
         e.stage = stage;
         e
     }
+    /// The call's own deadline passed where the core says it stood
+    /// ([`Pool::call_timed_out`](switchyard_core::Pool::call_timed_out)):
+    /// connecting (the text names the stage) or waiting for the response
+    /// head.
+    #[must_use]
+    pub fn call_timeout(stood: switchyard_core::CallTimeout) -> Error {
+        match stood {
+            switchyard_core::CallTimeout::Connecting(stage) => Error::connect_timeout_at(stage),
+            switchyard_core::CallTimeout::Exchange => Error::timeout(TimeoutPhase::ResponseHead),
+        }
+    }
     /// How far a call had got when its deadline passed before it had a
     /// connection (see [`Error::connect_timeout_at`]).
     #[must_use]

@@ -23,9 +23,9 @@ use std::task::{Poll, Waker};
 use bytes::Bytes;
 use switchyard_core::http2::{
     ConnectionEnd, Driver, DriverConfig, Event, GoAway, OpenError, Report, RequestHead, Session, StreamError,
-    WindowEstimator,
+    StreamLimits, StreamTimer, Wait, WindowEstimator,
 };
-use switchyard_core::{CloseReason, Instant};
+use switchyard_core::{CloseReason, Instant, Reuse};
 
 /// What the pool must hear from the connection (reported after the lock is
 /// released).
@@ -38,6 +38,9 @@ pub enum PoolNote {
     /// [`Pool::pong`](switchyard_core::Pool::pong): the PING the pool asked for
     /// was answered.
     Pong,
+    /// [`Pool::stream_stalled`](switchyard_core::Pool::stream_stalled): a
+    /// stream's read or write timeout passed; the peer may have stalled.
+    Stalled,
     /// [`Pool::connection_closed`](switchyard_core::Pool::connection_closed).
     Closed(CloseReason),
 }
@@ -119,6 +122,8 @@ struct Slot {
     ended: bool,
     failed: Option<StreamError>,
     waker: Option<Waker>,
+    /// The call's bounds on its waits.
+    timer: StreamTimer,
 }
 
 impl Slot {
@@ -127,6 +132,18 @@ impl Slot {
             wakeups.push(w);
         }
     }
+}
+
+/// A response body's next step ([`H2Conn::poll_body`]).
+#[derive(Debug)]
+pub enum BodyNext {
+    /// The next chunk.
+    Data(Bytes),
+    /// The end, with the trailers if any.
+    End(Option<http::HeaderMap>),
+    /// The body failed: the caller's error, and whether the connection may
+    /// carry more (close the stream, then tell the pool).
+    Failed(crate::BodyError, Reuse),
 }
 
 /// How a streamed body may go on ([`H2Conn::poll_send`]).
@@ -220,10 +237,20 @@ impl H2Conn {
     /// The call's request. It opens when the connection's side next runs
     /// ([`open_pending`](Self::open_pending)), after every request leased
     /// before it that was submitted by then.
-    pub fn submit(&mut self, ticket: u64, head: RequestHead, body: Submitted, wakeups: &mut Wakeups) {
-        if self.slots.get(ticket).is_none() {
-            return;
-        }
+    ///
+    /// `limits` bound each of the call's waits on the stream (see
+    /// [`StreamTimer`]): a wait that passes one fails as the timer says, when
+    /// the adapter reports the time ([`handle_timeout`](Self::handle_timeout)).
+    pub fn submit(
+        &mut self,
+        ticket: u64,
+        head: RequestHead,
+        body: Submitted,
+        limits: StreamLimits,
+        wakeups: &mut Wakeups,
+    ) {
+        let Some(slot) = self.slots.get_mut(ticket) else { return };
+        slot.timer = StreamTimer::new(limits);
         if self.driver.is_closed() || self.stop {
             // The connection ended before this request reached it (the
             // pool leased the stream before it heard): never sent.
@@ -296,41 +323,56 @@ impl H2Conn {
     }
 
     /// The response head (status and fields, and the block's wire length),
-    /// or how the stream failed before it (with its id, if it had opened).
-    pub fn poll_head(&mut self, ticket: u64, waker: &Waker) -> Poll<Result<Head, Unanswered>> {
+    /// or how the stream failed before it (with its id, if it had opened) —
+    /// a passed bound among them. `now` is read only when a bounded wait
+    /// starts (or the body timeout does, at the head).
+    pub fn poll_head(
+        &mut self,
+        ticket: u64,
+        now: impl FnOnce() -> Instant,
+        waker: &Waker,
+    ) -> Poll<Result<Head, Unanswered>> {
         let Some(slot) = self.slots.get_mut(ticket) else {
             let message = "the HTTP/2 stream is gone".into();
             return Poll::Ready(Err((None, StreamError::Other { message })));
         };
         if let Some((head, len)) = slot.head.take() {
+            slot.timer.head_arrived(now);
             return Poll::Ready(Ok((slot.stream.unwrap_or(0), head, len)));
         }
         if let Some(e) = &slot.failed {
+            slot.timer.done();
             return Poll::Ready(Err((slot.stream, e.clone())));
         }
+        slot.timer.waiting(Wait::Head, now);
         slot.waker = Some(waker.clone());
         Poll::Pending
     }
 
-    /// Whether a streamed body may send its next chunk now.
-    pub fn poll_send(&mut self, ticket: u64, waker: &Waker) -> Poll<SendRoom> {
+    /// Whether a streamed body may send its next chunk now (`Stop`: the
+    /// server answered, or the stream failed — a passed write timeout among
+    /// those; the head or failure is next).
+    pub fn poll_send(&mut self, ticket: u64, now: impl FnOnce() -> Instant, waker: &Waker) -> Poll<SendRoom> {
         let Some(slot) = self.slots.get_mut(ticket) else { return Poll::Ready(SendRoom::Stop) };
-        if slot.failed.is_some() || slot.head.is_some() {
-            return Poll::Ready(SendRoom::Stop);
-        }
-        let Some(stream) = slot.stream else {
-            slot.waker = Some(waker.clone());
-            return Poll::Pending;
+        let room = match slot.stream {
+            _ if slot.failed.is_some() || slot.head.is_some() => Some(SendRoom::Stop),
+            // Not opened yet: waits for a stream.
+            None => None,
+            Some(stream) if self.driver.body_done(stream) => Some(SendRoom::Stop),
+            Some(stream) if self.driver.wants_body(stream) => Some(SendRoom::Open),
+            Some(_) => None,
         };
-        if self.driver.body_done(stream) {
-            return Poll::Ready(SendRoom::Stop);
+        if let Some(room) = room {
+            slot.timer.done();
+            return Poll::Ready(room);
         }
-        if self.driver.wants_body(stream) {
-            return Poll::Ready(SendRoom::Open);
+        slot.timer.waiting(Wait::Room, now);
+        slot.waker = Some(waker.clone());
+        if slot.stream.is_none() {
+            return Poll::Pending;
         }
         // Waits for the server's window (a WINDOW_UPDATE or SETTINGS read
         // later wakes it).
-        slot.waker = Some(waker.clone());
         if !self.send_waiters.contains(&ticket) {
             self.send_waiters.push(ticket);
         }
@@ -359,11 +401,13 @@ impl H2Conn {
     pub fn poll_chunk(
         &mut self,
         ticket: u64,
+        now: impl FnOnce() -> Instant,
         waker: &Waker,
         wakeups: &mut Wakeups,
     ) -> Poll<Result<Option<Bytes>, StreamError>> {
         let Some(slot) = self.slots.get_mut(ticket) else { return Poll::Ready(Ok(None)) };
         if let Some(chunk) = slot.data.pop_front() {
+            slot.timer.done();
             if let Some(stream) = slot.stream {
                 self.driver.release(stream, chunk.len());
                 if self.driver.poll_transmit().is_some() {
@@ -373,13 +417,74 @@ impl H2Conn {
             return Poll::Ready(Ok(Some(chunk)));
         }
         if slot.ended {
+            slot.timer.done();
             return Poll::Ready(Ok(None));
         }
         if let Some(e) = &slot.failed {
+            slot.timer.done();
             return Poll::Ready(Err(e.clone()));
         }
+        slot.timer.waiting(Wait::Body, now);
         slot.waker = Some(waker.clone());
         Poll::Pending
+    }
+
+    /// The response body's next step for the stream `stream` of `ticket`:
+    /// a chunk, its end (with trailers, held to the head limit), or its
+    /// failure as the caller sees it and what it means for the connection.
+    pub fn poll_body(
+        &mut self,
+        ticket: u64,
+        stream: u32,
+        now: impl FnOnce() -> Instant,
+        waker: &Waker,
+        wakeups: &mut Wakeups,
+    ) -> Poll<BodyNext> {
+        Poll::Ready(match self.poll_chunk(ticket, now, waker, wakeups) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(Some(data))) => BodyNext::Data(data),
+            Poll::Ready(Ok(None)) => match self.body_end(ticket, stream) {
+                Ok(trailers) => BodyNext::End(trailers),
+                Err(e) => BodyNext::Failed(e, Reuse::Reusable),
+            },
+            Poll::Ready(Err(e)) => {
+                let reuse = self.session.body_failed(&e);
+                let error = match e {
+                    StreamError::ReadTimeout | StreamError::WriteTimeout | StreamError::Deadline => {
+                        crate::BodyError::Timeout
+                    }
+                    e => crate::BodyError::Http2(e.to_string()),
+                };
+                BodyNext::Failed(error, reuse)
+            }
+        })
+    }
+
+    /// When the wait in progress on `ticket`'s stream must end (`None`: no
+    /// bound). The adapter waits at most until then, then reports the time
+    /// ([`handle_timeout`](Self::handle_timeout)) and polls again.
+    #[must_use]
+    pub fn deadline(&self, ticket: u64) -> Option<Instant> {
+        self.slots.get(ticket)?.timer.deadline()
+    }
+
+    /// Time passed: every wait whose bound passed at `now` fails as its
+    /// timer says (its caller is woken and sees the failure); a passed read
+    /// or write timeout tells the pool the peer may have stalled
+    /// ([`PoolNote::Stalled`]: its PING decides about the connection).
+    pub fn handle_timeout(&mut self, now: Instant, wakeups: &mut Wakeups) {
+        let mut stalled = false;
+        for slot in self.slots.items.iter_mut().flatten() {
+            if let Some(expired) = slot.timer.expired(now) {
+                slot.timer.done();
+                stalled |= expired.suspects_peer();
+                slot.failed.get_or_insert(expired.error());
+                slot.wake(wakeups);
+            }
+        }
+        if stalled {
+            self.notes.push(PoolNote::Stalled);
+        }
     }
 
     /// The body ended: its trailers, if any, held to the head limit (over
@@ -707,6 +812,7 @@ pub fn tell_pool(
             PoolNote::Settings(max) => pool.settings(now, connection, max),
             PoolNote::GoAway(g) => pool.goaway(now, connection, g),
             PoolNote::Pong => pool.pong(now, connection),
+            PoolNote::Stalled => pool.stream_stalled(now, connection),
             // Already closed by the pool: nothing to report.
             PoolNote::Closed(reason) => pool.connection_closed(now, connection, reason),
         };
@@ -828,5 +934,76 @@ impl Outgoing {
             Some(misdirected) => Err(Attempted::Failed(misdirected)),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_millis(n)
+    }
+
+    fn head() -> RequestHead {
+        let (parts, ()) = http::Request::get("http://a.test/").body(()).expect("request").into_parts();
+        RequestHead::encode(&parts, None)
+    }
+
+    /// A submitted request under `limits`, its caller waiting for the head
+    /// since t = 1 s.
+    fn waiting(limits: StreamLimits) -> (H2Conn, u64) {
+        let mut conn = H2Conn::new(crate::config::Http2Settings::default(), 64 * 1024);
+        let mut w = Wakeups::new();
+        let ticket = conn.lease();
+        conn.submit(ticket, head(), Submitted::Empty, limits, &mut w);
+        assert!(conn.poll_head(ticket, || ms(1_000), Waker::noop()).is_pending());
+        (conn, ticket)
+    }
+
+    #[test]
+    fn a_read_timeout_fails_the_wait_and_suspects_the_peer() {
+        let limits =
+            StreamLimits { read_timeout: Some(Duration::from_millis(300)), ..StreamLimits::default() };
+        let (mut conn, ticket) = waiting(limits);
+        assert_eq!(conn.deadline(ticket), Some(ms(1_300)));
+        let mut w = Wakeups::new();
+        conn.handle_timeout(ms(1_299), &mut w);
+        assert!(conn.poll_head(ticket, || ms(1_299), Waker::noop()).is_pending());
+        assert!(!conn.has_notes());
+        conn.handle_timeout(ms(1_300), &mut w);
+        match conn.poll_head(ticket, || ms(1_300), Waker::noop()) {
+            Poll::Ready(Err((_, e))) => assert_eq!(e, StreamError::ReadTimeout),
+            other => panic!("expected the read timeout, got {other:?}"),
+        }
+        assert_eq!(conn.take_notes(), [PoolNote::Stalled]);
+        assert_eq!(conn.deadline(ticket), None, "the wait is over");
+    }
+
+    #[test]
+    fn the_calls_deadline_says_nothing_about_the_connection() {
+        let limits = StreamLimits {
+            head_deadline: Some(ms(1_200)),
+            read_timeout: Some(Duration::from_secs(5)),
+            ..StreamLimits::default()
+        };
+        let (mut conn, ticket) = waiting(limits);
+        assert_eq!(conn.deadline(ticket), Some(ms(1_200)));
+        conn.handle_timeout(ms(1_200), &mut Wakeups::new());
+        match conn.poll_head(ticket, || ms(1_200), Waker::noop()) {
+            Poll::Ready(Err((_, e))) => assert_eq!(e, StreamError::Deadline),
+            other => panic!("expected the deadline, got {other:?}"),
+        }
+        assert!(!conn.has_notes(), "no PING for the call's own deadline");
+    }
+
+    #[test]
+    fn an_unbounded_wait_has_no_deadline() {
+        let (mut conn, ticket) = waiting(StreamLimits::default());
+        assert_eq!(conn.deadline(ticket), None);
+        conn.handle_timeout(ms(u64::from(u32::MAX)), &mut Wakeups::new());
+        assert!(conn.poll_head(ticket, || panic!("no clock"), Waker::noop()).is_pending());
     }
 }

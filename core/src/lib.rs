@@ -202,9 +202,9 @@ pub use id::{AttemptId, CallId, ConnectionId, IdAllocator, QueryId};
 pub use outlier::OutlierPolicy;
 pub use plan::{interleave, DnsOutcome, Family, KnownAnswer, PlanConfig, PlanStep, RoutePlanner};
 pub use pool::{
-    AcquireError, AcquireOptions, AddressCounters, AddressMetrics, AddressStats, Backoff, Connection,
-    ExchangeError, FailureOutcome, Pool, PoolAction, PoolConfig, PoolStats, Readiness, RetryBudget, Source,
-    StreamLimitPolicy, WarmPolicy, WarmStatus,
+    AcquireError, AcquireOptions, AddressCounters, AddressMetrics, AddressStats, Backoff, CallTimeout,
+    Connection, ExchangeError, FailureOutcome, Pool, PoolAction, PoolConfig, PoolStats, Readiness,
+    RetryBudget, Source, StreamLimitPolicy, WarmPolicy, WarmStatus,
 };
 pub use race::{Action, ConnectStage, Race, RaceConfig, RaceRequest, Sequence};
 pub use route::Route;

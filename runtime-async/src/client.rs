@@ -9,15 +9,13 @@ use std::sync::Arc;
 
 use switchyard_common::call::CallOwner;
 use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
-use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender, TimeoutPhase};
-use switchyard_core::pool::ExchangeFailure;
+use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender};
 use switchyard_core::{CallId, PoolStats};
 use tokio::sync::oneshot;
 
 use crate::body::Body;
 use crate::h1;
 use crate::runtime::{within, BoxFuture, Runtime};
-use crate::shared::CallLimits;
 use crate::shared::{self, Lease, Settings, Shared};
 use crate::ResponseBody;
 
@@ -268,29 +266,19 @@ impl<R: Runtime> Client<R> {
         let call = shared.start_call(&parts, &plan, tx);
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
         let owner = CallOwner::new(call, &plan);
-        // Whether the call holds a connection: a timeout before then was
-        // spent connecting, after it waiting for the head.
-        let leased = AtomicBool::new(false);
         let (timeout, facts) = (plan.timeout, owner.facts());
         // Nothing else of the plan is needed across the wait; a local kept
         // alive there would sit in this future's state.
         drop(plan);
         // Boxed: the exchange's state (a few KiB) is built once on the heap,
         // not moved through this future and the timeout's.
-        let run = Box::pin(run_call(&shared, &owner, rx, &parts, &mut body, &leased));
+        let run = Box::pin(run_call(&shared, &owner, rx, &parts, &mut body));
         let result = match timeout {
             Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
-                if leased.load(Ordering::Acquire) {
-                    // Mid-exchange: the pool hears a timeout failure (route
-                    // memory, the connection's verdict), not a cancellation;
-                    // the core says what that failure is.
-                    let failure = ExchangeFailure::call_deadline(facts);
-                    let (tx, _) = oneshot::channel();
-                    let _ = shared.exchange_failed(call, failure, tx);
-                    Err(Error::timeout(TimeoutPhase::ResponseHead))
-                } else {
-                    Err(Error::connect_timeout_at(shared.lock_state().pool.connect_stage(call)))
-                }
+                // The core says where the call stood (connecting, or in its
+                // exchange, which it ends as a timeout) and so the phase.
+                let stood = shared.input(|st, now| st.pool.call_timed_out(now, call, facts));
+                Err(Error::call_timeout(stood))
             }),
             None => run.await,
         };
@@ -374,17 +362,14 @@ async fn run_call(
     mut rx: oneshot::Receiver<Result<Lease, switchyard_core::AcquireError>>,
     parts: &http::request::Parts,
     body: &mut Body,
-    leased: &AtomicBool,
 ) -> Result<http::Response<ResponseBody>, Error> {
     let call = owner.call();
     loop {
-        leased.store(false, Ordering::Release);
         let lease = match rx.await {
             Ok(Ok(lease)) => lease,
             Ok(Err(e)) => return Err(Error::connect(e)),
             Err(_) => return Err(Error::connect(switchyard_core::AcquireError::Shutdown)),
         };
-        leased.store(true, Ordering::Release);
         let answered = match lease {
             Lease::H1 { connection, source, conn } => {
                 let target = owner.h1_target(&shared.lock_state().pool, connection, parts);
@@ -396,8 +381,11 @@ async fn run_call(
                 owner.answered(attempt, target.via())
             }
             Lease::H2 { connection, handle } => {
-                let limits =
-                    CallLimits { call_deadline: owner.call_deadline(), body_timeout: owner.body_timeout() };
+                let limits = owner.stream_limits(
+                    |t| shared.hub.from_std(t),
+                    shared.settings.read_timeout,
+                    shared.settings.driver.write_timeout,
+                );
                 let req = crate::h2::Request { parts, body, facts: owner.facts(), limits };
                 owner.answered(crate::h2::exchange(shared, call, connection, handle, req).await, None)
             }

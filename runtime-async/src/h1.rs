@@ -9,7 +9,6 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use switchyard_common::engine::{self, H1Exchange, Next, Step};
@@ -40,15 +39,6 @@ pub(crate) fn check(conn: &mut H1Conn) -> Result<(), CloseReason> {
         Poll::Ready(Err(_)) => Peek::Error,
     };
     conn.conn.check(peek)
-}
-
-/// The tighter of a per-operation timeout and what is left until `deadline`.
-pub(crate) fn bound(limit: Option<Duration>, deadline: Option<std::time::Instant>) -> Option<Duration> {
-    let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-    match (limit, left) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 /// An HTTP/1.1 connection's socket side: the stream, and whether written

@@ -7,23 +7,23 @@
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::task::Poll;
+use std::task::{Poll, Waker};
 
 use bytes::Bytes;
-use switchyard_core::http2::StreamError;
+use switchyard_core::http2::{StreamError, StreamLimits};
 use switchyard_core::pool::RequestFacts;
-use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
+use switchyard_core::{CallId, CloseReason, ConnectionId, Instant, Reuse};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
 use switchyard_common::h2::{
-    tell_pool, wake_all, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Submitted, Wakeups,
+    tell_pool, wake_all, BodyNext, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Submitted, Wakeups,
 };
 use switchyard_common::{BodyError, Error};
 
 use crate::body::{Body, Kind};
-use crate::runtime::{within, BoxFuture, Io};
+use crate::runtime::{BoxFuture, Io};
 use crate::shared::Shared;
 
 /// The shared connection: its state, and how many handles hold it.
@@ -74,12 +74,37 @@ impl SharedConn for Conn {
 /// A handle on a shared HTTP/2 connection (see [`Handle`]).
 pub(crate) type H2Handle = Handle<Conn>;
 
-/// A stream's read timed out: the peer may have stalled. The core decides
-/// what follows (one PING, and no new exchanges if no PONG comes in time).
-fn stream_stalled(shared: &Arc<Shared>, connection: ConnectionId) {
-    shared.input(|st, now| {
-        let _ = st.pool.stream_stalled(now, connection);
-    });
+/// Waits until `poll` on the connection's state is ready. The state holds
+/// the stream's deadlines: when the one it names passes, it hears the time
+/// and decides what that means (`poll` then reports it).
+async fn wait<T>(
+    shared: &Shared,
+    conn: &Conn,
+    ticket: u64,
+    mut poll: impl FnMut(&mut H2Conn, &dyn Fn() -> Instant, &Waker, &mut Wakeups) -> Poll<T>,
+) -> T {
+    let now = || shared.now();
+    let mut timer: Option<(Instant, BoxFuture<()>)> = None;
+    std::future::poll_fn(|cx| loop {
+        let (ready, until) = conn.with(|st, w| match poll(st, &now, cx.waker(), w) {
+            Poll::Ready(v) => (Some(v), None),
+            Poll::Pending => (None, st.deadline(ticket)),
+        });
+        if let Some(v) = ready {
+            return Poll::Ready(v);
+        }
+        let Some(until) = until else { return Poll::Pending };
+        if timer.as_ref().is_none_or(|(t, _)| *t != until) {
+            timer = Some((until, shared.rt.sleep_until(shared.hub.to_std(until))));
+        }
+        let Some((_, sleep)) = timer.as_mut() else { return Poll::Pending };
+        if sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        timer = None;
+        conn.with(|st, w| st.handle_timeout(shared.now().max(until), w));
+    })
+    .await
 }
 
 /// Sends the PING the core asked for; its PONG is reported. The core times
@@ -214,7 +239,8 @@ pub(crate) struct Request<'a> {
     pub(crate) parts: &'a http::request::Parts,
     pub(crate) body: &'a mut Body,
     pub(crate) facts: RequestFacts,
-    pub(crate) limits: crate::shared::CallLimits,
+    /// The call's bounds on its waits (the state holds them).
+    pub(crate) limits: StreamLimits,
 }
 
 /// A call's stream: closed (reset when still open) when dropped.
@@ -249,7 +275,7 @@ pub(crate) async fn exchange(
     let has_body = plan.has_body();
     let at = shared.now();
     shared.emit(move |l| l.request_headers_start(call, at));
-    conn.with(|st, w| st.submit(ticket, plan.head(), submitted, w));
+    conn.with(|st, w| st.submit(ticket, plan.head(), submitted, limits, w));
     let at = shared.now();
     shared.emit(move |l| switchyard_common::request_head_written(l, call, at, has_body));
     if has_body {
@@ -265,26 +291,13 @@ pub(crate) async fn exchange(
                             break;
                         }
                         // Back-pressure: a chunk goes once the server's
-                        // windows have room; an early answer stops the rest.
-                        // Each wait for the server's window is bounded by
-                        // the write timeout, as each wait for the socket is on
-                        // HTTP/1.1.
+                        // windows have room; an early answer (or a passed
+                        // bound) stops the rest, and the head says which.
                         let room =
-                            std::future::poll_fn(|cx| conn.with(|st, _| st.poll_send(ticket, cx.waker())));
-                        let room = match shared.settings.driver.write_timeout {
-                            Some(d) => within(&*shared.rt, d, room).await,
-                            None => Some(room.await),
-                        };
-                        match room {
-                            Some(SendRoom::Open) => {}
-                            Some(SendRoom::Stop) => {
-                                stopped = true;
-                                break;
-                            }
-                            None => {
-                                let stream = conn.lock().stream_id(ticket);
-                                return Err(failed(stream, &StreamError::ReadTimeout));
-                            }
+                            wait(shared, &conn, ticket, |st, now, waker, _| st.poll_send(ticket, now, waker));
+                        if room.await == SendRoom::Stop {
+                            stopped = true;
+                            break;
                         }
                         conn.with(|st, w| st.send(ticket, chunk, false, w));
                     }
@@ -314,18 +327,7 @@ pub(crate) async fn exchange(
         let (at, n) = (shared.now(), body.len().unwrap_or(0));
         shared.emit(move |l| switchyard_common::request_body_written(l, call, n, at));
     }
-    let head = std::future::poll_fn(|cx| conn.with(|st, _| st.poll_head(ticket, cx.waker())));
-    let head = match shared.settings.read_timeout {
-        Some(d) => match within(&*shared.rt, d, head).await {
-            Some(r) => r,
-            None => {
-                stream_stalled(shared, connection);
-                let stream = conn.lock().stream_id(ticket);
-                return Err(failed(stream, &StreamError::ReadTimeout));
-            }
-        },
-        None => head.await,
-    };
+    let head = wait(shared, &conn, ticket, |st, now, waker, _| st.poll_head(ticket, now, waker)).await;
     let (stream_id, response, _) = head.map_err(|(stream, e)| failed(stream, &e))?;
     plan.judge_head(conn.lock().session(), stream_id, &response, source, facts)?;
     if response.status().is_server_error() {
@@ -340,19 +342,7 @@ pub(crate) async fn exchange(
     let (mut parts, ()) = response.into_parts();
     parts.extensions.insert(call);
     parts.extensions.insert(switchyard_common::Carrier { connection, source });
-    let deadline = match (limits.body_timeout.map(|d| std::time::Instant::now() + d), limits.call_deadline) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    let body = H2Body {
-        shared: Arc::clone(shared),
-        call,
-        connection,
-        stream: Some(guard),
-        stream_id,
-        trailers: None,
-        deadline,
-    };
+    let body = H2Body { shared: Arc::clone(shared), call, stream: Some(guard), stream_id, trailers: None };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
 }
 
@@ -361,60 +351,29 @@ pub(crate) async fn exchange(
 pub(crate) struct H2Body {
     shared: Arc<Shared>,
     call: CallId,
-    connection: ConnectionId,
     stream: Option<StreamGuard>,
     stream_id: u32,
     pub(crate) trailers: Option<http::HeaderMap>,
-    /// When the whole body must have arrived (the body timeout).
-    deadline: Option<std::time::Instant>,
 }
 
 impl H2Body {
     pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         let Some(guard) = self.stream.as_ref() else { return Ok(None) };
-        let (conn, ticket) = (Arc::clone(guard.0.conn()), guard.ticket());
-        let next = std::future::poll_fn(|cx| conn.with(|st, w| st.poll_chunk(ticket, cx.waker(), w)));
-        let limit = crate::h1::bound(self.shared.settings.read_timeout, self.deadline);
-        let next = match limit {
-            Some(d) => match within(&*self.shared.rt, d, next).await {
-                Some(n) => n,
-                None => {
-                    // The body timeout says nothing about the connection; a
-                    // read timeout may mean a stalled peer (the pool's PING
-                    // decides).
-                    let body_deadline = self.deadline.is_some_and(|t| std::time::Instant::now() >= t);
-                    if !body_deadline {
-                        stream_stalled(&self.shared, self.connection);
-                    }
-                    let reuse = conn.lock().session().body_failed(&StreamError::ReadTimeout);
-                    self.end(reuse);
-                    return Err(BodyError::Timeout);
-                }
-            },
-            None => next.await,
-        };
-        match next {
-            Ok(Some(data)) => Ok(Some(data)),
-            Ok(None) => {
-                // The lock is released before the stream is (its close takes it).
-                let end = conn.lock().body_end(ticket, self.stream_id);
-                match end {
-                    // The stream is released by `finish`, after the body's end
-                    // is reported.
-                    Ok(trailers) => {
-                        self.trailers = trailers;
-                        Ok(None)
-                    }
-                    Err(e) => {
-                        self.end(Reuse::Reusable);
-                        Err(e)
-                    }
-                }
+        let (conn, ticket, stream) = (Arc::clone(guard.0.conn()), guard.ticket(), self.stream_id);
+        let next = wait(&self.shared, &conn, ticket, |st, now, waker, w| {
+            st.poll_body(ticket, stream, now, waker, w)
+        });
+        match next.await {
+            BodyNext::Data(data) => Ok(Some(data)),
+            // The stream is released by `finish`, after the body's end is
+            // reported.
+            BodyNext::End(trailers) => {
+                self.trailers = trailers;
+                Ok(None)
             }
-            Err(e) => {
-                let reuse = conn.lock().session().body_failed(&e);
+            BodyNext::Failed(e, reuse) => {
                 self.end(reuse);
-                Err(BodyError::Http2(e.to_string()))
+                Err(e)
             }
         }
     }

@@ -6,7 +6,6 @@
 //! exchanges are in [`crate::h1`] and [`crate::h2`].
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use switchyard_common::engine::{self, EngineHost, EngineState};
 use switchyard_common::{AsyncResolve, Hub, HubState, Resolve, Watchers};
@@ -172,13 +171,4 @@ pub(crate) async fn timer_task(
             None => notify.notified().await,
         }
     }
-}
-
-/// A call's time bounds, as the exchanges apply them.
-#[derive(Clone, Copy)]
-pub(crate) struct CallLimits {
-    /// The whole call, its body included.
-    pub(crate) call_deadline: Option<std::time::Instant>,
-    /// The response body, from its head.
-    pub(crate) body_timeout: Option<Duration>,
 }

@@ -369,7 +369,11 @@ fn run_call(
                 owner.answered(attempt, target.via())
             }
             Lease::H2 { connection, handle } => {
-                let limits = (owner.call_deadline(), owner.body_timeout());
+                let limits = owner.stream_limits(
+                    |t| shared.hub.from_std(t),
+                    shared.settings.driver.read_timeout,
+                    shared.settings.driver.write_timeout,
+                );
                 let req = crate::h2::Request { parts, body, facts: owner.facts(), limits };
                 let attempt = crate::h2::exchange(shared, call, connection, handle, req);
                 owner.answered(attempt, None)

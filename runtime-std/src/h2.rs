@@ -14,11 +14,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
-use switchyard_common::h2::{tell_pool, wake_all, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Wakeups};
+use switchyard_common::h2::{
+    tell_pool, wake_all, BodyNext, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Wakeups,
+};
 use switchyard_common::{BodyError, Error};
-use switchyard_core::http2::StreamError;
+use switchyard_core::http2::{StreamError, StreamLimits};
 use switchyard_core::pool::RequestFacts;
-use switchyard_core::{CallId, CloseReason, ConnectionId, Reuse};
+use switchyard_core::{CallId, CloseReason, ConnectionId, Instant, Reuse};
 
 use crate::body::{Body, Kind};
 use crate::shared::Shared;
@@ -281,45 +283,48 @@ impl Wake for Unpark {
     }
 }
 
-/// Polls `poll` until it is ready, parking in between, at most until
-/// `deadline` (`None`: it passed). A parked call keeps the core's clock
-/// meanwhile (there is no housekeeping thread): it wakes for the pool's next
-/// deadline and fires what is due — the handshake timeout that retires a
-/// connection the server never made usable, a PONG that never came.
+/// Polls `poll` until it is ready, parking in between. The state holds the
+/// stream's deadlines: when the one it names passes, it hears the time and
+/// decides what that means (`poll` then reports it). A parked call keeps the
+/// core's clock meanwhile (there is no housekeeping thread): it wakes for
+/// the pool's next deadline and fires what is due — the handshake timeout
+/// that retires a connection the server never made usable, a PONG that never
+/// came.
 fn wait<T>(
     shared: &Arc<Shared>,
     conn: &Conn,
-    deadline: Option<std::time::Instant>,
-    mut poll: impl FnMut(&mut H2Conn, &Waker, &mut Wakeups) -> Poll<T>,
-) -> Option<T> {
+    ticket: u64,
+    mut poll: impl FnMut(&mut H2Conn, &dyn Fn() -> Instant, &Waker, &mut Wakeups) -> Poll<T>,
+) -> T {
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let now = || shared.hub.now();
     loop {
-        if let Poll::Ready(v) = conn.with(|st, w| poll(st, &waker, w)) {
-            return Some(v);
-        }
+        let until = match conn.with(|st, w| match poll(st, &now, &waker, w) {
+            Poll::Ready(v) => Ok(v),
+            Poll::Pending => Err(st.deadline(ticket)),
+        }) {
+            Ok(v) => return v,
+            Err(until) => until.map(|t| shared.hub.to_std(t)),
+        };
         let timer = shared.hub.lock().pool.poll_timeout().map(|t| shared.hub.to_std(t));
-        let now = std::time::Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return None;
-        }
-        match earliest(deadline, timer) {
-            Some(until) => std::thread::park_timeout(until.saturating_duration_since(now)),
+        let earliest = match (until, timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let at = std::time::Instant::now();
+        match earliest {
+            Some(e) if e <= at => {}
+            Some(e) => std::thread::park_timeout(e - at),
             None => std::thread::park(),
         }
-        if timer.is_some_and(|t| std::time::Instant::now() >= t) {
+        let at = std::time::Instant::now();
+        if until.is_some_and(|u| at >= u) {
+            let now = shared.hub.from_std(at);
+            conn.with(|st, w| st.handle_timeout(now, w));
+        }
+        if timer.is_some_and(|t| at >= t) {
             shared.input(|_, _| {}); // fires the due timers
         }
-    }
-}
-
-fn after(limit: Option<Duration>) -> Option<std::time::Instant> {
-    limit.map(|d| std::time::Instant::now() + d)
-}
-
-fn earliest(a: Option<std::time::Instant>, b: Option<std::time::Instant>) -> Option<std::time::Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 
@@ -337,8 +342,8 @@ pub(crate) struct Request<'a> {
     pub(crate) parts: &'a http::request::Parts,
     pub(crate) body: &'a mut Body,
     pub(crate) facts: RequestFacts,
-    /// The call's deadline and the body timeout.
-    pub(crate) limits: (Option<std::time::Instant>, Option<Duration>),
+    /// The call's bounds on its waits (the state holds them).
+    pub(crate) limits: StreamLimits,
 }
 
 /// Runs one exchange on a stream of the connection (blocking).
@@ -350,7 +355,6 @@ pub(crate) fn exchange(
     req: Request<'_>,
 ) -> Result<http::Response<crate::ResponseBody>, Attempted> {
     let Request { parts, body, facts, limits } = req;
-    let (call_deadline, body_timeout) = limits;
     let source = handle.source();
     let guard = StreamGuard(handle);
     let conn = Arc::clone(guard.0.conn());
@@ -365,7 +369,7 @@ pub(crate) fn exchange(
     };
     let at = shared.hub.now();
     shared.hub.emit(move |l| l.request_headers_start(call, at));
-    conn.with(|st, w| st.submit(ticket, plan.head(), submitted, w));
+    conn.with(|st, w| st.submit(ticket, plan.head(), submitted, limits, w));
     let at = shared.hub.now();
     let has_body = plan.has_body();
     shared.hub.emit(move |l| switchyard_common::request_head_written(l, call, at, has_body));
@@ -389,19 +393,14 @@ pub(crate) fn exchange(
                     failure = Some(why.to_string());
                     break;
                 }
-                // Each wait for the server's window is bounded by the write
-                // timeout, as each wait for the socket is on HTTP/1.1.
-                let until = earliest(call_deadline, after(shared.settings.driver.write_timeout));
-                match wait(shared, &conn, until, |st, waker, _| st.poll_send(ticket, waker)) {
-                    Some(SendRoom::Open) => {}
-                    Some(SendRoom::Stop) => {
-                        stopped = true;
-                        break;
-                    }
-                    None => {
-                        let stream = conn.lock().h2.stream_id(ticket);
-                        return Err(failed(stream, &StreamError::ReadTimeout));
-                    }
+                // Back-pressure: a chunk goes once the server's windows have
+                // room; an early answer (or a passed bound) stops the rest,
+                // and the head says which.
+                if wait(shared, &conn, ticket, |st, now, waker, _| st.poll_send(ticket, now, waker))
+                    == SendRoom::Stop
+                {
+                    stopped = true;
+                    break;
                 }
                 let chunk = Bytes::copy_from_slice(&scratch[..n]);
                 conn.with(|st, w| st.send(ticket, chunk, false, w));
@@ -424,20 +423,7 @@ pub(crate) fn exchange(
         let (at, n) = (shared.hub.now(), body.len().unwrap_or(0));
         shared.hub.emit(move |l| switchyard_common::request_body_written(l, call, n, at));
     }
-    let read_by = after(shared.settings.driver.read_timeout);
-    let Some(head) =
-        wait(shared, &conn, earliest(read_by, call_deadline), |st, waker, _| st.poll_head(ticket, waker))
-    else {
-        // A read timeout may mean a stalled peer (the pool's PING decides);
-        // the call's own deadline says nothing about the connection.
-        if read_by.is_some_and(|r| std::time::Instant::now() >= r) {
-            shared.input(|st, now| {
-                let _ = st.pool.stream_stalled(now, connection);
-            });
-        }
-        let stream = conn.lock().h2.stream_id(ticket);
-        return Err(failed(stream, &StreamError::ReadTimeout));
-    };
+    let head = wait(shared, &conn, ticket, |st, now, waker, _| st.poll_head(ticket, now, waker));
     let (stream_id, response, _) = head.map_err(|(stream, e)| failed(stream, &e))?;
     plan.judge_head(conn.lock().h2.session(), stream_id, &response, source, facts)?;
     if response.status().is_server_error() {
@@ -450,16 +436,7 @@ pub(crate) fn exchange(
     let (mut parts, ()) = response.into_parts();
     parts.extensions.insert(call);
     parts.extensions.insert(switchyard_common::Carrier { connection, source });
-    let deadline = earliest(after(body_timeout), call_deadline);
-    let body = H2Body {
-        shared: Arc::clone(shared),
-        call,
-        connection,
-        stream: Some(guard),
-        stream_id,
-        trailers: None,
-        deadline,
-    };
+    let body = H2Body { shared: Arc::clone(shared), call, stream: Some(guard), stream_id, trailers: None };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
 }
 
@@ -467,53 +444,28 @@ pub(crate) fn exchange(
 pub(crate) struct H2Body {
     shared: Arc<Shared>,
     call: CallId,
-    connection: ConnectionId,
     stream: Option<StreamGuard>,
     stream_id: u32,
     pub(crate) trailers: Option<http::HeaderMap>,
-    deadline: Option<std::time::Instant>,
 }
 
 impl H2Body {
     pub(crate) fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         let Some(guard) = self.stream.as_ref() else { return Ok(None) };
-        let (conn, ticket) = (Arc::clone(guard.0.conn()), guard.ticket());
-        let until = earliest(after(self.shared.settings.driver.read_timeout), self.deadline);
-        let Some(next) = wait(&self.shared, &conn, until, |st, waker, w| st.poll_chunk(ticket, waker, w))
-        else {
-            let body_deadline = self.deadline.is_some_and(|t| std::time::Instant::now() >= t);
-            if !body_deadline {
-                let connection = self.connection;
-                self.shared.input(|st, now| {
-                    let _ = st.pool.stream_stalled(now, connection);
-                });
+        let (conn, ticket, stream) = (Arc::clone(guard.0.conn()), guard.ticket(), self.stream_id);
+        match wait(&self.shared, &conn, ticket, |st, now, waker, w| {
+            st.poll_body(ticket, stream, now, waker, w)
+        }) {
+            BodyNext::Data(data) => Ok(Some(data)),
+            // The stream is released by `finish`, after the body's end is
+            // reported.
+            BodyNext::End(trailers) => {
+                self.trailers = trailers;
+                Ok(None)
             }
-            let reuse = conn.lock().h2.session().body_failed(&StreamError::ReadTimeout);
-            self.end(reuse);
-            return Err(BodyError::Timeout);
-        };
-        match next {
-            Ok(Some(data)) => Ok(Some(data)),
-            Ok(None) => {
-                // The lock is released before the stream is (its close takes it).
-                let end = conn.lock().h2.body_end(ticket, self.stream_id);
-                match end {
-                    // The stream is released by `finish`, after the body's end
-                    // is reported.
-                    Ok(trailers) => {
-                        self.trailers = trailers;
-                        Ok(None)
-                    }
-                    Err(e) => {
-                        self.end(Reuse::Reusable);
-                        Err(e)
-                    }
-                }
-            }
-            Err(e) => {
-                let reuse = conn.lock().h2.session().body_failed(&e);
+            BodyNext::Failed(e, reuse) => {
                 self.end(reuse);
-                Err(BodyError::Http2(e.to_string()))
+                Err(e)
             }
         }
     }

@@ -103,6 +103,12 @@ pub fn builder<C: FromConfig>(config: Config, log: &EventLog) -> ClientBuilder<C
     if let Some(d) = config.read_timeout {
         b = b.read_timeout(d);
     }
+    if let Some(d) = config.write_timeout {
+        b = b.write_timeout(d);
+    }
+    if let Some(d) = config.head_timeout {
+        b = b.head_timeout(d);
+    }
     if let Some(d) = config.call_timeout {
         b = b.timeout(d);
     }

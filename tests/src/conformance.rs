@@ -50,6 +50,10 @@ pub struct Config {
     pub root: Option<Vec<u8>>,
     /// Bound on each read.
     pub read_timeout: Option<Duration>,
+    /// Bound on each write (on HTTP/2, each wait for the server's windows).
+    pub write_timeout: Option<Duration>,
+    /// Bound on a call until its response head.
+    pub head_timeout: Option<Duration>,
     /// Bound on the winner's handshakes.
     pub handshake_timeout: Duration,
     /// Bound on a whole call (a guard against hangs).
@@ -120,6 +124,8 @@ impl Default for Config {
             hosts: BTreeMap::new(),
             root: None,
             read_timeout: None,
+            write_timeout: None,
+            head_timeout: None,
             handshake_timeout: Duration::from_secs(5),
             call_timeout: Some(Duration::from_secs(20)),
             body_timeout: None,

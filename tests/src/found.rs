@@ -226,24 +226,43 @@ pub fn timeouts_end_in_their_phase(a: &dyn Adapter) {
             &["timed out connecting to", "in the TLS handshake"],
         );
     }
-    // The response head and body, cleartext and TLS, direct and through each
-    // proxy: the call's timeout, the read timeout, and (body) the body timeout.
-    for tls in [false, true] {
+    // The response head and body, cleartext and TLS, HTTP/1.1 and HTTP/2,
+    // direct and through each proxy (HTTP/2 through the tunnels): the call's
+    // timeout, the head timeout, the read timeout, and (body) the body
+    // timeout. On HTTP/2 the stream's deadlines are the core's (a stream
+    // timer), not the adapter's.
+    for (tls, http2) in [(false, false), (true, false), (false, true), (true, true)] {
         let ca = TestCa::new();
         let server = FaultServer::start(FaultOptions {
             tls: tls.then(|| ca.leaf(&["origin.test"])),
-            http2: false,
+            http2,
             max_concurrent_streams: None,
         });
         let scheme = if tls { "https" } else { "http" };
         let url = format!("{scheme}://origin.test:{}/x", server.port());
-        for via in [Via::Direct, Via::HttpProxy, Via::Socks5] {
+        let version = if http2 { Version::Http2 } else { Version::Http1 };
+        let vias: &[Via] = match (http2, tls) {
+            (false, _) => &[Via::Direct, Via::HttpProxy, Via::Socks5],
+            (true, true) => &[Via::Direct, Via::HttpProxy],
+            (true, false) => &[Via::Direct, Via::Socks5],
+        };
+        for &via in vias {
             let (proxies, _proxy) = proxy_to(via, "127.0.0.1".parse().expect("ip"));
-            let with =
-                |c: Config| Config { proxies: proxies.clone(), root: tls.then(|| ca.cert.clone()), ..c };
+            let with = |c: Config| Config {
+                proxies: proxies.clone(),
+                root: tls.then(|| ca.cert.clone()),
+                version,
+                ..c
+            };
             let head = ["timed out", "response head"];
             let body = ["timed out", "response body"];
-            let cases: [(&str, Config, Fault, &[&str]); 5] = [
+            let cases: [(&str, Config, Fault, &[&str]); 6] = [
+                (
+                    "head (head timeout)",
+                    Config { head_timeout: Some(SHORT), ..base.clone() },
+                    Fault::NoResponse,
+                    &head,
+                ),
                 (
                     "head (call timeout)",
                     Config { call_timeout: Some(SHORT), ..base.clone() },
@@ -277,7 +296,28 @@ pub fn timeouts_end_in_their_phase(a: &dyn Adapter) {
             ];
             for (what, config, fault, words) in cases {
                 server.push([Reply::ok("body").with(fault)]);
-                expect(&format!("{what} {via:?} tls {tls}"), with(config), url.clone(), words);
+                expect(&format!("{what} {via:?} tls {tls} h2 {http2}"), with(config), url.clone(), words);
+            }
+        }
+        if http2 {
+            // An upload the server's windows never take (it stopped reading):
+            // each wait for room is bounded by the write timeout, as each
+            // wait for the socket is on HTTP/1.1.
+            server.push([Reply::ok("body").with(Fault::StallConnection)]);
+            let config = Config {
+                write_timeout: Some(SHORT),
+                root: tls.then(|| ca.cert.clone()),
+                version,
+                ..base.clone()
+            };
+            let what = format!("{} upload (write timeout) tls {tls}", a.name());
+            let mut req = Req::get(url.clone());
+            req.method = http::Method::POST;
+            req.body = vec![b'u'; 1 << 20];
+            req.streamed = true;
+            match a.client(config).send(req) {
+                Err((Failure::Timeout, msg)) => assert!(msg.contains("timed out"), "{what}: {msg:?}"),
+                other => panic!("{what}: expected a timeout, got {other:?}"),
             }
         }
     }

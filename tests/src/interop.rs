@@ -1,5 +1,5 @@
 //! The interop suite: real servers and proxies a user meets, installed from
-//! Debian packages (`nginx-light`, `nghttp2-server`, `squid`, `microsocks`),
+//! Debian packages (`nginx-light`, `nghttp2-server`, `h2o`, `squid`, `microsocks`),
 //! each started by its test on loopback with an ephemeral port, a temporary
 //! directory and a certificate made for the run, and stopped when the test
 //! ends. Assertions come from the servers' own logs (nginx's `$connection` in
@@ -8,7 +8,7 @@
 //!
 //! A missing binary skips its cases with a notice on stderr; with
 //! `SWITCHYARD_INTEROP=require` (CI sets it) a missing binary fails the test.
-//! Run it locally: `apt-get install nginx-light nghttp2-server squid microsocks`,
+//! Run it locally: `apt-get install nginx-light nghttp2-server h2o squid microsocks`,
 //! then `cargo test -p switchyard-tokio --test conformance interop`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -691,6 +691,133 @@ pub fn nghttpd_low_stream_limit(a: &dyn Adapter) {
     assert!(sessions <= 16usize.div_ceil(3) + 1, "{sessions} connections for 16 callers at 3 streams each");
 }
 
+// ---------------------------------------------------------------------- h2o
+
+/// h2o on loopback: HTTP/2 over TLS (ALPN) and with prior knowledge on a
+/// cleartext port, serving `/hello` and a 1 MiB `/big` from a docroot. Its
+/// access log names each request's connection (`%{connection-id}x`) and
+/// protocol.
+pub struct H2o {
+    /// The cleartext port (h2c with prior knowledge, or HTTP/1.1).
+    pub plain: u16,
+    /// The TLS port.
+    pub tls: u16,
+    /// The CA that signed its certificate.
+    pub ca: TestCa,
+    scratch: Scratch,
+    _process: Process,
+}
+
+/// One request as h2o logged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct H2oHit {
+    /// h2o's connection id.
+    pub connection: u64,
+    /// The protocol (`HTTP/2`, `HTTP/1.1`).
+    pub protocol: String,
+    /// The status it answered.
+    pub status: u16,
+    /// The request line.
+    pub request: String,
+}
+
+impl H2o {
+    /// Starts h2o, or `None` if it is not installed (see [`required`]).
+    #[must_use]
+    pub fn start() -> Option<H2o> {
+        let bin = need("h2o", "h2o")?;
+        let scratch = Scratch::new("h2o");
+        let ca = TestCa::new();
+        std::fs::create_dir_all(scratch.path("www")).expect("docroot");
+        scratch.write("www/hello", b"hello");
+        scratch.write("www/big", &big_body());
+        let (cert, key) = tls_files(&scratch, &ca.leaf(&["localhost", "127.0.0.1"]));
+        let (plain, tls) = (free_port(), free_port());
+        let dir = scratch.0.display();
+        let conf = format!(
+            "error-log: {dir}/error.log
+access-log:
+  path: {dir}/access.log
+  format: \"%{{connection-id}}x %H %s %r\"
+listen:
+  host: 127.0.0.1
+  port: {plain}
+listen:
+  host: 127.0.0.1
+  port: {tls}
+  ssl:
+    certificate-file: {cert}
+    key-file: {key}
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: {dir}/www
+",
+            cert = cert.display(),
+            key = key.display(),
+        );
+        let conf_path = scratch.write("h2o.conf", conf.as_bytes());
+        let mut cmd = Command::new(bin);
+        cmd.arg("-c").arg(conf_path);
+        let mut process = Process::spawn("h2o", cmd, &scratch);
+        process.wait_listening(plain);
+        process.wait_listening(tls);
+        Some(H2o { plain, tls, ca, scratch, _process: process })
+    }
+
+    /// The requests h2o logged, once at least `expected` are there (the
+    /// readiness probes logged none: they sent no request).
+    #[must_use]
+    pub fn hits(&self, expected: usize) -> Vec<H2oHit> {
+        read_log(&self.scratch.path("access.log"), |lines| lines.len() >= expected)
+            .iter()
+            .filter_map(|l| {
+                let mut it = l.splitn(4, ' ');
+                let connection = it.next()?.parse().ok()?;
+                let protocol = it.next()?.to_owned();
+                let status = it.next()?.parse().ok()?;
+                Some(H2oHit { connection, protocol, status, request: it.next()?.to_owned() })
+            })
+            .collect()
+    }
+}
+
+/// h2o: HTTP/2 over TLS (ALPN) and h2c with prior knowledge. One call, 80
+/// from 8 callers, and a 1 MiB body: every answer
+/// whole, all on one connection per mode, HTTP/2 in h2o's own log.
+pub fn h2o_tls_and_h2c(a: &dyn Adapter) {
+    let Some(server) = H2o::start() else { return };
+    let big = big_body();
+    let mut logged = 0;
+    for tls in [true, false] {
+        let client = client_for(a, &server.ca, Version::Http2);
+        let base = if tls {
+            format!("https://127.0.0.1:{}", server.tls)
+        } else {
+            format!("http://127.0.0.1:{}", server.plain)
+        };
+        let url = format!("{base}/hello");
+        let r = ok(client.send(Req::get(url.clone())), &url);
+        assert_eq!(
+            (r.status, r.version, r.body.as_slice()),
+            (200, http::Version::HTTP_2, &b"hello"[..]),
+            "{url}"
+        );
+        let results = client.send_loops(8, 10, Req::get(url.clone()));
+        expect_ok(&results, &url);
+        let r = ok(client.send(Req::get(format!("{base}/big"))), &base);
+        assert!(r.body == big, "{base}/big: the whole 1 MiB ({} bytes)", r.body.len());
+        logged += 82;
+        let hits = server.hits(logged);
+        let mine = &hits[logged - 82..];
+        assert_eq!(mine.len(), 82, "{base}: h2o logged {} of 82 requests", mine.len());
+        assert!(mine.iter().all(|h| h.protocol == "HTTP/2" && h.status == 200), "{base}: {mine:?}");
+        let connections: BTreeSet<u64> = mine.iter().map(|h| h.connection).collect();
+        assert_eq!(connections.len(), 1, "{base}: one HTTP/2 connection, h2o saw {connections:?}");
+    }
+}
+
 // -------------------------------------------------------------------- squid
 
 /// squid as a forward proxy on loopback.
@@ -1103,7 +1230,7 @@ macro_rules! interop_suite {
                 nginx_keepalive_requests, nginx_keepalive_timeout, nginx_over_unix_sockets);
             $crate::interop_suite!(@plain $adapter;
                 nginx_low_stream_limit, nginx_prior_knowledge_to_http1, nghttpd_tls_and_h2c, nghttpd_low_stream_limit,
-                squid_forward_proxy, microsocks_socks5, proxy_credentials_against_squid_and_microsocks);
+                h2o_tls_and_h2c, squid_forward_proxy, microsocks_socks5, proxy_credentials_against_squid_and_microsocks);
         }
     };
     ($adapter:expr, without_http2) => {

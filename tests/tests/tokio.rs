@@ -457,10 +457,14 @@ fn window_watching_h2_server(size: usize) -> (u16, Arc<std::sync::Mutex<(usize, 
 
 /// The adaptive HTTP/2 window starts at the protocol's 65,535 bytes and
 /// grows while a large body streams; the body arrives whole either way.
+/// Growth depends on PING round trips measured on a shared 2-core machine
+/// (a sample taken while the server was descheduled shows no need to grow),
+/// so the adaptive case gets up to three fresh connections to show it; the
+/// start and the whole body are checked on every one.
 #[test]
 fn the_adaptive_http2_window_starts_small_and_grows() {
     const SIZE: usize = 32 << 20;
-    for adaptive in [true, false] {
+    let fetch = |adaptive: bool| {
         let (port, seen) = window_watching_h2_server(SIZE);
         let client = Client::builder()
             .http_version(HttpVersion::Http2Only)
@@ -477,13 +481,23 @@ fn the_adaptive_http2_window_starts_small_and_grows() {
         });
         assert_eq!(got, SIZE, "adaptive {adaptive}: the whole body");
         let (most, first) = *seen.lock().unwrap();
-        if adaptive {
-            assert!(first <= 65_535, "starts at the protocol's window: first grant {first}");
-            assert!(most > 65_535, "grows while the window is the limit: at most {most} at once");
-        } else {
-            assert!(first > 65_535, "full-size windows from the start: first grant {first}");
+        (most, first)
+    };
+    let mut grants = Vec::new();
+    for _ in 0..3 {
+        let (most, first) = fetch(true);
+        assert!(first <= 65_535, "starts at the protocol's window: first grant {first}");
+        grants.push(most);
+        if most > 65_535 {
+            break;
         }
     }
+    assert!(
+        grants.iter().any(|&most| most > 65_535),
+        "grows while the window is the limit: the largest grants were {grants:?}"
+    );
+    let (_, first) = fetch(false);
+    assert!(first > 65_535, "full-size windows from the start: first grant {first}");
 }
 
 /// The adapter's own Manager types: the builder's client settings reach the

@@ -31,6 +31,10 @@
 //! failure means for the call and the connection (see its module,
 //! [`session`]).
 //!
+//! [`StreamTimer`] holds a stream's deadlines (the call's, the head's, the
+//! body's, and the read and write timeouts of each wait) and says what a
+//! passed one means, so an adapter's call only waits.
+//!
 //! [`WindowEstimator`] decides the adaptive flow-control window from the DATA
 //! bytes received and PING round trips.
 
@@ -39,9 +43,11 @@ mod frame;
 pub mod hpack;
 mod huffman;
 pub mod session;
+pub mod timer;
 mod window;
 
 pub use driver::{field_sizes, Driver, DriverConfig, Event, OpenError, RequestHead, PREFACE};
 pub use frame::{FrameNote, FrameScanner};
 pub use session::{code_name, ConnectionEnd, GoAway, Peer, Report, Session, StreamError};
+pub use timer::{Expired, StreamLimits, StreamTimer, Wait};
 pub use window::{WindowEstimator, PROTOCOL_WINDOW};

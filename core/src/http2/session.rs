@@ -109,10 +109,16 @@ pub enum StreamError {
         /// What it said.
         message: String,
     },
-    /// A read on the stream timed out (the bridge's read timeout): the peer
-    /// may have stalled (report [`Pool::stream_stalled`](crate::Pool::stream_stalled)
+    /// A wait for the head or a body chunk passed the read timeout: the
+    /// peer may have stalled (report [`Pool::stream_stalled`](crate::Pool::stream_stalled)
     /// too; the pool's PING decides about the connection).
     ReadTimeout,
+    /// A wait for the server's windows to take more of the upload passed the
+    /// write timeout: the peer may have stalled, as for a read timeout.
+    WriteTimeout,
+    /// The call's own deadline or its body timeout passed: says nothing
+    /// about the connection.
+    Deadline,
 }
 
 impl fmt::Display for StreamError {
@@ -126,6 +132,10 @@ impl fmt::Display for StreamError {
             StreamError::GoAway { code, by: p } => write!(f, "GOAWAY {} ({})", by(p), code_name(*code)),
             StreamError::Io { message } | StreamError::Other { message } => f.write_str(message),
             StreamError::ReadTimeout => f.write_str("read timed out"),
+            StreamError::WriteTimeout => {
+                f.write_str("the server's flow-control window stayed shut past the write timeout")
+            }
+            StreamError::Deadline => f.write_str("the call's deadline passed"),
         }
     }
 }
@@ -394,7 +404,7 @@ impl Session {
                     K::Io { kind: io::ErrorKind::ConnectionReset, message: message.clone() }
                 }
                 StreamError::Other { message } => K::Protocol { message: message.clone() },
-                StreamError::ReadTimeout => K::Timeout,
+                StreamError::ReadTimeout | StreamError::WriteTimeout | StreamError::Deadline => K::Timeout,
             }
         };
         ExchangeFailure { kind, progress, request }

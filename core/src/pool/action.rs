@@ -99,6 +99,20 @@ pub enum FailureOutcome {
     Failed(ExchangeError),
 }
 
+/// Where a call stood when its own deadline passed
+/// ([`Pool::call_timed_out`](super::Pool::call_timed_out)): which phase the
+/// timeout belongs to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CallTimeout {
+    /// It had no connection yet: how far connecting got (`None`: the pool
+    /// no longer knew). End the call with [`Pool::cancel`](super::Pool::cancel).
+    Connecting(Option<crate::race::ConnectStage>),
+    /// It held a connection: its exchange failed as a timeout (the pool
+    /// judged the connection and remembered the route, as for any timeout)
+    /// and the call is over. The response head had not arrived.
+    Exchange,
+}
+
 /// An instruction for the embedder.
 #[must_use]
 #[derive(Clone, PartialEq, Eq, Debug)]

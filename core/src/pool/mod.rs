@@ -156,7 +156,7 @@ mod view;
 mod waiters;
 pub mod warm;
 
-pub use action::{AcquireError, ExchangeError, FailureOutcome, PoolAction, Source};
+pub use action::{AcquireError, CallTimeout, ExchangeError, FailureOutcome, PoolAction, Source};
 pub use budget::RetryBudget;
 pub use config::{AcquireOptions, PoolConfig, StreamLimitPolicy};
 pub use evict::{IDLE_ADDRESSES_KEPT, KNOWN_PROTOCOLS_KEPT};
@@ -436,6 +436,41 @@ impl Pool {
             CallState::Racing { race, .. } => Some(race.stage()),
             CallState::Active { .. } => None,
             _ => Some(crate::race::ConnectStage::Waiting),
+        }
+    }
+
+    /// The call's own deadline passed on the embedder's timer (a bound
+    /// around the whole call, as an async `timeout` is): the pool says which
+    /// phase it was in, and ends the exchange of a call that held a
+    /// connection — a timeout whose request may have reached the server
+    /// (`request` says what it allows), judged as any other, never retried.
+    /// A call still connecting is left for [`Pool::cancel`], with its stage.
+    ///
+    /// ```
+    /// use switchyard_core::{Address, AcquireOptions, CallTimeout, Instant, Pool, PoolConfig};
+    /// use switchyard_core::pool::RequestFacts;
+    /// let mut pool = Pool::new(PoolConfig::default());
+    /// let now = Instant::from_millis(0);
+    /// let address = Address::from_uri(&"http://example.com/".parse()?)?.build()?;
+    /// let call = pool.acquire(now, address, AcquireOptions::default());
+    /// let facts = RequestFacts { idempotent: true, body_replayable: true };
+    /// // Still resolving the name: the timeout is the connect phase's.
+    /// let t = pool.call_timed_out(now, call, facts);
+    /// assert!(matches!(t, CallTimeout::Connecting(Some(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_timed_out(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        request: crate::pool::RequestFacts,
+    ) -> CallTimeout {
+        match self.calls.get(&call).map(|c| &c.state) {
+            Some(CallState::Active { .. }) => {
+                let _ = self.exchange_failed(now, call, crate::pool::ExchangeFailure::call_deadline(request));
+                CallTimeout::Exchange
+            }
+            _ => CallTimeout::Connecting(self.connect_stage(call)),
         }
     }
 
