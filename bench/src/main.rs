@@ -45,7 +45,7 @@ const CONCURRENT: &[&str] =
     &["raw-tokio", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
 const HTTP2: &[&str] =
     &["h2", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
-const IDLE: &[&str] = &["switchyard-tokio", "switchyard-smol", "hyper-util", "reqwest"];
+const IDLE: &[&str] = &["switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
 const EYEBALLS: &[&str] =
     &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
 

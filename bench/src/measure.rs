@@ -510,6 +510,33 @@ pub fn idle_memory(client: &str, port: u16, n: usize, http2: bool) -> Option<Sam
             assert_all_idle(&c.stats(), n);
             Box::new(c)
         }
+        "switchyard-std" => {
+            // A thread per call (the blocking client's shape); on HTTP/2 each
+            // idle connection keeps its reader thread, which is counted.
+            let mut b = switchyard_std::Client::builder().max_idle(n).max_idle_per_host(n);
+            if http2 {
+                b = b.http_version(switchyard_std::HttpVersion::Http2Only);
+                for h in &hosts {
+                    b = b.resolve(&format!("{h}:{port}"), local);
+                }
+            }
+            let c = b.build().ok()?;
+            std::thread::scope(|s| {
+                for u in &urls {
+                    let c = c.clone();
+                    std::thread::Builder::new()
+                        .stack_size(64 * 1024)
+                        .spawn_scoped(s, move || std_get(&c, u))
+                        .expect("a caller thread");
+                }
+            });
+            let t = Instant::now();
+            while c.stats().totals.idle < n && t.elapsed() < SETTLE {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_all_idle(&c.stats(), n);
+            Box::new(c)
+        }
         "hyper-util" => {
             let http =
                 hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(Fixed(vec![socket]));

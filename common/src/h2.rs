@@ -122,8 +122,9 @@ struct Slot {
     ended: bool,
     failed: Option<StreamError>,
     waker: Option<Waker>,
-    /// The call's bounds on its waits.
-    timer: StreamTimer,
+    /// The call's bounds on its waits (none: unbounded, the common case,
+    /// which then costs one word here).
+    timer: Option<Box<StreamTimer>>,
 }
 
 impl Slot {
@@ -250,7 +251,7 @@ impl H2Conn {
         wakeups: &mut Wakeups,
     ) {
         let Some(slot) = self.slots.get_mut(ticket) else { return };
-        slot.timer = StreamTimer::new(limits);
+        slot.timer = (!limits.is_unbounded()).then(|| Box::new(StreamTimer::new(limits)));
         if self.driver.is_closed() || self.stop {
             // The connection ended before this request reached it (the
             // pool leased the stream before it heard): never sent.
@@ -337,14 +338,20 @@ impl H2Conn {
             return Poll::Ready(Err((None, StreamError::Other { message })));
         };
         if let Some((head, len)) = slot.head.take() {
-            slot.timer.head_arrived(now);
+            if let Some(t) = slot.timer.as_mut() {
+                t.head_arrived(now);
+            }
             return Poll::Ready(Ok((slot.stream.unwrap_or(0), head, len)));
         }
         if let Some(e) = &slot.failed {
-            slot.timer.done();
+            if let Some(t) = slot.timer.as_mut() {
+                t.done();
+            }
             return Poll::Ready(Err((slot.stream, e.clone())));
         }
-        slot.timer.waiting(Wait::Head, now);
+        if let Some(t) = slot.timer.as_mut() {
+            t.waiting(Wait::Head, now);
+        }
         slot.waker = Some(waker.clone());
         Poll::Pending
     }
@@ -363,10 +370,14 @@ impl H2Conn {
             Some(_) => None,
         };
         if let Some(room) = room {
-            slot.timer.done();
+            if let Some(t) = slot.timer.as_mut() {
+                t.done();
+            }
             return Poll::Ready(room);
         }
-        slot.timer.waiting(Wait::Room, now);
+        if let Some(t) = slot.timer.as_mut() {
+            t.waiting(Wait::Room, now);
+        }
         slot.waker = Some(waker.clone());
         if slot.stream.is_none() {
             return Poll::Pending;
@@ -407,7 +418,9 @@ impl H2Conn {
     ) -> Poll<Result<Option<Bytes>, StreamError>> {
         let Some(slot) = self.slots.get_mut(ticket) else { return Poll::Ready(Ok(None)) };
         if let Some(chunk) = slot.data.pop_front() {
-            slot.timer.done();
+            if let Some(t) = slot.timer.as_mut() {
+                t.done();
+            }
             if let Some(stream) = slot.stream {
                 self.driver.release(stream, chunk.len());
                 if self.driver.poll_transmit().is_some() {
@@ -417,14 +430,20 @@ impl H2Conn {
             return Poll::Ready(Ok(Some(chunk)));
         }
         if slot.ended {
-            slot.timer.done();
+            if let Some(t) = slot.timer.as_mut() {
+                t.done();
+            }
             return Poll::Ready(Ok(None));
         }
         if let Some(e) = &slot.failed {
-            slot.timer.done();
+            if let Some(t) = slot.timer.as_mut() {
+                t.done();
+            }
             return Poll::Ready(Err(e.clone()));
         }
-        slot.timer.waiting(Wait::Body, now);
+        if let Some(t) = slot.timer.as_mut() {
+            t.waiting(Wait::Body, now);
+        }
         slot.waker = Some(waker.clone());
         Poll::Pending
     }
@@ -465,7 +484,7 @@ impl H2Conn {
     /// ([`handle_timeout`](Self::handle_timeout)) and polls again.
     #[must_use]
     pub fn deadline(&self, ticket: u64) -> Option<Instant> {
-        self.slots.get(ticket)?.timer.deadline()
+        self.slots.get(ticket)?.timer.as_ref()?.deadline()
     }
 
     /// Time passed: every wait whose bound passed at `now` fails as its
@@ -475,8 +494,9 @@ impl H2Conn {
     pub fn handle_timeout(&mut self, now: Instant, wakeups: &mut Wakeups) {
         let mut stalled = false;
         for slot in self.slots.items.iter_mut().flatten() {
-            if let Some(expired) = slot.timer.expired(now) {
-                slot.timer.done();
+            let Some(timer) = slot.timer.as_mut() else { continue };
+            if let Some(expired) = timer.expired(now) {
+                timer.done();
                 stalled |= expired.suspects_peer();
                 slot.failed.get_or_insert(expired.error());
                 slot.wake(wakeups);
@@ -833,7 +853,8 @@ pub fn wake_all(wakeups: &mut Wakeups) {
 /// what a failure or a response head means (the session's rules).
 #[derive(Debug)]
 pub struct Outgoing {
-    head: RequestHead,
+    /// Until submitted ([`Outgoing::take_head`]).
+    head: Option<RequestHead>,
     has_body: bool,
     streaming: bool,
     declared: Option<u64>,
@@ -859,7 +880,7 @@ impl Outgoing {
         } else {
             None
         };
-        Outgoing { head, has_body, streaming, declared }
+        Outgoing { head: Some(head), has_body, streaming, declared }
     }
 
     /// Whether a body follows the head.
@@ -868,10 +889,13 @@ impl Outgoing {
         self.has_body
     }
 
-    /// The head to submit.
+    /// The head to submit (moved out: it is submitted once).
+    ///
+    /// # Panics
+    /// When taken twice.
     #[must_use]
-    pub fn head(&self) -> RequestHead {
-        self.head.clone()
+    pub fn take_head(&mut self) -> RequestHead {
+        self.head.take().expect("the request head is submitted once")
     }
 
     /// How the body is submitted when the caller does not hand it over whole.

@@ -387,7 +387,11 @@ async fn run_call(
                     shared.settings.driver.write_timeout,
                 );
                 let req = crate::h2::Request { parts, body, facts: owner.facts(), limits };
-                owner.answered(crate::h2::exchange(shared, call, connection, handle, req).await, None)
+                // Boxed: the HTTP/2 exchange's state is the larger of the
+                // two; inline it would size every call's state (HTTP/1.1's
+                // too) past the allocator's small-object cache.
+                let exchange = Box::pin(crate::h2::exchange(shared, call, connection, handle, req));
+                owner.answered(exchange.await, None)
             }
         };
         let failure = match answered {

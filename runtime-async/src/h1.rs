@@ -85,6 +85,10 @@ impl Source<'_> {
     }
 }
 
+/// The driver's timer as the runtime sleeps for it: the instant it was
+/// armed for, and the sleep (re-armed when the driver's next deadline moves).
+pub(crate) type Timer = Option<(switchyard_core::Instant, crate::runtime::BoxFuture<()>)>;
+
 /// One round of I/O for `driver`: polls its timer, the caller's body, the write
 /// and the read side together, and returns once at least one of them gave the
 /// driver an input. The timer comes first, so a read loop that never waits (or
@@ -96,68 +100,88 @@ async fn pump(
     driver: &mut Driver,
     body: &mut Source<'_>,
 ) {
-    let mut timer = driver.poll_timeout().map(|t| rt.sleep_until(hub.to_std(t)));
-    std::future::poll_fn(|cx| {
-        if let Some(t) = timer.as_mut() {
-            if t.as_mut().poll(cx).is_ready() {
-                driver.handle_timeout(hub.now());
-                return Poll::Ready(());
+    let mut timer: Timer = None;
+    std::future::poll_fn(|cx| poll_pump(rt, hub, wire, driver, body, &mut timer, cx)).await;
+}
+
+/// [`pump`] as a poll, its timer kept by the caller across rounds (a body
+/// read through the poll interface keeps it in the body).
+fn poll_pump(
+    rt: &dyn Runtime,
+    hub: &Hub<IoState>,
+    wire: &mut Wire,
+    driver: &mut Driver,
+    body: &mut Source<'_>,
+    timer: &mut Timer,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<()> {
+    match driver.poll_timeout() {
+        None => *timer = None,
+        Some(at) => {
+            if timer.as_ref().is_none_or(|(armed, _)| *armed != at) {
+                *timer = Some((at, rt.sleep_until(hub.to_std(at))));
             }
         }
-        if driver.wants_body() {
-            match body.poll_chunk(cx) {
-                Poll::Ready(Ok((chunk, last))) => {
-                    driver.handle_body_bytes(hub.now(), chunk, last);
-                    return Poll::Ready(());
-                }
-                Poll::Ready(Err(e)) => {
-                    driver.handle_body_error(hub.now(), &e.to_string());
-                    return Poll::Ready(());
-                }
-                Poll::Pending => {}
-            }
-        }
-        if let Some(out) = driver.poll_transmit() {
-            match Pin::new(&mut wire.io).poll_write(cx, out) {
-                Poll::Ready(Ok(0)) => {
-                    driver.handle_write_error(hub.now(), &io::ErrorKind::WriteZero.into());
-                    return Poll::Ready(());
-                }
-                Poll::Ready(Ok(n)) => {
-                    wire.dirty = true;
-                    driver.handle_written(hub.now(), n);
-                    return Poll::Ready(());
-                }
-                Poll::Ready(Err(e)) => {
-                    driver.handle_write_error(hub.now(), &e);
-                    return Poll::Ready(());
-                }
-                Poll::Pending => {}
-            }
-        } else if wire.dirty {
-            match Pin::new(&mut wire.io).poll_flush(cx) {
-                Poll::Ready(Ok(())) => wire.dirty = false,
-                Poll::Ready(Err(e)) => {
-                    wire.dirty = false;
-                    driver.handle_write_error(hub.now(), &e);
-                    return Poll::Ready(());
-                }
-                Poll::Pending => {}
-            }
-        }
-        if driver.wants_read() {
-            // Straight into the driver's buffer: no copy through a scratch.
-            match tokio_util::io::poll_read_buf(Pin::new(&mut wire.io), cx, driver.read_buffer()) {
-                Poll::Ready(Ok(0)) => driver.handle_eof(hub.now()),
-                Poll::Ready(Ok(n)) => driver.handle_appended(hub.now(), n),
-                Poll::Ready(Err(e)) => driver.handle_read_error(hub.now(), &e),
-                Poll::Pending => return Poll::Pending,
-            }
+    }
+    if let Some((_, t)) = timer.as_mut() {
+        if t.as_mut().poll(cx).is_ready() {
+            *timer = None;
+            driver.handle_timeout(hub.now());
             return Poll::Ready(());
         }
-        Poll::Pending
-    })
-    .await;
+    }
+    if driver.wants_body() {
+        match body.poll_chunk(cx) {
+            Poll::Ready(Ok((chunk, last))) => {
+                driver.handle_body_bytes(hub.now(), chunk, last);
+                return Poll::Ready(());
+            }
+            Poll::Ready(Err(e)) => {
+                driver.handle_body_error(hub.now(), &e.to_string());
+                return Poll::Ready(());
+            }
+            Poll::Pending => {}
+        }
+    }
+    if let Some(out) = driver.poll_transmit() {
+        match Pin::new(&mut wire.io).poll_write(cx, out) {
+            Poll::Ready(Ok(0)) => {
+                driver.handle_write_error(hub.now(), &io::ErrorKind::WriteZero.into());
+                return Poll::Ready(());
+            }
+            Poll::Ready(Ok(n)) => {
+                wire.dirty = true;
+                driver.handle_written(hub.now(), n);
+                return Poll::Ready(());
+            }
+            Poll::Ready(Err(e)) => {
+                driver.handle_write_error(hub.now(), &e);
+                return Poll::Ready(());
+            }
+            Poll::Pending => {}
+        }
+    } else if wire.dirty {
+        match Pin::new(&mut wire.io).poll_flush(cx) {
+            Poll::Ready(Ok(())) => wire.dirty = false,
+            Poll::Ready(Err(e)) => {
+                wire.dirty = false;
+                driver.handle_write_error(hub.now(), &e);
+                return Poll::Ready(());
+            }
+            Poll::Pending => {}
+        }
+    }
+    if driver.wants_read() {
+        // Straight into the driver's buffer: no copy through a scratch.
+        match tokio_util::io::poll_read_buf(Pin::new(&mut wire.io), cx, driver.read_buffer()) {
+            Poll::Ready(Ok(0)) => driver.handle_eof(hub.now()),
+            Poll::Ready(Ok(n)) => driver.handle_appended(hub.now(), n),
+            Poll::Ready(Err(e)) => driver.handle_read_error(hub.now(), &e),
+            Poll::Pending => return Poll::Pending,
+        }
+        return Poll::Ready(());
+    }
+    Poll::Pending
 }
 
 /// Runs a started exchange to its response head, feeding it `body`. On
@@ -173,19 +197,37 @@ pub(crate) async fn exchange(
             Step::Done(done) => break done?,
         }
     };
-    Ok(head.map(|b| crate::ResponseBody::h1(H1Body(b))))
+    Ok(head.map(|b| crate::ResponseBody::h1(H1Body(b, None))))
 }
 
 /// An HTTP/1.1 response body: the driver's body events, read on demand; at the
 /// end the connection goes back (or closes) per the driver's decision.
-pub(crate) struct H1Body(pub(crate) engine::H1Body<Shared>);
+pub(crate) struct H1Body(pub(crate) engine::H1Body<Shared>, Timer);
 
 impl H1Body {
-    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
+    /// The next chunk, as a poll: the driver's I/O rounds run here, with
+    /// its timer kept in the body between polls (no future per chunk).
+    pub(crate) fn poll_chunk(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, BodyError>> {
         loop {
             match self.0.next_chunk() {
-                Next::Ready(r) => return r,
-                Next::Io(sh, wire, driver) => pump(&*sh.rt, &sh.hub, wire, driver, &mut Source::None).await,
+                Next::Ready(r) => {
+                    self.1 = None;
+                    return Poll::Ready(r);
+                }
+                Next::Io(sh, wire, driver) => {
+                    std::task::ready!(poll_pump(
+                        &*sh.rt,
+                        &sh.hub,
+                        wire,
+                        driver,
+                        &mut Source::None,
+                        &mut self.1,
+                        cx
+                    ));
+                }
             }
         }
     }

@@ -23,6 +23,7 @@ use switchyard_common::h2::{
 use switchyard_common::{BodyError, Error};
 
 use crate::body::{Body, Kind};
+use crate::h1::Timer;
 use crate::runtime::{BoxFuture, Io};
 use crate::shared::Shared;
 
@@ -77,34 +78,50 @@ pub(crate) type H2Handle = Handle<Conn>;
 /// Waits until `poll` on the connection's state is ready. The state holds
 /// the stream's deadlines: when the one it names passes, it hears the time
 /// and decides what that means (`poll` then reports it).
-async fn wait<T>(
+fn wait<'a, T: 'a>(
+    shared: &'a Shared,
+    conn: &'a Conn,
+    ticket: u64,
+    mut poll: impl FnMut(&mut H2Conn, &dyn Fn() -> Instant, &Waker, &mut Wakeups) -> Poll<T> + 'a,
+) -> impl std::future::Future<Output = T> + 'a {
+    let mut timer: Timer = None;
+    std::future::poll_fn(move |cx| poll_wait(shared, conn, ticket, &mut timer, cx, &mut poll))
+}
+
+/// [`wait`] as a poll, its timer kept by the caller between polls.
+fn poll_wait<T>(
     shared: &Shared,
     conn: &Conn,
     ticket: u64,
-    mut poll: impl FnMut(&mut H2Conn, &dyn Fn() -> Instant, &Waker, &mut Wakeups) -> Poll<T>,
-) -> T {
-    let now = || shared.now();
-    let mut timer: Option<(Instant, BoxFuture<()>)> = None;
-    std::future::poll_fn(|cx| loop {
-        let (ready, until) = conn.with(|st, w| match poll(st, &now, cx.waker(), w) {
-            Poll::Ready(v) => (Some(v), None),
-            Poll::Pending => (None, st.deadline(ticket)),
+    timer: &mut Timer,
+    cx: &mut std::task::Context<'_>,
+    poll: &mut impl FnMut(&mut H2Conn, &dyn Fn() -> Instant, &Waker, &mut Wakeups) -> Poll<T>,
+) -> Poll<T> {
+    loop {
+        let now = || shared.now();
+        let mut until = None;
+        let polled = conn.with(|st, w| {
+            let polled = poll(st, &now, cx.waker(), w);
+            if polled.is_pending() {
+                until = st.deadline(ticket);
+            }
+            polled
         });
-        if let Some(v) = ready {
-            return Poll::Ready(v);
+        if polled.is_ready() {
+            *timer = None;
+            return polled;
         }
         let Some(until) = until else { return Poll::Pending };
         if timer.as_ref().is_none_or(|(t, _)| *t != until) {
-            timer = Some((until, shared.rt.sleep_until(shared.hub.to_std(until))));
+            *timer = Some((until, shared.rt.sleep_until(shared.hub.to_std(until))));
         }
         let Some((_, sleep)) = timer.as_mut() else { return Poll::Pending };
         if sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
-        timer = None;
+        *timer = None;
         conn.with(|st, w| st.handle_timeout(shared.now().max(until), w));
-    })
-    .await
+    }
 }
 
 /// Sends the PING the core asked for; its PONG is reported. The core times
@@ -266,7 +283,8 @@ pub(crate) async fn exchange(
     let conn = Arc::clone(guard.0.conn());
     let ticket = guard.ticket();
     let streaming = matches!(body.kind, Kind::Stream(_));
-    let plan = switchyard_common::h2::Outgoing::new(parts, body.len(), streaming, !body.is_empty());
+    let mut plan = switchyard_common::h2::Outgoing::new(parts, body.len(), streaming, !body.is_empty());
+    let head = plan.take_head();
     let failed = |stream: Option<u32>, e: &StreamError| plan.failed(conn.lock().session(), stream, e, facts);
     let submitted = match &body.kind {
         Kind::Full(bytes) if plan.has_body() => Submitted::Full(bytes.clone()),
@@ -275,7 +293,7 @@ pub(crate) async fn exchange(
     let has_body = plan.has_body();
     let at = shared.now();
     shared.emit(move |l| l.request_headers_start(call, at));
-    conn.with(|st, w| st.submit(ticket, plan.head(), submitted, limits, w));
+    conn.with(|st, w| st.submit(ticket, head, submitted, limits, w));
     let at = shared.now();
     shared.emit(move |l| switchyard_common::request_head_written(l, call, at, has_body));
     if has_body {
@@ -342,7 +360,14 @@ pub(crate) async fn exchange(
     let (mut parts, ()) = response.into_parts();
     parts.extensions.insert(call);
     parts.extensions.insert(switchyard_common::Carrier { connection, source });
-    let body = H2Body { shared: Arc::clone(shared), call, stream: Some(guard), stream_id, trailers: None };
+    let body = H2Body {
+        shared: Arc::clone(shared),
+        call,
+        stream: Some(guard),
+        stream_id,
+        trailers: None,
+        timer: None,
+    };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
 }
 
@@ -354,16 +379,23 @@ pub(crate) struct H2Body {
     stream: Option<StreamGuard>,
     stream_id: u32,
     pub(crate) trailers: Option<http::HeaderMap>,
+    /// The wait's timer between polls (when the stream has a deadline).
+    timer: Timer,
 }
 
 impl H2Body {
-    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
-        let Some(guard) = self.stream.as_ref() else { return Ok(None) };
-        let (conn, ticket, stream) = (Arc::clone(guard.0.conn()), guard.ticket(), self.stream_id);
-        let next = wait(&self.shared, &conn, ticket, |st, now, waker, w| {
+    /// The next chunk, as a poll (no future per chunk).
+    pub(crate) fn poll_chunk(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, BodyError>> {
+        let Some(guard) = self.stream.as_ref() else { return Poll::Ready(Ok(None)) };
+        let (conn, ticket, stream) = (guard.0.conn(), guard.ticket(), self.stream_id);
+        let mut poll = |st: &mut H2Conn, now: &dyn Fn() -> Instant, waker: &Waker, w: &mut Wakeups| {
             st.poll_body(ticket, stream, now, waker, w)
-        });
-        match next.await {
+        };
+        let next = std::task::ready!(poll_wait(&self.shared, conn, ticket, &mut self.timer, cx, &mut poll));
+        Poll::Ready(match next {
             BodyNext::Data(data) => Ok(Some(data)),
             // The stream is released by `finish`, after the body's end is
             // reported.
@@ -375,7 +407,7 @@ impl H2Body {
                 self.end(reuse);
                 Err(e)
             }
-        }
+        })
     }
 
     /// The body ended: the connection's stream is free again.

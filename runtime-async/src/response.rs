@@ -38,20 +38,13 @@ use crate::shared::Shared;
 pub struct ResponseBody {
     // Dropped first: the connection is released before the call ends.
     inner: Inner,
-    /// A chunk being read through the poll interface: the body's reader
-    /// rides in the future and comes back with the chunk.
-    reading: Option<Reading>,
     ledger: BodyLedger,
     /// The trailers went out as the last `http_body` frame.
     trailers_given: bool,
 }
 
-type Reading = crate::runtime::BoxFuture<(Inner, Result<Option<Bytes>, switchyard_common::BodyError>)>;
-
 enum Inner {
     Empty,
-    /// Inside a pending [`ResponseBody::poll_chunk`] read.
-    Away,
     H1(Box<H1Body>),
     H2(Box<H2Body>),
     /// A body decoded by a layer (the `decompression` feature).
@@ -99,11 +92,15 @@ impl Decoded {
 }
 
 impl Inner {
-    async fn chunk(&mut self) -> Result<Option<Bytes>, switchyard_common::BodyError> {
+    /// The next chunk of a connection's body, read in place.
+    fn poll_chunk(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, switchyard_common::BodyError>> {
         match self {
-            Inner::Empty | Inner::Away => Ok(None),
-            Inner::H1(b) => b.chunk().await,
-            Inner::H2(b) => b.chunk().await,
+            Inner::Empty => Poll::Ready(Ok(None)),
+            Inner::H1(b) => b.poll_chunk(cx),
+            Inner::H2(b) => b.poll_chunk(cx),
             #[cfg(feature = "decompression")]
             Inner::Decoded(_) => unreachable!("a decoded body is read by poll_chunk directly"),
         }
@@ -125,7 +122,7 @@ impl std::fmt::Debug for ResponseBody {
 
 impl ResponseBody {
     fn with(inner: Inner, ended: bool) -> ResponseBody {
-        ResponseBody { inner, reading: None, ledger: BodyLedger::new(ended), trailers_given: false }
+        ResponseBody { inner, ledger: BodyLedger::new(ended), trailers_given: false }
     }
     pub(crate) fn h1(body: H1Body) -> ResponseBody {
         ResponseBody::with(Inner::H1(Box::new(body)), false)
@@ -171,25 +168,14 @@ impl ResponseBody {
         if self.ledger.is_ended() {
             return Poll::Ready(Ok(None));
         }
-        let reading = self.reading.get_or_insert_with(|| {
-            let mut inner = std::mem::replace(&mut self.inner, Inner::Away);
-            Box::pin(async move {
-                let next = inner.chunk().await;
-                (inner, next)
-            })
-        });
-        let Poll::Ready((inner, next)) = reading.as_mut().poll(cx) else {
-            return Poll::Pending;
-        };
-        self.reading = None;
-        self.inner = inner;
+        let next = std::task::ready!(self.inner.poll_chunk(cx));
         let inner = &mut self.inner;
         Poll::Ready(self.ledger.settle(next, || match inner {
             Inner::H1(b) => b.0.finish(),
             Inner::H2(b) => b.finish(),
             #[cfg(feature = "decompression")]
             Inner::Decoded(_) => {}
-            Inner::Empty | Inner::Away => {}
+            Inner::Empty => {}
         }))
     }
 
@@ -257,7 +243,7 @@ impl ResponseBody {
             Inner::H2(b) => b.trailers.as_ref(),
             #[cfg(feature = "decompression")]
             Inner::Decoded(d) => d.trailers.as_ref(),
-            Inner::Empty | Inner::Away => None,
+            Inner::Empty => None,
         }
     }
 
@@ -267,7 +253,6 @@ impl ResponseBody {
         self.ledger.is_ended()
             || match &self.inner {
                 Inner::Empty => true,
-                Inner::Away => false,
                 Inner::H1(b) => b.0.is_done(),
                 Inner::H2(b) => b.is_done(),
                 #[cfg(feature = "decompression")]

@@ -360,7 +360,8 @@ pub(crate) fn exchange(
     let conn = Arc::clone(guard.0.conn());
     let ticket = guard.ticket();
     let streaming = matches!(body.kind, Kind::Stream(_));
-    let plan = switchyard_common::h2::Outgoing::new(parts, body.len(), streaming, !body.is_empty());
+    let mut plan = switchyard_common::h2::Outgoing::new(parts, body.len(), streaming, !body.is_empty());
+    let head = plan.take_head();
     let failed =
         |stream: Option<u32>, e: &StreamError| plan.failed(conn.lock().h2.session(), stream, e, facts);
     let submitted = match &body.kind {
@@ -369,7 +370,7 @@ pub(crate) fn exchange(
     };
     let at = shared.hub.now();
     shared.hub.emit(move |l| l.request_headers_start(call, at));
-    conn.with(|st, w| st.submit(ticket, plan.head(), submitted, limits, w));
+    conn.with(|st, w| st.submit(ticket, head, submitted, limits, w));
     let at = shared.hub.now();
     let has_body = plan.has_body();
     shared.hub.emit(move |l| switchyard_common::request_head_written(l, call, at, has_body));

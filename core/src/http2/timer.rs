@@ -106,6 +106,8 @@ impl Expired {
 /// One stream's deadlines (see the [module docs](self)).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StreamTimer {
+    /// Some bound is set (else nothing here ever needs the clock).
+    bounded: bool,
     limits: StreamLimits,
     /// When the body must have ended (the body timeout, from the head).
     body_deadline: Option<Instant>,
@@ -117,26 +119,31 @@ impl StreamTimer {
     /// A stream under these bounds.
     #[must_use]
     pub fn new(limits: StreamLimits) -> StreamTimer {
-        StreamTimer { limits, body_deadline: None, armed: None }
+        StreamTimer { bounded: !limits.is_unbounded(), limits, body_deadline: None, armed: None }
     }
 
     /// Whether no bound is set.
     #[must_use]
     pub fn is_unbounded(&self) -> bool {
-        self.limits.is_unbounded()
+        !self.bounded
     }
 
     /// The caller waits for `what`; returns until when. A wait already in
     /// progress for the same thing keeps its deadline (asking again is
     /// free); `now` is read only when a new wait starts under some bound.
+    #[inline]
     pub fn waiting(&mut self, what: Wait, now: impl FnOnce() -> Instant) -> Option<Instant> {
+        if !self.bounded {
+            return None;
+        }
+        self.arm(what, now)
+    }
+
+    fn arm(&mut self, what: Wait, now: impl FnOnce() -> Instant) -> Option<Instant> {
         if let Some((w, until, _)) = self.armed {
             if w == what {
                 return Some(until);
             }
-        }
-        if self.is_unbounded() {
-            return None;
         }
         let now = now();
         let per_wait = match what {
@@ -161,6 +168,7 @@ impl StreamTimer {
     }
 
     /// The wait ended: what it waited for came.
+    #[inline]
     pub fn done(&mut self) {
         self.armed = None;
     }
@@ -175,6 +183,7 @@ impl StreamTimer {
 
     /// When the wait in progress must end (`None`: no wait, or no bound).
     #[must_use]
+    #[inline]
     pub fn deadline(&self) -> Option<Instant> {
         self.armed.map(|(_, until, _)| until)
     }
