@@ -599,6 +599,26 @@ impl H2Conn {
     /// Bytes the server sent.
     pub fn handle_read(&mut self, now: Instant, bytes: &[u8], wakeups: &mut Wakeups) {
         self.driver.handle_read(bytes);
+        self.after_read(now, wakeups);
+    }
+
+    /// Bytes the server sent, read into `buf` (outside the lock) with no
+    /// copy: `buf` becomes the driver's input, and comes back holding what
+    /// is left of a frame not yet whole, for the next read to append to.
+    pub fn handle_read_buf(&mut self, now: Instant, buf: &mut bytes::BytesMut, wakeups: &mut Wakeups) {
+        let input = self.driver.read_buffer();
+        if input.is_empty() {
+            std::mem::swap(input, buf);
+        } else {
+            input.extend_from_slice(buf);
+            buf.clear();
+        }
+        self.driver.handle_appended(0);
+        self.after_read(now, wakeups);
+        std::mem::swap(self.driver.read_buffer(), buf);
+    }
+
+    fn after_read(&mut self, now: Instant, wakeups: &mut Wakeups) {
         self.dispatch(now, wakeups);
         // What was read may have opened the server's windows: uploads that
         // wait for room look again.

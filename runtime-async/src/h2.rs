@@ -13,7 +13,7 @@ use bytes::Bytes;
 use switchyard_core::http2::{StreamError, StreamLimits};
 use switchyard_core::pool::RequestFacts;
 use switchyard_core::{CallId, CloseReason, ConnectionId, Instant, Reuse};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
@@ -149,10 +149,17 @@ pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Ha
     (H2Handle::new(conn), job)
 }
 
+/// How much room a read gets (as the HTTP/1.1 side reads), and the least
+/// left before more is reserved.
+const READ_SIZE: usize = 16 * 1024;
+const READ_MIN: usize = 4 * 1024;
+
 /// Moves bytes until the connection ends: reads go to the state, what it
 /// has to write is written; woken by the socket and by the calls.
 async fn pump(conn: Arc<Conn>, mut io: Io) {
-    let mut buf = vec![0u8; 16 * 1024];
+    // Reads land here and become the driver's input (no copy); it keeps
+    // the tail of a frame not yet whole between reads.
+    let mut buf = bytes::BytesMut::new();
     let mut out: Option<Bytes> = None;
     let mut flush = false;
     let mut read_open = true;
@@ -178,10 +185,11 @@ async fn pump(conn: Arc<Conn>, mut io: Io) {
         loop {
             let mut progressed = false;
             let read = if read_open {
-                let mut rb = ReadBuf::new(&mut buf);
-                match std::pin::Pin::new(&mut io).poll_read(cx, &mut rb) {
-                    Poll::Ready(Ok(())) => Some(Ok(rb.filled().len())),
-                    Poll::Ready(Err(e)) => Some(Err(e)),
+                if buf.capacity() - buf.len() < READ_MIN {
+                    buf.reserve(READ_SIZE);
+                }
+                match tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut io), cx, &mut buf) {
+                    Poll::Ready(r) => Some(r),
                     Poll::Pending => None,
                 }
             } else {
@@ -191,9 +199,11 @@ async fn pump(conn: Arc<Conn>, mut io: Io) {
             let (stop, taken) = conn.with(|st, w| {
                 match &read {
                     Some(Ok(0)) => st.handle_eof(w),
-                    Some(Ok(n)) => {
-                        st.handle_read(now.unwrap_or(switchyard_core::Instant::from_millis(0)), &buf[..*n], w)
-                    }
+                    Some(Ok(_)) => st.handle_read_buf(
+                        now.unwrap_or(switchyard_core::Instant::from_millis(0)),
+                        &mut buf,
+                        w,
+                    ),
                     Some(Err(e)) => {
                         st.handle_io_error(&format!("reading the HTTP/2 connection failed: {e}"), w)
                     }
