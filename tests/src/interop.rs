@@ -656,6 +656,18 @@ impl Nghttpd {
     }
 }
 
+/// One call to `url` (`/hello`, answered over HTTP/2), then 80 from 8 callers.
+fn hello_over_http2(client: &dyn crate::conformance::TestClient, url: &str) {
+    let r = ok(client.send(Req::get(url)), url);
+    assert_eq!(
+        (r.status, r.version, r.body.as_slice()),
+        (200, http::Version::HTTP_2, &b"hello"[..]),
+        "{url}"
+    );
+    let results = client.send_loops(8, 10, Req::get(url));
+    expect_ok(&results, url);
+}
+
 /// nghttpd: HTTP/2 over TLS and h2c with prior knowledge.
 pub fn nghttpd_tls_and_h2c(a: &dyn Adapter) {
     for tls in [true, false] {
@@ -666,14 +678,7 @@ pub fn nghttpd_tls_and_h2c(a: &dyn Adapter) {
         } else {
             format!("http://127.0.0.1:{}/hello", server.port)
         };
-        let r = ok(client.send(Req::get(url.clone())), &url);
-        assert_eq!(
-            (r.status, r.version, r.body.as_slice()),
-            (200, http::Version::HTTP_2, &b"hello"[..]),
-            "{url}"
-        );
-        let results = client.send_loops(8, 10, Req::get(url.clone()));
-        expect_ok(&results, &url);
+        hello_over_http2(&*client, &url);
         assert_eq!(server.sessions(), 1, "{url}: one HTTP/2 connection");
     }
 }
@@ -798,14 +803,7 @@ pub fn h2o_tls_and_h2c(a: &dyn Adapter) {
             format!("http://127.0.0.1:{}", server.plain)
         };
         let url = format!("{base}/hello");
-        let r = ok(client.send(Req::get(url.clone())), &url);
-        assert_eq!(
-            (r.status, r.version, r.body.as_slice()),
-            (200, http::Version::HTTP_2, &b"hello"[..]),
-            "{url}"
-        );
-        let results = client.send_loops(8, 10, Req::get(url.clone()));
-        expect_ok(&results, &url);
+        hello_over_http2(&*client, &url);
         let r = ok(client.send(Req::get(format!("{base}/big"))), &base);
         assert!(r.body == big, "{base}/big: the whole 1 MiB ({} bytes)", r.body.len());
         logged += 82;
