@@ -1104,16 +1104,8 @@ impl<A: EngineHost> H1Exchange<A> {
                     return Step::Done(Err(crate::exchange::stale("the exchange already ended", self.facts)));
                 };
                 let (mut parts, ()) = head.into_parts();
-                if parts.status.is_server_error() {
-                    let call = self.call;
-                    // Counts toward the route's ejection when the policy
-                    // counts 5xx answers (the core decides).
-                    self.shared.input(|st, now| {
-                        let _ = st.pool.server_error(now, call);
-                    });
-                }
-                parts.extensions.insert(self.call);
-                parts.extensions.insert(crate::Carrier { connection: self.connection, source: self.source });
+                let carrier = crate::Carrier { connection: self.connection, source: self.source };
+                crate::exchange::head_received(&self.shared, self.call, carrier, &mut parts);
                 let body = H1Body::new(Arc::clone(&self.shared), self.call, self.connection, live);
                 Step::Done(Ok(http::Response::from_parts(parts, body)))
             }

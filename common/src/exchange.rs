@@ -82,8 +82,8 @@ pub enum BeforeHead {
 /// Takes the driver's events up to the response head, telling listeners as
 /// they happen, in OkHttp's order: `request_headers_end`, then
 /// `request_body_start` and `request_body_end` (`has_body`), then
-/// `response_headers_start` (the request is written, the head is awaited),
-/// `response_headers_end`.
+/// `response_headers_start` (the request is written, the head is awaited);
+/// `response_headers_end` comes with [`head_received`].
 pub fn before_head<S>(
     hub: &Hub<S>,
     call: CallId,
@@ -103,13 +103,9 @@ pub fn before_head<S>(
                 hub.emit(move |l| crate::event::request_body_written(l, call, bytes, at));
             }
             Event::HeadersSent | Event::BodySent { .. } => {}
-            Event::Head(head) => {
-                if listening {
-                    let (at, status) = (hub.now(), head.status());
-                    hub.emit(move |l| l.response_headers_end(call, status, at));
-                }
-                return BeforeHead::Head(head);
-            }
+            // Listeners hear `response_headers_end` in [`head_received`],
+            // the step every protocol's final head takes.
+            Event::Head(head) => return BeforeHead::Head(head),
             Event::Failed(Failure::Exchange { kind, progress }) => {
                 return BeforeHead::Failed(ExchangeFailure { kind, progress, request: facts })
             }
@@ -119,6 +115,33 @@ pub fn before_head<S>(
         }
     }
     BeforeHead::NeedIo
+}
+
+/// The step every final response head takes, on HTTP/1.1 and HTTP/2 alike,
+/// once the protocol's own verdicts passed it (the drivers' limits, and on
+/// HTTP/2 the session's, a 421 included): listeners hear
+/// `response_headers_end`, a 5xx answer counts toward its route's ejection
+/// (when the outlier policy counts them: the core decides), and the head
+/// gains the extensions that say which call and connection carried it
+/// ([`CallId`], [`Carrier`](crate::Carrier)).
+pub fn head_received<H: crate::engine::EngineHost>(
+    host: &std::sync::Arc<H>,
+    call: CallId,
+    carrier: crate::Carrier,
+    parts: &mut http::response::Parts,
+) {
+    let hub = host.hub();
+    if hub.is_listening() {
+        let (at, status) = (hub.now(), parts.status);
+        hub.emit(move |l| l.response_headers_end(call, status, at));
+    }
+    if parts.status.is_server_error() {
+        host.input(|st, now| {
+            let _ = st.pool.server_error(now, call);
+        });
+    }
+    parts.extensions.insert(call);
+    parts.extensions.insert(carrier);
 }
 
 /// Where a response body stands, after the driver's next event ([`body_step`]).

@@ -768,6 +768,99 @@ pub trait SharedConn: Send + Sync + 'static {
     fn handles(&self) -> &std::sync::atomic::AtomicUsize;
 }
 
+/// What an adapter keeps under a connection's lock: the state, and beside it
+/// whatever the adapter's I/O needs there (nothing on the async adapters,
+/// whose pump task writes; the socket's write side on the blocking one, which
+/// writes under the lock).
+pub trait Side: Send + 'static {
+    /// The connection's state.
+    fn state(&mut self) -> &mut H2Conn;
+    /// Under the lock, after each change to the state: the adapter's own
+    /// work (the blocking adapter writes what the state produced).
+    fn after(&mut self, _wakeups: &mut Wakeups) {}
+}
+
+impl Side for H2Conn {
+    fn state(&mut self) -> &mut H2Conn {
+        self
+    }
+}
+
+/// One shared HTTP/2 connection as an adapter holds it: its [`Side`] behind
+/// a mutex, how many handles hold it, and the client it reports to. Every
+/// change goes through [`Locked::with`], which wakes who was woken and tells
+/// the pool what it must hear once the lock is released (never under it).
+pub struct Locked<S, H> {
+    side: std::sync::Mutex<S>,
+    handles: std::sync::atomic::AtomicUsize,
+    connection: switchyard_core::ConnectionId,
+    host: std::sync::Weak<H>,
+}
+
+impl<S: Side, H: crate::engine::EngineHost> Locked<S, H> {
+    /// A new connection, held by one handle (the pool's).
+    pub fn new(side: S, connection: switchyard_core::ConnectionId, host: std::sync::Weak<H>) -> Self {
+        Locked {
+            side: std::sync::Mutex::new(side),
+            handles: std::sync::atomic::AtomicUsize::new(1),
+            connection,
+            host,
+        }
+    }
+
+    /// The side, locked (a poisoned lock is taken over: the state stays
+    /// consistent between calls).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, S> {
+        self.side.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The pool's name for the connection.
+    pub fn connection(&self) -> switchyard_core::ConnectionId {
+        self.connection
+    }
+
+    /// The client, while it lives.
+    pub fn host(&self) -> Option<std::sync::Arc<H>> {
+        self.host.upgrade()
+    }
+
+    /// Runs `f` on the state, then the side's own work, then — with the lock
+    /// released — wakes who was woken and tells the pool what it must hear.
+    pub fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
+        self.with_side(|side, w| f(side.state(), w))
+    }
+
+    /// [`Locked::with`] on the whole side (the adapter's I/O beside the
+    /// state: the blocking adapter's TLS session).
+    pub fn with_side<R>(&self, f: impl FnOnce(&mut S, &mut Wakeups) -> R) -> R {
+        let mut wakeups = Wakeups::new();
+        let (r, notes) = {
+            let mut side = self.lock();
+            let r = f(&mut side, &mut wakeups);
+            side.after(&mut wakeups);
+            let st = side.state();
+            (r, st.has_notes().then(|| st.take_notes()))
+        };
+        wake_all(&mut wakeups);
+        if let Some(notes) = notes {
+            if let Some(host) = self.host.upgrade() {
+                let connection = self.connection;
+                host.input(|st, now| tell_pool(&mut st.pool, now, connection, notes));
+            }
+        }
+        r
+    }
+}
+
+impl<S: Side, H: crate::engine::EngineHost> SharedConn for Locked<S, H> {
+    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
+        Locked::with(self, f)
+    }
+    fn handles(&self) -> &std::sync::atomic::AtomicUsize {
+        &self.handles
+    }
+}
+
 /// A handle on a shared HTTP/2 connection. A leased one carries its stream's
 /// place in the opening order (its ticket) and closes that stream when
 /// dropped; when the last handle goes (the pool closed the connection and no

@@ -5,8 +5,7 @@
 //! moves bytes between the socket and that state, and each call waits on its
 //! stream; nothing is decided here.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Poll, Waker};
 
 use bytes::Bytes;
@@ -17,9 +16,7 @@ use tokio::io::AsyncWrite;
 
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
-use switchyard_common::h2::{
-    tell_pool, wake_all, BodyNext, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Submitted, Wakeups,
-};
+use switchyard_common::h2::{BodyNext, H2Conn, Handle, Locked, SendRoom, Submitted, Wakeups};
 use switchyard_common::{BodyError, Error};
 
 use crate::body::{Body, Kind};
@@ -27,50 +24,8 @@ use crate::h1::Timer;
 use crate::runtime::{BoxFuture, Io};
 use crate::shared::Shared;
 
-/// The shared connection: its state, and how many handles hold it.
-pub(crate) struct Conn {
-    state: Mutex<H2Conn>,
-    handles: AtomicUsize,
-    connection: ConnectionId,
-    shared: Weak<Shared>,
-}
-
-impl Conn {
-    fn lock(&self) -> MutexGuard<'_, H2Conn> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Runs `f` on the state, then wakes who it woke and tells the pool
-    /// what it must hear (both after the lock is released).
-    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
-        let mut wakeups = Wakeups::new();
-        let (r, notes) = {
-            let mut st = self.lock();
-            let r = f(&mut st, &mut wakeups);
-            (r, st.has_notes().then(|| st.take_notes()))
-        };
-        wake_all(&mut wakeups);
-        if let Some(notes) = notes {
-            self.report(notes);
-        }
-        r
-    }
-
-    fn report(&self, notes: Vec<PoolNote>) {
-        let Some(shared) = self.shared.upgrade() else { return };
-        let connection = self.connection;
-        shared.input(|st, now| tell_pool(&mut st.pool, now, connection, notes));
-    }
-}
-
-impl SharedConn for Conn {
-    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
-        Conn::with(self, f)
-    }
-    fn handles(&self) -> &AtomicUsize {
-        &self.handles
-    }
-}
+/// The shared connection: its state behind a lock (the pump task writes).
+pub(crate) type Conn = Locked<H2Conn, Shared>;
 
 /// A handle on a shared HTTP/2 connection (see [`Handle`]).
 pub(crate) type H2Handle = Handle<Conn>;
@@ -139,12 +94,7 @@ pub(crate) fn end(handle: &H2Handle, reason: CloseReason) {
 /// its task (the pump) for the caller to spawn once the lock is released.
 pub(crate) fn prepare(owner: &Shared, io: Io, connection: ConnectionId) -> (H2Handle, BoxFuture<()>) {
     let state = H2Conn::new(owner.settings.http2, owner.settings.limits.max_head_size);
-    let conn = Arc::new(Conn {
-        state: Mutex::new(state),
-        handles: AtomicUsize::new(1),
-        connection,
-        shared: Weak::clone(&owner.me),
-    });
+    let conn = Arc::new(Conn::new(state, connection, Weak::clone(&owner.me)));
     let job = Box::pin(pump(Arc::clone(&conn), io));
     (H2Handle::new(conn), job)
 }
@@ -195,7 +145,7 @@ async fn pump(conn: Arc<Conn>, mut io: Io) {
             } else {
                 None
             };
-            let now = conn.shared.upgrade().map(|s| s.now());
+            let now = conn.host().map(|s| s.now());
             let (stop, taken) = conn.with(|st, w| {
                 match &read {
                     Some(Ok(0)) => st.handle_eof(w),
@@ -376,18 +326,9 @@ pub(crate) async fn exchange(
     let head = wait(shared, &conn, ticket, |st, now, waker, _| st.poll_head(ticket, now, waker)).await;
     let (stream_id, response, _) = head.map_err(|(stream, e)| failed(stream, &e))?;
     plan.judge_head(conn.lock().session(), stream_id, &response, source, facts)?;
-    if response.status().is_server_error() {
-        // Counts toward the route's ejection when the policy counts 5xx
-        // answers (the core decides).
-        shared.input(|st, now| {
-            let _ = st.pool.server_error(now, call);
-        });
-    }
-    let (at, status) = (shared.now(), response.status());
-    shared.emit(move |l| l.response_headers_end(call, status, at));
     let (mut parts, ()) = response.into_parts();
-    parts.extensions.insert(call);
-    parts.extensions.insert(switchyard_common::Carrier { connection, source });
+    let carrier = switchyard_common::Carrier { connection, source };
+    switchyard_common::exchange::head_received(shared, call, carrier, &mut parts);
     let body = H2Body {
         shared: Arc::clone(shared),
         call,

@@ -6,17 +6,14 @@
 //! the write timeout), and each call's thread parks until its stream moves.
 
 use std::io::{self, Read, Write};
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
-use switchyard_common::h2::{
-    tell_pool, wake_all, BodyNext, H2Conn, Handle, PoolNote, SendRoom, SharedConn, Wakeups,
-};
+use switchyard_common::h2::{BodyNext, H2Conn, Handle, Locked, SendRoom, Side, Wakeups};
 use switchyard_common::{BodyError, Error};
 use switchyard_core::http2::{StreamError, StreamLimits};
 use switchyard_core::pool::RequestFacts;
@@ -27,7 +24,7 @@ use crate::shared::Shared;
 use crate::stream::{Sock, Stream};
 
 /// The connection's state and its write side, under one lock.
-struct Inner {
+pub(crate) struct Inner {
     h2: H2Conn,
     /// TLS records in and out (absent on cleartext).
     tls: Option<rustls::ClientConnection>,
@@ -115,57 +112,25 @@ fn write_tls(tls: &mut rustls::ClientConnection, sock: &mut Sock, mut bytes: &[u
     }
 }
 
-pub(crate) struct Conn {
-    inner: Mutex<Inner>,
-    handles: AtomicUsize,
-    connection: ConnectionId,
-    shared: Weak<Shared>,
-}
-
-impl Conn {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+impl Side for Inner {
+    fn state(&mut self) -> &mut H2Conn {
+        &mut self.h2
     }
 
-    /// Runs `f` on the state, writes what it produced, then (lock released)
-    /// wakes who it woke and tells the pool what it must hear.
-    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
-        let mut wakeups = Wakeups::new();
-        let (r, notes) = {
-            let mut st = self.lock();
-            let r = f(&mut st.h2, &mut wakeups);
-            st.flush(&mut wakeups);
-            if st.h2.should_stop() {
-                // Says GOAWAY (or fails what is open), then ends the reader
-                // thread's blocking read.
-                st.h2.stopped(&mut wakeups);
-                st.flush(&mut wakeups);
-                let _ = st.sock.shutdown(std::net::Shutdown::Both);
-            }
-            (r, st.h2.has_notes().then(|| st.h2.take_notes()))
-        };
-        wake_all(&mut wakeups);
-        if let Some(notes) = notes {
-            self.report(notes);
+    /// Writes what the state produced; a state that must stop says GOAWAY
+    /// (or fails what is open) and ends the reader thread's blocking read.
+    fn after(&mut self, wakeups: &mut Wakeups) {
+        self.flush(wakeups);
+        if self.h2.should_stop() {
+            self.h2.stopped(wakeups);
+            self.flush(wakeups);
+            let _ = self.sock.shutdown(std::net::Shutdown::Both);
         }
-        r
-    }
-
-    fn report(&self, notes: Vec<PoolNote>) {
-        let Some(shared) = self.shared.upgrade() else { return };
-        let connection = self.connection;
-        shared.input(|st, now| tell_pool(&mut st.pool, now, connection, notes));
     }
 }
 
-impl SharedConn for Conn {
-    fn with<R>(&self, f: impl FnOnce(&mut H2Conn, &mut Wakeups) -> R) -> R {
-        Conn::with(self, f)
-    }
-    fn handles(&self) -> &AtomicUsize {
-        &self.handles
-    }
-}
+/// The shared connection: its state and write side under one lock.
+pub(crate) type Conn = Locked<Inner, Shared>;
 
 /// A handle on a shared HTTP/2 connection (see [`Handle`]).
 pub(crate) type H2Handle = Handle<Conn>;
@@ -198,12 +163,7 @@ pub(crate) fn prepare(
     sock.set_read_timeout(None)?;
     sock.set_write_timeout(Some(owner.settings.driver.write_timeout.unwrap_or(WRITE_LIMIT)))?;
     let h2 = H2Conn::new(owner.settings.http2, owner.settings.driver.limits.max_head_size);
-    let conn = Arc::new(Conn {
-        inner: Mutex::new(Inner { h2, tls, sock }),
-        handles: AtomicUsize::new(1),
-        connection,
-        shared: Weak::clone(&owner.me),
-    });
+    let conn = Arc::new(Conn::new(Inner { h2, tls, sock }, connection, Weak::clone(&owner.me)));
     let job = {
         let conn = Arc::clone(&conn);
         Box::new(move || read_loop(&conn, reader)) as Box<dyn FnOnce() + Send>
@@ -220,51 +180,31 @@ fn read_loop(conn: &Arc<Conn>, mut reader: Sock) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut plain = vec![0u8; 16 * 1024];
     // The preface goes out, and whatever the TLS handshake left decrypted is read.
-    let now = || conn.shared.upgrade().map_or(switchyard_core::Instant::from_millis(0), |s| s.hub.now());
-    conn.with(|_, _| {});
-    {
-        let mut wakeups = Wakeups::new();
-        let mut st = conn.lock();
+    let now = || conn.host().map_or(switchyard_core::Instant::from_millis(0), |s| s.hub.now());
+    conn.with_side(|st, w| {
         if let Some(tls) = st.tls.as_mut() {
             let _ = tls.process_new_packets();
         }
-        st.drain_tls(now(), &mut plain, &mut wakeups);
-        st.flush(&mut wakeups);
-        drop(st);
-        wake_all(&mut wakeups);
-    }
+        st.drain_tls(now(), &mut plain, w);
+    });
     loop {
         let read = reader.read(&mut buf);
         let at = now();
-        let mut wakeups = Wakeups::new();
-        let (notes, over) = {
-            let mut st = conn.lock();
-            let over_before = st.h2.should_stop();
+        let over = conn.with_side(|st, w| {
             match read {
-                _ if over_before => {}
-                Ok(0) => st.h2.handle_eof(&mut wakeups),
+                _ if st.h2.should_stop() => {}
+                Ok(0) => st.h2.handle_eof(w),
                 Ok(n) => match st.tls.as_mut() {
-                    None => st.h2.handle_read(at, &buf[..n], &mut wakeups),
-                    Some(_) => st.read_tls(at, &buf[..n], &mut plain, &mut wakeups),
+                    None => st.h2.handle_read(at, &buf[..n], w),
+                    Some(_) => st.read_tls(at, &buf[..n], &mut plain, w),
                 },
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    st.h2.handle_io_error(&format!("reading the HTTP/2 connection failed: {e}"), &mut wakeups)
-                }
+                Err(e) => st.h2.handle_io_error(&format!("reading the HTTP/2 connection failed: {e}"), w),
             }
-            st.flush(&mut wakeups);
-            let over = st.h2.should_stop();
-            if over {
-                st.h2.stopped(&mut wakeups);
-                st.flush(&mut wakeups);
-                let _ = st.sock.shutdown(std::net::Shutdown::Both);
-            }
-            (st.h2.has_notes().then(|| st.h2.take_notes()), over)
-        };
-        wake_all(&mut wakeups);
-        if let Some(notes) = notes {
-            conn.report(notes);
-        }
+            // When over, the side's own step says GOAWAY and ends this
+            // thread's reads (after this closure).
+            st.h2.should_stop()
+        });
         if over {
             return;
         }
@@ -427,16 +367,9 @@ pub(crate) fn exchange(
     let head = wait(shared, &conn, ticket, |st, now, waker, _| st.poll_head(ticket, now, waker));
     let (stream_id, response, _) = head.map_err(|(stream, e)| failed(stream, &e))?;
     plan.judge_head(conn.lock().h2.session(), stream_id, &response, source, facts)?;
-    if response.status().is_server_error() {
-        shared.input(|st, now| {
-            let _ = st.pool.server_error(now, call);
-        });
-    }
-    let (at, status) = (shared.hub.now(), response.status());
-    shared.hub.emit(move |l| l.response_headers_end(call, status, at));
     let (mut parts, ()) = response.into_parts();
-    parts.extensions.insert(call);
-    parts.extensions.insert(switchyard_common::Carrier { connection, source });
+    let carrier = switchyard_common::Carrier { connection, source };
+    switchyard_common::exchange::head_received(shared, call, carrier, &mut parts);
     let body = H2Body { shared: Arc::clone(shared), call, stream: Some(guard), stream_id, trailers: None };
     Ok(http::Response::from_parts(parts, crate::ResponseBody::h2(body)))
 }
