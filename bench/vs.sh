@@ -17,7 +17,8 @@ shift 4
 start_server "$bin" "$sc"
 tck=$(getconf CLK_TCK)
 tmp=$(mktemp -d)
-trap 'kill $server 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'stop_server; rm -rf "$tmp"' EXIT
+echo "server: $serve (core 1); clients on core 0; $rounds rounds of $n requests" >&2
 server_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
 rows=""
 for _ in $(seq "$rounds"); do

@@ -155,6 +155,10 @@ fn main() {
             return server::serve_h1_with(port, server::sized_response(size), false, None);
         }
         "serve-h2" => return server::serve_h2(arg(2).parse().expect("port")),
+        "serve-h2o" => {
+            let ca = args.get(3).map(std::path::Path::new);
+            return server::serve_h2o(arg(2).parse().expect("port"), ca);
+        }
         "serve-tls" => return server::serve_tls(arg(2).parse().expect("port"), std::path::Path::new(arg(3))),
         "measure" => {
             // reqwest is built with `rustls-no-provider`: the process picks ring.

@@ -206,29 +206,7 @@ impl Server {
         let h2o = which("h2o")?;
         let dir = scratch(if tls.is_some() { "h2o-tls" } else { "h2o" });
         let port = free_port();
-        std::fs::write(dir.join("index.html"), BODY).ok()?;
-        if files {
-            std::fs::write(dir.join("large.bin"), vec![b'x'; LARGE]).ok()?;
-            std::fs::write(dir.join("medium.bin"), vec![b'x'; MEDIUM]).ok()?;
-        }
-        let ssl = match tls {
-            Some(t) => {
-                std::fs::write(dir.join("cert.pem"), &t.leaf.chain_pem).ok()?;
-                std::fs::write(dir.join("key.pem"), &t.leaf.key_pem).ok()?;
-                format!(
-                    "  ssl:\n    certificate-file: {d}/cert.pem\n    key-file: {d}/key.pem\n",
-                    d = dir.display()
-                )
-            }
-            None => String::new(),
-        };
-        let conf = format!(
-            "listen:\n  host: 127.0.0.1\n  port: {port}\n{ssl}num-threads: 1\nuser: root\n\
-             pid-file: {d}/h2o.pid\nerror-log: {d}/error.log\n\
-             hosts:\n  default:\n    paths:\n      \"/\":\n        file.dir: {d}\n",
-            d = dir.display()
-        );
-        std::fs::write(dir.join("h2o.conf"), conf).ok()?;
+        h2o_config(&dir, port, tls, files).ok()?;
         let child = command(&h2o, pin)
             .arg("-c")
             .arg(dir.join("h2o.conf"))
@@ -249,6 +227,55 @@ impl Server {
         }
         Some(server)
     }
+}
+
+/// Writes h2o's configuration and its files into `dir`: one thread on
+/// 127.0.0.1:`port` (TLS with [`TLS_HOST`]'s certificate when `tls`), serving
+/// `/` as [`BODY`] (and scenario 7's files when `files`).
+fn h2o_config(dir: &std::path::Path, port: u16, tls: Option<&Tls>, files: bool) -> std::io::Result<()> {
+    std::fs::write(dir.join("index.html"), BODY)?;
+    if files {
+        std::fs::write(dir.join("large.bin"), vec![b'x'; LARGE])?;
+        std::fs::write(dir.join("medium.bin"), vec![b'x'; MEDIUM])?;
+    }
+    let ssl = match tls {
+        Some(t) => {
+            std::fs::write(dir.join("cert.pem"), &t.leaf.chain_pem)?;
+            std::fs::write(dir.join("key.pem"), &t.leaf.key_pem)?;
+            format!("  ssl:\n    certificate-file: {d}/cert.pem\n    key-file: {d}/key.pem\n", d = dir.display())
+        }
+        None => String::new(),
+    };
+    let conf = format!(
+        "listen:\n  host: 127.0.0.1\n  port: {port}\n{ssl}num-threads: 1\nuser: root\n\
+         pid-file: {d}/h2o.pid\nerror-log: {d}/error.log\n\
+         hosts:\n  default:\n    paths:\n      \"/\":\n        file.dir: {d}\n",
+        d = dir.display()
+    );
+    std::fs::write(dir.join("h2o.conf"), conf)
+}
+
+/// This program's `serve-h2o PORT [CA_FILE]`: becomes scenario 3's h2o (one
+/// thread) on `port`, the server the harness uses, for the pinned scripts
+/// (`bench/vs.sh`): h2c, or with `ca` TLS for [`TLS_HOST`] under a new test CA
+/// whose certificate (DER) it writes there (the clients' `SWITCHYARD_BENCH_CA`).
+/// Returns only when h2o is missing or cannot start.
+pub fn serve_h2o(port: u16, ca: Option<&std::path::Path>) {
+    use std::os::unix::process::CommandExt;
+    let Some(h2o) = which("h2o") else {
+        eprintln!("serve-h2o: h2o is not installed");
+        std::process::exit(2);
+    };
+    let dir = scratch("h2o-serve");
+    let tls = ca.map(|path| {
+        let tls = Tls::new();
+        std::fs::write(path, &tls.ca).expect("the CA file");
+        tls
+    });
+    h2o_config(&dir, port, tls.as_ref(), false).expect("h2o configuration");
+    let err = Command::new(h2o).arg("-c").arg(dir.join("h2o.conf")).exec();
+    eprintln!("serve-h2o: {err}");
+    std::process::exit(2);
 }
 
 fn which(program: &str) -> Option<PathBuf> {
