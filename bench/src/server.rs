@@ -242,7 +242,10 @@ fn h2o_config(dir: &std::path::Path, port: u16, tls: Option<&Tls>, files: bool) 
         Some(t) => {
             std::fs::write(dir.join("cert.pem"), &t.leaf.chain_pem)?;
             std::fs::write(dir.join("key.pem"), &t.leaf.key_pem)?;
-            format!("  ssl:\n    certificate-file: {d}/cert.pem\n    key-file: {d}/key.pem\n", d = dir.display())
+            format!(
+                "  ssl:\n    certificate-file: {d}/cert.pem\n    key-file: {d}/key.pem\n",
+                d = dir.display()
+            )
         }
         None => String::new(),
     };
