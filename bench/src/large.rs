@@ -114,7 +114,8 @@ impl Spec {
                 &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"]
             }
             // `-adaptive`: switchyard-tokio with the adaptive window (starting
-            // at 64 KiB, growing to the same 16 / 32 MiB).
+            // at 64 KiB, growing to the same 16 / 32 MiB), and hyper-util with
+            // its own (h2's BDP estimate).
             Wire::H2 => &[
                 "raw",
                 "switchyard-tokio",
@@ -122,6 +123,7 @@ impl Spec {
                 "switchyard-smol",
                 "switchyard-std",
                 "hyper-util",
+                "hyper-util-adaptive",
                 "reqwest",
             ],
         }
@@ -244,7 +246,7 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
                 check(got);
             })
         }
-        "hyper-util" => {
+        "hyper-util" | "hyper-util-adaptive" => {
             use hyper_util::client::legacy::{connect::HttpConnector, Client};
             let mut http = HttpConnector::new_with_resolver(Fixed(vec![socket]));
             http.enforce_http(spec.wire == Wire::Clear);
@@ -252,6 +254,7 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
             let builder = {
                 let mut b = Client::builder(hyper_util::rt::TokioExecutor::new());
                 b.http2_only(spec.wire == Wire::H2);
+                b.http2_adaptive_window(client.ends_with("-adaptive"));
                 b
             };
             let uri: http::Uri = url.parse().ok()?;

@@ -1069,8 +1069,8 @@ macro_rules! __client_builder_methods {
         }
         /// HTTP/2: start the flow-control windows at the protocol's 65,535
         /// bytes and grow them, per connection, to the bytes the path carries
-        /// in one PING round trip (doubling while the window is the limit),
-        /// up to [`http2_stream_window`](Self::http2_stream_window) and
+        /// in one PING round trip (doubling while the window is the limit,
+        /// or while the server has to wait for credit as data flows), up to [`http2_stream_window`](Self::http2_stream_window) and
         /// [`http2_connection_window`](Self::http2_connection_window). At most
         /// one PING is out at a time, and none once the windows are full size
         /// or while data does not flow. Default: off (full-size windows from

@@ -178,6 +178,8 @@ pub struct H2Conn {
     /// The adaptive window's sample is out.
     sample_ping: bool,
     estimator: Option<WindowEstimator>,
+    /// The driver's credit stalls at the last read (the estimator hears new ones).
+    stalls_seen: u64,
     /// The I/O side must end the connection now (the pool ended it, or its
     /// last handle is gone).
     stop: bool,
@@ -218,6 +220,7 @@ impl H2Conn {
             pool_ping: false,
             sample_ping: false,
             estimator,
+            stalls_seen: 0,
             stop: false,
             closed_reported: false,
         }
@@ -619,6 +622,13 @@ impl H2Conn {
     }
 
     fn after_read(&mut self, now: Instant, wakeups: &mut Wakeups) {
+        if let Some(e) = self.estimator.as_mut() {
+            let stalls = self.driver.credit_stalls();
+            if stalls != self.stalls_seen {
+                self.stalls_seen = stalls;
+                e.stalled();
+            }
+        }
         self.dispatch(now, wakeups);
         // What was read may have opened the server's windows: uploads that
         // wait for room look again.
@@ -630,7 +640,7 @@ impl H2Conn {
         if let Some(e) = self.estimator.as_mut() {
             let data = self.driver.data_bytes();
             if !self.sample_ping && e.wants_sample(now, data) && self.driver.ping() {
-                e.started(now, data);
+                e.started(now);
                 self.sample_ping = true;
             }
         }

@@ -521,3 +521,29 @@ fn a_large_request_head_is_split_into_continuations() {
         .unwrap();
     assert_eq!(big, 40_000);
 }
+
+/// DATA that leaves a continuing stream less than a frame of credit is a
+/// credit stall (the server must wait for our WINDOW_UPDATE: the adaptive
+/// window's second signal); a body that ends, or leaves room, is not.
+#[test]
+fn credit_stalls_count_streams_the_server_must_wait_on() {
+    let window = 65_535;
+    let mut w =
+        Wire::new(DriverConfig { stream_window: window, connection_window: 1 << 20, ..Default::default() });
+    w.written();
+    let a = w.get("/a");
+    w.driver.handle_read(&headers(a, 200, &[], false));
+    w.driver.handle_read(&data(a, &[b'x'; 16_384], false));
+    w.driver.handle_read(&data(a, &[b'x'; 16_384], false));
+    assert_eq!(w.driver.credit_stalls(), 0, "half the window left");
+    w.driver.handle_read(&data(a, &[b'x'; 16_384], false));
+    assert_eq!(w.driver.credit_stalls(), 1, "16 383 bytes of credit left, the body goes on");
+    let b = w.get("/b");
+    w.driver.handle_read(&headers(b, 200, &[], false));
+    for _ in 0..3 {
+        w.driver.handle_read(&data(b, &[b'x'; 16_384], false));
+    }
+    assert_eq!(w.driver.credit_stalls(), 2, "the second stream's turn");
+    w.driver.handle_read(&data(b, &[b'x'; 16_383], true));
+    assert_eq!(w.driver.credit_stalls(), 2, "a body that ends with its window spent waits for nothing");
+}

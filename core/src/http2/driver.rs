@@ -341,6 +341,7 @@ pub struct Driver {
     ping_payload: u64,
     closed: bool,
     data_bytes: u64,
+    credit_stalls: u64,
 }
 
 fn frame_header(out: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
@@ -398,6 +399,7 @@ impl Driver {
             ping_payload: 0,
             closed: false,
             data_bytes: 0,
+            credit_stalls: 0,
         }
     }
 
@@ -442,6 +444,14 @@ impl Driver {
     #[must_use]
     pub fn data_bytes(&self) -> u64 {
         self.data_bytes
+    }
+
+    /// How many times DATA left a stream whose body goes on with less credit
+    /// than one frame: the server had to wait for our WINDOW_UPDATE (the
+    /// adaptive window's second signal that the window was the limit).
+    #[must_use]
+    pub fn credit_stalls(&self) -> u64 {
+        self.credit_stalls
     }
 
     /// The server's GOAWAY, once received.
@@ -833,6 +843,9 @@ impl Driver {
         s.recv_window -= total as i64;
         if s.recv_window < 0 {
             return self.stream_error(stream, FLOW_CONTROL_ERROR);
+        }
+        if s.recv_window < MAX_FRAME as i64 && flags & END_STREAM == 0 {
+            self.credit_stalls += 1;
         }
         if !s.head {
             return self.stream_error(stream, PROTOCOL_ERROR);
