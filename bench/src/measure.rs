@@ -22,14 +22,19 @@ pub struct Sample {
     pub cpu_us: f64,
     /// Peak resident memory of the process, KiB.
     pub rss_kib: u64,
+    /// The client's voluntary context switches per 1 000 requests: it blocked
+    /// with nothing to do (waits the time hides when the peer is the limit).
+    pub vol_k: f64,
+    /// Involuntary context switches per 1 000 requests: it was preempted.
+    pub inv_k: f64,
 }
 
 impl Sample {
     /// As one JSON line.
     pub fn json(&self) -> String {
         format!(
-            "{{\"rps\":{:.1},\"p50_us\":{:.2},\"p99_us\":{:.2},\"cpu_us\":{:.3},\"rss_kib\":{}}}",
-            self.rps, self.p50_us, self.p99_us, self.cpu_us, self.rss_kib
+            "{{\"rps\":{:.1},\"p50_us\":{:.2},\"p99_us\":{:.2},\"cpu_us\":{:.3},\"rss_kib\":{},\"vol_k\":{:.2},\"inv_k\":{:.2}}}",
+            self.rps, self.p50_us, self.p99_us, self.cpu_us, self.rss_kib, self.vol_k, self.inv_k
         )
     }
 
@@ -47,17 +52,84 @@ impl Sample {
             p99_us: field("p99_us")?,
             cpu_us: field("cpu_us")?,
             rss_kib: field("rss_kib")? as u64,
+            vol_k: field("vol_k").unwrap_or(0.0),
+            inv_k: field("inv_k").unwrap_or(0.0),
         })
     }
 }
 
-/// CPU time (user + system) of this process, from /proc (10 ms ticks).
-pub(crate) fn cpu() -> Duration {
+/// What this process used so far: CPU time and context switches.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Usage {
+    /// User + system CPU time, from /proc (10 ms ticks).
+    pub(crate) cpu: Duration,
+    /// Voluntary context switches of the live threads.
+    pub(crate) vol: u64,
+    /// Involuntary context switches of the live threads.
+    pub(crate) inv: u64,
+}
+
+impl std::ops::Sub for Usage {
+    type Output = Usage;
+    fn sub(self, earlier: Usage) -> Usage {
+        Usage {
+            cpu: self.cpu.saturating_sub(earlier.cpu),
+            vol: self.vol.saturating_sub(earlier.vol),
+            inv: self.inv.saturating_sub(earlier.inv),
+        }
+    }
+}
+
+/// Context switches of threads that ended (see [`thread_exits`]).
+static EXITED: [std::sync::atomic::AtomicU64; 2] = [const { std::sync::atomic::AtomicU64::new(0) }; 2];
+
+/// The calling thread is about to end: its context switches are kept for
+/// [`cpu`], which otherwise sees only live threads. Threads that start and
+/// end inside a measurement (the calling threads of the blocking rows) call it.
+fn thread_exits() {
+    let (vol, inv) = switches(std::path::Path::new("/proc/thread-self/status"));
+    EXITED[0].fetch_add(vol, std::sync::atomic::Ordering::Relaxed);
+    EXITED[1].fetch_add(inv, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// (voluntary, involuntary) context switches in one thread's status file.
+fn switches(status: &std::path::Path) -> (u64, u64) {
+    let status = std::fs::read_to_string(status).unwrap_or_default();
+    let (mut vol, mut inv) = (0, 0);
+    for line in status.lines() {
+        let count = |prefix: &str| line.strip_prefix(prefix).and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(n) = count("voluntary_ctxt_switches:") {
+            vol += n;
+        } else if let Some(n) = count("nonvoluntary_ctxt_switches:") {
+            inv += n;
+        }
+    }
+    (vol, inv)
+}
+
+/// This process's [`Usage`] now. The CPU time is the whole process's
+/// (`/proc/self/stat`, dead threads included); the context switches are
+/// summed over the threads alive now (`/proc/self/task/*/status`: Linux
+/// keeps them per thread) and those that reported as they ended
+/// ([`thread_exits`]: the blocking rows' calling threads). A library thread
+/// that ends mid-run is not counted; the clients here keep theirs (tokio's
+/// and smol's workers, std's job threads for 5 s after their last job).
+pub(crate) fn cpu() -> Usage {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
         + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Duration::from_millis(ticks * 10)
+    let mut vol = EXITED[0].load(std::sync::atomic::Ordering::Relaxed);
+    let mut inv = EXITED[1].load(std::sync::atomic::Ordering::Relaxed);
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let (v, i) = switches(&task.path().join("status"));
+        vol += v;
+        inv += i;
+    }
+    // System calls are not counted here: `/proc/self/io` counts only the
+    // `read`/`write` family, and clients differ in `send`/`recv` against
+    // `writev`/`read` (strace or perf count them all; bench/vs.sh's notes).
+    Usage { cpu: Duration::from_millis(ticks * 10), vol, inv }
 }
 
 fn peak_rss_kib() -> u64 {
@@ -75,12 +147,7 @@ fn proc_status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-pub(crate) fn summarize(
-    mut lat: Vec<Duration>,
-    wall: Duration,
-    cpu_used: Duration,
-    requests: usize,
-) -> Sample {
+pub(crate) fn summarize(mut lat: Vec<Duration>, wall: Duration, used: Usage, requests: usize) -> Sample {
     lat.sort();
     let pct = |p: f64| {
         if lat.is_empty() {
@@ -93,8 +160,10 @@ pub(crate) fn summarize(
         rps: requests as f64 / wall.as_secs_f64(),
         p50_us: pct(0.5),
         p99_us: pct(0.99),
-        cpu_us: cpu_used.as_secs_f64() * 1e6 / requests.max(1) as f64,
+        cpu_us: used.cpu.as_secs_f64() * 1e6 / requests.max(1) as f64,
         rss_kib: peak_rss_kib(),
+        vol_k: used.vol as f64 * 1000.0 / requests.max(1) as f64,
+        inv_k: used.inv as f64 * 1000.0 / requests.max(1) as f64,
     }
 }
 
@@ -262,13 +331,15 @@ pub(crate) fn thread_concurrent_with(width: usize, n: usize, one: impl Fn() + Sy
         let handles: Vec<_> = (0..width)
             .map(|_| {
                 s.spawn(|| {
-                    (0..per)
+                    let lat = (0..per)
                         .map(|_| {
                             let t = Instant::now();
                             one();
                             t.elapsed()
                         })
-                        .collect::<Vec<_>>()
+                        .collect::<Vec<_>>();
+                    thread_exits();
+                    lat
                 })
             })
             .collect();
@@ -592,12 +663,15 @@ pub fn idle_memory(client: &str, port: u16, n: usize, http2: bool) -> Option<Sam
     };
     let grown = rss_kib().saturating_sub(before).max(1);
     let wall = t0.elapsed();
+    let used = cpu() - c0;
     Some(Sample {
         rps: n as f64 / (grown as f64 / 1024.0),
         p50_us: wall.as_secs_f64() * 1e6,
         p99_us: wall.as_secs_f64() * 1e6,
-        cpu_us: (cpu() - c0).as_secs_f64() * 1e6 / n as f64,
+        cpu_us: used.cpu.as_secs_f64() * 1e6 / n as f64,
         rss_kib: peak_rss_kib(),
+        vol_k: used.vol as f64 * 1000.0 / n as f64,
+        inv_k: used.inv as f64 * 1000.0 / n as f64,
     })
 }
 
@@ -836,7 +910,7 @@ pub fn happy_eyeballs(client: &str, port: u16, rounds: usize) -> Option<Sample> 
         }
         lat.push(t.elapsed());
     }
-    Some(summarize(lat, Duration::from_secs(1), Duration::ZERO, 1))
+    Some(summarize(lat, Duration::from_secs(1), Usage::default(), 1))
 }
 
 /// Connects to 127.0.0.1, sends a GET, reads until the end of the response head.

@@ -27,6 +27,8 @@ impl Row {
             p99_us: median(samples.iter().map(|s| s.p99_us).collect()),
             cpu_us: median(samples.iter().map(|s| s.cpu_us).collect()),
             rss_kib: median(samples.iter().map(|s| s.rss_kib as f64).collect()) as u64,
+            vol_k: median(samples.iter().map(|s| s.vol_k).collect()),
+            inv_k: median(samples.iter().map(|s| s.inv_k).collect()),
         });
         Row { client, runs: samples.len(), median }
     }
@@ -140,7 +142,9 @@ impl Report {
         let _ = writeln!(
             out,
             "# switchyard-bench\n\nMedians of {} run(s); {} requests per measurement (scenario 4: a quarter). \
-             Ratios compare requests/s within this run.\n",
+             Ratios compare requests/s within this run. Waits: the client's voluntary + involuntary \
+             context switches per 1 000 requests, summed over its threads (it blocked with nothing \
+             to do + it was preempted).\n",
             self.runs, self.requests
         );
         for s in &self.scenarios {
@@ -154,20 +158,20 @@ impl Report {
             let rss = s.id == "s2";
             let _ = writeln!(
                 out,
-                "| client | req/s | p50 µs | p99 µs | CPU µs/req |{} vs {} | vs hyper-util | vs reqwest | vs ureq |",
+                "| client | req/s | p50 µs | p99 µs | CPU µs/req | waits /1k req |{} vs {} | vs hyper-util | vs reqwest | vs ureq |",
                 if rss { " peak RSS MiB |" } else { "" },
                 s.rows[0].client
             );
             let _ = writeln!(
                 out,
-                "|---|---:|---:|---:|---:|{}---:|---:|---:|---:|",
+                "|---|---:|---:|---:|---:|---:|{}---:|---:|---:|---:|",
                 if rss { "---:|" } else { "" }
             );
             for r in &s.rows {
                 let Some(m) = &r.median else {
                     let _ = writeln!(
                         out,
-                        "| {} | failed | | | |{} | | | |",
+                        "| {} | failed | | | | |{} | | | |",
                         r.client,
                         if rss { " |" } else { "" }
                     );
@@ -175,12 +179,14 @@ impl Report {
                 };
                 let _ = writeln!(
                     out,
-                    "| {} | {:.0} | {:.1} | {:.1} | {:.2} |{} {} | {} | {} | {} |",
+                    "| {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.1} + {:.1} |{} {} | {} | {} | {} |",
                     r.client,
                     m.rps,
                     m.p50_us,
                     m.p99_us,
                     m.cpu_us,
+                    m.vol_k,
+                    m.inv_k,
                     if rss { format!(" {:.1} |", m.rss_kib as f64 / 1024.0) } else { String::new() },
                     ratio(Some(m), limit),
                     ratio(Some(m), hy),
