@@ -58,7 +58,7 @@ impl Pool {
             let c = &self.conns[&id];
             // An HTTP/2 peer may allow zero streams (SETTINGS), idle or not.
             c.limit() > 0
-                && !call.avoid.contains(&id)
+                && !call.learned().avoid.contains(&id)
                 && (!call.options.require_multiplexed || c.multiplexed())
         });
         if let Some(id) = idle {
@@ -67,7 +67,7 @@ impl Pool {
         if call.options.exclusive {
             return None;
         }
-        a.shareable.iter().find(|id| !call.avoid.contains(id)).map(|id| (*id, Source::Shared))
+        a.shareable.iter().find(|id| !call.learned().avoid.contains(id)).map(|id| (*id, Source::Shared))
     }
 
     /// An IP-literal origin needs no DNS, so its "answer" is the literal: an
@@ -79,7 +79,7 @@ impl Pool {
         if call.options.exclusive || call.fresh_only {
             return None;
         }
-        self.find_coalescable(&call.address, &[*ip], &call.avoid).map(|c| (c, Source::Coalesced))
+        self.find_coalescable(&call.address, &[*ip], &call.learned().avoid).map(|c| (c, Source::Coalesced))
     }
 
     pub(super) fn find_coalescable(

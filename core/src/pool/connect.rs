@@ -73,7 +73,7 @@ impl Pool {
         if let Ok(ips) = &answer.result {
             if direct_queries.contains(&query) && !call.options.exclusive && !call.fresh_only {
                 let address = call.address.clone();
-                if let Some(conn) = self.find_coalescable(&address, ips, &call.avoid) {
+                if let Some(conn) = self.find_coalescable(&address, ips, &call.learned().avoid) {
                     let addresses = ips.clone();
                     let host = address.host().clone();
                     let family = answer.family;
@@ -209,8 +209,8 @@ impl Pool {
             proxy_reason: call.options.proxy_reason.clone(),
             deadline: call.options.deadline,
             first_sequence: call.sequence,
-            avoid: call.avoid_routes.clone(),
-            known_answers: call.answers.clone(),
+            avoid: call.learned().avoid_routes.clone(),
+            known_answers: call.learned().answers.clone(),
         };
         let race = Race::start(request, self.config.race, now, &mut self.db);
         call.state = CallState::Racing {
@@ -381,7 +381,9 @@ impl Pool {
         }
         call.state = CallState::Pending;
         call.sequence = sequence;
-        call.answers = answers;
+        if !answers.is_empty() || call.learned.is_some() {
+            call.learned_mut().answers = answers;
+        }
         let address = call.address.clone();
         if let Some(a) = self.addrs.get_mut(&address) {
             a.racing.remove(&call_id);
@@ -415,7 +417,7 @@ impl Pool {
                     let call = &self.calls[&call_id];
                     let ip = self.conns[&id].route.socket_addr().ip();
                     (!call.options.exclusive && !call.fresh_only)
-                        .then(|| self.find_coalescable(&address, &[ip], &call.avoid))
+                        .then(|| self.find_coalescable(&address, &[ip], &call.learned().avoid))
                         .flatten()
                         .map(|c| (c, Source::Coalesced))
                 });

@@ -154,7 +154,7 @@ impl Pool {
         let ctx = RetryContext {
             reused: conn.completed > 0,
             refusals_before: conn.refusals,
-            refused_elsewhere: c.refused_on.iter().any(|c| *c != conn_id),
+            refused_elsewhere: c.learned().refused_on.iter().any(|c| *c != conn_id),
             beyond_limit,
             retries: c.retries,
             max_retries: self.config.max_retries,
@@ -212,13 +212,13 @@ impl Pool {
             K::RefusedStream => {
                 self.update(conn_id, |c| c.refusals += 1);
                 let c = self.calls.get_mut(&call).expect("call exists");
-                if !c.refused_on.contains(&conn_id) {
-                    c.refused_on.push(conn_id);
+                if !c.learned().refused_on.contains(&conn_id) {
+                    c.learned_mut().refused_on.push(conn_id);
                 }
                 // Refused twice here: the call's next race tries other routes first.
                 let twice = ctx.refusals_before >= 1;
-                if twice && !c.avoid_routes.contains(&route) {
-                    c.avoid_routes.push(route);
+                if twice && !c.learned().avoid_routes.contains(&route) {
+                    c.learned_mut().avoid_routes.push(route);
                 }
                 twice.then_some(CloseReason::RefusedStreams)
             }
@@ -258,7 +258,7 @@ impl Pool {
         }
         let c = self.calls.get_mut(&call).expect("call exists");
         if !same_connection || !reason.is_free() {
-            c.avoid.push(conn_id);
+            c.learned_mut().avoid.push(conn_id);
         }
         c.fresh_only |= fresh;
         self.dispatch(now, call);

@@ -242,6 +242,22 @@ enum CallState {
     },
 }
 
+/// What a call's earlier attempts taught it.
+#[derive(Debug, Default)]
+struct Learned {
+    /// Connections it must not be served on again.
+    avoid: Vec<ConnectionId>,
+    /// Connections that refused this call (REFUSED_STREAM held against them).
+    refused_on: Vec<ConnectionId>,
+    /// Routes the call was refused on: its next race plans them last.
+    avoid_routes: Vec<Route>,
+    /// The DNS answers its races used: a retry plans with them, no new lookup.
+    answers: Vec<crate::plan::KnownAnswer>,
+}
+
+static NOTHING_LEARNED: Learned =
+    Learned { avoid: Vec::new(), refused_on: Vec::new(), avoid_routes: Vec::new(), answers: Vec::new() };
+
 #[derive(Debug)]
 struct Call {
     address: Address,
@@ -256,13 +272,9 @@ struct Call {
     /// away is served before the newcomers, and gets the next connection's
     /// first streams).
     wait_seq: u64,
-    avoid: Vec<ConnectionId>,
-    /// Connections that refused this call (REFUSED_STREAM held against them).
-    refused_on: Vec<ConnectionId>,
-    /// Routes the call was refused on: its next race plans them last.
-    avoid_routes: Vec<Route>,
-    /// The DNS answers its races used: a retry plans with them, no new lookup.
-    answers: Vec<crate::plan::KnownAnswer>,
+    /// What earlier attempts taught it (boxed, absent until the first one
+    /// does: most calls are served at once and never need it).
+    learned: Option<Box<Learned>>,
     fresh_only: bool,
     /// Its response was a 5xx counted against the route ([`Pool::server_error`]).
     server_error: bool,
@@ -280,16 +292,23 @@ impl Call {
             retries: 0,
             free_retries: 0,
             wait_seq,
-            avoid: Vec::new(),
-            refused_on: Vec::new(),
-            avoid_routes: Vec::new(),
-            answers: Vec::new(),
+            learned: None,
             fresh_only: false,
             server_error: false,
             draining: false,
             state: CallState::Pending,
             sequence: Sequence::default(),
         }
+    }
+
+    /// What earlier attempts taught the call (nothing yet: all empty).
+    fn learned(&self) -> &Learned {
+        self.learned.as_deref().unwrap_or(&NOTHING_LEARNED)
+    }
+
+    /// [`Call::learned`], to add to.
+    fn learned_mut(&mut self) -> &mut Learned {
+        self.learned.get_or_insert_with(Box::default)
     }
 
     fn count_retry(&mut self, reason: RetryReason) {
