@@ -356,6 +356,20 @@ impl Drop for CallGuard {
     }
 }
 
+/// Lets every other ready task of the runtime run once before going on.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
+}
+
 async fn run_call(
     shared: &Arc<Shared>,
     owner: &CallOwner,
@@ -372,7 +386,19 @@ async fn run_call(
         };
         let answered = match lease {
             Lease::H1 { connection, source, conn } => {
-                let target = owner.h1_target(&shared.lock_state().pool, connection, parts);
+                let (target, concurrent) = {
+                    let st = shared.lock_state();
+                    (owner.h1_target(&st.pool, connection, parts), st.pool.in_use() > 1)
+                };
+                if concurrent {
+                    // Other calls are in flight: this request goes out after
+                    // the tasks the runtime woke with it have run, beside
+                    // their requests, so a server that sleeps between
+                    // requests wakes once for the lot rather than once each
+                    // (on loopback that wake-up was 12 % of the client's time).
+                    // A lone call writes at once.
+                    yield_once().await;
+                }
                 let request = owner.h1_call(&target, body.len());
                 let attempt = match H1Exchange::start(shared, call, (connection, source), conn, &request) {
                     Ok(exchange) => h1::exchange(exchange, body).await,

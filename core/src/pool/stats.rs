@@ -156,6 +156,13 @@ impl Pool {
         all
     }
 
+    /// How many connections carry an exchange now (HTTP/1.1 leased, HTTP/2
+    /// with a stream open): more than one means calls run concurrently.
+    #[must_use]
+    pub fn in_use(&self) -> usize {
+        self.in_use_total
+    }
+
     /// Pool-wide counts and counters, kept incrementally (O(1)).
     #[must_use]
     pub fn stats(&self) -> PoolStats {
