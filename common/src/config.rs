@@ -28,8 +28,8 @@ pub enum HttpVersion {
 }
 
 /// Per-request options (stored in the request's extensions, so they also work
-/// with a client's `send`).
-#[derive(Clone, Copy, Debug, Default)]
+/// with a client's `send`; a request without them has the defaults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestOptions {
     /// A connection no one else will use (upgrades, tunnels).
     pub exclusive: bool,

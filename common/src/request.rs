@@ -378,7 +378,12 @@ macro_rules! __request_builder_methods {
         /// The first error met while building (a bad URL or header).
         pub fn build(self) -> Result<$crate::__http::Request<$body>, $crate::Error> {
             let (mut parts, ()) = self.request?.into_parts();
-            parts.extensions.insert(self.options);
+            // The defaults travel as no extension at all: inserting one costs
+            // the request its extension map (three allocations), and the
+            // engine reads a missing one as the defaults.
+            if self.options != $crate::RequestOptions::default() {
+                parts.extensions.insert(self.options);
+            }
             Ok($crate::__http::Request::from_parts(parts, self.body))
         }
     };

@@ -298,6 +298,43 @@ fn limits() {
     assert_eq!(get(&default).error, Some(Http1Error::TooManyHeaders { limit: 100 }));
 }
 
+/// Heads are parsed with a few dozen header slots on the stack and, past them,
+/// again with the limit's worth on the heap: every count around that switch,
+/// and around the limit, parses whole or fails with the limit it passed.
+#[test]
+fn header_counts_around_the_stack_slots_and_the_limit() {
+    let head = |n: usize| {
+        let mut h = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n".to_owned();
+        for i in 1..n {
+            h.push_str(&format!("x-{i}: v{i}\r\n"));
+        }
+        h + "\r\nok"
+    };
+    for max in [1, 3, 31, 32, 33, 64, 100, 150] {
+        let limits = Limits { max_headers: max, ..Limits::default() };
+        for n in [1, 2, 31, 32, 33, 34, 64, 99, 100, 101, 150, 151] {
+            let o = decode_in_splits(&Method::GET, head(n).as_bytes(), &[], false, limits);
+            if n <= max {
+                assert_eq!(o.error, None, "{n} fields, limit {max}");
+                let (status, fields) = o.head.expect("head");
+                assert_eq!(status, 200);
+                assert_eq!(fields.len(), n, "{n} fields, limit {max}");
+                assert_eq!(
+                    fields.last().map(|f| f.1.clone()),
+                    Some(if n == 1 { b"2".to_vec() } else { format!("v{}", n - 1).into_bytes() })
+                );
+                assert_eq!(o.body, b"ok");
+            } else {
+                assert_eq!(
+                    o.error,
+                    Some(Http1Error::TooManyHeaders { limit: max }),
+                    "{n} fields, limit {max}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn truncation_is_an_error_not_silent_success() {
     let o = get_eof("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");

@@ -114,7 +114,18 @@ impl Exchange {
         body: RequestBody,
         limits: Limits,
     ) -> Result<(Exchange, Vec<u8>), Http1Error> {
-        let mut head = Vec::with_capacity(256);
+        Exchange::with_buffer(parts, form, body, limits, Vec::with_capacity(256))
+    }
+
+    /// [`Exchange::new`], encoding the head into `head` (an empty buffer a
+    /// connection kept from its last exchange).
+    pub(crate) fn with_buffer(
+        parts: &http::request::Parts,
+        form: TargetForm,
+        body: RequestBody,
+        limits: Limits,
+        mut head: Vec<u8>,
+    ) -> Result<(Exchange, Vec<u8>), Http1Error> {
         encode_head(parts, form, body, &mut head)?;
         let expect =
             parts.headers.get_all(EXPECT).iter().any(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));

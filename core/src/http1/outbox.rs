@@ -24,6 +24,13 @@ impl Outbox {
         Outbox { head: bytes, ..Outbox::default() }
     }
 
+    /// The head's buffer, emptied, for the connection's next exchange.
+    pub(crate) fn into_head_buffer(self) -> Vec<u8> {
+        let mut head = self.head;
+        head.clear();
+        head
+    }
+
     /// Bytes still to write.
     pub(crate) fn len(&self) -> usize {
         self.head.len() - self.pos + self.carry.len() + self.tail.len() - self.tail_pos

@@ -1,5 +1,7 @@
 //! Response decoding: incremental, split-invariant, bounded, zero-copy bodies.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
@@ -334,25 +336,22 @@ impl ResponseDecoder {
         if end > limit {
             return Err(Http1Error::HeadTooLarge { limit });
         }
-        let mut headers = vec![httparse::EMPTY_HEADER; self.limits.max_headers];
-        let mut parsed = httparse::Response::new(&mut headers);
-        let n = match parsed.parse(&buf[..end]) {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => {
-                return Err(Http1Error::MalformedHead { reason: "incomplete head" })
+        // Most heads fit the stack's slots (left uninitialized: httparse writes
+        // each before reading it); a head with more fields than that, within
+        // the limit, is parsed again with slots on the heap. Measured: filling
+        // and freeing a heap vector of `max_headers` slots per response cost
+        // ~800 instructions, a third of a pooled call's core work.
+        let max = self.limits.max_headers;
+        let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
+        let parsed = match parse_head(&buf[..end], &mut stack[..max.min(STACK_HEADERS)], max) {
+            Err(Http1Error::TooManyHeaders { .. }) if max > STACK_HEADERS => {
+                let mut heap = Vec::with_capacity(max);
+                heap.resize_with(max, MaybeUninit::uninit);
+                parse_head(&buf[..end], &mut heap, max)?
             }
-            Err(httparse::Error::TooManyHeaders) => {
-                return Err(Http1Error::TooManyHeaders { limit: self.limits.max_headers })
-            }
-            Err(e) => return Err(Http1Error::MalformedHead { reason: httparse_reason(e) }),
+            other => other?,
         };
-        let code = parsed.code.unwrap_or(0);
-        let status = StatusCode::from_u16(code)
-            .map_err(|_| Http1Error::MalformedHead { reason: "invalid status code" })?;
-        let version = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
-        // Small header values are copied: measured faster than sharing the head's
-        // buffer, which costs a reference count per value.
-        let map = header_map(parsed.headers)?;
+        let Head { len: n, status, version, headers: map } = parsed;
         buf.advance(n);
         self.state = State::Head { scanned: 0 };
         let mut response = http::Response::new(());
@@ -525,6 +524,45 @@ fn find_blank_line(buf: &[u8], scanned: usize) -> Option<usize> {
         }
     }
     None
+}
+
+/// Header slots on the stack for a response head; more (up to
+/// [`Limits::max_headers`]) go on the heap.
+const STACK_HEADERS: usize = 32;
+
+/// A parsed response head.
+struct Head {
+    len: usize,
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+}
+
+/// Parses the complete head `buf` with `slots` (`max`: the limit, for the
+/// error).
+fn parse_head<'b>(
+    buf: &'b [u8],
+    slots: &mut [MaybeUninit<httparse::Header<'b>>],
+    max: usize,
+) -> Result<Head, Http1Error> {
+    let mut parsed = httparse::Response::new(&mut []);
+    let len =
+        match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut parsed, buf, slots) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => {
+                return Err(Http1Error::MalformedHead { reason: "incomplete head" })
+            }
+            Err(httparse::Error::TooManyHeaders) => return Err(Http1Error::TooManyHeaders { limit: max }),
+            Err(e) => return Err(Http1Error::MalformedHead { reason: httparse_reason(e) }),
+        };
+    let code = parsed.code.unwrap_or(0);
+    let status = StatusCode::from_u16(code)
+        .map_err(|_| Http1Error::MalformedHead { reason: "invalid status code" })?;
+    let version = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    // Small header values are copied: measured faster than sharing the head's
+    // buffer, which costs a reference count per value.
+    let headers = header_map(parsed.headers)?;
+    Ok(Head { len, status, version, headers })
 }
 
 fn header_map(headers: &[httparse::Header<'_>]) -> Result<HeaderMap, Http1Error> {
