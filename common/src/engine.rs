@@ -16,8 +16,8 @@
 //! I/O (the HTTP/2 connection's work is an [`Effect::Start`] for later), so a
 //! lease handed out in the same batch of actions finds it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use switchyard_core::hash::FastMap;
 
 use switchyard_core::http1;
 use switchyard_core::{
@@ -225,15 +225,18 @@ impl<A: Adapter> Default for EngineState<A> {
 
 /// The attempts, connections and waiters of one client. See the [module
 /// docs](self).
+///
+/// The maps hash the core's ids with the core's fast hasher: with the
+/// standard library's SipHash they cost ~700 instructions per pooled call.
 pub struct Engine<A: Adapter> {
-    waiters: HashMap<CallId, A::Waiter>,
-    attempts: HashMap<AttemptId, Attempt<A>>,
-    conns: HashMap<ConnectionId, Conn<A>>,
+    waiters: FastMap<CallId, A::Waiter>,
+    attempts: FastMap<AttemptId, Attempt<A>>,
+    conns: FastMap<ConnectionId, Conn<A>>,
 }
 
 impl<A: Adapter> Default for Engine<A> {
     fn default() -> Self {
-        Engine { waiters: HashMap::new(), attempts: HashMap::new(), conns: HashMap::new() }
+        Engine { waiters: FastMap::default(), attempts: FastMap::default(), conns: FastMap::default() }
     }
 }
 

@@ -176,7 +176,7 @@ pub mod dns;
 pub mod error;
 pub mod event;
 pub mod handshake;
-mod hash;
+pub mod hash;
 pub mod http1;
 pub mod http2;
 pub mod id;
