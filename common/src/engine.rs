@@ -689,19 +689,21 @@ pub trait EngineHost: Adapter + Send + Sync + 'static {
     }
 
     /// Starts a call: the pool looks for a connection to the plan's Address;
-    /// `waiter` hears the answer. Listeners hear `call_start` first.
+    /// `waiter` hears the answer. Listeners hear `call_start` first. The
+    /// plan's proxies go to the pool (taken, not copied: nothing reads them
+    /// after).
     fn start_call(
         self: &Arc<Self>,
         parts: &http::request::Parts,
-        plan: &CallPlan,
+        plan: &mut CallPlan,
         waiter: Self::Waiter,
     ) -> CallId {
         let acquire = switchyard_core::AcquireOptions {
             exclusive: plan.options.exclusive,
             require_multiplexed: false,
             deadline: plan.timeout.map(|t| self.hub().now() + t),
-            proxies: plan.proxies.clone(),
-            proxy_reason: plan.proxy_reason.clone(),
+            proxies: std::mem::take(&mut plan.proxies),
+            proxy_reason: plan.proxy_reason.take(),
         };
         // The request head for `call_start`, copied only when someone listens.
         let head = self.hub().is_listening().then(|| parts.clone());

@@ -254,7 +254,7 @@ impl<R: Runtime> Client<R> {
         let (mut parts, mut body) = request.into_parts();
         // As given (credentials and all): errors show it redacted.
         let original = parts.uri.clone();
-        let plan = match CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable()) {
+        let mut plan = match CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable()) {
             Ok(plan) => plan,
             Err(e) => {
                 let result = Err(e.with_url(&original.to_string()));
@@ -263,7 +263,7 @@ impl<R: Runtime> Client<R> {
             }
         };
         let (tx, rx) = oneshot::channel();
-        let call = shared.start_call(&parts, &plan, tx);
+        let call = shared.start_call(&parts, &mut plan, tx);
         let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
         let owner = CallOwner::new(call, &plan);
         let (timeout, facts) = (plan.timeout, owner.facts());

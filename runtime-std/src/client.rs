@@ -297,10 +297,10 @@ impl Client {
     ) -> Result<http::Response<ResponseBody>, Error> {
         let shared = Arc::clone(&self.inner.shared);
         let uri = parts.uri.clone();
-        let plan = CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable())
+        let mut plan = CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable())
             .map_err(|e| e.with_url(&uri.to_string()))?;
         let (tx, rx) = mpsc::channel();
-        let call = shared.start_call(&parts, &plan, tx);
+        let call = shared.start_call(&parts, &mut plan, tx);
         let owner = CallOwner::new(call, &plan);
         match run_call(&shared, &owner, rx, &parts, &mut body) {
             Ok(mut response) => {

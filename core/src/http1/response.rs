@@ -600,12 +600,14 @@ fn final_coding_is_chunked(headers: &HeaderMap) -> bool {
 }
 
 fn response_content_length(headers: &HeaderMap) -> Result<u64, Http1Error> {
-    let mut values: Vec<&[u8]> = tokens(headers, &CONTENT_LENGTH).collect();
+    // One pass without collecting (the common head has one value); the
+    // values are gathered only to report a conflict.
     let mut found: Option<u64> = None;
-    for v in &values {
+    for v in tokens(headers, &CONTENT_LENGTH) {
         let n =
             super::parse_decimal(v).ok_or_else(|| Http1Error::InvalidContentLength { value: lossy(v) })?;
         if found.is_some_and(|f| f != n) {
+            let mut values: Vec<&[u8]> = tokens(headers, &CONTENT_LENGTH).collect();
             values.dedup();
             return Err(Http1Error::ConflictingContentLength {
                 values: values.iter().map(|v| lossy(v)).collect(),
