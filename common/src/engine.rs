@@ -227,7 +227,7 @@ impl<A: Adapter> Default for EngineState<A> {
 /// docs](self).
 ///
 /// The maps hash the core's ids with the core's fast hasher: with the
-/// standard library's SipHash they cost ~700 instructions per pooled call.
+/// standard library's SipHash they cost ~300 instructions per pooled call.
 pub struct Engine<A: Adapter> {
     waiters: FastMap<CallId, A::Waiter>,
     attempts: FastMap<AttemptId, Attempt<A>>,
