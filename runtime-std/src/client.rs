@@ -300,7 +300,7 @@ impl Client {
         let mut plan = CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable())
             .map_err(|e| e.with_url(&uri.to_string()))?;
         let (tx, rx) = mpsc::channel();
-        let call = shared.start_call(&parts, &mut plan, tx);
+        let call = crate::dial::on_caller(|| shared.start_call(&parts, &mut plan, tx));
         let owner = CallOwner::new(call, &plan);
         match run_call(&shared, &owner, rx, &parts, &mut body) {
             Ok(mut response) => {

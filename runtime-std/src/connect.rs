@@ -5,7 +5,6 @@
 //! TLS, each step bounded by the handshake timeout.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +14,11 @@ use switchyard_common::engine::{self, Adapter, Closed, Effect, EngineHost, Insta
 use switchyard_common::Hub;
 use switchyard_core::handshake::{Handshake, ProxyHandshake};
 use switchyard_core::{
-    CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError, Family, Instant, Protocol, TlsFacts,
+    AttemptId, CloseReason, ConnectError, ConnectionId, DnsAnswer, DnsError, Family, Instant, Protocol,
+    TlsFacts,
 };
 
+use crate::dial::Dial;
 use crate::h1::Wire;
 use crate::shared::{fire_due, IoState, Keeper, Msg, Shared, State};
 use crate::stream::{peek, Sock, Stream};
@@ -69,24 +70,29 @@ impl EngineHost for Shared {
                     }
                 }
             }
-            Effect::Connect { attempt, route } => {
+            // A TCP connect: the calling thread's own first one starts on it
+            // (see `dial`), any other on a worker thread.
+            Effect::Connect { attempt, route }
+                if self.settings.connector.is_none() && route.unix_socket().is_none() =>
+            {
                 let addr = route.socket_addr();
-                let limit = self.settings.connect_timeout;
+                let me = Arc::clone(self);
+                if let Err(job) = crate::dial::hold(Box::new(move |first| me.dial(attempt, addr, first))) {
+                    let limit = self.settings.connect_timeout;
+                    if !self.thread(move || job(limit)) {
+                        self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
+                    }
+                }
+            }
+            Effect::Connect { attempt, route } => {
                 let me = Arc::clone(self);
                 let started = self.thread(move || {
-                    let tcp = &me.settings.tcp;
                     let opened = match (&me.settings.connector, route.unix_socket()) {
                         (Some(hook), _) => hook.0.connect(&route),
-                        (None, Some(path)) => connect_unix(path),
-                        (None, None) if tcp.is_default() => TcpStream::connect_timeout(&addr, limit)
-                            .and_then(|s| s.set_nodelay(true).map(|()| Sock::Tcp(s))),
-                        (None, None) => tcp.connect_timeout(addr, limit).map(Sock::Tcp),
+                        (_, Some(path)) => connect_unix(path),
+                        (None, None) => unreachable!("a TCP connect is dialled"),
                     };
-                    let result = opened.map(Stream::Tcp).map_err(|e| ConnectError::from_io(&e));
-                    // A cancelled attempt's socket comes back and closes here.
-                    drop(
-                        me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result)),
-                    );
+                    me.connected(attempt, opened.map(Stream::Tcp));
                 });
                 if !started {
                     self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
@@ -204,6 +210,31 @@ impl Adapter for Shared {
 
     fn lease_h2(&self, handle: &crate::h2::H2Handle, source: switchyard_core::Source) -> crate::h2::H2Handle {
         handle.leased(source)
+    }
+}
+
+impl Shared {
+    /// A TCP connect for `attempt`: waits up to `first` on this thread, and
+    /// hands what is left of the connect timeout to a worker thread.
+    fn dial(self: &Arc<Self>, attempt: AttemptId, addr: std::net::SocketAddr, first: Duration) {
+        let limit = self.settings.connect_timeout;
+        match crate::dial::start(&self.settings.tcp, addr, limit, first) {
+            Dial::Done(result) => self.connected(attempt, result.map(|s| Stream::Tcp(Sock::Tcp(s)))),
+            Dial::Pending(pending) => {
+                let me = Arc::clone(self);
+                let rest = move || me.connected(attempt, pending.finish().map(|s| Stream::Tcp(Sock::Tcp(s))));
+                if !self.thread(rest) {
+                    self.attempt_not_started(attempt, ConnectError::from_io(&no_thread()));
+                }
+            }
+        }
+    }
+
+    /// A connect's outcome, into the race (a cancelled attempt's socket
+    /// comes back and closes here).
+    fn connected(self: &Arc<Self>, attempt: AttemptId, opened: io::Result<Stream>) {
+        let result = opened.map_err(|e| ConnectError::from_io(&e));
+        drop(self.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result)));
     }
 }
 

@@ -69,6 +69,7 @@
 mod body;
 mod client;
 mod connect;
+mod dial;
 mod h1;
 mod h2;
 mod manager;
