@@ -184,4 +184,11 @@ impl H1Target<'_> {
     pub fn via(&self) -> Option<&Proxy> {
         self.via.as_ref()
     }
+
+    /// The proxy the request goes through, keeping nothing else of the
+    /// target (once the head is encoded).
+    #[must_use]
+    pub fn into_via(self) -> Option<Proxy> {
+        self.via
+    }
 }

@@ -224,9 +224,12 @@ impl<R: Runtime> Client<R> {
     /// Each call is a `tracing` span named `call` (under the adapter's crate name) with
     /// the method, the URI without userinfo, the call id and, once known, the
     /// status; the call's end (or failure) is an event in it.
-    pub async fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+    pub fn send(
+        &self,
+        request: http::Request<Body>,
+    ) -> impl Future<Output = Result<http::Response<ResponseBody>, Error>> + Send + 'static {
         let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
-        self.send_in(Ok(request), span).await
+        self.send_in(Ok(request), span)
     }
 
     /// [`Client::send`] inside `span` (an adapter's own, under its crate's
@@ -239,65 +242,106 @@ impl<R: Runtime> Client<R> {
         request: Result<http::Request<Body>, Error>,
         span: tracing::Span,
     ) -> impl Future<Output = Result<http::Response<ResponseBody>, Error>> + Send + 'static {
+        use tokio_util::either::Either;
         use tracing::Instrument as _;
-        self.clone().send_inner(request, span.clone()).instrument(span)
+        // The request's parts go into the call's future as they are (no
+        // copy of the whole request kept beside them).
+        match request {
+            Ok(request) => {
+                let (parts, body) = request.into_parts();
+                Either::Left(self.clone().send_inner(parts, body, span.clone()).instrument(span))
+            }
+            Err(e) => Either::Right(std::future::ready(Err(e))),
+        }
     }
 
-    async fn send_inner(
+    /// The call's future. Its state is what lives across its waits, so it
+    /// stays in the allocator's small-object cache (glibc's: at most 1 KiB):
+    /// the plan is built and given to the pool in [`Client::start`], outside
+    /// it.
+    // Not an `async fn`: that would copy its arguments into locals kept
+    // beside themselves in the state (+ ~300 bytes, past the cache's limit).
+    #[allow(clippy::manual_async_fn)]
+    fn send_inner(
         self,
-        request: Result<http::Request<Body>, Error>,
+        mut parts: http::request::Parts,
+        mut body: Body,
         span: tracing::Span,
-    ) -> Result<http::Response<ResponseBody>, Error> {
-        let request = request?;
-        self.ensure_timer();
-        let shared = Arc::clone(&self.inner.shared);
-        let (mut parts, mut body) = request.into_parts();
-        // As given (credentials and all): errors show it redacted.
-        let original = parts.uri.clone();
-        let mut plan = match CallPlan::new(&self.inner.config, &mut parts, true, body.is_replayable()) {
-            Ok(plan) => plan,
-            Err(e) => {
-                let result = Err(e.with_url(&original.to_string()));
-                switchyard_common::call_traced(&span, &result);
-                return result;
-            }
-        };
-        let (tx, rx) = oneshot::channel();
-        let call = shared.start_call(&parts, &mut plan, tx);
-        let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
-        let owner = CallOwner::new(call, &plan);
-        let (timeout, facts) = (plan.timeout, owner.facts());
-        // Nothing else of the plan is needed across the wait; a local kept
-        // alive there would sit in this future's state.
-        drop(plan);
-        // Boxed: the exchange's state (a few KiB) is built once on the heap,
-        // not moved through this future and the timeout's.
-        let run = Box::pin(run_call(&shared, &owner, rx, &parts, &mut body));
-        let result = match timeout {
-            Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
-                // The core says where the call stood (connecting, or in its
-                // exchange, which it ends as a timeout) and so the phase.
-                let stood = shared.input(|st, now| st.pool.call_timed_out(now, call, facts));
-                Err(Error::call_timeout(stood))
-            }),
-            None => run.await,
-        };
-        guard.armed = false;
-        let result = match result {
-            Ok(mut response) => {
-                // The call ends with its body (`call_end` then).
-                response.body_mut().set_owner(Arc::clone(&shared), call, &original);
-                Ok(response)
-            }
-            Err(e) => {
-                let e = e.with_url(&original.to_string());
-                shared.call_failed(call, &e);
-                Err(e)
-            }
-        };
-        switchyard_common::call_traced(&span, &result);
-        result
+    ) -> impl Future<Output = Result<http::Response<ResponseBody>, Error>> + Send + 'static {
+        // A block, not an `async fn`: its arguments are kept once in the
+        // future's state, not copied into locals beside themselves.
+        async move {
+            self.ensure_timer();
+            let shared = Arc::clone(&self.inner.shared);
+            // As given (credentials and all): errors show it redacted.
+            let original = parts.uri.clone();
+            let Started { call, rx, owner, timeout } = match self.start(&shared, &mut parts, &body) {
+                Ok(started) => started,
+                Err(e) => {
+                    let result = Err(e.with_url(&original.to_string()));
+                    switchyard_common::call_traced(&span, &result);
+                    return result;
+                }
+            };
+            let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
+            let facts = owner.facts();
+            // Boxed: the exchange's state is built once on the heap, not moved
+            // through this future and the timeout's.
+            let run = {
+                let run = run_call(&shared, &owner, rx, &parts, &mut body);
+                // Within glibc's per-thread cache of small blocks (requests
+                // up to 1 032 bytes), like the call's own future (a test).
+                debug_assert!(std::mem::size_of_val(&run) <= 1024, "{}", std::mem::size_of_val(&run));
+                Box::pin(run)
+            };
+            let result = match timeout {
+                Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
+                    // The core says where the call stood (connecting, or in its
+                    // exchange, which it ends as a timeout) and so the phase.
+                    let stood = shared.input(|st, now| st.pool.call_timed_out(now, call, facts));
+                    Err(Error::call_timeout(stood))
+                }),
+                None => run.await,
+            };
+            guard.armed = false;
+            let result = match result {
+                Ok(mut response) => {
+                    // The call ends with its body (`call_end` then).
+                    response.body_mut().set_owner(Arc::clone(&shared), call, &original);
+                    Ok(response)
+                }
+                Err(e) => {
+                    let e = e.with_url(&original.to_string());
+                    shared.call_failed(call, &e);
+                    Err(e)
+                }
+            };
+            switchyard_common::call_traced(&span, &result);
+            result
+        }
     }
+
+    /// Plans the call and gives it to the pool: what the call's future
+    /// needs of it afterwards.
+    fn start(
+        &self,
+        shared: &Arc<Shared>,
+        parts: &mut http::request::Parts,
+        body: &Body,
+    ) -> Result<Started, Error> {
+        let mut plan = CallPlan::new(&self.inner.config, parts, true, body.is_replayable())?;
+        let (tx, rx) = oneshot::channel();
+        let call = shared.start_call(parts, &mut plan, tx);
+        Ok(Started { call, rx, owner: CallOwner::new(call, &plan), timeout: plan.timeout })
+    }
+}
+
+/// A call given to the pool ([`Client::start`]).
+struct Started {
+    call: CallId,
+    rx: oneshot::Receiver<Result<Lease, switchyard_core::AcquireError>>,
+    owner: CallOwner,
+    timeout: Option<std::time::Duration>,
 }
 
 /// A client is a [`tower_service::Service`], so tower and tower-http
@@ -386,25 +430,32 @@ async fn run_call(
         };
         let answered = match lease {
             Lease::H1 { connection, source, conn } => {
-                let (target, concurrent) = {
-                    let st = shared.lock_state();
-                    (owner.h1_target(&st.pool, connection, parts), st.pool.in_use() > 1)
+                // In a block of its own: the target (its head, its proxy) is
+                // not kept across the exchange, which encodes the head at its
+                // start; kept, it would size every call's state.
+                let (started, via) = {
+                    let (target, concurrent) = {
+                        let st = shared.lock_state();
+                        (owner.h1_target(&st.pool, connection, parts), st.pool.in_use() > 1)
+                    };
+                    if concurrent {
+                        // Other calls are in flight: this request goes out
+                        // after the tasks the runtime woke with it have run,
+                        // beside their requests, so a server that sleeps
+                        // between requests wakes once for the lot rather than
+                        // once each (on loopback that wake-up was 12 % of the
+                        // client's time). A lone call writes at once.
+                        yield_once().await;
+                    }
+                    let request = owner.h1_call(&target, body.len());
+                    let started = H1Exchange::start(shared, call, (connection, source), conn, &request);
+                    (started, target.into_via())
                 };
-                if concurrent {
-                    // Other calls are in flight: this request goes out after
-                    // the tasks the runtime woke with it have run, beside
-                    // their requests, so a server that sleeps between
-                    // requests wakes once for the lot rather than once each
-                    // (on loopback that wake-up was 12 % of the client's time).
-                    // A lone call writes at once.
-                    yield_once().await;
-                }
-                let request = owner.h1_call(&target, body.len());
-                let attempt = match H1Exchange::start(shared, call, (connection, source), conn, &request) {
+                let attempt = match started {
                     Ok(exchange) => h1::exchange(exchange, body).await,
                     Err(e) => Err(e),
                 };
-                owner.answered(attempt, target.via())
+                owner.answered(attempt, via.as_ref())
             }
             Lease::H2 { connection, handle } => {
                 let limits = owner.stream_limits(
