@@ -5,11 +5,14 @@
 //! retries — comes from `switchyard-core`. No async runtime anywhere in its tree.
 //!
 //! How it runs without one:
-//! - **The race**: each connect attempt and each handshake runs on its own
-//!   short-lived thread, in parallel as the core staggers them. A losing
-//!   handshake is shut down at once; a losing TCP connect cannot be interrupted
-//!   in std, so its thread closes the socket the moment the connect returns (at
-//!   the latest after the connect timeout).
+//! - **The race**: a call's first TCP connect starts on the calling thread,
+//!   which waits a millisecond for it (a loopback or LAN peer has answered by
+//!   then, and the request goes out from the thread that connected); a slower
+//!   connect, every later attempt and each handshake run on reused worker
+//!   threads, in parallel as the core staggers them. A losing handshake is shut
+//!   down at once; a losing TCP connect cannot be interrupted in std, so its
+//!   thread closes the socket the moment the connect returns (at the latest
+//!   after the connect timeout).
 //! - **Timers**: no housekeeping thread. Whoever enters the client (a call
 //!   starting, waiting, finishing; a connect thread reporting; [`Client::stats`])
 //!   fires the core's due timers, and a waiting call sleeps only until the
