@@ -26,8 +26,12 @@ mod fixtures;
 pub use fixtures::typical_response;
 
 /// A pool with `connections` idle connections.
+/// Events off, as the adapters drive the pool when nothing listens
+/// (`Pool::set_events`); `CORE_EVENTS=on` measures it queueing them (a
+/// listener, or `tracing` at `debug`).
 pub fn pool_with(connections: usize) -> Setup {
-    let (pool, addresses, now) = fixtures::idle_pool(connections);
+    let (mut pool, addresses, now) = fixtures::idle_pool(connections);
+    pool.set_events(std::env::var_os("CORE_EVENTS").is_some_and(|v| v == "on"));
     Setup { pool, addresses, now, next: 0 }
 }
 

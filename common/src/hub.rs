@@ -178,6 +178,12 @@ impl<S> Hub<S> {
     ) -> R {
         let now = self.now();
         let mut st = self.lock();
+        // Nobody to tell (no listener, no call traced, `debug` off): the core
+        // builds and queues no events.
+        let wanted = self.listening || !st.spans.is_empty() || tracing::enabled!(tracing::Level::DEBUG);
+        if st.pool.events_on() != wanted {
+            st.pool.set_events(wanted);
+        }
         let result = f(&mut st, now);
         while let Some(action) = st.pool.poll_action() {
             perform(&mut st, now, action);

@@ -79,6 +79,8 @@ struct Model {
     order: Vec<CallId>,
     open: BTreeMap<ConnectionId, Protocol>,
     active: BTreeMap<ConnectionId, BTreeSet<CallId>>,
+    /// Events drained so far.
+    events: usize,
 }
 
 fn pick<T: Copy>(items: &[T], i: usize) -> Option<T> {
@@ -166,7 +168,9 @@ impl Model {
                 }
             }
         }
-        while self.pool.poll_event().is_some() {}
+        while self.pool.poll_event().is_some() {
+            self.events += 1;
+        }
         self.pool.check_invariants().map_err(TestCaseError::fail)?;
         // The reference model and the pool agree on what is open, in use and live.
         let stats = self.pool.stats();
@@ -379,6 +383,7 @@ proptest! {
             order: Vec::new(),
             open: BTreeMap::new(),
             active: BTreeMap::new(),
+            events: 0,
         };
         for op in &ops {
             m.apply(op, &addrs)?;
@@ -395,5 +400,53 @@ proptest! {
         prop_assert_eq!(s.totals.in_use, 0);
         prop_assert_eq!(s.totals.open, 0, "keep-alive closes everything eventually");
         prop_assert_eq!(m.pool.poll_timeout(), None);
+    }
+}
+
+fn model(config: PoolConfig) -> Model {
+    Model {
+        pool: Pool::new(config),
+        now: Instant::ZERO,
+        attempts: Vec::new(),
+        handshakes: Vec::new(),
+        calls: BTreeMap::new(),
+        order: Vec::new(),
+        open: BTreeMap::new(),
+        active: BTreeMap::new(),
+        events: 0,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Events off (`Pool::set_events(false)`, what an adapter does when
+    /// nobody listens) changes nothing but the events: the same operations
+    /// give the same calls, connections, statistics and deadlines, step by
+    /// step, and no event is ever queued.
+    #[test]
+    fn events_off_changes_nothing_else(config in config(), ops in prop::collection::vec(op(), 1..80)) {
+        let addrs = addresses();
+        let mut on = model(config.clone());
+        let mut off = model(config);
+        off.pool.set_events(false);
+        prop_assert!(!off.pool.events_on());
+        for op in &ops {
+            on.apply(op, &addrs)?;
+            off.apply(op, &addrs)?;
+            prop_assert_eq!(on.pool.stats(), off.pool.stats());
+            prop_assert_eq!(on.pool.poll_timeout(), off.pool.poll_timeout());
+            prop_assert_eq!(&on.calls, &off.calls);
+            prop_assert_eq!(&on.open, &off.open);
+            prop_assert_eq!(off.events, 0, "an event queued with events off");
+        }
+        // Not vacuous: the same operations with events on told something.
+        if ops.iter().any(|op| matches!(op, Op::Acquire { .. })) {
+            prop_assert!(on.events > 0);
+        }
+        on.wind_down()?;
+        off.wind_down()?;
+        prop_assert_eq!(on.pool.stats(), off.pool.stats());
+        prop_assert_eq!(&on.calls, &off.calls);
     }
 }

@@ -147,7 +147,11 @@ impl Pool {
         }
         self.calls.get_mut(&call_id).expect("call exists").state =
             CallState::Active { connection: conn, early_stream };
-        self.emit(now, Some(call_id), EventKind::ConnectionAcquired { connection: conn, source, exchange });
+        self.emit_passing(now, Some(call_id), || EventKind::ConnectionAcquired {
+            connection: conn,
+            source,
+            exchange,
+        });
         self.actions.push_back(PoolAction::Acquired { call: call_id, connection: conn, source });
     }
 }

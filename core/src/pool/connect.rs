@@ -205,8 +205,8 @@ impl Pool {
         let request = RaceRequest {
             call: call_id,
             address: call.address.clone(),
-            proxies: call.options.proxies.clone(),
-            proxy_reason: call.options.proxy_reason.clone(),
+            proxies: call.options.proxies().to_vec(),
+            proxy_reason: call.options.proxy_reason().cloned(),
             deadline: call.options.deadline,
             first_sequence: call.sequence,
             avoid: call.learned().avoid_routes.clone(),
@@ -290,6 +290,9 @@ impl Pool {
             while let Some(mut e) = race.poll_event() {
                 count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
                 e.unverified_tls = self.unverified.mark(&e.kind);
+                if !self.events_on {
+                    continue;
+                }
                 if let EventKind::DnsStart { query, source, .. } = &mut e.kind {
                     if let Some((_, s)) = sources.iter().find(|(q, _)| q == query) {
                         *source = *s;
@@ -369,7 +372,9 @@ impl Pool {
         while let Some(mut e) = race.poll_event() {
             count_attempt_end(&mut self.stats, &mut self.handshaking, &e);
             e.unverified_tls = self.unverified.mark(&e.kind);
-            self.events.push_back(e);
+            if self.events_on {
+                self.events.push_back(e);
+            }
         }
         while let Some(action) = race.poll_action() {
             if let Action::Cancel { attempt } = action {

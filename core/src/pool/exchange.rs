@@ -307,7 +307,7 @@ impl Pool {
         if let Reuse::Retire(reason) = reuse {
             self.mark_no_new(now, conn, reason);
         }
-        self.emit(now, Some(call), EventKind::ConnectionReleased { connection: conn });
+        self.emit_passing(now, Some(call), || EventKind::ConnectionReleased { connection: conn });
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
