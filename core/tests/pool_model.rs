@@ -374,17 +374,7 @@ proptest! {
     #[test]
     fn pool_model(config in config(), ops in prop::collection::vec(op(), 1..80)) {
         let addrs = addresses();
-        let mut m = Model {
-            pool: Pool::new(config),
-            now: Instant::ZERO,
-            attempts: Vec::new(),
-            handshakes: Vec::new(),
-            calls: BTreeMap::new(),
-            order: Vec::new(),
-            open: BTreeMap::new(),
-            active: BTreeMap::new(),
-            events: 0,
-        };
+        let mut m = model(config);
         for op in &ops {
             m.apply(op, &addrs)?;
         }
