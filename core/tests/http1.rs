@@ -555,3 +555,118 @@ fn fuzz_corpus_replays() {
     }
     assert!(replayed >= 10, "the seed corpus is missing ({replayed} files)");
 }
+
+// ------------------------------------------------ the head's fields, in one pass
+
+/// What RFC 9112 §6.3 and the keep-alive rules make of a head's fields,
+/// worked out the slow way (a lookup per field name, every value).
+fn reference(fields: &[(&str, &str)], http10: bool) -> (Result<Option<u64>, &'static str>, bool, bool) {
+    let mut map = http::HeaderMap::new();
+    for (n, v) in fields {
+        map.append(http::HeaderName::from_bytes(n.as_bytes()).unwrap(), v.parse().unwrap());
+    }
+    let tokens = |name| -> Vec<String> {
+        map.get_all(name)
+            .iter()
+            .flat_map(|v| {
+                v.to_str().unwrap().split(',').map(|t| t.trim_matches([' ', '\t']).to_ascii_lowercase())
+            })
+            .collect()
+    };
+    let conn = tokens(http::header::CONNECTION);
+    let server_close =
+        conn.iter().any(|t| t == "close") || (http10 && !conn.iter().any(|t| t == "keep-alive"));
+    let te = map.contains_key(http::header::TRANSFER_ENCODING);
+    let cl = map.contains_key(http::header::CONTENT_LENGTH);
+    // (framing: Ok(Some(n)) length, Ok(None) chunked or until close; chunked?)
+    if te && cl {
+        return (Err("te+cl"), false, server_close);
+    }
+    if te {
+        let last = tokens(http::header::TRANSFER_ENCODING).into_iter().rfind(|t| !t.is_empty());
+        return (Ok(None), last.as_deref() == Some("chunked"), server_close);
+    }
+    if cl {
+        let values: Vec<Option<u64>> = tokens(http::header::CONTENT_LENGTH)
+            .iter()
+            .map(|t| t.parse::<u64>().ok().filter(|_| !t.starts_with('+')))
+            .collect();
+        // In order: the first value that is no number, or differs.
+        let mut found = None;
+        for v in values {
+            match (v, found) {
+                (None, _) => return (Err("invalid"), false, server_close),
+                (Some(n), Some(f)) if n != f => return (Err("conflict"), false, server_close),
+                (n, _) => found = n,
+            }
+        }
+        return (Ok(found), false, server_close);
+    }
+    (Ok(None), false, server_close)
+}
+
+proptest! {
+    /// The decoder reads a head's `Connection`, `Transfer-Encoding` and
+    /// `Content-Length` values while it builds the header map; the framing,
+    /// the errors and the connection's fate are those of the slow reading,
+    /// for any mix, order and repetition of those fields among others.
+    #[test]
+    fn head_fields_frame_as_the_slow_reading_does(
+        fields in prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(vec!["close", "keep-alive", "Keep-Alive, close", "upgrade", " close ", "closed", ""])
+                    .prop_map(|v| ("connection", v)),
+                prop::sample::select(vec!["chunked", "gzip, chunked", "chunked, gzip", "gzip", "", " , chunked, ", "Chunked"])
+                    .prop_map(|v| ("transfer-encoding", v)),
+                prop::sample::select(vec!["5", "5, 5", " 5", "x", "5, 6", "", "11", "0"])
+                    .prop_map(|v| ("content-length", v)),
+                prop::sample::select(vec!["a", "b"]).prop_map(|v| ("x-other", v)),
+            ],
+            0..5,
+        ),
+        http10 in any::<bool>(),
+    ) {
+        let (framing, chunked, server_close) = reference(&fields, http10);
+        let mut input = format!("HTTP/1.{} 200 OK\r\n", if http10 { 0 } else { 1 });
+        for (n, v) in &fields {
+            input.push_str(&format!("{n}: {v}\r\n"));
+        }
+        input.push_str("\r\n");
+        let (body, close_delimited) = match framing {
+            Ok(Some(n)) => ("a".repeat(usize::try_from(n).unwrap()), false),
+            Ok(None) if chunked => ("5\r\nhello\r\n0\r\n\r\n".to_owned(), false),
+            Ok(None) => ("hello".to_owned(), true),
+            Err(_) => (String::new(), false),
+        };
+        input.push_str(&body);
+        let out = get_eof(&input);
+        match framing {
+            Err(kind) => {
+                let got = format!("{:?}", out.error);
+                let want = match kind {
+                    "te+cl" => "ContentLengthAndTransferEncoding",
+                    "invalid" => "InvalidContentLength",
+                    _ => "ConflictingContentLength",
+                };
+                prop_assert!(got.contains(want), "{:?}: {} (expected {})", fields, got, want);
+            }
+            Ok(n) => {
+                prop_assert!(out.error.is_none(), "{:?}: {:?}", fields, out.error);
+                prop_assert!(out.end, "{:?}: no end", fields);
+                let want_body = match n {
+                    Some(n) => "a".repeat(usize::try_from(n).unwrap()),
+                    None => "hello".to_owned(),
+                };
+                prop_assert_eq!(String::from_utf8_lossy(&out.body), want_body);
+                let reuse = if server_close {
+                    retire(CloseReason::ServerClose)
+                } else if close_delimited {
+                    retire(CloseReason::CloseDelimited)
+                } else {
+                    Reuse::Reusable
+                };
+                prop_assert_eq!(out.reuse, reuse, "{:?} http10={}", fields, http10);
+            }
+        }
+    }
+}

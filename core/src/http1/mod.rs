@@ -60,7 +60,6 @@ pub use request::{encode_head, BodyCounter, BodyEncoder, RequestBody, TargetForm
 pub use response::{Frame, Limits, ResponseDecoder};
 
 use bytes::BytesMut;
-use http::header::{CONNECTION, EXPECT};
 
 use crate::connection::{CloseReason, Reuse};
 
@@ -126,13 +125,10 @@ impl Exchange {
         limits: Limits,
         mut head: Vec<u8>,
     ) -> Result<(Exchange, Vec<u8>), Http1Error> {
-        encode_head(parts, form, body, &mut head)?;
-        let expect =
-            parts.headers.get_all(EXPECT).iter().any(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        let request_close = parts.headers.get_all(CONNECTION).iter().any(|v| {
-            v.as_bytes().split(|b| *b == b',').any(|t| request::trim(t).eq_ignore_ascii_case(b"close"))
-        });
-        let send = if expect && body != RequestBody::None { Send::Awaiting } else { Send::Sending };
+        let facts = request::encode(parts, form, body, &mut head)?;
+        let request_close = facts.close;
+        let send =
+            if facts.expect_continue && body != RequestBody::None { Send::Awaiting } else { Send::Sending };
         let exchange = Exchange {
             body: BodyEncoder::new(body),
             send,
