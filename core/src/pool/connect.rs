@@ -67,9 +67,10 @@ impl Pool {
         let Some(call) = self.calls.get(&call_id) else {
             return self.stale_call(call_id, Misuse::UnknownQuery(query));
         };
-        let CallState::Racing { direct_queries, .. } = &call.state else {
+        let CallState::Racing(racing) = &call.state else {
             return Ok(()); // the race ended: a late answer
         };
+        let direct_queries = &racing.direct_queries;
         if let Ok(ips) = &answer.result {
             if direct_queries.contains(&query) && !call.options.exclusive && !call.fresh_only {
                 let address = call.address.clone();
@@ -90,10 +91,10 @@ impl Pool {
                 }
             }
         }
-        let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) else {
+        let Some(Call { state: CallState::Racing(racing), .. }) = self.calls.get_mut(&call_id) else {
             return Ok(());
         };
-        race.handle_dns_answer(now, query, answer, source, &mut self.db)?;
+        racing.race.handle_dns_answer(now, query, answer, source, &mut self.db)?;
         self.pump_race(now, call_id);
         Ok(())
     }
@@ -135,11 +136,9 @@ impl Pool {
             self.kept_established(now, attempt, alpn, tls);
             return Ok(());
         }
-        if let Some(Call { state: CallState::Racing { tls: facts, .. }, .. }) =
-            self.calls.get_mut(&attempt.call())
-        {
+        if let Some(Call { state: CallState::Racing(racing), .. }) = self.calls.get_mut(&attempt.call()) {
             if let Some(t) = tls {
-                facts.insert(attempt, t);
+                racing.tls.insert(attempt, t);
             }
         }
         self.with_race(now, attempt, |race, db| race.handle_established(now, attempt, alpn, db))
@@ -169,8 +168,8 @@ impl Pool {
     pub(super) fn make_room(&mut self, now: Instant, attempt: AttemptId) -> bool {
         let Some(&(_, victim)) = self.idle_all.first() else { return false };
         let route = match self.calls.get(&attempt.call()) {
-            Some(Call { state: CallState::Racing { race, .. }, .. }) => {
-                race.connecting_route(attempt).cloned()
+            Some(Call { state: CallState::Racing(racing), .. }) => {
+                racing.race.connecting_route(attempt).cloned()
             }
             _ => None,
         };
@@ -189,8 +188,8 @@ impl Pool {
     ) -> Result<(), Misuse> {
         let call_id = attempt.call();
         match self.calls.get_mut(&call_id) {
-            Some(Call { state: CallState::Racing { race, .. }, .. }) => {
-                f(race, &mut self.db)?;
+            Some(Call { state: CallState::Racing(racing), .. }) => {
+                f(&mut racing.race, &mut self.db)?;
                 self.pump_race(now, call_id);
                 Ok(())
             }
@@ -213,12 +212,12 @@ impl Pool {
             known_answers: call.learned().answers.clone(),
         };
         let race = Race::start(request, self.config.race, now, &mut self.db);
-        call.state = CallState::Racing {
-            race: Box::new(race),
+        call.state = CallState::Racing(Box::new(Racing {
+            race,
             timer: None,
             direct_queries: Vec::new(),
             tls: BTreeMap::new(),
-        };
+        }));
         let address = call.address.clone();
         self.addrs.entry(address).or_default().racing.insert(call_id);
         self.racing_total += 1;
@@ -232,11 +231,11 @@ impl Pool {
         // Answers known at once (cached, or parts of a shared lookup), fed after.
         let mut answers: Vec<(QueryId, DnsAnswer, DnsSource)> = Vec::new();
         {
-            let Some(Call { state: CallState::Racing { race, timer, direct_queries, .. }, address, .. }) =
-                self.calls.get_mut(&call_id)
+            let Some(Call { state: CallState::Racing(racing), address, .. }) = self.calls.get_mut(&call_id)
             else {
                 return;
             };
+            let Racing { race, timer, direct_queries, .. } = &mut **racing;
             let resolver = address.resolver_identity();
             // Actions first: a lookup the cache answers, or another call's query
             // in flight, changes what its DnsStart event says.
@@ -327,7 +326,7 @@ impl Pool {
         match finished {
             Some(Action::Won { attempt, route, protocol }) if self.is_warm_call(call_id) => {
                 let tls = match &mut self.calls.get_mut(&call_id).expect("call exists").state {
-                    CallState::Racing { tls, .. } => tls.remove(&attempt),
+                    CallState::Racing(racing) => racing.tls.remove(&attempt),
                     _ => None,
                 };
                 let tls = tls.filter(|_| protocol == Protocol::Http2);
@@ -363,9 +362,10 @@ impl Pool {
         let Some(call) = self.calls.get_mut(&call_id) else {
             return;
         };
-        let CallState::Racing { race, timer, .. } = &mut call.state else {
+        let CallState::Racing(racing) = &mut call.state else {
             return;
         };
+        let Racing { race, timer, .. } = &mut **racing;
         race.cancel(now);
         let sequence = race.sequence_end();
         let answers = race.answers().to_vec();
@@ -406,7 +406,7 @@ impl Pool {
         protocol: Protocol,
     ) {
         let tls = match &mut self.calls.get_mut(&call_id).expect("call exists").state {
-            CallState::Racing { tls, .. } => tls.remove(&attempt),
+            CallState::Racing(racing) => racing.tls.remove(&attempt),
             _ => None,
         };
         self.stop_race(now, call_id);

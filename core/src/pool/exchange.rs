@@ -311,15 +311,20 @@ impl Pool {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
-        let address = c.address.clone();
-        if let Some(reason) = c.no_new {
-            if c.in_flight == 0 {
-                self.close(now, conn, reason);
-            }
-        } else if c.in_flight == 0
+        let close = c.no_new.filter(|_| c.in_flight == 0);
+        let enforce = c.no_new.is_none()
+            && c.in_flight == 0
             && (idle_here.is_some_and(|n| n > self.config.max_idle_per_address)
-                || self.config.max_idle_total.is_some())
-        {
+                || self.config.max_idle_total.is_some());
+        // The common case (nothing to close or trim, nobody waiting or racing):
+        // done, without taking a handle on the Address.
+        if close.is_none() && !enforce && self.waiters.is_empty() && self.racing_total == 0 {
+            return;
+        }
+        let address = c.address.clone();
+        if let Some(reason) = close {
+            self.close(now, conn, reason);
+        } else if enforce {
             self.enforce_idle_caps(now, &address);
         }
         self.rebalance(now, &address);

@@ -37,7 +37,7 @@ impl Pool {
     /// race is ended for a pooled connection, and keeps it for the pool.
     pub(super) fn keep_attempt(&mut self, now: Instant, call: CallId) {
         let taken = match self.calls.get_mut(&call) {
-            Some(Call { state: CallState::Racing { race, .. }, .. }) => race.take_for_pool(now),
+            Some(Call { state: CallState::Racing(racing), .. }) => racing.race.take_for_pool(now),
             _ => None,
         };
         let Some((attempt, route, deadline, handshaking, tunnel)) = taken else { return };

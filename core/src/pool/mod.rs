@@ -227,12 +227,9 @@ enum CallState {
         since: Instant,
         deadline: Instant,
     },
-    Racing {
-        race: Box<Race>,
-        timer: Option<Instant>,
-        direct_queries: Vec<QueryId>,
-        tls: BTreeMap<AttemptId, TlsFacts>,
-    },
+    /// Boxed: most calls are served from the pool and never race, and the
+    /// smaller `Call` moves in and out of the pool's map for every one.
+    Racing(Box<Racing>),
     Active {
         connection: ConnectionId,
         /// HTTP/2, a stream opened before the server's SETTINGS arrived: the
@@ -240,6 +237,15 @@ enum CallState {
         /// SETTINGS then allowed fewer, a refusal of it is the client's doing.
         early_stream: Option<u32>,
     },
+}
+
+/// A call's race for a new connection.
+#[derive(Debug)]
+struct Racing {
+    race: Race,
+    timer: Option<Instant>,
+    direct_queries: Vec<QueryId>,
+    tls: BTreeMap<AttemptId, TlsFacts>,
 }
 
 /// What a call's earlier attempts taught it.
@@ -487,7 +493,7 @@ impl Pool {
     #[must_use]
     pub fn connect_stage(&self, call: CallId) -> Option<crate::race::ConnectStage> {
         match &self.calls.get(&call)?.state {
-            CallState::Racing { race, .. } => Some(race.stage()),
+            CallState::Racing(racing) => Some(racing.race.stage()),
             CallState::Active { .. } => None,
             _ => Some(crate::race::ConnectStage::Waiting),
         }
@@ -657,9 +663,9 @@ impl Pool {
 
     /// A race's timer is due: it takes its next step.
     fn race_step(&mut self, now: Instant, call: CallId) {
-        if let Some(Call { state: CallState::Racing { race, timer, .. }, .. }) = self.calls.get_mut(&call) {
-            *timer = None;
-            race.handle_timeout(now, &mut self.db);
+        if let Some(Call { state: CallState::Racing(racing), .. }) = self.calls.get_mut(&call) {
+            racing.timer = None;
+            racing.race.handle_timeout(now, &mut self.db);
             self.pump_race(now, call);
         }
     }

@@ -196,7 +196,7 @@ impl Pool {
         }
         for c in self.calls.values() {
             match c.state {
-                CallState::Racing { .. } => t.connecting += 1,
+                CallState::Racing(_) => t.connecting += 1,
                 CallState::Waiting { .. } => t.waiters += 1,
                 _ => {}
             }

@@ -256,8 +256,8 @@ impl Pool {
             };
             // Its attempt is not thrown away: it joins the pool.
             self.keep_attempt(now, call_id);
-            if let Some(Call { state: CallState::Racing { race, .. }, .. }) = self.calls.get_mut(&call_id) {
-                let _ = race.adopt_pooled(now, conn);
+            if let Some(Call { state: CallState::Racing(racing), .. }) = self.calls.get_mut(&call_id) {
+                let _ = racing.race.adopt_pooled(now, conn);
             }
             self.stop_race(now, call_id);
             self.assign(now, call_id, conn, source);
@@ -285,7 +285,7 @@ impl Pool {
                 self.gc_address(&address);
                 self.calls.get_mut(&call_id).expect("call exists").state = CallState::Pending;
             }
-            CallState::Racing { .. } => self.stop_race(now, call_id),
+            CallState::Racing(_) => self.stop_race(now, call_id),
             _ => {}
         }
     }
