@@ -49,8 +49,7 @@ async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
             }
         })
     })?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = switchyard_tokio::gateway::bind(args.listen)
         .map_err(|e| Failed::new(format!("cannot listen on {}: {e}", args.listen)))?;
     let local =
         listener.local_addr().map_err(|e| Failed::new(format!("cannot listen on {}: {e}", args.listen)))?;

@@ -12,9 +12,14 @@
 //!   it names, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
 //!   `Transfer-Encoding`, `Upgrade`, `Proxy-Authorization`, `Proxy-Authenticate`)
 //!   are removed both ways; `Via` gets this hop; `Host` becomes the server's.
+//! - **Admission** ([`admit`]): one pure function from a request's shape to what
+//!   the gateway does with it (forward, tunnel, its status page) or the refusal:
+//!   a `Via` loop (508), malformed framing (400), a transfer coding other than
+//!   `chunked` (501), an expectation other than `100-continue` (417), two `Host`
+//!   fields (400), then routing.
 //! - **Failures**: no connection → 502 with the error's text; the call's deadline
-//!   → 504; a server the Manager reports down → 503 at once, with `Retry-After`
-//!   from its backoff.
+//!   or the upstream response timeout → 504; a server the Manager reports down →
+//!   503 with `Retry-After` from its backoff while another request probes it.
 
 use std::time::Duration;
 
@@ -25,8 +30,22 @@ use switchyard_core::Readiness;
 use crate::manager::{find, Declared, ServerStatus};
 use crate::Error;
 
-/// This hop's `Via` entry (RFC 9110 §7.6.3: protocol version and a pseudonym).
-const VIA_NAME: &str = "switchyard";
+/// The pseudonym a gateway's `Via` entries start with (RFC 9110 §7.6.3:
+/// protocol version and a pseudonym); each gateway adds an identity of its own
+/// ([`via_name`]), so that it recognises its own requests coming back (a loop).
+pub const VIA_PREFIX: &str = "switchyard";
+
+/// A gateway's own `Via` pseudonym: `switchyard-` and 8 hexadecimal digits,
+/// different for every call (from the standard library's per-process random
+/// hash keys), so two gateways chained on purpose do not mistake each other's
+/// entries for a loop.
+#[must_use]
+pub fn via_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id().into());
+    format!("{VIA_PREFIX}-{:08x}", h.finish() as u32)
+}
 
 /// Fields that belong to one connection, never forwarded (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 9] = [
@@ -56,6 +75,186 @@ impl Refusal {
     fn new(status: StatusCode, reason: impl Into<String>) -> Refusal {
         Refusal { status, reason: reason.into(), retry_after: None }
     }
+}
+
+/// Who may read the gateway's status page ([`STATUS_PATH`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StatusAccess {
+    /// Clients connecting from a loopback address only (the default: the page
+    /// lists the declared servers, an inventory a listener on `0.0.0.0` must
+    /// not give to the network).
+    #[default]
+    Loopback,
+    /// Any client that can reach the listener.
+    Anyone,
+    /// Nobody: the path is routed like any other.
+    Off,
+}
+
+/// The path of the gateway's status page (`GET http://127.0.0.1:8080/.switchyard/status`):
+/// one line per declared server, as `Manager::status()` prints it.
+pub const STATUS_PATH: &str = "/.switchyard/status";
+
+/// What the gateway knows of itself when it admits a request.
+#[derive(Clone, Copy, Debug)]
+pub struct Rules<'a> {
+    /// The declared servers.
+    pub declared: &'a [Declared],
+    /// The port the gateway listens on.
+    pub local_port: Option<u16>,
+    /// This gateway's `Via` pseudonym ([`via_name`]).
+    pub via_name: &'a str,
+    /// Who may read the status page.
+    pub status: StatusAccess,
+}
+
+/// An incoming request's shape: what admission looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape<'a> {
+    /// Its method.
+    pub method: &'a http::Method,
+    /// Its target as it arrived.
+    pub uri: &'a Uri,
+    /// Its header fields.
+    pub headers: &'a HeaderMap,
+    /// Where it came from (`None`: unknown).
+    pub peer: Option<std::net::IpAddr>,
+}
+
+/// What the gateway does with an admitted request.
+#[derive(Debug)]
+pub enum Admission<'a> {
+    /// Forward it to this declared server, at this URI.
+    Forward {
+        /// The declared server.
+        server: &'a Declared,
+        /// The URI it goes to there.
+        target: Uri,
+    },
+    /// `CONNECT`: a byte tunnel to this declared server.
+    Tunnel(&'a Declared),
+    /// Answer with the status page.
+    StatusPage,
+}
+
+/// The gateway's admission rules, in order: a `Via` loop (508), `CONNECT`
+/// ([`tunnel`]), the framing a strict server must reject (400: `Transfer-Encoding`
+/// with `Content-Length`, conflicting or malformed lengths, two `Host` fields),
+/// a transfer coding other than `chunked` (501: forwarded, it would arrive
+/// decoded of its chunking only), an expectation other than `100-continue`
+/// (417; `100-continue` is answered by the gateway as it reads the body and
+/// never forwarded), the status page (origin form, a host that is not a declared
+/// server, as [`StatusAccess`] allows), then [`route`].
+///
+/// ```
+/// use http::{HeaderMap, Method, StatusCode};
+/// use switchyard_common::gateway::{admit, Rules, Shape, StatusAccess};
+///
+/// let rules = Rules { declared: &[], local_port: Some(8080), via_name: "switchyard-1", status: StatusAccess::Loopback };
+/// let mut headers = HeaderMap::new();
+/// headers.insert("via", "1.1 switchyard-1".parse().unwrap());
+/// let uri = "http://api.test/".parse().unwrap();
+/// let shape = Shape { method: &Method::GET, uri: &uri, headers: &headers, peer: None };
+/// assert_eq!(admit(&rules, &shape).unwrap_err().status, StatusCode::LOOP_DETECTED);
+/// ```
+///
+/// # Errors
+/// The [`Refusal`] to answer with.
+pub fn admit<'a>(rules: &Rules<'a>, shape: &Shape<'_>) -> Result<Admission<'a>, Refusal> {
+    let headers = shape.headers;
+    if via_names(headers).any(|name| name.eq_ignore_ascii_case(rules.via_name)) {
+        return Err(Refusal::new(
+            StatusCode::LOOP_DETECTED,
+            format!("gateway: this request has passed {} before (Via): a loop", rules.via_name),
+        ));
+    }
+    if shape.method == http::Method::CONNECT {
+        return tunnel(rules.declared, shape.uri).map(Admission::Tunnel);
+    }
+    framing(headers)?;
+    for value in headers.get_all(header::EXPECT) {
+        if !value.as_bytes().trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+            return Err(Refusal::new(
+                StatusCode::EXPECTATION_FAILED,
+                format!(
+                    "gateway: cannot meet the expectation {:?}",
+                    String::from_utf8_lossy(value.as_bytes())
+                ),
+            ));
+        }
+    }
+    match route(rules.declared, shape.method, shape.uri, headers, rules.local_port) {
+        Ok((server, target)) => Ok(Admission::Forward { server, target }),
+        Err(refusal)
+            if refusal.status == StatusCode::FORBIDDEN
+                && shape.uri.authority().is_none()
+                && shape.uri.path() == STATUS_PATH =>
+        {
+            let loopback = shape.peer.is_some_and(|ip| ip.to_canonical().is_loopback());
+            match rules.status {
+                StatusAccess::Anyone => Ok(Admission::StatusPage),
+                StatusAccess::Loopback if loopback => Ok(Admission::StatusPage),
+                StatusAccess::Loopback => Err(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    "gateway: the status page answers loopback clients only",
+                )),
+                StatusAccess::Off => Err(refusal),
+            }
+        }
+        Err(refusal) => Err(refusal),
+    }
+}
+
+/// The `received-by` of every `Via` entry (`1.1 name (comment)` → `name`).
+fn via_names(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|entry| entry.split_ascii_whitespace().nth(1))
+}
+
+/// The framing rules (RFC 9112 §6.1, §6.3; RFC 9110 §7.2).
+fn framing(headers: &HeaderMap) -> Result<(), Refusal> {
+    let bad = |why: &str| Refusal::new(StatusCode::BAD_REQUEST, format!("gateway: {why}"));
+    if headers.get_all(header::HOST).iter().nth(1).is_some() {
+        return Err(bad("two Host fields"));
+    }
+    let codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|c| !c.is_empty());
+    let mut any_coding = false;
+    for coding in codings {
+        any_coding = true;
+        if !coding.eq_ignore_ascii_case(b"chunked") {
+            return Err(Refusal::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "gateway: transfer coding {:?} is not supported (only chunked)",
+                    String::from_utf8_lossy(coding)
+                ),
+            ));
+        }
+    }
+    if any_coding && headers.contains_key(header::CONTENT_LENGTH) {
+        return Err(bad("Transfer-Encoding together with Content-Length"));
+    }
+    let mut lengths = headers
+        .get_all(header::CONTENT_LENGTH)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii);
+    if let Some(first) = lengths.next() {
+        if !first.iter().all(u8::is_ascii_digit) || first.is_empty() || lengths.any(|l| l != first) {
+            return Err(bad("conflicting or malformed Content-Length"));
+        }
+    }
+    Ok(())
 }
 
 /// The declared server an incoming request goes to, and the URI it goes to there.
@@ -198,31 +397,73 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Adds this hop to `Via`, for a message that arrived as `version`.
-pub fn add_via(headers: &mut HeaderMap, version: http::Version) {
+/// Adds this hop to `Via` as `name`, for a message that arrived as `version`.
+pub fn add_via(headers: &mut HeaderMap, version: http::Version, name: &str) {
     let protocol = match version {
         http::Version::HTTP_10 => "1.0",
         http::Version::HTTP_2 => "2",
         _ => "1.1",
     };
-    if let Ok(value) = HeaderValue::from_str(&format!("{protocol} {VIA_NAME}")) {
+    if let Ok(value) = HeaderValue::from_str(&format!("{protocol} {name}")) {
         headers.append(header::VIA, value);
     }
 }
 
 /// The forwarded request head's fields: hop-by-hop removed, `Host` dropped
-/// (the client sets the server's own), `Via` added.
-pub fn forward_request_headers(headers: &mut HeaderMap, version: http::Version) {
+/// (the client sets the server's own), `Expect: 100-continue` dropped (the
+/// gateway's server answers it as the body is read; forwarded, a server that
+/// never answers it would cost the client's wait for every upload), `Via` added
+/// as `via_name`.
+pub fn forward_request_headers(headers: &mut HeaderMap, version: http::Version, via_name: &str) {
     strip_hop_by_hop(headers);
     headers.remove(header::HOST);
-    add_via(headers, version);
+    headers.remove(header::EXPECT);
+    add_via(headers, version, via_name);
 }
 
-/// The answered response head's fields: hop-by-hop removed, `Via` added.
-pub fn forward_response_headers(headers: &mut HeaderMap, version: http::Version) {
+/// The answered response head's fields: hop-by-hop removed, `Via` added as
+/// `via_name`.
+pub fn forward_response_headers(headers: &mut HeaderMap, version: http::Version, via_name: &str) {
     strip_hop_by_hop(headers);
-    add_via(headers, version);
+    add_via(headers, version, via_name);
 }
+
+/// The listen backlog the gateway asks for: more than any kernel grants, so
+/// the system's maximum applies (Linux caps it at `net.core.somaxconn`, 4 096
+/// by default since 5.4). The standard library and mio ask for 128, and a
+/// burst of new connections past that stalls for the SYN retry (1 s).
+pub const LISTEN_BACKLOG: i32 = 65_535;
+
+/// A TCP listener on `addr` with the system's maximum backlog
+/// ([`LISTEN_BACKLOG`]) and `SO_REUSEADDR` (a restarted gateway binds its port
+/// at once), in non-blocking mode, for an adapter to wrap.
+///
+/// # Errors
+/// The socket cannot be created, bound or put to listen.
+pub fn listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    #[cfg(not(windows))]
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        // `[::]` takes IPv6 only, as the standard library's listener does on
+        // Linux by default; bind `0.0.0.0` for IPv4.
+        let _ = socket.set_only_v6(true);
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// How long a local connection may stay silent with no request in flight
+/// (before its first byte, and between requests) before the gateway closes
+/// it, by default: nginx's `client_header_timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the gateway waits for an upstream response head (and, once it
+/// streams, for each next piece of its body) before answering 504, by default:
+/// nginx's `proxy_read_timeout`.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long an in-flight request may still run after shutdown begins, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -332,17 +573,250 @@ mod tests {
             ("te", "trailers"),
             ("upgrade", "websocket"),
             ("host", "localhost:3000"),
+            ("expect", "100-continue"),
             ("x-kept", "yes"),
             ("via", "1.1 upstream-proxy"),
         ] {
             h.append(HeaderName::from_static(n), v.parse().unwrap());
         }
-        forward_request_headers(&mut h, http::Version::HTTP_11);
+        forward_request_headers(&mut h, http::Version::HTTP_11, "switchyard");
         let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
         assert_eq!(names, ["via", "x-kept"]);
         let via: Vec<_> = h.get_all("via").iter().map(|v| v.to_str().unwrap()).collect();
         assert_eq!(via, ["1.1 upstream-proxy", "1.1 switchyard"]);
+    }
+
+    #[test]
+    fn via_names_differ_between_gateways() {
+        let (a, b) = (via_name(), via_name());
+        assert!(a.starts_with("switchyard-") && a.len() == "switchyard-".len() + 8, "{a}");
+        assert_ne!(a, b, "two gateways in one process");
+    }
+
+    /// Every admission rule, by table: request shape → what the gateway does.
+    #[test]
+    fn admission_by_table() {
+        let servers = declared(&["https://api.test:8443", "http://10.0.0.7:8080"]);
+        let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let mapped: std::net::IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+        let remote: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        // (method, target, fields, peer, status access) → Ok(what) / Err(status)
+        type Row<'a> = (
+            &'a str,
+            &'a str,
+            &'a [(&'a str, &'a str)],
+            std::net::IpAddr,
+            StatusAccess,
+            Result<&'a str, u16>,
+        );
+        let rows: &[Row<'_>] = &[
+            (
+                "GET",
+                "http://api.test/x",
+                &[],
+                remote,
+                StatusAccess::Loopback,
+                Ok("forward https://api.test:8443/x"),
+            ),
+            (
+                "GET",
+                "/y",
+                &[("host", "10.0.0.7:8080")],
+                remote,
+                StatusAccess::Loopback,
+                Ok("forward http://10.0.0.7:8080/y"),
+            ),
+            ("GET", "http://evil.test/", &[], loopback, StatusAccess::Anyone, Err(403)),
+            // Via: our own name is a loop, anyone else's is a hop.
+            (
+                "GET",
+                "http://api.test/",
+                &[("via", "1.1 other, 1.1 switchyard-abc (x)")],
+                remote,
+                StatusAccess::Loopback,
+                Err(508),
+            ),
+            (
+                "GET",
+                "http://api.test/",
+                &[("via", "1.1 SWITCHYARD-ABC")],
+                remote,
+                StatusAccess::Loopback,
+                Err(508),
+            ),
+            (
+                "GET",
+                "http://api.test/",
+                &[("via", "1.1 switchyard-def, 2 proxy")],
+                remote,
+                StatusAccess::Loopback,
+                Ok("forward https://api.test:8443/"),
+            ),
+            (
+                "CONNECT",
+                "api.test:8443",
+                &[],
+                remote,
+                StatusAccess::Loopback,
+                Ok("tunnel https://api.test:8443"),
+            ),
+            ("CONNECT", "api.test:22", &[], remote, StatusAccess::Loopback, Err(403)),
+            (
+                "CONNECT",
+                "api.test:8443",
+                &[("via", "1.1 switchyard-abc")],
+                remote,
+                StatusAccess::Loopback,
+                Err(508),
+            ),
+            // Framing.
+            (
+                "POST",
+                "http://api.test/",
+                &[("transfer-encoding", "chunked"), ("content-length", "3")],
+                remote,
+                StatusAccess::Loopback,
+                Err(400),
+            ),
+            (
+                "POST",
+                "http://api.test/",
+                &[("content-length", "3"), ("content-length", "4")],
+                remote,
+                StatusAccess::Loopback,
+                Err(400),
+            ),
+            (
+                "POST",
+                "http://api.test/",
+                &[("content-length", "3, 3")],
+                remote,
+                StatusAccess::Loopback,
+                Ok("forward https://api.test:8443/"),
+            ),
+            (
+                "POST",
+                "http://api.test/",
+                &[("content-length", "-1")],
+                remote,
+                StatusAccess::Loopback,
+                Err(400),
+            ),
+            (
+                "POST",
+                "http://api.test/",
+                &[("transfer-encoding", "gzip, chunked")],
+                remote,
+                StatusAccess::Loopback,
+                Err(501),
+            ),
+            (
+                "POST",
+                "http://api.test/",
+                &[("transfer-encoding", "gzip"), ("transfer-encoding", "chunked")],
+                remote,
+                StatusAccess::Loopback,
+                Err(501),
+            ),
+            (
+                "POST",
+                "http://api.test/",
+                &[("transfer-encoding", "Chunked")],
+                remote,
+                StatusAccess::Loopback,
+                Ok("forward https://api.test:8443/"),
+            ),
+            (
+                "GET",
+                "/",
+                &[("host", "api.test"), ("host", "api.test")],
+                remote,
+                StatusAccess::Loopback,
+                Err(400),
+            ),
+            (
+                "GET",
+                "/",
+                &[("host", "api.test"), ("host", "evil.test")],
+                remote,
+                StatusAccess::Loopback,
+                Err(400),
+            ),
+            // Expectations.
+            (
+                "POST",
+                "http://api.test/",
+                &[("expect", "100-Continue")],
+                remote,
+                StatusAccess::Loopback,
+                Ok("forward https://api.test:8443/"),
+            ),
+            (
+                "POST",
+                "http://api.test/",
+                &[("expect", "something-else")],
+                remote,
+                StatusAccess::Loopback,
+                Err(417),
+            ),
+            // The status page: origin form, loopback peers by default.
+            (
+                "GET",
+                STATUS_PATH,
+                &[("host", "127.0.0.1:3000")],
+                loopback,
+                StatusAccess::Loopback,
+                Ok("status"),
+            ),
+            ("GET", STATUS_PATH, &[("host", "localhost:3000")], mapped, StatusAccess::Loopback, Ok("status")),
+            ("GET", STATUS_PATH, &[("host", "127.0.0.1:3000")], remote, StatusAccess::Loopback, Err(403)),
+            ("GET", STATUS_PATH, &[("host", "127.0.0.1:3000")], remote, StatusAccess::Anyone, Ok("status")),
+            ("GET", STATUS_PATH, &[("host", "127.0.0.1:3000")], loopback, StatusAccess::Off, Err(403)),
+            // Never for an absolute-form target naming a host not declared.
+            (
+                "GET",
+                "http://undeclared.test/.switchyard/status",
+                &[],
+                loopback,
+                StatusAccess::Anyone,
+                Err(403),
+            ),
+            // A declared server's own path of that name is the server's.
+            (
+                "GET",
+                "http://api.test/.switchyard/status",
+                &[],
+                loopback,
+                StatusAccess::Loopback,
+                Ok("forward https://api.test:8443/.switchyard/status"),
+            ),
+        ];
+        for (method, target, fields, peer, status, want) in rows {
+            let rules = Rules {
+                declared: &servers,
+                local_port: Some(3000),
+                via_name: "switchyard-abc",
+                status: *status,
+            };
+            let method: http::Method = method.parse().unwrap();
+            let uri: Uri = target.parse().unwrap();
+            let mut headers = HeaderMap::new();
+            for (n, v) in *fields {
+                headers.append(HeaderName::from_static(n), v.parse().unwrap());
+            }
+            let shape = Shape { method: &method, uri: &uri, headers: &headers, peer: Some(*peer) };
+            let got = match admit(&rules, &shape) {
+                Ok(Admission::Forward { target, .. }) => Ok(format!("forward {target}")),
+                Ok(Admission::Tunnel(server)) => Ok(format!("tunnel {}", server.url)),
+                Ok(Admission::StatusPage) => Ok("status".to_owned()),
+                Err(refusal) => {
+                    assert!(refusal.reason.starts_with("gateway: "), "{}", refusal.reason);
+                    Err(refusal.status.as_u16())
+                }
+            };
+            assert_eq!(got, want.map(str::to_owned), "{method} {target} {fields:?} from {peer} ({status:?})");
+        }
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! # impl switchyard_async::gateway::Listen for MyRuntime {
 //! #   type Listener = ();
 //! #   type Conn = switchyard_async::gateway::HyperIo<tokio::io::DuplexStream>;
-//! #   fn accept(_: &()) -> switchyard_async::gateway::Accepting<'_, Self::Conn> { Box::pin(std::future::pending()) }
+//! #   fn accept(_: &()) -> switchyard_async::gateway::Accepting<'_, (Self::Conn, Option<std::net::SocketAddr>)> { Box::pin(std::future::pending()) }
+//! #   fn bind(_: std::net::SocketAddr) -> std::io::Result<()> { Ok(()) }
 //! #   fn local_port(_: &()) -> Option<u16> { None }
 //! # }
 //! # let listener = ();
@@ -29,13 +30,14 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -44,7 +46,8 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use switchyard_common::gateway::{self, Refusal};
+use switchyard_common::gateway::{self, Admission, Refusal};
+pub use switchyard_common::gateway::{listener, StatusAccess, LISTEN_BACKLOG, STATUS_PATH};
 use switchyard_common::manager::Declared;
 use switchyard_core::{ConnectionId, Source};
 use tokio::sync::Semaphore;
@@ -65,8 +68,15 @@ pub trait Listen: Runtime + Sized {
     type Listener: Send + Sync + 'static;
     /// An accepted connection, as hyper reads and writes it.
     type Conn: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static;
-    /// The next connection (`TCP_NODELAY` set).
-    fn accept(listener: &Self::Listener) -> Accepting<'_, Self::Conn>;
+    /// The next connection (`TCP_NODELAY` set) and its peer's address.
+    fn accept(listener: &Self::Listener) -> Accepting<'_, (Self::Conn, Option<SocketAddr>)>;
+    /// A listener on `addr` with the system's maximum backlog
+    /// ([`switchyard_common::gateway::listener`]); call it where the runtime
+    /// can register sockets (inside it, for tokio).
+    ///
+    /// # Errors
+    /// The address cannot be bound.
+    fn bind(addr: SocketAddr) -> io::Result<Self::Listener>;
     /// The port it listens on.
     fn local_port(listener: &Self::Listener) -> Option<u16>;
 }
@@ -214,6 +224,12 @@ pub struct Gateway<R: Runtime> {
     max_requests: usize,
     grace: Duration,
     log: Option<Log>,
+    idle_timeout: Duration,
+    response_timeout: Duration,
+    /// Per declared server (its URL as declared), bounded by the declarations.
+    response_timeouts: Vec<(String, Duration)>,
+    status: StatusAccess,
+    via_name: String,
 }
 
 impl<R: Runtime> std::fmt::Debug for Gateway<R> {
@@ -222,13 +238,21 @@ impl<R: Runtime> std::fmt::Debug for Gateway<R> {
             .field("max_connections", &self.max_connections)
             .field("max_requests", &self.max_requests)
             .field("grace", &self.grace)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("response_timeouts", &self.response_timeouts)
+            .field("status", &self.status)
+            .field("via_name", &self.via_name)
             .finish_non_exhaustive()
     }
 }
 
 impl<R: Runtime> Manager<R> {
     /// A gateway over this Manager's servers, with every default: 1,024 local
-    /// connections and 4,096 requests at once, 10 s of shutdown grace, no log.
+    /// connections and 4,096 requests at once, local connections closed after
+    /// 60 s of silence with no request in flight, 504 after 60 s without an
+    /// upstream response head, 10 s of shutdown grace, the status page for
+    /// loopback clients, no log.
     pub fn gateway(&self) -> Gateway<R> {
         Gateway {
             manager: self.clone(),
@@ -236,13 +260,20 @@ impl<R: Runtime> Manager<R> {
             max_requests: 4096,
             grace: gateway::DEFAULT_SHUTDOWN_GRACE,
             log: None,
+            idle_timeout: gateway::DEFAULT_IDLE_TIMEOUT,
+            response_timeout: gateway::DEFAULT_RESPONSE_TIMEOUT,
+            response_timeouts: Vec::new(),
+            status: StatusAccess::default(),
+            via_name: gateway::via_name(),
         }
     }
 }
 
 impl<R: Runtime> Gateway<R> {
-    /// At most `n` local connections at once; more wait in the listener's
-    /// backlog (accepting pauses). Default 1,024.
+    /// At most `n` local connections at once. At the cap, the gateway closes
+    /// idle ones (no request in flight, longest silent first) to make room;
+    /// while none is idle, more wait in the listener's backlog (accepting
+    /// pauses). Default 1,024.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = n.max(1);
         self
@@ -257,8 +288,43 @@ impl<R: Runtime> Gateway<R> {
         self.grace = grace;
         self
     }
+    /// Closes a local connection that stays silent this long with no request
+    /// in flight: before its first byte, and between requests (checked four
+    /// times per period, so it closes within 1¼ of it). A head that starts
+    /// but trickles is hyper's header timeout (30 s). Default 60 s.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout.max(Duration::from_millis(4));
+        self
+    }
+    /// Answers 504 when an upstream response head takes longer than this.
+    /// Default 60 s (nginx's `proxy_read_timeout`).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+    /// [`Gateway::response_timeout`] for one declared server (its URL as
+    /// declared); the others keep the gateway's.
+    pub fn response_timeout_for(mut self, server: &str, timeout: Duration) -> Self {
+        self.response_timeouts.retain(|(url, _)| url != server);
+        self.response_timeouts.push((server.to_owned(), timeout));
+        self
+    }
+    /// Who may read the status page ([`STATUS_PATH`]). Default: loopback
+    /// clients only.
+    pub fn status_page(mut self, access: StatusAccess) -> Self {
+        self.status = access;
+        self
+    }
+    /// This gateway's pseudonym in `Via` (default `switchyard-` and 8 random
+    /// hexadecimal digits). A request that arrives with it in its `Via` has
+    /// come around a loop and is answered 508.
+    pub fn via_name(mut self, name: impl Into<String>) -> Self {
+        self.via_name = name.into();
+        self
+    }
     /// Calls `log` once per request, when its response body has ended (or was
-    /// abandoned), or when its tunnel closed.
+    /// abandoned), when its tunnel closed, or when its client went away before
+    /// the response (status 499, as nginx logs it).
     pub fn access_log(mut self, log: impl Fn(&AccessRecord) + Send + Sync + 'static) -> Self {
         self.log = Some(Arc::new(log));
         self
@@ -286,31 +352,67 @@ impl<R: Listen> Gateway<R> {
         listener: R::Listener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> io::Result<()> {
+        let declared = self.manager.__servers();
+        let mut response_timeouts = vec![self.response_timeout; declared.len()];
+        for (url, timeout) in &self.response_timeouts {
+            let at = declared.iter().position(|d| d.url == *url).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("gateway: response_timeout_for({url:?}): no such server is declared"),
+                )
+            })?;
+            response_timeouts[at] = *timeout;
+        }
         let rt = Arc::clone(&self.manager.client().inner.shared.rt);
         let connections = Arc::new(Semaphore::new(self.max_connections));
         let state = Arc::new(State {
             local_port: R::local_port(&listener),
+            probing: declared.iter().map(|_| AtomicBool::new(false)).collect(),
+            response_timeouts,
             manager: self.manager,
             requests: Semaphore::new(self.max_requests),
             log: self.log,
             rt: Arc::clone(&rt),
+            status: self.status,
+            via_name: self.via_name,
         });
+        let watched = Arc::new(Watched::default());
+        let (stopping, stop) = tokio::sync::watch::channel(false);
         let mut builder = hyper_util::server::conn::auto::Builder::new(Exec(Arc::clone(&rt)));
         builder.http1().keep_alive(true).timer(Timer(Arc::clone(&rt)));
         builder.http2().timer(Timer(Arc::clone(&rt)));
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                p = Arc::clone(&connections).acquire_owned() => p.map_err(io::Error::other)?,
+            let permit = match Arc::clone(&connections).try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    // At the cap: make room by closing an idle connection,
+                    // then wait for its slot (or any other).
+                    let mut got = None;
+                    loop {
+                        watched.close_an_idle();
+                        let wait = rt.sleep_until(Instant::now() + Duration::from_millis(50));
+                        tokio::select! {
+                            biased;
+                            () = &mut shutdown => break,
+                            p = Arc::clone(&connections).acquire_owned() => {
+                                got = Some(p.map_err(io::Error::other)?);
+                                break;
+                            }
+                            () = wait => {}
+                        }
+                    }
+                    match got {
+                        Some(permit) => permit,
+                        None => break,
+                    }
+                }
             };
-            let stream = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 accepted = R::accept(&listener) => match accepted {
-                    Ok(stream) => stream,
+                    Ok(accepted) => accepted,
                     Err(e) if is_transient(&e) => {
                         rt.sleep_until(Instant::now() + Duration::from_millis(10)).await;
                         continue;
@@ -318,25 +420,225 @@ impl<R: Listen> Gateway<R> {
                     Err(e) => return Err(e),
                 },
             };
-            let state = Arc::clone(&state);
-            let service = hyper::service::service_fn(move |request| {
-                let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(state.handle(request).await) }
-            });
-            let connection = builder.serve_connection_with_upgrades(stream, service).into_owned();
-            let connection = graceful.watch(connection);
+            let watch = Arc::new(Watch::default());
+            let key = watched.insert(Arc::clone(&watch));
+            let io = WatchedIo { io: stream, watch: Arc::clone(&watch) };
+            let service = {
+                let (state, watch) = (Arc::clone(&state), Arc::clone(&watch));
+                let peer = peer.map(|p| p.ip());
+                hyper::service::service_fn(move |request| {
+                    let state = Arc::clone(&state);
+                    let active = Active::start(&watch);
+                    async move { Ok::<_, Infallible>(state.handle(request, peer, active).await) }
+                })
+            };
+            let connection = builder.serve_connection_with_upgrades(io, service).into_owned();
+            let (rt2, watched, mut stop) = (Arc::clone(&rt), Arc::clone(&watched), stop.clone());
+            let idle = self.idle_timeout;
             let _ = rt.spawn(Box::pin(async move {
-                let _ = connection.await;
+                let mut connection = std::pin::pin!(connection);
+                let tick = idle / 4;
+                let (mut seen, mut quiet, mut closing) = (watch.bytes.load(Ordering::Relaxed), 0u32, false);
+                loop {
+                    let sleep = rt2.sleep_until(Instant::now() + tick);
+                    tokio::select! {
+                        biased;
+                        _ = connection.as_mut() => break,
+                        () = watch.close.notified(), if !closing => {
+                            connection.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                        _ = stop.wait_for(|stop| *stop), if !closing => {
+                            connection.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                        () = sleep, if !closing => {
+                            let bytes = watch.bytes.load(Ordering::Relaxed);
+                            if bytes == seen && watch.active.load(Ordering::Relaxed) == 0 {
+                                quiet += 1;
+                            } else {
+                                (seen, quiet) = (bytes, 0);
+                            }
+                            watch.quiet.store(quiet, Ordering::Relaxed);
+                            if quiet >= 4 {
+                                tracing::debug!(target: "switchyard::gateway", "closing a local connection silent for {idle:?}");
+                                connection.as_mut().graceful_shutdown();
+                                closing = true;
+                            }
+                        }
+                    }
+                }
+                watched.remove(key);
                 drop(permit);
             }));
         }
         drop(listener);
+        let _ = stopping.send(true);
+        let all = u32::try_from(self.max_connections).unwrap_or(u32::MAX);
         let deadline = rt.sleep_until(Instant::now() + self.grace);
         tokio::select! {
-            () = graceful.shutdown() => {}
+            _ = connections.acquire_many(all) => {}
             () = deadline => {}
         }
         Ok(())
+    }
+}
+
+/// What the gateway watches of one local connection.
+#[derive(Default)]
+struct Watch {
+    /// Completed reads and bytes written so far (only the connection's task
+    /// writes it): unchanged between two checks means silent.
+    bytes: AtomicU64,
+    /// Requests whose response has not ended.
+    active: AtomicUsize,
+    /// Idle-timeout checks in a row that found it silent and idle.
+    quiet: AtomicU32,
+    /// Asks it to close (gracefully: at once when idle).
+    close: tokio::sync::Notify,
+}
+
+/// Every open local connection, to find an idle one when the cap is reached.
+#[derive(Default)]
+struct Watched {
+    open: Mutex<(u64, BTreeMap<u64, Arc<Watch>>)>,
+}
+
+impl Watched {
+    fn insert(&self, watch: Arc<Watch>) -> u64 {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.0 += 1;
+        let key = open.0;
+        open.1.insert(key, watch);
+        key
+    }
+
+    fn remove(&self, key: u64) {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).1.remove(&key);
+    }
+
+    /// Asks the idle connection silent longest (the oldest among equals) to
+    /// close; none idle: nothing.
+    fn close_an_idle(&self) {
+        let open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let victim = open
+            .1
+            .values()
+            .filter(|w| w.active.load(Ordering::Relaxed) == 0)
+            .max_by_key(|w| w.quiet.load(Ordering::Relaxed));
+        if let Some(victim) = victim {
+            victim.close.notify_one();
+        }
+    }
+}
+
+/// A request in flight on a local connection, until its response ends.
+struct Active(Arc<Watch>);
+
+impl Active {
+    fn start(watch: &Arc<Watch>) -> Active {
+        watch.active.fetch_add(1, Ordering::Relaxed);
+        Active(Arc::clone(watch))
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request counted as in flight.
+    struct Holding<B> {
+        #[pin]
+        body: B,
+        active: Option<Active>,
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for Holding<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let polled = this.body.poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            *this.active = None;
+        }
+        polled
+    }
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A local connection's socket, counting the bytes that pass (the idle check).
+struct WatchedIo<C> {
+    io: C,
+    watch: Arc<Watch>,
+}
+
+impl<C> WatchedIo<C> {
+    fn count(&self, n: usize) {
+        // One writer (the connection's task): no read-modify-write needed.
+        let bytes = self.watch.bytes.load(Ordering::Relaxed);
+        self.watch.bytes.store(bytes.wrapping_add(n as u64), Ordering::Relaxed);
+    }
+}
+
+impl<C: hyper::rt::Read + Unpin> hyper::rt::Read for WatchedIo<C> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            // The cursor is handed on whole: a read that completed is counted
+            // as activity (its length does not matter to the idle check).
+            this.count(1);
+        }
+        polled
+    }
+}
+
+impl<C: hyper::rt::Write + Unpin> hyper::rt::Write for WatchedIo<C> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.count(n);
+        }
+        polled
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.count(n);
+        }
+        polled
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 
@@ -482,6 +784,47 @@ struct State<R: Runtime> {
     requests: Semaphore,
     log: Option<Log>,
     rt: Arc<dyn Runtime>,
+    status: StatusAccess,
+    via_name: String,
+    /// Per declared server (same order): a request is probing it while the
+    /// Manager reports it down.
+    probing: Vec<AtomicBool>,
+    /// Per declared server (same order).
+    response_timeouts: Vec<Duration>,
+}
+
+/// The one request trying a server the Manager reports down (half-open), until
+/// it ends.
+struct Probe<'a>(&'a AtomicBool);
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// A request's access record until its response head is decided: dropped
+/// before that (its client went away), it is logged as 499.
+struct Abandoned {
+    record: AccessRecord,
+    start: Instant,
+    log: Option<Log>,
+    armed: bool,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Some(log) = &self.log {
+            self.record.status = StatusCode::from_u16(499).expect("499 is a status code");
+            self.record.refused = Some("the client went away before the response".into());
+            self.record.head_time = self.start.elapsed();
+            self.record.total_time = self.record.head_time;
+            log(&self.record);
+        }
+    }
 }
 
 /// What the access log learns as the response body streams: bytes, the end.
@@ -553,16 +896,25 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for Counted<B> {
     }
 }
 
+/// What the gateway learns of a request body as it goes up.
+#[derive(Default)]
+struct Upload {
+    /// Reading it from the local client failed (bad chunking, cut off).
+    failed: AtomicBool,
+}
+
 pin_project_lite::pin_project! {
-    /// The request body on its way up, counted.
-    struct Counting<B> {
+    /// The request body on its way up: its failures noted, its bytes counted
+    /// for the access log.
+    struct Uploading<B> {
         #[pin]
         body: B,
-        read: Arc<AtomicU64>,
+        upload: Arc<Upload>,
+        read: Option<Arc<AtomicU64>>,
     }
 }
 
-impl<B: http_body::Body<Data = Bytes>> http_body::Body for Counting<B> {
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for Uploading<B> {
     type Data = Bytes;
     type Error = B::Error;
     fn poll_frame(
@@ -571,10 +923,14 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for Counting<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
         let polled = this.body.poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                this.read.fetch_add(data.len() as u64, Ordering::Relaxed);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(read)) = (frame.data_ref(), this.read.as_ref()) {
+                    read.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
             }
+            Poll::Ready(Some(Err(_))) => this.upload.failed.store(true, Ordering::Release),
+            _ => {}
         }
         polled
     }
@@ -587,17 +943,47 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for Counting<B> {
 }
 
 impl<R: Runtime> State<R> {
-    async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<GatewayBody> {
+    async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        peer: Option<std::net::IpAddr>,
+        active: Active,
+    ) -> Response<GatewayBody> {
         let start = Instant::now();
         let _slot = self.requests.acquire().await;
         let (mut parts, body) = request.into_parts();
-        let mut record = AccessRecord::new(parts.method.clone(), parts.uri.to_string());
-        let read = self.log.as_ref().map(|_| Arc::new(AtomicU64::new(0)));
-        let outcome = if parts.method == http::Method::CONNECT {
-            self.tunnel(parts, body, &mut record, start).await
-        } else {
-            self.forward(&mut parts, body, &mut record, read.clone()).await
+        let mut pending = Abandoned {
+            record: AccessRecord::new(parts.method.clone(), parts.uri.to_string()),
+            start,
+            log: self.log.clone(),
+            armed: true,
         };
+        let read = self.log.as_ref().map(|_| Arc::new(AtomicU64::new(0)));
+        let admitted = {
+            let rules = gateway::Rules {
+                declared: self.manager.__servers(),
+                local_port: self.local_port,
+                via_name: &self.via_name,
+                status: self.status,
+            };
+            let shape =
+                gateway::Shape { method: &parts.method, uri: &parts.uri, headers: &parts.headers, peer };
+            gateway::admit(&rules, &shape)
+        };
+        let outcome = match admitted {
+            Ok(Admission::Tunnel(server)) => {
+                self.tunnel(server, parts, body, &mut pending.record, start).await
+            }
+            Ok(Admission::Forward { server, target }) => {
+                self.forward(server, target, &mut parts, body, &mut pending.record, read.clone(), active)
+                    .await
+            }
+            Ok(Admission::StatusPage) => Ok(Some(self.status_page())),
+            Err(refusal) => Err(refusal),
+        };
+        pending.armed = false;
+        let mut record =
+            std::mem::replace(&mut pending.record, AccessRecord::new(http::Method::GET, String::new()));
         let response = match outcome {
             Ok(Some(response)) => response,
             // A tunnel: its record is logged when it closes.
@@ -635,51 +1021,103 @@ impl<R: Runtime> State<R> {
         Response::from_parts(head, Counted { body, finish: Some(finish) }.boxed_unsync())
     }
 
+    /// A half-open probe of a server the Manager reports down: `Ok(None)` when
+    /// it is not down, `Ok(Some)` for the one request let through to try it,
+    /// the 503 for the others meanwhile.
+    fn admit_down(&self, server: &Declared) -> Result<Option<(Probe<'_>, Refusal)>, Refusal> {
+        let Some(refusal) = self.manager.__status_of(server).as_ref().and_then(gateway::down) else {
+            return Ok(None);
+        };
+        let at = self.manager.__servers().iter().position(|d| std::ptr::eq(d, server));
+        let Some(flag) = at.map(|at| &self.probing[at]) else { return Err(refusal) };
+        if flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            tracing::debug!(target: "switchyard::gateway", "{} is down: this request tries it", server.url);
+            Ok(Some((Probe(flag), refusal)))
+        } else {
+            Err(refusal)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn forward(
         &self,
+        server: &Declared,
+        target: http::Uri,
         parts: &mut http::request::Parts,
         body: Incoming,
         record: &mut AccessRecord,
         read: Option<Arc<AtomicU64>>,
+        active: Active,
     ) -> Result<Option<Response<GatewayBody>>, Refusal> {
-        smuggling_shapes(&parts.headers)?;
-        let servers = self.manager.__servers();
-        let routed = gateway::route(servers, &parts.method, &parts.uri, &parts.headers, self.local_port);
-        let (server, target) = match routed {
-            Ok(routed) => routed,
-            // The status page, for a request to the gateway itself (a host no
-            // server was declared for).
-            Err(refusal) if refusal.status == StatusCode::FORBIDDEN && parts.uri.path() == STATUS_PATH => {
-                return Ok(Some(self.status_page()));
-            }
-            Err(refusal) => return Err(refusal),
-        };
         record.server = Some(server.url.clone());
-        if let Some(refusal) = self.manager.__status_of(server).as_ref().and_then(gateway::down) {
-            return Err(refusal);
-        }
+        let probe = self.admit_down(server)?;
         let incoming_version = parts.version;
-        gateway::forward_request_headers(&mut parts.headers, incoming_version);
-        let body = if http_body::Body::is_end_stream(&body) {
-            Body::empty()
-        } else {
-            match read {
-                Some(read) => Body::wrap(Counting { body, read }),
-                None => Body::wrap(body),
-            }
+        gateway::forward_request_headers(&mut parts.headers, incoming_version, &self.via_name);
+        let upload = (!http_body::Body::is_end_stream(&body)).then(|| Arc::new(Upload::default()));
+        let body = match &upload {
+            None => Body::empty(),
+            Some(upload) => Body::wrap(Uploading { body, upload: Arc::clone(upload), read }),
         };
         let mut upstream = Request::new(body);
         *upstream.method_mut() = parts.method.clone();
         *upstream.uri_mut() = target;
         *upstream.headers_mut() = std::mem::take(&mut parts.headers);
-        let response = self.manager.client().send(upstream).await.map_err(|e| gateway::failure(&e))?;
+        let limit = self
+            .manager
+            .__servers()
+            .iter()
+            .position(|d| std::ptr::eq(d, server))
+            .map_or(gateway::DEFAULT_RESPONSE_TIMEOUT, |at| self.response_timeouts[at]);
+        let sent = crate::runtime::within(&*self.rt, limit, self.manager.client().send(upstream)).await;
+        let still_down = probe.map(|(probe, refusal)| {
+            drop(probe);
+            refusal
+        });
+        let response = match sent {
+            Some(Ok(response)) => response,
+            Some(Err(e)) if e.is_connect() && still_down.is_some() => {
+                // The probe found it still down: the down answer, with why.
+                let mut refusal = still_down.expect("checked");
+                refusal.reason = format!("{} (tried now: {e})", refusal.reason);
+                return Err(refusal);
+            }
+            Some(Err(e)) if upload.as_ref().is_some_and(|u| u.failed.load(Ordering::Acquire)) => {
+                // The local client's body broke (bad chunking, cut off): its
+                // request is at fault, not the upstream.
+                return Err(Refusal {
+                    status: StatusCode::BAD_REQUEST,
+                    reason: format!("gateway: the request body could not be read: {e}"),
+                    retry_after: None,
+                });
+            }
+            Some(Err(e)) => return Err(gateway::failure(&e)),
+            None => {
+                return Err(Refusal {
+                    status: StatusCode::GATEWAY_TIMEOUT,
+                    reason: format!("gateway: {} did not answer within {limit:?}", server.url),
+                    retry_after: None,
+                })
+            }
+        };
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // The gateway never forwards `Upgrade` (hop-by-hop): a 101 was not asked for.
+            return Err(Refusal {
+                status: StatusCode::BAD_GATEWAY,
+                reason: format!(
+                    "gateway: {} answered 101 Switching Protocols to a request that asked for no upgrade",
+                    server.url
+                ),
+                retry_after: None,
+            });
+        }
         record.connection = response.connection_id();
         record.source = response.connection_source();
         let (mut head, body) = response.into_parts();
         let upstream_version = head.version;
-        gateway::forward_response_headers(&mut head.headers, upstream_version);
+        gateway::forward_response_headers(&mut head.headers, upstream_version, &self.via_name);
         head.version = http::Version::HTTP_11;
-        Ok(Some(Response::from_parts(head, body.map_err(BoxError::from).boxed_unsync())))
+        let body = Holding { body: body.map_err(BoxError::from), active: Some(active) };
+        Ok(Some(Response::from_parts(head, body.boxed_unsync())))
     }
 
     /// `CONNECT host:port` to a declared server: a byte tunnel over a
@@ -689,18 +1127,22 @@ impl<R: Runtime> State<R> {
     /// timeout. 200 once connected; 502 when no address answers.
     async fn tunnel(
         self: &Arc<Self>,
+        server: &Declared,
         parts: http::request::Parts,
         body: Incoming,
         record: &mut AccessRecord,
         start: Instant,
     ) -> Result<Option<Response<GatewayBody>>, Refusal> {
         drop(body);
-        let server = gateway::tunnel(self.manager.__servers(), &parts.uri)?;
         record.server = Some(server.url.clone());
-        if let Some(refusal) = self.manager.__status_of(server).as_ref().and_then(gateway::down) {
+        let probe = self.admit_down(server)?;
+        let dialled = self.dial(server).await;
+        if let (Err(e), Some((probe, mut refusal))) = (&dialled, probe) {
+            drop(probe);
+            refusal.reason = format!("{} (tried now: {e})", refusal.reason);
             return Err(refusal);
         }
-        let (io, peer) = self.dial(server).await.map_err(|e| Refusal {
+        let (io, peer) = dialled.map_err(|e| Refusal {
             status: StatusCode::BAD_GATEWAY,
             reason: format!("gateway: no tunnel to {}: {e}", parts.uri),
             retry_after: None,
@@ -785,40 +1227,6 @@ impl<R: Runtime> State<R> {
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
         response
     }
-}
-
-/// The path of the gateway's status page (`GET http://127.0.0.1:8080/.switchyard/status`):
-/// one line per declared server, as `Manager::status()` prints it.
-pub const STATUS_PATH: &str = "/.switchyard/status";
-
-/// Requests a strict server must reject (RFC 9112 §6.3): `Content-Length`
-/// values that disagree or do not parse, and (on HTTP/2, where hyper's HTTP/1.1
-/// rule does not apply) `Transfer-Encoding` with `Content-Length`. hyper's
-/// HTTP/1.1 server refuses most malformed heads itself (invalid bytes, oversized
-/// heads, conflicting lengths) and, for `Transfer-Encoding` with
-/// `Content-Length`, drops the length and reads the body as chunked (RFC 9112
-/// §6.3's rule for an intermediary that forwards); the gateway re-frames what it
-/// forwards, so the upstream never sees the length that was claimed.
-fn smuggling_shapes(headers: &http::HeaderMap) -> Result<(), Refusal> {
-    let bad = |why: &str| Refusal {
-        status: StatusCode::BAD_REQUEST,
-        reason: format!("gateway: {why}"),
-        retry_after: None,
-    };
-    if headers.contains_key(header::TRANSFER_ENCODING) && headers.contains_key(header::CONTENT_LENGTH) {
-        return Err(bad("Transfer-Encoding together with Content-Length"));
-    }
-    let mut lengths = headers
-        .get_all(header::CONTENT_LENGTH)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-        .map(<[u8]>::trim_ascii);
-    if let Some(first) = lengths.next() {
-        if !first.iter().all(u8::is_ascii_digit) || first.is_empty() || lengths.any(|l| l != first) {
-            return Err(bad("conflicting or malformed Content-Length"));
-        }
-    }
-    Ok(())
 }
 
 fn empty(status: StatusCode) -> Response<GatewayBody> {

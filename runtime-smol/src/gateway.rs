@@ -12,18 +12,37 @@ use crate::Smol;
 /// grace, an access log; `serve` / `serve_until` a `smol::net::TcpListener`.
 pub type Gateway = switchyard_async::gateway::Gateway<Smol>;
 
-pub use switchyard_async::gateway::{AccessRecord, STATUS_PATH};
+pub use switchyard_async::gateway::{AccessRecord, StatusAccess, STATUS_PATH};
+
+/// A listener for the gateway on `addr`, with the system's maximum backlog
+/// (`smol::net::TcpListener::bind` asks for 128: a burst of new connections
+/// past that waits a second for the SYN retry).
+///
+/// ```no_run
+/// let listener = switchyard_smol::gateway::bind("127.0.0.1:8080".parse().unwrap())?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<smol::net::TcpListener> {
+    <Smol as Listen>::bind(addr)
+}
 
 impl Listen for Smol {
     type Listener = smol::net::TcpListener;
     type Conn = HyperIo<Compat<smol::net::TcpStream>>;
 
-    fn accept(listener: &Self::Listener) -> Accepting<'_, Self::Conn> {
+    fn accept(listener: &Self::Listener) -> Accepting<'_, (Self::Conn, Option<std::net::SocketAddr>)> {
         Box::pin(async move {
-            let (stream, _) = listener.accept().await?;
+            let (stream, peer) = listener.accept().await?;
             let _ = stream.set_nodelay(true);
-            Ok(HyperIo::new(stream.compat()))
+            Ok((HyperIo::new(stream.compat()), Some(peer)))
         })
+    }
+
+    fn bind(addr: std::net::SocketAddr) -> std::io::Result<Self::Listener> {
+        smol::net::TcpListener::try_from(switchyard_async::gateway::listener(addr)?)
     }
 
     fn local_port(listener: &Self::Listener) -> Option<u16> {

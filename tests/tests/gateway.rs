@@ -76,7 +76,11 @@ fn the_gateway_hooks_local_requests_up_to_the_declared_servers() {
             Client::builder().proxy(Proxy::all(format!("http://{gateway}")).unwrap()).build().unwrap();
         let r = client.get(format!("http://{up}/hello")).send().await.unwrap();
         assert_eq!(r.status(), 200);
-        assert_eq!(r.headers()["via"], "2 switchyard", "the upstream hop was HTTP/2 over TLS");
+        assert!(
+            r.headers()["via"].to_str().unwrap().starts_with("2 switchyard-"),
+            "the upstream hop was HTTP/2 over TLS: {:?}",
+            r.headers()["via"]
+        );
         assert_eq!(r.text().await.unwrap(), "hello");
         // A streamed upload and its echo, 4 MiB each way.
         let big = vec![b'z'; 4 << 20];
@@ -104,7 +108,7 @@ fn the_gateway_hooks_local_requests_up_to_the_declared_servers() {
     );
     assert_eq!(status_of(&answer), 200, "{answer}");
     let seen = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
-    assert!(seen.contains("x-kept: yes") && seen.contains("via: 1.1 switchyard"), "{seen}");
+    assert!(seen.contains("x-kept: yes") && seen.contains("via: 1.1 switchyard-"), "{seen}");
     for gone in ["x-local-hop", "keep-alive", "proxy-authorization"] {
         assert!(!seen.contains(gone), "{gone} was forwarded: {seen}");
     }

@@ -59,7 +59,8 @@ fn the_gateway_serves_on_smol() {
         let client =
             Client::builder().proxy(Proxy::all(format!("http://{gateway}")).unwrap()).build().unwrap();
         let r = client.get(format!("http://{up}/hello")).send().await.unwrap();
-        assert_eq!((r.status().as_u16(), r.headers()["via"].to_str().unwrap()), (200, "2 switchyard"));
+        assert_eq!(r.status().as_u16(), 200);
+        assert!(r.headers()["via"].to_str().unwrap().starts_with("2 switchyard-"), "{:?}", r.headers()["via"]);
         assert_eq!(r.text().await.unwrap(), "hello");
         // HTTP/2 prior knowledge on the local hop.
         let h2 = Client::builder()
