@@ -67,6 +67,17 @@ pub struct GatewayArgs {
     /// How long requests in flight may finish after ctrl-c or SIGTERM.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// Close a local connection silent this long with no request in flight
+    /// (before its first byte and between requests).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Answer 504 when an upstream response head takes longer than this.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub response_timeout: Duration,
+    /// Serve the status page (`/.switchyard/status`) to any client, not only
+    /// to loopback ones.
+    #[arg(long)]
+    pub status_for_anyone: bool,
     /// Stop after this long (e.g. 10s); default: until interrupted.
     #[arg(long = "for", value_parser = parse_duration)]
     pub duration: Option<Duration>,

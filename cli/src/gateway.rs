@@ -61,6 +61,13 @@ async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
         .max_connections(args.max_connections)
         .max_requests(args.max_requests)
         .shutdown_grace(args.grace)
+        .idle_timeout(args.idle_timeout)
+        .response_timeout(args.response_timeout)
+        .status_page(if args.status_for_anyone {
+            switchyard_tokio::gateway::StatusAccess::Anyone
+        } else {
+            switchyard_tokio::gateway::StatusAccess::Loopback
+        })
         .access_log(move |record| {
             let line = if json { record.to_json() } else { record.to_string() };
             let mut out = std::io::stdout().lock();

@@ -260,12 +260,14 @@ macro_rules! adapter_types {
             /// local programs send plain HTTP/1.1 or HTTP/2 to a listener and
             /// each request rides the declared servers' warm connections.
             /// Defaults: 1,024 local connections and 4,096 requests at once,
-            /// 10 s of shutdown grace, no access log.
+            /// silent local connections closed after 60 s, 504 after 60 s
+            /// without an upstream head, 10 s of shutdown grace, the status
+            /// page for loopback clients, no access log.
             ///
             /// ```no_run
             /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
             #[doc = concat!("let manager = switchyard_", $name, "::Manager::builder().server(\"https://api.internal\", 2).build()?;")]
-            #[doc = concat!("let listener = ", $name, "::net::TcpListener::bind(\"127.0.0.1:8080\").await?;")]
+            #[doc = concat!("let listener = switchyard_", $name, "::gateway::bind(\"127.0.0.1:8080\".parse()?)?;")]
             /// // `curl -x http://127.0.0.1:8080 http://api.internal/v1/items` goes out over TLS.
             /// manager.gateway().access_log(|r| eprintln!("{r}")).serve(listener).await?;
             /// # Ok(()) }

@@ -60,7 +60,11 @@ fn the_gateway_serves_on_smol() {
             Client::builder().proxy(Proxy::all(format!("http://{gateway}")).unwrap()).build().unwrap();
         let r = client.get(format!("http://{up}/hello")).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 200);
-        assert!(r.headers()["via"].to_str().unwrap().starts_with("2 switchyard-"), "{:?}", r.headers()["via"]);
+        assert!(
+            r.headers()["via"].to_str().unwrap().starts_with("2 switchyard-"),
+            "{:?}",
+            r.headers()["via"]
+        );
         assert_eq!(r.text().await.unwrap(), "hello");
         // HTTP/2 prior knowledge on the local hop.
         let h2 = Client::builder()
