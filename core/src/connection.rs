@@ -63,6 +63,11 @@ pub enum CloseReason {
     /// Its route was ejected after failures in a row
     /// ([`crate::OutlierPolicy`]) and the Address has another route.
     RouteEjected,
+    /// HTTP/2: it carried as many streams as the server was seen to process
+    /// on one connection before going away (GOAWAY with streams left over,
+    /// twice in a row: nginx's `keepalive_requests`). It takes no more, so no
+    /// stream lands where the server would turn it away.
+    StreamBudget,
 }
 
 impl fmt::Display for CloseReason {
@@ -91,6 +96,7 @@ impl fmt::Display for CloseReason {
             CloseReason::NeverUsable => "never usable",
             CloseReason::DnsChanged => "address no longer in DNS",
             CloseReason::RouteEjected => "route ejected",
+            CloseReason::StreamBudget => "the server's streams per connection reached",
         })
     }
 }

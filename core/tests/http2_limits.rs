@@ -159,7 +159,8 @@ impl World {
         );
         if !c.going_away && self.server.goaway_after.is_some_and(|n| c.accepted >= n) {
             c.going_away = true;
-            self.pool.goaway(ms(self.now), connection, GoAway::graceful()).unwrap();
+            let goaway = GoAway { last_stream_id: last_stream(c.accepted), error_code: 0 };
+            self.pool.goaway(ms(self.now), connection, goaway).unwrap();
         }
         let c = self.conns.get_mut(&connection).unwrap();
         if c.going_away {
@@ -184,9 +185,13 @@ impl World {
         if goaway {
             c.going_away = true;
         }
+        let accepted = c.accepted;
         self.at(self.server.exchange, Ev::Finish(call, connection));
         if goaway {
-            self.pool.goaway(ms(self.now), connection, GoAway::graceful()).unwrap();
+            // What a server with a per-connection limit sends (nginx's
+            // `keepalive_requests`): the last stream it took.
+            let goaway = GoAway { last_stream_id: last_stream(accepted), error_code: 0 };
+            self.pool.goaway(ms(self.now), connection, goaway).unwrap();
         }
     }
 
@@ -254,6 +259,11 @@ fn open(pool: &mut Pool, a: &Address) -> (CallId, ConnectionId) {
 
 fn address() -> Address {
     Address::builder(Scheme::Https, "a.test", 443).build().unwrap()
+}
+
+/// The id of a connection's `n`th client stream (1, 3, 5, …; 0 for none).
+fn last_stream(n: u32) -> u32 {
+    (2 * n).saturating_sub(1)
 }
 
 fn burst(world: &mut World, n: usize) -> Vec<CallId> {
@@ -408,7 +418,81 @@ fn goaway_churn_never_fails_a_call() {
     assert_eq!(w.failed, BTreeMap::new());
     assert_eq!(w.done.len(), 2_000);
     assert!(w.goaway_retries > 0, "the churn happened");
-    assert!(w.pool.stats().closed[&CloseReason::GoAway] >= 199);
+    let closed = &w.pool.stats().closed;
+    let recycled =
+        closed.get(&CloseReason::GoAway).unwrap_or(&0) + closed.get(&CloseReason::StreamBudget).unwrap_or(&0);
+    assert!(recycled >= 199, "{closed:?}");
+}
+
+/// nginx's `keepalive_requests 5` under 128 callers (issue: an egress proxy
+/// lost half its requests): the pool learns from two GOAWAYs that left
+/// streams unprocessed that the server takes 5 streams per connection, and
+/// from then on gives each connection 5 and no more: every call completes
+/// with the default retry bounds, and the server turns away no stream after
+/// the first few connections.
+#[test]
+fn a_per_connection_stream_limit_is_learned_from_goaway() {
+    let server = Server { limit: 128, goaway_after: Some(5), exchange: 5, ..SERVER };
+    let mut w = World::new(PoolConfig::default(), server);
+    let mut started = 128;
+    burst(&mut w, 128);
+    w.run();
+    let retries_early = w.goaway_retries;
+    assert!(retries_early > 0, "the first connections turned streams away");
+    while started < 5_000 {
+        let more = 128.min(5_000 - started);
+        started += more;
+        burst(&mut w, more);
+        w.run();
+    }
+    assert_eq!(w.failed, BTreeMap::new());
+    assert_eq!(w.acquire_failed, BTreeMap::new());
+    assert_eq!(w.done.len(), 5_000);
+    assert_eq!(w.goaway_retries, retries_early, "once learned, no stream is turned away");
+    let closed = &w.pool.stats().closed;
+    assert!(closed.get(&CloseReason::StreamBudget).is_some_and(|n| *n >= 900), "{closed:?}");
+}
+
+/// A GOAWAY that turned nothing away (a shutdown, or the server's limit met
+/// exactly) teaches nothing; nor do two that disagree (reloads land
+/// anywhere): a later connection keeps taking streams. Two that agree do.
+#[test]
+fn only_goaways_that_agree_teach_a_stream_budget() {
+    let a = h2c();
+    let budget_closes =
+        |pool: &Pool| pool.stats().closed.get(&CloseReason::StreamBudget).copied().unwrap_or(0);
+    // Three streams on a new connection, then its GOAWAY after `processed`.
+    let round = |pool: &mut Pool, t: u64, processed: u32| {
+        let (first, k) = open(pool, &a);
+        pool.settings(ms(t), k, Some(100)).unwrap();
+        let calls: Vec<CallId> =
+            (0..2).map(|_| pool.acquire(ms(t), a.clone(), AcquireOptions::default())).collect();
+        let mut on_k = 1;
+        while let Some(action) = pool.poll_action() {
+            if let PoolAction::Acquired { connection, .. } = action {
+                on_k += u32::from(connection == k);
+            }
+        }
+        pool.goaway(ms(t), k, GoAway { last_stream_id: last_stream(processed), error_code: 0 }).unwrap();
+        for c in std::iter::once(first).chain(calls) {
+            let _ = pool.exchange_finished(ms(t + 1), c, Reuse::Reusable);
+        }
+        while pool.poll_action().is_some() {}
+        on_k
+    };
+    let mut pool = Pool::new(PoolConfig::default());
+    // Met exactly (3 of 3), then two that disagree (1, then 2).
+    for (t, processed) in [(10, 3), (20, 1), (30, 2)] {
+        assert_eq!(round(&mut pool, t, processed), 3);
+    }
+    assert_eq!(round(&mut pool, 40, 3), 3, "no budget learned: the connection took all three");
+    assert_eq!(budget_closes(&pool), 0);
+    // Two that agree (2, 2): the next connection takes two streams, no more.
+    let mut pool = Pool::new(PoolConfig::default());
+    assert_eq!(round(&mut pool, 10, 2), 3);
+    assert_eq!(round(&mut pool, 20, 2), 3);
+    assert_eq!(round(&mut pool, 30, 9), 2, "the budget retired it after two streams");
+    assert_eq!(budget_closes(&pool), 1);
 }
 
 /// The free retries are bounded: a call turned away by GOAWAY more than

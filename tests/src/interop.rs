@@ -526,6 +526,38 @@ pub fn nginx_reload_under_load(a: &dyn Adapter, http2: bool) {
     }
 }
 
+/// GOAWAY churn at high concurrency (issue: an egress proxy lost half its
+/// requests here): `keepalive_requests 5` (HTTP/2: GOAWAY after 5 streams;
+/// HTTP/1.1: `Connection: close` every 5th response) and a reload every
+/// 250 ms, 128 callers × 40 idempotent GETs over TLS: every request
+/// succeeds. A GOAWAY's unprocessed streams were never sent, so they go
+/// to a fresh connection whatever the retry count or budget says.
+pub fn nginx_goaway_churn(a: &dyn Adapter, http2: bool) {
+    let options = NginxOptions { keepalive_requests: Some(5), ..NginxOptions::default() };
+    let Some(nginx) = Nginx::start(options) else { return };
+    let nginx = Arc::new(nginx);
+    for (label, base, version, _) in nginx_modes(&nginx, http2) {
+        if base.starts_with("http:") {
+            continue;
+        }
+        let client = client_for(a, &nginx.ca, version);
+        let stop = Arc::new(AtomicBool::new(false));
+        let reloader = {
+            let (nginx, stop) = (Arc::clone(&nginx), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    nginx.reload();
+                }
+            })
+        };
+        let results = client.send_loops(128, 40, Req::get(format!("{base}/hello")));
+        stop.store(true, Ordering::Relaxed);
+        reloader.join().expect("reloader");
+        expect_ok(&results, &format!("{label}, keepalive_requests 5 and a reload every 250 ms"));
+    }
+}
+
 /// `keepalive_requests 10` (HTTP/1.1: `Connection: close` every 10th
 /// response; HTTP/2: GOAWAY every 10 streams) under 16 callers: every request
 /// succeeds, and nginx's log shows the connections it recycled.
@@ -1225,7 +1257,7 @@ macro_rules! interop_suite {
             use super::*;
             $crate::interop_suite!(@h2 $adapter, true;
                 nginx_basics, nginx_connection_counts, nginx_reload_under_load,
-                nginx_keepalive_requests, nginx_keepalive_timeout, nginx_over_unix_sockets);
+                nginx_keepalive_requests, nginx_keepalive_timeout, nginx_over_unix_sockets, nginx_goaway_churn);
             $crate::interop_suite!(@plain $adapter;
                 nginx_low_stream_limit, nginx_prior_knowledge_to_http1, nghttpd_tls_and_h2c, nghttpd_low_stream_limit,
                 h2o_tls_and_h2c, squid_forward_proxy, microsocks_socks5, proxy_credentials_against_squid_and_microsocks);
@@ -1236,7 +1268,7 @@ macro_rules! interop_suite {
             use super::*;
             $crate::interop_suite!(@h2 $adapter, false;
                 nginx_basics, nginx_connection_counts, nginx_reload_under_load,
-                nginx_keepalive_requests, nginx_keepalive_timeout, nginx_over_unix_sockets);
+                nginx_keepalive_requests, nginx_keepalive_timeout, nginx_over_unix_sockets, nginx_goaway_churn);
             $crate::interop_suite!(@plain $adapter; squid_forward_proxy, microsocks_socks5,
                 proxy_credentials_against_squid_and_microsocks);
         }

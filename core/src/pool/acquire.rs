@@ -116,7 +116,9 @@ impl Pool {
     pub(super) fn assign(&mut self, now: Instant, call_id: CallId, conn: ConnectionId, source: Source) {
         let exclusive = self.calls[&call_id].options.exclusive;
         let (mut first_use, mut exchange, mut was_idle, mut early_stream) = (false, 0, None, None);
+        let mut multiplexed = false;
         self.update(conn, |c| {
+            multiplexed = c.multiplexed();
             was_idle = c.idle_since;
             early_stream = (c.multiplexed() && !c.settings).then_some(c.in_flight + 1);
             c.in_flight += 1;
@@ -139,6 +141,11 @@ impl Pool {
         }
         if exclusive {
             self.mark_no_new(now, conn, CloseReason::Exclusive);
+        } else if multiplexed && self.stream_budget_of(now, conn).is_some_and(|budget| exchange + 1 >= budget)
+        {
+            // Its last stream by the server's limit: the next call goes
+            // to another connection, never to one the server would turn away.
+            self.mark_no_new(now, conn, CloseReason::StreamBudget);
         }
         match source {
             Source::Pooled | Source::Shared => self.stats.reused += 1,
@@ -153,5 +160,11 @@ impl Pool {
             exchange,
         });
         self.actions.push_back(PoolAction::Acquired { call: call_id, connection: conn, source });
+    }
+
+    /// The learned stream budget of `conn`'s Address (HTTP/2), while it holds.
+    pub(super) fn stream_budget_of(&self, now: Instant, conn: ConnectionId) -> Option<u64> {
+        let c = self.conns.get(&conn)?;
+        self.addrs.get(&c.address)?.stream_budget(now)
     }
 }

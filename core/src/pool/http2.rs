@@ -88,12 +88,35 @@ impl Pool {
     /// only lower the last stream id.
     pub fn goaway(&mut self, now: Instant, connection: ConnectionId, goaway: GoAway) -> Result<(), Misuse> {
         self.known(connection)?;
+        self.learn_stream_budget(now, connection, goaway);
         self.update(connection, |c| {
             let last =
                 c.goaway.map_or(goaway.last_stream_id, |g| g.last_stream_id.min(goaway.last_stream_id));
             c.goaway = Some(GoAway { last_stream_id: last, error_code: goaway.error_code });
         });
         self.connection_closed(now, connection, CloseReason::GoAway)
+    }
+
+    /// A graceful GOAWAY that left streams unprocessed tells how many streams
+    /// the server took on this connection; the same count twice in a row is
+    /// the server's limit per connection ([`CloseReason::StreamBudget`]),
+    /// held for the route TTL.
+    fn learn_stream_budget(&mut self, now: Instant, connection: ConnectionId, goaway: GoAway) {
+        if goaway.error_code != 0 {
+            return;
+        }
+        let Some(c) = self.conns.get(&connection).filter(|c| c.multiplexed()) else { return };
+        // Client streams are odd: ids 1, 3, … up to the last one processed.
+        let processed = u64::from(goaway.last_stream_id).div_ceil(2);
+        if processed == 0 || c.assigned <= processed {
+            return; // nothing was turned away: a shutdown, not a limit
+        }
+        let ttl = self.config.route_ttl;
+        let Some(a) = self.addrs.get_mut(&c.address) else { return };
+        if a.last_goaway_processed == Some(processed) {
+            a.stream_budget = Some((processed, now + ttl));
+        }
+        a.last_goaway_processed = Some(processed);
     }
 
     /// An HTTP/2 connection's keep-alive PING is due

@@ -203,6 +203,20 @@ struct AddrState {
     budget: budget::Window,
     /// Counters since the Address was first seen ([`Pool::stats_by_address`]).
     counters: stats::AddressCounters,
+    /// HTTP/2: the streams one connection carries before its server goes
+    /// away, learned from GOAWAYs ([`CloseReason::StreamBudget`]), and until when.
+    stream_budget: Option<(u64, Instant)>,
+    /// The streams processed on the last connection whose GOAWAY left streams
+    /// unprocessed: the same count twice in a row is a budget (a limit the
+    /// server keeps, where a reload's GOAWAY lands anywhere).
+    last_goaway_processed: Option<u64>,
+}
+
+impl AddrState {
+    /// The learned stream budget, while it holds.
+    fn stream_budget(&self, now: Instant) -> Option<u64> {
+        self.stream_budget.filter(|(_, until)| *until > now).map(|(n, _)| n)
+    }
 }
 
 impl AddrState {

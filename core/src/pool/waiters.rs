@@ -135,6 +135,8 @@ impl Pool {
     fn expected_streams(&self, now: Instant, address: &Address) -> u64 {
         let Some(a) = self.addrs.get(address) else { return 0 };
         let per_connection = self.known_protocol.get(address).and_then(|k| k.2).map_or(u64::MAX, u64::from);
+        // A new connection carries no more than the server's budget.
+        let per_connection = a.stream_budget(now).map_or(per_connection, |b| per_connection.min(b));
         let mut streams = 0u64;
         for id in &a.multiplexed {
             let c = &self.conns[id];
