@@ -384,3 +384,92 @@ fn the_listener_takes_a_burst_of_connects_past_128() {
     assert_eq!(held.len(), 300);
     drop(listener);
 }
+
+/// An HTTP/2 upstream over TLS (ALPN h2) for `localhost`, and a Manager
+/// declaring it with one warm connection.
+fn h2_upstream(
+    rt: &tokio::runtime::Runtime,
+) -> (switchyard_tests::certs::TestCa, TestServer, String, Manager) {
+    let ca = switchyard_tests::certs::TestCa::new();
+    let upstream = TestServer::start(ServerOptions {
+        tls: vec![(vec!["localhost".into()], ca.leaf(&["localhost"]))],
+        http2_only: true,
+        ..Default::default()
+    });
+    let up = format!("localhost:{}", upstream.port());
+    let manager = rt.block_on(async {
+        let (pem, up) = (ca.cert_pem.clone(), up.clone());
+        let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let manager = Manager::builder()
+            .server(&format!("https://{up}"), 1)
+            .client(move |b| b.resolve(&up, [lo]).add_root_certificate_pem(&pem).no_proxy())
+            .build()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), manager.ready()).await.unwrap().unwrap();
+        manager
+    });
+    (ca, upstream, up, manager)
+}
+
+/// Local clients that stop reading large downloads do not freeze the shared
+/// HTTP/2 upstream connection: each stream holds at most its own window, and
+/// a small request on the same connection is answered.
+#[test]
+fn stalled_local_readers_do_not_freeze_a_shared_http2_upstream() {
+    let rt = runtime();
+    let (_ca, upstream, up, manager) = h2_upstream(&rt);
+    let log: Log = Arc::default();
+    let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
+    // Four 64 MiB downloads nobody reads (past the 32 MiB connection window
+    // twice over).
+    let stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&get("/bytes/67108864", &up)).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let answer = raw(addr, &get("/hello", &up));
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    assert!(answer.ends_with("hello"), "{answer}");
+    assert_eq!(upstream.connections(), 1, "one upstream connection carried all five");
+    drop(stalled);
+    stop.send(()).unwrap();
+    rt.block_on(served).unwrap().unwrap();
+}
+
+/// An HTTP/2 upstream that answers an upload before reading it (413, 401,
+/// 403) and ends its side: the local client gets that answer, not a 502.
+#[test]
+fn an_http2_upstreams_early_answer_reaches_the_local_client() {
+    let rt = runtime();
+    let (_ca, _upstream, up, manager) = h2_upstream(&rt);
+    let log: Log = Arc::default();
+    let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
+    for status in [413u16, 401, 403] {
+        let mut request = format!(
+            "POST /early/{status} HTTP/1.1\r\nHost: {up}\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes();
+        request.extend(std::iter::repeat_n(b'u', 1_000_000));
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // The upload may be cut short by the answer: write what the gateway takes.
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = s.write_all(&request);
+            })
+        };
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        assert_eq!(status_of(&answer), status, "{answer}");
+        assert!(answer.ends_with("refused before reading"), "{answer}");
+        drop(s);
+        let _ = writer.join();
+    }
+    stop.send(()).unwrap();
+    rt.block_on(served).unwrap().unwrap();
+}
