@@ -296,8 +296,10 @@ impl<R: Runtime> Gateway<R> {
         self.idle_timeout = timeout.max(Duration::from_millis(4));
         self
     }
-    /// Answers 504 when an upstream response head takes longer than this.
-    /// Default 60 s (nginx's `proxy_read_timeout`).
+    /// Answers 504 when an upstream response head takes longer than this,
+    /// and cuts a response body short (the local client sees it end early)
+    /// when the upstream then sends nothing of it for this long. Default 60 s
+    /// (nginx's `proxy_read_timeout`).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -549,25 +551,49 @@ impl Drop for Active {
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that keeps its request counted as in flight.
-    struct Holding<B> {
+    /// An upstream response body on its way to the local client: its request
+    /// counted as in flight until it ends, and failed when the upstream sends
+    /// nothing for the response timeout while the local side waits for more
+    /// (a slow local reader, which stops polling, never counts).
+    struct Upstream<B> {
         #[pin]
         body: B,
         active: Option<Active>,
+        rt: Arc<dyn Runtime>,
+        limit: Duration,
+        last: Instant,
+        sleep: Option<crate::BoxFuture<()>>,
     }
 }
 
-impl<B: http_body::Body<Data = Bytes>> http_body::Body for Holding<B> {
+impl<B: http_body::Body<Data = Bytes, Error = BoxError>> http_body::Body for Upstream<B> {
     type Data = Bytes;
-    type Error = B::Error;
+    type Error = BoxError;
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
         let polled = this.body.poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            *this.active = None;
+        match &polled {
+            Poll::Ready(Some(Ok(_))) => *this.last = Instant::now(),
+            Poll::Ready(None | Some(Err(_))) => {
+                *this.active = None;
+                *this.sleep = None;
+            }
+            Poll::Pending => loop {
+                let deadline = *this.last + *this.limit;
+                let sleep = this.sleep.get_or_insert_with(|| this.rt.sleep_until(deadline));
+                if sleep.as_mut().poll(cx).is_pending() {
+                    break;
+                }
+                *this.sleep = None;
+                if Instant::now() >= deadline {
+                    *this.active = None;
+                    let why = format!("the upstream sent nothing of the response body for {:?}", this.limit);
+                    return Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::TimedOut, why).into())));
+                }
+            },
         }
         polled
     }
@@ -1116,7 +1142,14 @@ impl<R: Runtime> State<R> {
         let upstream_version = head.version;
         gateway::forward_response_headers(&mut head.headers, upstream_version, &self.via_name);
         head.version = http::Version::HTTP_11;
-        let body = Holding { body: body.map_err(BoxError::from), active: Some(active) };
+        let body = Upstream {
+            body: body.map_err(BoxError::from),
+            active: Some(active),
+            rt: Arc::clone(&self.rt),
+            limit,
+            last: Instant::now(),
+            sleep: None,
+        };
         Ok(Some(Response::from_parts(head, body.boxed_unsync())))
     }
 

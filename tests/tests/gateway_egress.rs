@@ -135,6 +135,23 @@ fn an_upstream_slower_than_the_response_timeout_is_504_per_server() {
     assert!(answer.contains("did not answer within"), "{answer}");
     // Fast answers are untouched.
     assert_eq!(status_of(&raw(addr, &get("/hello", &host))), 200);
+    // A body that stalls past the timeout is cut short: the head went out,
+    // the body never completes, and the log says so.
+    let answer = raw(addr, &get("/slow-body/5000", &host));
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    assert!(!answer.contains("late") && !answer.ends_with("0\r\n\r\n"), "a cut body looks cut: {answer}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(r) = log.lock().unwrap().iter().find(|r| r.target == "/slow-body/5000") {
+            assert!(!r.complete, "{r}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never logged");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // One that pauses for less goes through whole.
+    let answer = raw(addr, &get("/slow-body/100", &host));
+    assert!(answer.ends_with("4\r\nlate\r\n0\r\n\r\n"), "{answer}");
     stop.send(()).unwrap();
     rt.block_on(served).unwrap().unwrap();
 
