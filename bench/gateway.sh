@@ -11,7 +11,7 @@ set -euo pipefail
 n=${1:-400}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; for f in "$work"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done; rm -rf "$work"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up=$(free_port) rp=$(free_port) gw=$(free_port)
 
@@ -24,45 +24,57 @@ printf 'subjectAltName=DNS:localhost\n' >"$work/ext"
 openssl x509 -req -in "$work/leaf.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
     -extfile "$work/ext" -out "$work/leaf.pem" 2>/dev/null
 
-cat >"$work/nginx.conf" <<EOF
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/error.log;
-events { worker_connections 1024; }
+# Two nginx instances, so each one's CPU is its own: the TLS upstream, and the
+# reverse proxy to compare the gateway with (one worker; a second copy with two).
+nginx_conf() { # NAME WORKERS SERVER-BLOCKS
+    cat >"$work/$1.conf" <<CONF
+worker_processes $2;
+pid $work/$1.pid;
+error_log $work/$1.error.log;
+events { worker_connections 4096; }
 http {
     access_log off;
     client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work;
     uwsgi_temp_path $work; scgi_temp_path $work;
-    server {
-        # (the old spelling: Debian's nginx may predate "http2 on;")
+    $3
+}
+CONF
+    nginx -c "$work/$1.conf" -p "$work"
+}
+# (the old spelling "listen ... ssl http2": Debian's nginx may predate "http2 on;")
+nginx_conf up 1 "server {
         listen 127.0.0.1:$up ssl http2;
         ssl_certificate $work/leaf.pem;
         ssl_certificate_key $work/leaf.key;
         keepalive_requests 100000;
-        location / { return 200 "hello"; }
-    }
-    upstream tls_upstream { server 127.0.0.1:$up; keepalive 16; }
+        location / { return 200 \"hello\"; }
+    }"
+rp_server() { # PORT
+    echo "upstream tls_upstream { server 127.0.0.1:$up; keepalive 64; }
     server {
-        listen 127.0.0.1:$rp;
+        listen 127.0.0.1:$1;
+        keepalive_requests 100000;
         location / {
             proxy_pass https://tls_upstream;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Connection \"\";
             proxy_ssl_server_name on;
             proxy_ssl_name localhost;
             proxy_ssl_trusted_certificate $work/ca.pem;
             proxy_ssl_verify on;
             proxy_ssl_session_reuse on;
         }
-    }
+    }"
 }
-EOF
-nginx -c "$work/nginx.conf" -p "$work"
+rp2=$(free_port)
+nginx_conf rp 1 "$(rp_server "$rp")"
+nginx_conf rp2 2 "$(rp_server "$rp2")"
 
 bin=$root/target/release/switchyard
 [ -x "$bin" ] || cargo build --release --quiet -p switchyard-cli --manifest-path "$root/Cargo.toml"
 "$bin" gateway --listen "127.0.0.1:$gw" --server "https://localhost:$up=2" --cacert "$work/ca.pem" \
     --resolve "localhost:$up:127.0.0.1" >/dev/null 2>"$work/gateway.log" &
+gateway_pid=$!
 for _ in $(seq 100); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $gw), 0.1)" 2>/dev/null && break
     sleep 0.05
@@ -111,19 +123,36 @@ EOF
 
 # Throughput and latency with keep-alive load (h2load from nghttp2-client): 32
 # concurrent HTTP/1.1 clients straight to the TLS upstream, through the gateway and
-# through nginx; the gateway also over h2c (one local connection per client, 10
-# streams each). Added latency = its p50/p99 minus the direct run's.
+# through nginx (one worker, then two); the gateway also over h2c (one local
+# connection per client, 10 streams each). Added latency = its p50/p99 minus the
+# direct run's. CPU per request: the proxy's own (user + system, from /proc), or
+# the upstream's on the direct run.
 if command -v h2load >/dev/null 2>&1; then
     load=$((n * 50))
-    run_load() { # name url extra-args...
-        local name=$1 url=$2; shift 2
+    tck=$(getconf CLK_TCK)
+    # CPU ticks (user + system, all threads) of a process and its children.
+    ticks() { # PID
+        local t=0 p
+        for p in "$1" $(pgrep -P "$1"); do
+            [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+        done
+        echo "$t"
+    }
+    run_load() { # name cpu-pid url extra-args...
+        local name=$1 pid=$2 url=$3; shift 3
+        local before after
+        before=$(ticks "$pid")
         h2load -n "$load" -c 32 -t 1 "$@" -H ":authority: localhost:$up" --log-file "$work/$name.tsv" "$url" \
             >"$work/$name.out" 2>&1 || { echo "h2load $name failed:"; cat "$work/$name.out"; return 1; }
+        after=$(ticks "$pid")
+        # CPU microseconds per request of the process in the middle.
+        python3 -c "print(f'{($after - $before) * 1e6 / $tck / $load:.1f}')" >"$work/$name.cpu"
     }
-    run_load direct "https://127.0.0.1:$up/" --h1
-    run_load gateway "http://127.0.0.1:$gw/" --h1
-    run_load nginx "http://127.0.0.1:$rp/" --h1
-    run_load gateway-h2c "http://127.0.0.1:$gw/" -m 10
+    run_load direct "$(cat "$work/up.pid")" "https://127.0.0.1:$up/" --h1
+    run_load gateway "$gateway_pid" "http://127.0.0.1:$gw/" --h1
+    run_load nginx "$(cat "$work/rp.pid")" "http://127.0.0.1:$rp/" --h1
+    run_load nginx-2w "$(cat "$work/rp2.pid")" "http://127.0.0.1:$rp2/" --h1
+    run_load gateway-h2c "$gateway_pid" "http://127.0.0.1:$gw/" -m 10
     python3 - "$work" <<'PY'
 import statistics, sys, re
 work = sys.argv[1]
@@ -135,13 +164,19 @@ def read(name):
 base, _, _ = read("direct")
 b50, b99 = statistics.median(base), base[int(len(base) * 0.99) - 1]
 rows = {}
-for name in ["direct", "gateway", "nginx", "gateway-h2c"]:
+cpu = {}
+for name in ["direct", "gateway", "nginx", "nginx-2w", "gateway-h2c"]:
     lat, ok, rps = read(name)
     p50, p99 = statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
     rows[name] = rps
+    cpu[name] = float(open(f"{work}/{name}.cpu").read())
+    who = "upstream" if name == "direct" else "proxy"
     added = "" if name == "direct" else f"  added p50 {p50 - b50:+7.0f} us  p99 {p99 - b99:+7.0f} us"
-    print(f"h2load {name:12s} {rps:9.0f} req/s  {ok}/{len(lat)} ok  p50 {p50:6.0f} us  p99 {p99:6.0f} us{added}")
-print(f"h2load: gateway {rows['gateway'] / rows['nginx']:.2f}x nginx's throughput over HTTP/1.1 keep-alive; h2c {rows['gateway-h2c'] / rows['nginx']:.2f}x")
+    print(f"h2load {name:12s} {rps:9.0f} req/s  {ok}/{len(lat)} ok  p50 {p50:6.0f} us  p99 {p99:6.0f} us  {who} CPU {cpu[name]:5.1f} us/req{added}")
+print(f"h2load: gateway {rows['gateway'] / rows['nginx']:.2f}x nginx's throughput over HTTP/1.1 keep-alive "
+      f"({rows['gateway'] / rows['nginx-2w']:.2f}x nginx with 2 workers); h2c {rows['gateway-h2c'] / rows['nginx']:.2f}x")
+print(f"CPU per request: gateway {cpu['gateway']:.1f} us vs nginx {cpu['nginx']:.1f} us ({cpu['gateway'] / cpu['nginx']:.2f}x), "
+      f"2 workers {cpu['nginx-2w']:.1f} us ({cpu['gateway'] / cpu['nginx-2w']:.2f}x); gateway h2c {cpu['gateway-h2c']:.1f} us")
 PY
 else
     echo "h2load not installed (apt-get install nghttp2-client): throughput runs skipped"
