@@ -383,13 +383,8 @@ impl<R: Listen> Gateway<R> {
         });
         let watched = Arc::new(Watched::default());
         let (stopping, stop) = tokio::sync::watch::channel(false);
-        let sweeping = sweeper(
-            Arc::clone(&deadlines),
-            Arc::clone(&watched),
-            self.idle_timeout,
-            Arc::clone(&rt),
-            stop,
-        );
+        let sweeping =
+            sweeper(Arc::clone(&deadlines), Arc::clone(&watched), self.idle_timeout, Arc::clone(&rt), stop);
         if rt.spawn(Box::pin(sweeping)).is_none() {
             return Err(io::Error::other("gateway: the runtime cannot spawn tasks"));
         }
@@ -513,7 +508,6 @@ impl Deadlines {
             waker.wake();
         }
     }
-
 }
 
 /// The gateway's one housekeeping task: the deadlines every tick, and the

@@ -490,3 +490,76 @@ fn an_http2_upstreams_early_answer_reaches_the_local_client() {
     stop.send(()).unwrap();
     rt.block_on(served).unwrap().unwrap();
 }
+
+/// The GOAWAY churn through the gateway: nginx over TLS as the
+/// upstream with `keepalive_requests 5` and a reload every 250 ms, 128 local
+/// callers × 40 GETs through the gateway: every request is answered 200.
+#[test]
+fn goaway_churn_behind_the_gateway_loses_no_request() {
+    use switchyard_tests::interop::{Nginx, NginxOptions};
+    let options = NginxOptions { keepalive_requests: Some(5), ..NginxOptions::default() };
+    let Some(nginx) = Nginx::start(options) else { return };
+    let nginx = Arc::new(nginx);
+    let rt = runtime();
+    let up = format!("localhost:{}", nginx.tls_port);
+    let manager = rt.block_on(async {
+        let (pem, up) = (nginx.ca.cert_pem.clone(), up.clone());
+        let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let manager = Manager::builder()
+            .server(&format!("https://{up}"), 1)
+            .client(move |b| b.resolve(&up, [lo]).add_root_certificate_pem(&pem).no_proxy())
+            .build()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), manager.ready()).await.unwrap().unwrap();
+        manager
+    });
+    let log: Log = Arc::default();
+    let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reloader = {
+        let (nginx, stopping) = (Arc::clone(&nginx), Arc::clone(&stopping));
+        std::thread::spawn(move || {
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(250));
+                nginx.reload();
+            }
+        })
+    };
+    let statuses: Vec<u16> = rt.block_on(async {
+        let client = switchyard_tokio::Client::builder()
+            .proxy(switchyard_tokio::Proxy::http(format!("http://{addr}")).unwrap())
+            .build()
+            .unwrap();
+        let tasks: Vec<_> = (0..128)
+            .map(|_| {
+                let (client, url) = (client.clone(), format!("http://{up}/hello"));
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    for _ in 0..40 {
+                        out.push(match client.get(&url).send().await {
+                            Ok(r) => r.status().as_u16(),
+                            Err(_) => 0,
+                        });
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    });
+    stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+    reloader.join().unwrap();
+    let failed = statuses.iter().filter(|s| **s != 200).count();
+    assert_eq!(failed, 0, "{failed} of {} failed; statuses: {:?}", statuses.len(), {
+        let mut seen: Vec<u16> = statuses.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        seen
+    });
+    stop.send(()).unwrap();
+    rt.block_on(served).unwrap().unwrap();
+}
