@@ -270,10 +270,11 @@ impl<R: Runtime> Manager<R> {
 }
 
 impl<R: Runtime> Gateway<R> {
-    /// At most `n` local connections at once. At the cap, the gateway closes
-    /// idle ones (no request in flight, longest silent first) to make room;
-    /// while none is idle, more wait in the listener's backlog (accepting
-    /// pauses). Default 1,024.
+    /// At most `n` local connections at once. At the cap, a new connection
+    /// is accepted and waits while the gateway closes an idle one (no request
+    /// in flight; the longest silent, then the oldest) to make room; while
+    /// none is idle, it waits for a slot and the rest wait in the listener's
+    /// backlog. Default 1,024.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = n.max(1);
         self
@@ -393,10 +394,24 @@ impl<R: Listen> Gateway<R> {
         builder.http2().timer(Timer(Arc::clone(&rt)));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let permit = match Arc::clone(&connections).try_acquire_owned() {
-                Ok(permit) => permit,
-                Err(_) => {
-                    // At the cap: make room by closing an idle connection,
+            let free = Arc::clone(&connections).try_acquire_owned().ok();
+            let (stream, peer) = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                accepted = R::accept(&listener) => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) if is_transient(&e) => {
+                        rt.sleep_until(Instant::now() + Duration::from_millis(10)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            let permit = match free {
+                Some(permit) => permit,
+                None => {
+                    // At the cap, with a connection waiting: make room by
+                    // closing an idle one (the new one is not among them),
                     // then wait for its slot (or any other).
                     let mut got = None;
                     loop {
@@ -417,18 +432,6 @@ impl<R: Listen> Gateway<R> {
                         None => break,
                     }
                 }
-            };
-            let (stream, peer) = tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                accepted = R::accept(&listener) => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) if is_transient(&e) => {
-                        rt.sleep_until(Instant::now() + Duration::from_millis(10)).await;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                },
             };
             let watch = Arc::new(Watch::default());
             let key = watched.insert(Arc::clone(&watch));
@@ -635,10 +638,13 @@ impl Watched {
     /// close; none idle: nothing.
     fn close_an_idle(&self) {
         let open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The oldest among the longest silent (`max_by_key` keeps the last
+        // maximum: newest first).
         let victim = open
             .1
             .values()
-            .filter(|w| w.active.load(Ordering::Relaxed) == 0)
+            .rev()
+            .filter(|w| w.active.load(Ordering::Relaxed) == 0 && !w.close.load(Ordering::Relaxed))
             .max_by_key(|w| w.quiet.load(Ordering::Relaxed));
         if let Some(victim) = victim {
             victim.ask_to_close();
