@@ -59,6 +59,25 @@ fn manager(rt: &tokio::runtime::Runtime, url: &str, min: usize) -> Manager {
     })
 }
 
+/// A plain HTTP/1.1 test server, its `host:port`, and a Manager over it (one
+/// warm connection).
+fn plain_upstream(rt: &tokio::runtime::Runtime) -> (TestServer, String, Manager) {
+    let upstream = TestServer::start(ServerOptions::default());
+    let host = format!("127.0.0.1:{}", upstream.port());
+    let manager = manager(rt, &format!("http://{host}"), 1);
+    (upstream, host, manager)
+}
+
+/// Stops a gateway from [`serve_with`] and checks it ended cleanly.
+fn finish(
+    rt: &tokio::runtime::Runtime,
+    stop: tokio::sync::oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    stop.send(()).unwrap();
+    rt.block_on(served).unwrap().unwrap();
+}
+
 /// Writes `request` on a new connection and reads the answer until the
 /// gateway closes (or 20 s pass).
 fn raw(gateway: SocketAddr, request: &[u8]) -> String {
@@ -95,9 +114,7 @@ fn closed_by_peer(s: &mut TcpStream) -> bool {
 #[test]
 fn silent_connections_close_and_the_cap_makes_room_for_a_request() {
     let rt = runtime();
-    let upstream = TestServer::start(ServerOptions::default());
-    let host = format!("127.0.0.1:{}", upstream.port());
-    let manager = manager(&rt, &format!("http://{host}"), 1);
+    let (_upstream, host, manager) = plain_upstream(&rt);
     let log: Log = Arc::default();
     let gateway = manager.gateway().max_connections(4).idle_timeout(Duration::from_millis(400));
     let (addr, stop, served) = serve_with(&rt, gateway, &log);
@@ -116,17 +133,14 @@ fn silent_connections_close_and_the_cap_makes_room_for_a_request() {
     let mut kept = TcpStream::connect(addr).unwrap();
     kept.write_all(format!("GET /hello HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes()).unwrap();
     assert!(closed_by_peer(&mut kept), "an idle keep-alive connection was never closed");
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 #[test]
 fn an_upstream_slower_than_the_response_timeout_is_504_per_server() {
     let rt = runtime();
-    let upstream = TestServer::start(ServerOptions::default());
-    let host = format!("127.0.0.1:{}", upstream.port());
+    let (_upstream, host, manager) = plain_upstream(&rt);
     let url = format!("http://{host}");
-    let manager = manager(&rt, &url, 1);
     let log: Log = Arc::default();
     let gateway = manager.gateway().response_timeout(Duration::from_millis(300));
     let (addr, stop, served) = serve_with(&rt, gateway, &log);
@@ -152,8 +166,7 @@ fn an_upstream_slower_than_the_response_timeout_is_504_per_server() {
     // One that pauses for less goes through whole.
     let answer = raw(addr, &get("/slow-body/100", &host));
     assert!(answer.ends_with("4\r\nlate\r\n0\r\n\r\n"), "{answer}");
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 
     // The server's own timeout wins over the gateway's.
     let gateway = manager
@@ -162,8 +175,7 @@ fn an_upstream_slower_than_the_response_timeout_is_504_per_server() {
         .response_timeout_for(&url, Duration::from_secs(20));
     let (addr, stop, served) = serve_with(&rt, gateway, &log);
     assert_eq!(status_of(&raw(addr, &get("/sleep/400", &host))), 200);
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 
     // A timeout for a server nobody declared is a configuration error.
     let gateway = manager.gateway().response_timeout_for("http://undeclared.test", Duration::from_secs(1));
@@ -225,8 +237,7 @@ fn a_down_server_is_tried_by_the_next_request_not_after_its_backoff() {
     let _upstream = TestServer::start_on(listener, ServerOptions::default());
     let back = raw(addr, &get("/hello", &host));
     assert_eq!(status_of(&back), 200, "{back}");
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 #[test]
@@ -250,16 +261,13 @@ fn a_gateway_declared_as_its_own_upstream_answers_508() {
     let answer = raw(addr, &get("/x", &addr.to_string()));
     assert_eq!(status_of(&answer), 508, "{answer}");
     assert!(answer.contains("a loop"), "{answer}");
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 #[test]
 fn request_shapes_the_gateway_answers_itself() {
     let rt = runtime();
-    let upstream = TestServer::start(ServerOptions::default());
-    let host = format!("127.0.0.1:{}", upstream.port());
-    let manager = manager(&rt, &format!("http://{host}"), 1);
+    let (upstream, host, manager) = plain_upstream(&rt);
     let log: Log = Arc::default();
     let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
     let before = upstream.records().len();
@@ -296,16 +304,13 @@ fn request_shapes_the_gateway_answers_itself() {
             assert_eq!(upstream.records().len(), before, "a refused request went upstream");
         }
     }
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 #[test]
 fn expect_100_continue_is_answered_by_the_gateway_and_not_forwarded() {
     let rt = runtime();
-    let upstream = TestServer::start(ServerOptions::default());
-    let host = format!("127.0.0.1:{}", upstream.port());
-    let manager = manager(&rt, &format!("http://{host}"), 1);
+    let (_upstream, host, manager) = plain_upstream(&rt);
     let log: Log = Arc::default();
     let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
     let mut s = TcpStream::connect(addr).unwrap();
@@ -323,8 +328,7 @@ fn expect_100_continue_is_answered_by_the_gateway_and_not_forwarded() {
     let _ = s.read_to_string(&mut rest);
     assert_eq!(status_of(&rest), 200, "{rest}");
     assert!(!rest.to_ascii_lowercase().contains("expect"), "Expect went upstream: {rest}");
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 #[test]
@@ -355,16 +359,13 @@ fn an_unasked_101_from_upstream_is_502() {
     let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
     let answer = raw(addr, &get("/", &host));
     assert_eq!(status_of(&answer), 502, "{answer}");
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 #[test]
 fn a_request_abandoned_before_its_head_is_logged_as_499() {
     let rt = runtime();
-    let upstream = TestServer::start(ServerOptions::default());
-    let host = format!("127.0.0.1:{}", upstream.port());
-    let manager = manager(&rt, &format!("http://{host}"), 1);
+    let (_upstream, host, manager) = plain_upstream(&rt);
     let log: Log = Arc::default();
     let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
     let mut s = TcpStream::connect(addr).unwrap();
@@ -381,8 +382,7 @@ fn a_request_abandoned_before_its_head_is_logged_as_499() {
     };
     assert_eq!(record.status.as_u16(), 499, "{record}");
     assert!(!record.complete, "{record}");
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 #[test]
@@ -452,8 +452,7 @@ fn stalled_local_readers_do_not_freeze_a_shared_http2_upstream() {
     assert!(answer.ends_with("hello"), "{answer}");
     assert_eq!(upstream.connections(), 1, "one upstream connection carried all five");
     drop(stalled);
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 /// An HTTP/2 upstream that answers an upload before reading it (413, 401,
@@ -487,8 +486,7 @@ fn an_http2_upstreams_early_answer_reaches_the_local_client() {
         drop(s);
         let _ = writer.join();
     }
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
 
 /// The GOAWAY churn through the gateway: nginx over TLS as the
@@ -560,6 +558,5 @@ fn goaway_churn_behind_the_gateway_loses_no_request() {
         seen.dedup();
         seen
     });
-    stop.send(()).unwrap();
-    rt.block_on(served).unwrap().unwrap();
+    finish(&rt, stop, served);
 }
