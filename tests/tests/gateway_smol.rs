@@ -121,3 +121,52 @@ fn the_gateway_serves_on_smol() {
     let log = log.lock().unwrap();
     assert!(log.iter().filter(|r| r.status == 200 && r.complete).count() >= 102, "{}", log.len());
 }
+
+/// The egress bounds on smol too: the backlog past 128 (`gateway::bind`),
+/// silent connections closed by the sweeper, room made at the cap, and 504
+/// past the response timeout.
+#[test]
+fn the_gateways_bounds_hold_on_smol() {
+    let upstream = TestServer::start(ServerOptions { http1_only: true, ..Default::default() });
+    let host = format!("127.0.0.1:{}", upstream.port());
+    let manager = Manager::builder()
+        .server(&format!("http://{host}"), 1)
+        .client(|b| b.no_proxy().http_version(HttpVersion::Http1Only))
+        .build()
+        .unwrap();
+    smol::block_on(async { manager.ready().await }).unwrap();
+    let listener = switchyard_smol::gateway::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let gateway = listener.local_addr().unwrap();
+    let (stop, stopped) = smol::channel::bounded::<()>(1);
+    let served = smol::spawn(
+        manager
+            .gateway()
+            .max_connections(4)
+            .idle_timeout(Duration::from_millis(400))
+            .response_timeout(Duration::from_millis(300))
+            .serve_until(listener, async move {
+                let _ = stopped.recv().await;
+            }),
+    );
+    let mut silent: Vec<std::net::TcpStream> =
+        (0..4).map(|_| std::net::TcpStream::connect(gateway).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let get = |path: &str| {
+        raw(gateway, &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"))
+    };
+    let answer = get("/hello");
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"), "{answer}");
+    let answer = get("/sleep/5000");
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    for (i, s) in silent.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = [0u8; 16];
+        let closed = match s.read(&mut buf) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(closed, "silent connection {i} was not closed");
+    }
+    stop.send_blocking(()).unwrap();
+    smol::block_on(served).unwrap();
+}
