@@ -487,6 +487,21 @@ fn only_goaways_that_agree_teach_a_stream_budget() {
     }
     assert_eq!(round(&mut pool, 40, 3), 3, "no budget learned: the connection took all three");
     assert_eq!(budget_closes(&pool), 0);
+    // The same GOAWAY twice on one connection is one lesson, not two.
+    let mut pool = Pool::new(PoolConfig::default());
+    let (first, k) = open(&mut pool, &a);
+    pool.settings(ms(5), k, Some(100)).unwrap();
+    let more: Vec<CallId> =
+        (0..2).map(|_| pool.acquire(ms(5), a.clone(), AcquireOptions::default())).collect();
+    while pool.poll_action().is_some() {}
+    for _ in 0..2 {
+        pool.goaway(ms(6), k, GoAway { last_stream_id: last_stream(2), error_code: 0 }).unwrap();
+    }
+    for c in std::iter::once(first).chain(more) {
+        let _ = pool.exchange_finished(ms(7), c, Reuse::Reusable);
+    }
+    while pool.poll_action().is_some() {}
+    assert_eq!(round(&mut pool, 10, 9), 3, "one connection's GOAWAYs taught nothing");
     // Two that agree (2, 2): the next connection takes two streams, no more.
     let mut pool = Pool::new(PoolConfig::default());
     assert_eq!(round(&mut pool, 10, 2), 3);

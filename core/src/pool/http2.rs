@@ -105,7 +105,11 @@ impl Pool {
         if goaway.error_code != 0 {
             return;
         }
-        let Some(c) = self.conns.get(&connection).filter(|c| c.multiplexed()) else { return };
+        // One lesson per connection: a second GOAWAY on it (RFC 9113 §6.8's
+        // two-step shutdown, or a repeat) is not a second connection agreeing.
+        let Some(c) = self.conns.get(&connection).filter(|c| c.multiplexed() && c.goaway.is_none()) else {
+            return;
+        };
         // Client streams are odd: ids 1, 3, … up to the last one processed.
         let processed = u64::from(goaway.last_stream_id).div_ceil(2);
         if processed == 0 || c.assigned <= processed {
