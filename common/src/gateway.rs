@@ -385,6 +385,12 @@ pub fn failure(error: &Error) -> Refusal {
 
 /// Removes the hop-by-hop fields, those `Connection` names included.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names first: most messages carry none of them, and
+    // each removal by name is a hashed lookup (eleven per request and
+    // response, most of them for nothing).
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -397,35 +403,74 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Adds this hop to `Via` as `name`, for a message that arrived as `version`.
-pub fn add_via(headers: &mut HeaderMap, version: http::Version, name: &str) {
-    let protocol = match version {
-        http::Version::HTTP_10 => "1.0",
-        http::Version::HTTP_2 => "2",
-        _ => "1.1",
-    };
-    if let Ok(value) = HeaderValue::from_str(&format!("{protocol} {name}")) {
-        headers.append(header::VIA, value);
+/// This hop's `Via` entries (RFC 9110 §7.6.3), made once per gateway: one for
+/// each protocol version a message may arrive with.
+///
+/// ```
+/// use switchyard_common::gateway::Via;
+/// let via = Via::new("switchyard-1a2b3c4d").unwrap();
+/// assert_eq!(via.value(http::Version::HTTP_2), "2 switchyard-1a2b3c4d");
+/// assert!(Via::new("two words").is_none());
+/// ```
+#[derive(Clone, Debug)]
+pub struct Via {
+    name: String,
+    /// HTTP/1.0, HTTP/1.1, HTTP/2.
+    values: [HeaderValue; 3],
+}
+
+impl Via {
+    /// The entries for pseudonym `name`; `None` unless it is a token (RFC 9110 §5.6.2).
+    #[must_use]
+    pub fn new(name: &str) -> Option<Via> {
+        let token = !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token {
+            return None;
+        }
+        let value = |protocol: &str| HeaderValue::from_str(&format!("{protocol} {name}")).ok();
+        Some(Via { name: name.to_owned(), values: [value("1.0")?, value("1.1")?, value("2")?] })
     }
+
+    /// The pseudonym.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The entry for a message that arrived as `version`.
+    #[must_use]
+    pub fn value(&self, version: http::Version) -> &HeaderValue {
+        match version {
+            http::Version::HTTP_10 => &self.values[0],
+            http::Version::HTTP_2 => &self.values[2],
+            _ => &self.values[1],
+        }
+    }
+}
+
+/// Adds this hop to `Via`, for a message that arrived as `version`.
+pub fn add_via(headers: &mut HeaderMap, version: http::Version, via: &Via) {
+    headers.append(header::VIA, via.value(version).clone());
 }
 
 /// The forwarded request head's fields: hop-by-hop removed, `Host` dropped
 /// (the client sets the server's own), `Expect: 100-continue` dropped (the
 /// gateway's server answers it as the body is read; forwarded, a server that
-/// never answers it would cost the client's wait for every upload), `Via` added
-/// as `via_name`.
-pub fn forward_request_headers(headers: &mut HeaderMap, version: http::Version, via_name: &str) {
+/// never answers it would cost the client's wait for every upload), `Via` added.
+pub fn forward_request_headers(headers: &mut HeaderMap, version: http::Version, via: &Via) {
     strip_hop_by_hop(headers);
     headers.remove(header::HOST);
-    headers.remove(header::EXPECT);
-    add_via(headers, version, via_name);
+    if headers.keys().any(|name| name == header::EXPECT) {
+        headers.remove(header::EXPECT);
+    }
+    add_via(headers, version, via);
 }
 
-/// The answered response head's fields: hop-by-hop removed, `Via` added as
-/// `via_name`.
-pub fn forward_response_headers(headers: &mut HeaderMap, version: http::Version, via_name: &str) {
+/// The answered response head's fields: hop-by-hop removed, `Via` added.
+pub fn forward_response_headers(headers: &mut HeaderMap, version: http::Version, via: &Via) {
     strip_hop_by_hop(headers);
-    add_via(headers, version, via_name);
+    add_via(headers, version, via);
 }
 
 /// The listen backlog the gateway asks for: more than any kernel grants, so
@@ -579,7 +624,7 @@ mod tests {
         ] {
             h.append(HeaderName::from_static(n), v.parse().unwrap());
         }
-        forward_request_headers(&mut h, http::Version::HTTP_11, "switchyard");
+        forward_request_headers(&mut h, http::Version::HTTP_11, &Via::new("switchyard").unwrap());
         let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
         assert_eq!(names, ["via", "x-kept"]);

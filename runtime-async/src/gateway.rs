@@ -320,7 +320,8 @@ impl<R: Runtime> Gateway<R> {
     }
     /// This gateway's pseudonym in `Via` (default `switchyard-` and 8 random
     /// hexadecimal digits). A request that arrives with it in its `Via` has
-    /// come around a loop and is answered 508.
+    /// come around a loop and is answered 508. It must be a token (`serve`
+    /// fails with `InvalidInput` otherwise).
     pub fn via_name(mut self, name: impl Into<String>) -> Self {
         self.via_name = name.into();
         self
@@ -356,6 +357,15 @@ impl<R: Listen> Gateway<R> {
         shutdown: impl Future<Output = ()> + Send,
     ) -> io::Result<()> {
         let declared = self.manager.__servers();
+        let via = gateway::Via::new(&self.via_name).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "gateway: via_name({:?}) is not a token (letters, digits, -._~ and the like)",
+                    self.via_name
+                ),
+            )
+        })?;
         let mut response_timeouts = vec![self.response_timeout; declared.len()];
         for (url, timeout) in &self.response_timeouts {
             let at = declared.iter().position(|d| d.url == *url).ok_or_else(|| {
@@ -380,7 +390,7 @@ impl<R: Listen> Gateway<R> {
             log: self.log,
             rt: Arc::clone(&rt),
             status: self.status,
-            via_name: self.via_name,
+            via,
         });
         let watched = Arc::new(Watched::default());
         let (stopping, stop) = tokio::sync::watch::channel(false);
@@ -998,7 +1008,7 @@ struct State<R: Runtime> {
     log: Option<Log>,
     rt: Arc<dyn Runtime>,
     status: StatusAccess,
-    via_name: String,
+    via: gateway::Via,
     /// Per declared server (same order): a request is probing it while the
     /// Manager reports it down.
     probing: Vec<AtomicBool>,
@@ -1167,7 +1177,11 @@ impl<R: Runtime> State<R> {
         let _slot = self.requests.acquire().await;
         let (mut parts, body) = request.into_parts();
         let mut pending = Abandoned {
-            record: AccessRecord::new(parts.method.clone(), parts.uri.to_string()),
+            // The target in words only for a log to read.
+            record: AccessRecord::new(
+                parts.method.clone(),
+                if self.log.is_some() { parts.uri.to_string() } else { String::new() },
+            ),
             start,
             log: self.log.clone(),
             armed: true,
@@ -1177,7 +1191,7 @@ impl<R: Runtime> State<R> {
             let rules = gateway::Rules {
                 declared: self.manager.__servers(),
                 local_port: self.local_port,
-                via_name: &self.via_name,
+                via_name: self.via.name(),
                 status: self.status,
             };
             let shape =
@@ -1266,7 +1280,7 @@ impl<R: Runtime> State<R> {
         record.server = Some(server.url.clone());
         let probe = self.admit_down(server)?;
         let incoming_version = parts.version;
-        gateway::forward_request_headers(&mut parts.headers, incoming_version, &self.via_name);
+        gateway::forward_request_headers(&mut parts.headers, incoming_version, &self.via);
         let upload = (!http_body::Body::is_end_stream(&body)).then(|| Arc::new(Upload::default()));
         let body = match &upload {
             None => Body::empty(),
@@ -1342,7 +1356,7 @@ impl<R: Runtime> State<R> {
         record.source = response.connection_source();
         let (mut head, body) = response.into_parts();
         let upstream_version = head.version;
-        gateway::forward_response_headers(&mut head.headers, upstream_version, &self.via_name);
+        gateway::forward_response_headers(&mut head.headers, upstream_version, &self.via);
         head.version = http::Version::HTTP_11;
         let body = Upstream {
             body: body.map_err(BoxError::from),
