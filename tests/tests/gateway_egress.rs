@@ -142,7 +142,9 @@ fn an_upstream_slower_than_the_response_timeout_is_504_per_server() {
     let (_upstream, host, manager) = plain_upstream(&rt);
     let url = format!("http://{host}");
     let log: Log = Arc::default();
-    let gateway = manager.gateway().response_timeout(Duration::from_millis(300));
+    // A second: the waits below are 5 s (past it) and 0.1 s (well within,
+    // on a loaded machine too).
+    let gateway = manager.gateway().response_timeout(Duration::from_secs(1));
     let (addr, stop, served) = serve_with(&rt, gateway, &log);
     let answer = raw(addr, &get("/sleep/5000", &host));
     assert_eq!(status_of(&answer), 504, "{answer}");
@@ -365,12 +367,17 @@ fn an_unasked_101_from_upstream_is_502() {
 #[test]
 fn a_request_abandoned_before_its_head_is_logged_as_499() {
     let rt = runtime();
-    let (_upstream, host, manager) = plain_upstream(&rt);
+    let (upstream, host, manager) = plain_upstream(&rt);
     let log: Log = Arc::default();
     let (addr, stop, served) = serve_with(&rt, manager.gateway(), &log);
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(&get("/sleep/3000", &host)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Gone once the upstream has the request (its head is then pending).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !upstream.records().iter().any(|r| r.path == "/sleep/3000") {
+        assert!(Instant::now() < deadline, "the request never reached the upstream");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     drop(s);
     let deadline = Instant::now() + Duration::from_secs(15);
     let record = loop {
