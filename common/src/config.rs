@@ -275,6 +275,30 @@ impl Config {
         self.build_address_with(uri, supports_http2, Some(unix))
     }
 
+    /// The [tunnel](switchyard_core::AddressBuilder::tunnel) Address for
+    /// `uri`'s origin: raw byte streams to its host and port (a gateway's
+    /// `CONNECT`), through this client's resolver, connector hook and proxy
+    /// rules, never TLS. Cleartext rules do not apply: the bytes are the
+    /// tunnel client's own.
+    ///
+    /// # Errors
+    /// A URI without an `http(s)` scheme, a host or a valid port.
+    pub fn tunnel_address(&self, uri: &http::Uri) -> Result<Address, Error> {
+        let invalid = |error| Error::invalid_url(&uri.to_string(), Some(error));
+        let mut builder = Address::from_uri(uri).map_err(invalid)?;
+        if let Some(path) = self.unix_socket.as_deref() {
+            builder = builder.unix_socket(path);
+        } else if self.connector_by_name {
+            builder = builder.without_dns();
+        }
+        builder
+            .tunnel()
+            .tls_identity(TlsIdentity(1))
+            .resolver_identity(ResolverIdentity(1))
+            .build()
+            .map_err(invalid)
+    }
+
     fn build_address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
         self.build_address_with(uri, supports_http2, self.unix_socket.as_deref())
     }

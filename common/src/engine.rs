@@ -793,6 +793,22 @@ impl<A: EngineHost> H1Body<A> {
         }
     }
 
+    /// After `101 Switching Protocols` (or a `2xx` to `CONNECT`): takes the
+    /// connection out of the pool for good — the pool hears it closed for
+    /// [`CloseReason::Exclusive`] — and returns its wire with the bytes that
+    /// arrived past the response head (the new protocol's first). `None`
+    /// when the response did not switch protocols (the body stays as it was).
+    pub fn take_upgraded(&mut self) -> Option<(A::Wire, bytes::BytesMut)> {
+        if !self.live.as_ref()?.1.is_upgraded() {
+            return None;
+        }
+        let (wire, mut driver) = *self.live.take()?;
+        let early = driver.take_upgraded().unwrap_or_default();
+        self.complete = true;
+        self.shared.release(self.call, self.connection, Err(CloseReason::Exclusive));
+        Some((wire, early))
+    }
+
     /// Gives the connection back (or closes it) per the driver's decision.
     pub fn finish(&mut self) {
         if let Some(live) = self.live.take() {
@@ -894,8 +910,15 @@ impl CallPlan {
         http2: bool,
         body_replayable: bool,
     ) -> Result<CallPlan, crate::Error> {
-        let options = parts.extensions.remove::<crate::RequestOptions>().unwrap_or_default();
+        let mut options = parts.extensions.remove::<crate::RequestOptions>().unwrap_or_default();
         crate::take_userinfo(parts)?;
+        // A request that asks to switch protocols goes on HTTP/1.1 (HTTP/2
+        // has no `Upgrade`) and on a connection of its own: after `101` the
+        // connection is the caller's. (An empty head, the common call, pays
+        // one length check.)
+        let upgrade = !parts.headers.is_empty() && parts.headers.contains_key(http::header::UPGRADE);
+        options.exclusive |= upgrade;
+        let http2 = http2 && !upgrade;
         // A request's own Unix socket is an extension of its own: the common
         // call (nothing else in the extensions) pays one length check.
         let unix =
@@ -927,6 +950,40 @@ impl CallPlan {
             call_deadline: whole.map(|t| start + t),
             body_timeout: options.body_timeout.or(config.body_timeout),
             facts,
+            options,
+        })
+    }
+}
+
+impl CallPlan {
+    /// The plan for a raw tunnel to `origin`'s host and port (a gateway's
+    /// `CONNECT`): the [tunnel Address](crate::Config::tunnel_address), the
+    /// client's proxy rules for `origin`, an exclusive acquisition. Bounded
+    /// by the pool's connect timeout (and `timeout`, when given).
+    ///
+    /// # Errors
+    /// As [`crate::Config::tunnel_address`].
+    pub fn tunnel(
+        config: &crate::Config,
+        origin: &http::Uri,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<CallPlan, crate::Error> {
+        let address = config.tunnel_address(origin)?;
+        let (proxies, proxy_reason) = match &config.selector {
+            Some(selector) => selector.select_explained(origin),
+            None => (config.proxies.clone(), None),
+        };
+        let options = crate::RequestOptions { exclusive: true, timeout, ..crate::RequestOptions::default() };
+        let start = std::time::Instant::now();
+        Ok(CallPlan {
+            address,
+            proxies,
+            proxy_reason,
+            timeout,
+            deadline: timeout.map(|t| start + t),
+            call_deadline: timeout.map(|t| start + t),
+            body_timeout: None,
+            facts: switchyard_core::pool::RequestFacts::new(&http::Method::CONNECT, false, true),
             options,
         })
     }

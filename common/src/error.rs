@@ -66,6 +66,10 @@ pub enum ErrorKind {
     Config(String),
     /// The response body is not what it was read as (`json()`: not that JSON).
     Decode(String),
+    /// The response cannot be taken over as another protocol (`upgrade()`):
+    /// it is not a `101 Switching Protocols` on HTTP/1.1, or its body was
+    /// already read.
+    Upgrade(String),
     /// An HTTP proxy answered `407 Proxy Authentication Required` to an
     /// absolute-form request (a `CONNECT` refused with 407 is a
     /// [`ErrorKind::Connect`] whose route failure says so). Either way
@@ -434,7 +438,7 @@ impl Error {
     pub fn may_have_been_sent(&self) -> bool {
         match &self.kind {
             ErrorKind::Exchange(e) => e.may_have_been_sent,
-            ErrorKind::Body(_) | ErrorKind::Status(_) | ErrorKind::Decode(_) => true,
+            ErrorKind::Body(_) | ErrorKind::Status(_) | ErrorKind::Decode(_) | ErrorKind::Upgrade(_) => true,
             ErrorKind::Timeout(phase) => *phase != TimeoutPhase::Connect,
             _ => false,
         }
@@ -518,6 +522,11 @@ impl fmt::Display for Error {
                 on(f, "from")?;
                 write!(f, " could not be decoded: {why}")?;
             }
+            ErrorKind::Upgrade(why) => {
+                f.write_str("the response")?;
+                on(f, "from")?;
+                write!(f, " cannot be upgraded: {why}")?;
+            }
             ErrorKind::NotDeclared { host, handle: None } => write!(
                 f,
                 "{host} is not a server this manager was built with (no connection is opened for it)"
@@ -556,6 +565,7 @@ impl fmt::Debug for Error {
             ErrorKind::Status(_) => "Status",
             ErrorKind::Config(_) => "Config",
             ErrorKind::Decode(_) => "Decode",
+            ErrorKind::Upgrade(_) => "Upgrade",
             ErrorKind::ProxyAuth { .. } => "ProxyAuth",
             ErrorKind::NotDeclared { .. } => "NotDeclared",
             ErrorKind::NotReady(_) => "NotReady",
@@ -586,6 +596,7 @@ impl fmt::Debug for ErrorKind {
             ErrorKind::Status(s) => return write!(f, "Status({})", s.as_u16()),
             ErrorKind::Config(why) => ("Config", Some(why.clone())),
             ErrorKind::Decode(why) => ("Decode", Some(why.clone())),
+            ErrorKind::Upgrade(why) => ("Upgrade", Some(why.clone())),
             ErrorKind::ProxyAuth { proxy, credentials_refused } => {
                 return write!(
                     f,

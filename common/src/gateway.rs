@@ -467,6 +467,36 @@ pub fn forward_request_headers(headers: &mut HeaderMap, version: http::Version, 
     add_via(headers, version, via);
 }
 
+/// The protocol an HTTP/1.1 request asks to switch to (WebSocket and the
+/// like): its one `Upgrade` field, when `Connection` names `upgrade`. The
+/// gateway passes such a request through on a connection of its own and, on
+/// `101`, joins the two connections byte for byte. `None` for HTTP/2 (no
+/// `Upgrade` there), for an `Upgrade` that `Connection` does not name (then
+/// it is an ordinary hop-by-hop field, removed), and for several `Upgrade`
+/// fields.
+#[must_use]
+pub fn upgrade_asked(headers: &HeaderMap, version: http::Version) -> Option<HeaderValue> {
+    if version != http::Version::HTTP_11 {
+        return None;
+    }
+    let named = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|v| v.as_bytes().split(|b| *b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade")));
+    let mut upgrade = headers.get_all(header::UPGRADE).iter();
+    match (named, upgrade.next(), upgrade.next()) {
+        (true, Some(value), None) if !value.as_bytes().trim_ascii().is_empty() => Some(value.clone()),
+        _ => None,
+    }
+}
+
+/// Puts back the fields of a protocol switch (`Connection: upgrade` and
+/// `Upgrade: protocol`) on a head whose hop-by-hop fields were removed.
+pub fn switch_fields(headers: &mut HeaderMap, protocol: HeaderValue) {
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, protocol);
+}
+
 /// The answered response head's fields: hop-by-hop removed, `Via` added.
 pub fn forward_response_headers(headers: &mut HeaderMap, version: http::Version, via: &Via) {
     strip_hop_by_hop(headers);
@@ -630,6 +660,42 @@ mod tests {
         assert_eq!(names, ["via", "x-kept"]);
         let via: Vec<_> = h.get_all("via").iter().map(|v| v.to_str().unwrap()).collect();
         assert_eq!(via, ["1.1 upstream-proxy", "1.1 switchyard"]);
+    }
+
+    #[test]
+    fn an_upgrade_is_asked_by_connection_and_one_upgrade_field() {
+        let asked = |fields: &[(&'static str, &'static str)], version| {
+            let mut h = HeaderMap::new();
+            for (n, v) in fields {
+                h.append(HeaderName::from_static(n), v.parse().unwrap());
+            }
+            upgrade_asked(&h, version).map(|v| v.to_str().unwrap().to_owned())
+        };
+        let h11 = http::Version::HTTP_11;
+        let ws = [("connection", "Upgrade"), ("upgrade", "websocket")];
+        assert_eq!(asked(&ws, h11).as_deref(), Some("websocket"));
+        assert_eq!(
+            asked(&[("connection", "keep-alive, upgrade"), ("upgrade", "h2c")], h11).as_deref(),
+            Some("h2c")
+        );
+        assert_eq!(
+            asked(&[("connection", "x, Upgrade "), ("connection", "y"), ("upgrade", "a/1")], h11).as_deref(),
+            Some("a/1")
+        );
+        // Not named by Connection: an ordinary hop-by-hop field.
+        assert_eq!(asked(&[("upgrade", "websocket")], h11), None);
+        assert_eq!(asked(&[("connection", "upgraded"), ("upgrade", "websocket")], h11), None);
+        // Two Upgrade fields, an empty one, or no Upgrade at all.
+        assert_eq!(asked(&[("connection", "upgrade"), ("upgrade", "a"), ("upgrade", "b")], h11), None);
+        assert_eq!(asked(&[("connection", "upgrade"), ("upgrade", " ")], h11), None);
+        assert_eq!(asked(&[("connection", "upgrade")], h11), None);
+        // HTTP/2 and HTTP/1.0 have no protocol switch.
+        assert_eq!(asked(&ws, http::Version::HTTP_2), None);
+        assert_eq!(asked(&ws, http::Version::HTTP_10), None);
+        let mut h = HeaderMap::new();
+        switch_fields(&mut h, HeaderValue::from_static("websocket"));
+        assert_eq!(h["connection"], "upgrade");
+        assert_eq!(h["upgrade"], "websocket");
     }
 
     #[test]

@@ -490,6 +490,8 @@ struct AddressInner {
     unix: Option<std::path::PathBuf>,
     /// The transport reaches the host by itself: no DNS (a connector hook).
     no_dns: bool,
+    /// Connections are raw byte streams for a tunnel (no TLS, no HTTP).
+    tunnel: bool,
 }
 
 // The pool looks Addresses up on every acquire and release: the hash is computed
@@ -537,6 +539,9 @@ impl fmt::Display for Address {
         if let Some(path) = &a.unix {
             write!(f, " (unix:{})", path.display())?;
         }
+        if a.tunnel {
+            f.write_str(" (tunnel)")?;
+        }
         Ok(())
     }
 }
@@ -558,6 +563,7 @@ impl Address {
             cleartext_permitted: true,
             unix: None,
             no_dns: false,
+            tunnel: false,
         }
     }
 
@@ -639,10 +645,17 @@ impl Address {
     pub fn skips_dns(&self) -> bool {
         self.0 .0.no_dns || self.0 .0.unix.is_some()
     }
-    /// Whether connections need TLS.
+    /// Whether the URL's scheme is `https` (connections then need TLS,
+    /// unless the Address is a [tunnel](AddressBuilder::tunnel)).
     #[must_use]
     pub fn is_https(&self) -> bool {
         self.0 .0.scheme == Scheme::Https
+    }
+    /// Whether connections are raw byte streams for a tunnel
+    /// ([`AddressBuilder::tunnel`]).
+    #[must_use]
+    pub fn is_tunnel(&self) -> bool {
+        self.0 .0.tunnel
     }
     /// The protocol a cleartext connection speaks without negotiation.
     #[must_use]
@@ -664,6 +677,8 @@ impl Address {
             && a.tls == b.tls
             && a.protocols == b.protocols
             && a.resolver == b.resolver
+            && !a.tunnel
+            && !b.tunnel
             // A Unix socket is its own server: never coalesced.
             && !self.skips_dns()
             && !other.skips_dns()
@@ -685,6 +700,7 @@ pub struct AddressBuilder {
     cleartext_permitted: bool,
     unix: Option<std::path::PathBuf>,
     no_dns: bool,
+    tunnel: bool,
 }
 
 impl AddressBuilder {
@@ -719,6 +735,26 @@ impl AddressBuilder {
     /// ```
     pub fn without_dns(mut self) -> Self {
         self.no_dns = true;
+        self
+    }
+    /// Connections to this Address are raw byte streams for a tunnel (the
+    /// far side of a `CONNECT` a gateway accepted): TCP to the host's
+    /// addresses — raced, remembered, through the connector hook and a
+    /// SOCKS5 proxy like every route — but no TLS even for `https` (the
+    /// tunnel's client brings its own) and no HTTP; through an HTTP proxy
+    /// they are `CONNECT` tunnels. The protocol list is `[http/1.1]` (the
+    /// engine's stand-in for "bytes"); cleartext rules do not apply. A
+    /// tunnel Address is its own pool: its connections are handed out once
+    /// ([exclusive](crate::AcquireOptions::exclusive)) and never coalesced.
+    ///
+    /// ```
+    /// use switchyard_core::{Address, Scheme};
+    /// let a = Address::builder(Scheme::Https, "api.test", 8443).tunnel().build().unwrap();
+    /// assert!(a.is_tunnel() && a.is_https());
+    /// assert_eq!(a.to_string(), "https://api.test:8443 (tunnel)");
+    /// ```
+    pub fn tunnel(mut self) -> Self {
+        self.tunnel = true;
         self
     }
     /// Uses this proxy for the Address instead of the client's proxy selector.
@@ -763,10 +799,14 @@ impl AddressBuilder {
             _ => return Err(AddressError::InvalidPort { host: host.to_string(), port: self.port }),
         };
         let name = || host.to_string();
-        let protocols = self.protocols.unwrap_or_else(|| match self.scheme {
-            Scheme::Https => vec![Protocol::Http2, Protocol::Http1],
-            Scheme::Http => vec![Protocol::Http1],
-        });
+        let protocols = match self.protocols {
+            _ if self.tunnel => vec![Protocol::Http1],
+            Some(list) => list,
+            None => match self.scheme {
+                Scheme::Https => vec![Protocol::Http2, Protocol::Http1],
+                Scheme::Http => vec![Protocol::Http1],
+            },
+        };
         if protocols.is_empty() {
             return Err(AddressError::NoProtocols);
         }
@@ -778,7 +818,7 @@ impl AddressBuilder {
                 return Err(AddressError::H2PriorKnowledgeNotAlone);
             }
         }
-        if self.scheme == Scheme::Http {
+        if self.scheme == Scheme::Http && !self.tunnel {
             if !self.cleartext_permitted {
                 return Err(AddressError::CleartextNotPermitted { host: name() });
             }
@@ -797,6 +837,7 @@ impl AddressBuilder {
             resolver: self.resolver,
             unix: self.unix,
             no_dns: self.no_dns,
+            tunnel: self.tunnel,
         };
         // A fixed-key hasher: the same Address hashes the same in every process.
         let mut hasher = std::hash::DefaultHasher::new();

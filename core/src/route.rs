@@ -92,12 +92,12 @@ impl Route {
     /// Whether the connection needs TLS with the origin.
     #[must_use]
     pub fn requires_tls(&self) -> bool {
-        self.address.is_https()
+        self.address.is_https() && !self.address.is_tunnel()
     }
     /// Whether an HTTP `CONNECT` tunnel must be opened through the proxy first.
     #[must_use]
     pub fn requires_tunnel(&self) -> bool {
-        matches!(self.proxy(), Proxy::Http { .. }) && self.address.is_https()
+        matches!(self.proxy(), Proxy::Http { .. }) && (self.address.is_https() || self.address.is_tunnel())
     }
     /// Whether a SOCKS5 handshake must run first.
     #[must_use]
@@ -108,12 +108,12 @@ impl Route {
     /// connection can carry exchanges.
     #[must_use]
     pub fn requires_handshake(&self) -> bool {
-        self.requires_tls() || self.requires_socks5()
+        self.requires_tls() || self.requires_socks5() || self.requires_tunnel()
     }
     /// Whether requests use absolute-form targets (plain http through an HTTP proxy).
     #[must_use]
     pub fn uses_absolute_form(&self) -> bool {
-        matches!(self.proxy(), Proxy::Http { .. }) && !self.address.is_https()
+        matches!(self.proxy(), Proxy::Http { .. }) && !self.address.is_https() && !self.address.is_tunnel()
     }
 }
 

@@ -336,6 +336,101 @@ impl<R: Runtime> Client<R> {
     }
 }
 
+/// A raw tunnel's far side, from the pool ([`Client::open_tunnel`]).
+pub(crate) struct Tunnelled {
+    /// The stream.
+    pub(crate) io: crate::Upgraded,
+    /// The connection it was, as listeners saw it.
+    pub(crate) connection: switchyard_core::ConnectionId,
+    /// Its route (the socket address, or the proxy it went through).
+    pub(crate) route: Option<switchyard_core::Route>,
+}
+
+impl<R: Runtime> Client<R> {
+    /// A raw byte stream to `origin`'s host and port for a tunnel (a
+    /// gateway's `CONNECT`), acquired from the pool as an exclusive
+    /// connection of a [tunnel Address](switchyard_common::Config::tunnel_address):
+    /// routes planned and raced (Happy Eyeballs), remembered when they fail,
+    /// through the connector hook, socket options and proxy rules like every
+    /// connection, never TLS. Listeners see it as a call with `CONNECT` and a
+    /// connection that closes at once for "exclusive use" (the stream is the
+    /// caller's). Bounded by the pool's connect timeout and `timeout`.
+    pub(crate) async fn open_tunnel(
+        &self,
+        origin: &http::Uri,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Tunnelled, Error> {
+        self.ensure_timer();
+        let shared = Arc::clone(&self.inner.shared);
+        let about = |e: Error| e.with_url(&origin.to_string());
+        let mut plan = CallPlan::tunnel(&self.inner.config, origin, timeout).map_err(about)?;
+        let target = origin.authority().map_or_else(String::new, ToString::to_string);
+        let parts = http::Request::connect(target)
+            .body(())
+            .map_err(|e| about(Error::invalid_request(e.to_string())))?;
+        let (parts, ()) = parts.into_parts();
+        let (tx, mut rx) = oneshot::channel();
+        let call = shared.start_call(&parts, &mut plan, tx);
+        let owner = CallOwner::new(call, &plan);
+        let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
+        let run = async {
+            loop {
+                let lease = match rx.await {
+                    Ok(Ok(lease)) => lease,
+                    Ok(Err(e)) => return Err(Error::connect(e)),
+                    Err(_) => return Err(Error::connect(switchyard_core::AcquireError::Shutdown)),
+                };
+                match lease {
+                    Lease::H1 { connection, conn: Some(conn), .. } => {
+                        let route =
+                            shared.lock_state().pool.connection(connection).map(|c| c.route().clone());
+                        // Out of the pool for good: the stream is the caller's.
+                        shared.release(call, connection, Err(switchyard_core::CloseReason::Exclusive));
+                        let io = crate::Upgraded::new(conn.wire.into_io(), conn.conn.into_buffered());
+                        return Ok(Tunnelled { io, connection, route });
+                    }
+                    Lease::H1 { conn: None, .. } | Lease::H2 { .. } => {
+                        // Gone before it was handed over (or, impossibly, a
+                        // shared connection): the pool plans another.
+                        let failure = switchyard_common::exchange::stale(
+                            "the tunnel's connection closed before it was handed over",
+                            owner.facts(),
+                        );
+                        let switchyard_common::exchange::Attempted::Failed(failure) = failure else {
+                            unreachable!("a stale connection is a failure the pool decides on")
+                        };
+                        let (tx, next) = oneshot::channel();
+                        owner.after_failure(shared.exchange_failed(call, failure, tx))?;
+                        rx = next;
+                    }
+                }
+            }
+        };
+        let result = match plan.timeout {
+            Some(t) => within(&*shared.rt, t, run).await.unwrap_or_else(|| {
+                let stood = shared.input(|st, now| st.pool.call_timed_out(now, call, owner.facts()));
+                Err(Error::call_timeout(stood))
+            }),
+            None => run.await,
+        };
+        guard.armed = false;
+        match result {
+            Ok(tunnel) => {
+                // The call is over once the stream is handed out.
+                shared.hub.untrace_call(call);
+                let at = shared.hub.now();
+                shared.hub.emit(move |l| l.call_end(call, at));
+                Ok(tunnel)
+            }
+            Err(e) => {
+                let e = about(e);
+                shared.call_failed(call, &e);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// A call given to the pool ([`Client::start`]).
 struct Started {
     call: CallId,

@@ -53,7 +53,7 @@ use switchyard_core::{ConnectionId, Source};
 use tokio::sync::Semaphore;
 
 use crate::response::ResponseExt;
-use crate::runtime::{Io, Runtime};
+use crate::runtime::Runtime;
 use crate::{Body, BoxError, Manager};
 
 type GatewayBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
@@ -445,7 +445,7 @@ impl<R: Listen> Gateway<R> {
             };
             let watch = Arc::new(Watch::default());
             let key = watched.insert(Arc::clone(&watch));
-            let io = WatchedIo { io: stream, watch: Arc::clone(&watch) };
+            let io = WatchedIo { io: stream, watch: Arc::clone(&watch), _slot: permit };
             let service = {
                 let (state, watch) = (Arc::clone(&state), Arc::clone(&watch));
                 let peer = peer.map(|p| p.ip());
@@ -473,7 +473,6 @@ impl<R: Listen> Gateway<R> {
                 .await
                 .ok();
                 watched.remove(key);
-                drop(permit);
             }));
         }
         drop(listener);
@@ -806,6 +805,10 @@ impl<B: http_body::Body<Data = Bytes, Error = BoxError>> http_body::Body for Ups
 struct WatchedIo<C> {
     io: C,
     watch: Arc<Watch>,
+    /// The connection's slot under the cap: held by the stream itself, so a
+    /// connection handed over for a tunnel or a protocol switch keeps it
+    /// until the tunnel closes.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl<C> WatchedIo<C> {
@@ -1280,7 +1283,16 @@ impl<R: Runtime> State<R> {
         record.server = Some(server.url.clone());
         let probe = self.admit_down(server)?;
         let incoming_version = parts.version;
+        // A protocol switch (WebSocket) asked by an HTTP/1.1 client: passed
+        // through on an upstream connection of its own (the client library
+        // sends a request with `Upgrade` alone on HTTP/1.1), the two joined
+        // byte for byte after `101`.
+        let switch = gateway::upgrade_asked(&parts.headers, incoming_version)
+            .and_then(|protocol| Some((protocol, parts.extensions.remove::<hyper::upgrade::OnUpgrade>()?)));
         gateway::forward_request_headers(&mut parts.headers, incoming_version, &self.via);
+        if let Some((protocol, _)) = &switch {
+            gateway::switch_fields(&mut parts.headers, protocol.clone());
+        }
         let upload = (!http_body::Body::is_end_stream(&body)).then(|| Arc::new(Upload::default()));
         let body = match &upload {
             None => Body::empty(),
@@ -1290,12 +1302,7 @@ impl<R: Runtime> State<R> {
         *upstream.method_mut() = parts.method.clone();
         *upstream.uri_mut() = target;
         *upstream.headers_mut() = std::mem::take(&mut parts.headers);
-        let limit = self
-            .manager
-            .__servers()
-            .iter()
-            .position(|d| std::ptr::eq(d, server))
-            .map_or(gateway::DEFAULT_RESPONSE_TIMEOUT, |at| self.response_timeouts[at]);
+        let limit = self.limit_for(server);
         let sent = {
             let at = Instant::now() + limit;
             let mut deadline = Deadline::new(&self.deadlines);
@@ -1342,7 +1349,10 @@ impl<R: Runtime> State<R> {
             }
         };
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-            // The gateway never forwards `Upgrade` (hop-by-hop): a 101 was not asked for.
+            if let Some((_, local)) = switch {
+                return self.switch(server, response, local, record);
+            }
+            // No switch was asked for (none forwarded): a 101 is the upstream's error.
             return Err(Refusal {
                 status: StatusCode::BAD_GATEWAY,
                 reason: format!(
@@ -1369,11 +1379,69 @@ impl<R: Runtime> State<R> {
         Ok(Some(Response::from_parts(head, body.boxed_unsync())))
     }
 
+    /// The upstream switched protocols (`101`) for a local client that asked
+    /// to: the 101 goes down with the upstream's fields (hop-by-hop ones
+    /// replaced by the switch's own), and once hyper hands over the local
+    /// connection the two are joined byte for byte until either side closes.
+    fn switch(
+        &self,
+        server: &Declared,
+        response: http::Response<crate::ResponseBody>,
+        local: hyper::upgrade::OnUpgrade,
+        record: &mut AccessRecord,
+    ) -> Result<Option<Response<GatewayBody>>, Refusal> {
+        record.connection = response.connection_id();
+        record.source = response.connection_source();
+        let mut head = http::Response::new(());
+        *head.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        *head.headers_mut() = response.headers().clone();
+        let protocol = response.headers().get(header::UPGRADE).cloned();
+        let upstream = response.upgrade().map_err(|e| Refusal {
+            status: StatusCode::BAD_GATEWAY,
+            reason: format!("gateway: {}: {e}", server.url),
+            retry_after: None,
+        })?;
+        let (mut head, ()) = head.into_parts();
+        gateway::forward_response_headers(&mut head.headers, http::Version::HTTP_11, &self.via);
+        let Some(protocol) = protocol else {
+            return Err(Refusal {
+                status: StatusCode::BAD_GATEWAY,
+                reason: format!("gateway: {} switched protocols without naming one (no Upgrade)", server.url),
+                retry_after: None,
+            });
+        };
+        gateway::switch_fields(&mut head.headers, protocol);
+        let url = server.url.clone();
+        let spawned = self.rt.spawn(Box::pin(async move {
+            let mut upstream = upstream;
+            let joined = match local.await {
+                Ok(local) => tokio::io::copy_bidirectional(&mut Tunnel(local), &mut upstream).await,
+                Err(e) => Err(io::Error::other(e)),
+            };
+            match joined {
+                Ok((up, down)) => {
+                    tracing::debug!(target: "switchyard::gateway", "switched connection to {url} closed: {up} B up, {down} B down");
+                }
+                Err(e) => tracing::debug!(target: "switchyard::gateway", "switched connection to {url} ended: {e}"),
+            }
+        }));
+        if spawned.is_none() {
+            return Err(Refusal {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                reason: "gateway: no executor for the switched connection".into(),
+                retry_after: None,
+            });
+        }
+        Ok(Some(Response::from_parts(head, empty(StatusCode::SWITCHING_PROTOCOLS).into_body())))
+    }
+
     /// `CONNECT host:port` to a declared server: a byte tunnel over a
-    /// connection of its own (never pooled: its bytes are the client's,
-    /// TLS included), dialled through the client's resolver (its overrides
-    /// too), addresses in the resolver's order, each within the connect
-    /// timeout. 200 once connected; 502 when no address answers.
+    /// connection of its own (never pooled: its bytes are the client's, TLS
+    /// included), acquired from the pool as an exclusive connection of the
+    /// server's tunnel Address — routes raced (Happy Eyeballs) and
+    /// remembered, through the client's resolver, connector hook, socket
+    /// options and proxy rules, never TLS — within the server's response
+    /// timeout. 200 once connected; 502 when no route answers.
     async fn tunnel(
         self: &Arc<Self>,
         server: &Declared,
@@ -1385,25 +1453,32 @@ impl<R: Runtime> State<R> {
         drop(body);
         record.server = Some(server.url.clone());
         let probe = self.admit_down(server)?;
-        let dialled = self.dial(server).await;
-        if let (Err(e), Some((probe, mut refusal))) = (&dialled, probe) {
+        let limit = self.limit_for(server);
+        let opened = self.manager.client().open_tunnel(&server.uri, Some(limit)).await;
+        if let (Err(e), Some((probe, mut refusal))) = (&opened, probe) {
             drop(probe);
             refusal.reason = format!("{} (tried now: {e})", refusal.reason);
             return Err(refusal);
         }
-        let (io, peer) = dialled.map_err(|e| Refusal {
-            status: StatusCode::BAD_GATEWAY,
+        let opened = opened.map_err(|e| Refusal {
+            status: if e.is_timeout() { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY },
             reason: format!("gateway: no tunnel to {}: {e}", parts.uri),
             retry_after: None,
         })?;
-        tracing::debug!(target: "switchyard::gateway", "tunnel to {} open via {peer}", parts.uri);
+        match &opened.route {
+            Some(route) => {
+                tracing::debug!(target: "switchyard::gateway", "tunnel to {} open via {route}", parts.uri)
+            }
+            None => tracing::debug!(target: "switchyard::gateway", "tunnel to {} open", parts.uri),
+        }
         let request = Request::from_parts(parts, ());
         let mut record = record.clone();
         record.head_time = start.elapsed();
         record.source = Some(Source::New);
+        record.connection = Some(opened.connection);
         let log = self.log.clone();
         let spawned = self.rt.spawn(Box::pin(async move {
-            let mut upstream = io;
+            let mut upstream = opened.io;
             let (up, down) = match hyper::upgrade::on(request).await {
                 Ok(upgraded) => {
                     let mut local = Tunnel(upgraded);
@@ -1435,32 +1510,13 @@ impl<R: Runtime> State<R> {
         Ok(None)
     }
 
-    async fn dial(&self, server: &Declared) -> io::Result<(Io, SocketAddr)> {
-        let shared = &self.manager.client().inner.shared;
-        let (host, port) = (server.address.host().to_string(), server.address.port());
-        let bare = host.trim_matches(['[', ']']);
-        let addresses = match bare.parse::<std::net::IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => match &shared.async_resolver {
-                Some(resolver) => resolver.resolve(bare, port).await?.addresses,
-                None => {
-                    let resolver = Arc::clone(&shared.resolver);
-                    let name = bare.to_owned();
-                    self.rt.unblock(Box::new(move || resolver.resolve(&name, port))).await?
-                }
-            },
-        };
-        let timeout = shared.lock_state().pool.config().race.connect_timeout;
-        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{bare} has no addresses"));
-        for ip in addresses {
-            let addr = SocketAddr::new(ip, port);
-            match crate::runtime::within(&*self.rt, timeout, self.rt.connect(addr)).await {
-                Some(Ok(io)) => return Ok((io, addr)),
-                Some(Err(e)) => last = io::Error::new(e.kind(), format!("{addr}: {e}")),
-                None => last = io::Error::new(io::ErrorKind::TimedOut, format!("{addr}: connect timed out")),
-            }
-        }
-        Err(last)
+    /// The response timeout for `server` (its own, or the gateway's).
+    fn limit_for(&self, server: &Declared) -> Duration {
+        self.manager
+            .__servers()
+            .iter()
+            .position(|d| std::ptr::eq(d, server))
+            .map_or(gateway::DEFAULT_RESPONSE_TIMEOUT, |at| self.response_timeouts[at])
     }
 
     fn status_page(&self) -> Response<GatewayBody> {

@@ -53,6 +53,12 @@ impl Wire {
     pub(crate) fn new(io: Io) -> Wire {
         Wire { io, dirty: false }
     }
+
+    /// The stream, for a caller that takes the connection over (an upgrade,
+    /// a tunnel).
+    pub(crate) fn into_io(self) -> Io {
+        self.io
+    }
 }
 
 /// The request body, as the driver asks for it.
@@ -230,6 +236,16 @@ impl H1Body {
                 }
             }
         }
+    }
+}
+
+impl H1Body {
+    /// After `101`: the connection, out of the pool, with the bytes read
+    /// past the head.
+    pub(crate) fn take_upgraded(&mut self) -> Option<crate::Upgraded> {
+        let (wire, early) = self.0.take_upgraded()?;
+        self.1 = None;
+        Some(crate::Upgraded::new(wire.into_io(), early))
     }
 }
 

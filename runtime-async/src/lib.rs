@@ -30,6 +30,7 @@ pub mod redirect;
 mod response;
 mod runtime;
 mod shared;
+mod upgrade;
 
 pub use body::{Body, BodyClosed, BodySender, BoxError};
 pub use client::{Client, RequestBuilder};
@@ -42,6 +43,7 @@ pub use response::{BodyReader, ResponseBody, ResponseExt};
 pub use runtime::{AsyncIo, BoxFuture, Connecting, Io, Runtime, Task};
 pub use switchyard_common::transport::{by_name, Connect, TcpKeepalive, TcpOptions};
 pub use switchyard_core::Route;
+pub use upgrade::Upgraded;
 
 /// A connector hook as the adapters' builders store it (type-erased in the
 /// shared config, taken out by the engine).

@@ -235,6 +235,36 @@ impl ResponseBody {
         BodyReader { body: self, pending: Bytes::new() }
     }
 
+    /// Takes the connection over after `101 Switching Protocols` (a request
+    /// with an `Upgrade` field goes on an HTTP/1.1 connection of its own for
+    /// this): the [`Upgraded`](crate::Upgraded) stream, with any bytes that
+    /// arrived behind the head. The call ends here (`call_end`), and the
+    /// pool counts the connection closed ("exclusive use").
+    /// [`ResponseExt::upgrade`] checks the status first.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade): the
+    /// response did not switch protocols (not a `101`, over HTTP/2, or a body
+    /// already read); the body is dropped (drained or closed as usual).
+    pub fn upgrade(mut self) -> Result<crate::Upgraded, Error> {
+        let why = match &mut self.inner {
+            Inner::H1(b) => match b.take_upgraded() {
+                Some(upgraded) => {
+                    // The call ends with the switch: the body had no bytes.
+                    let _ = self.ledger.settle(Ok(None), || {});
+                    return Ok(upgraded);
+                }
+                None if self.ledger.is_ended() || b.0.is_done() => "its body was already read",
+                None => "the server did not switch protocols (no 101 Switching Protocols)",
+            },
+            Inner::H2(_) => "it came over HTTP/2, which has no protocol switch",
+            #[cfg(feature = "decompression")]
+            Inner::Decoded(_) => "its body is being decoded (Content-Encoding)",
+            Inner::Empty => "it was not received on a connection",
+        };
+        Err(self.ledger.about(Error::from(switchyard_common::ErrorKind::Upgrade(why.into()))))
+    }
+
     /// Trailer fields, once the body has ended (chunked HTTP/1.1 or HTTP/2).
     #[must_use]
     pub fn trailers(&self) -> Option<&http::HeaderMap> {
@@ -397,6 +427,13 @@ pub trait ResponseExt: Sized {
     /// The whole body as JSON (feature `json`).
     #[cfg(feature = "json")]
     fn json<T: serde::de::DeserializeOwned + Send>(self) -> impl Future<Output = Result<T, Error>> + Send;
+    /// Takes the connection over after `101 Switching Protocols`
+    /// (WebSocket and other upgrades; see [`ResponseBody::upgrade`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade) naming
+    /// the status when it is not `101`.
+    fn upgrade(self) -> Result<crate::Upgraded, Error>;
     /// The call's id, as listeners see it (`None` for a response built by hand).
     fn call_id(&self) -> Option<CallId>;
     /// The id of the connection that carried it.
@@ -425,6 +462,14 @@ impl ResponseExt for http::Response<ResponseBody> {
     #[cfg(feature = "json")]
     async fn json<T: serde::de::DeserializeOwned + Send>(mut self) -> Result<T, Error> {
         self.body_mut().json().await
+    }
+    fn upgrade(self) -> Result<crate::Upgraded, Error> {
+        let status = self.status();
+        if status != http::StatusCode::SWITCHING_PROTOCOLS {
+            let why = format!("the server answered {status}, not 101 Switching Protocols");
+            return Err(self.body().ledger.about(Error::from(switchyard_common::ErrorKind::Upgrade(why))));
+        }
+        self.into_body().upgrade()
     }
     fn call_id(&self) -> Option<CallId> {
         self.extensions().get::<CallId>().copied()

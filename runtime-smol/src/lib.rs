@@ -57,7 +57,7 @@ pub use switchyard_async::{
     ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
     NoProxy, NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, ProxyServer,
     Recorded, RequestOptions, Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver,
-    TimeoutPhase, DEFAULT_USER_AGENT,
+    TimeoutPhase, Upgraded, DEFAULT_USER_AGENT,
 };
 pub use switchyard_async::{
     AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, OutlierPolicy, Readiness,

@@ -211,6 +211,13 @@ impl Conn {
         }
     }
 
+    /// The connection taken over for another protocol (a tunnel): the bytes
+    /// read from it that no exchange consumed (none on a fresh connection).
+    #[must_use]
+    pub fn into_buffered(self) -> BytesMut {
+        self.buf
+    }
+
     /// Exchanges completed on this connection.
     #[must_use]
     pub fn exchanges(&self) -> u64 {
@@ -833,6 +840,44 @@ impl Driver {
             None if self.phase == Phase::Body => Err(CloseReason::UnreadBody),
             None => Err(CloseReason::Failure),
         }
+    }
+
+    /// Whether the exchange ended in a switch of protocols (`101 Switching
+    /// Protocols`, or a `2xx` to `CONNECT`): the connection is no longer
+    /// HTTP/1.1, and belongs to the caller ([`Driver::take_upgraded`]);
+    /// [`Driver::finish`] says [`CloseReason::Exclusive`].
+    #[must_use]
+    pub fn is_upgraded(&self) -> bool {
+        matches!(self.outcome, Some(Ok(Reuse::Retire(CloseReason::Exclusive))))
+    }
+
+    /// After an upgrade, takes the bytes that arrived past the response head:
+    /// the new protocol's first bytes, to be read before anything the socket
+    /// gives next. `None` when the exchange did not upgrade.
+    ///
+    /// ```
+    /// use switchyard_core::http1::{Conn, DriverConfig, Request, RequestBody, TargetForm};
+    /// use switchyard_core::Instant;
+    /// let parts = http::Request::get("http://a.test/chat")
+    ///     .header("connection", "upgrade")
+    ///     .header("upgrade", "websocket")
+    ///     .body(())
+    ///     .unwrap()
+    ///     .into_parts()
+    ///     .0;
+    /// let now = Instant::ZERO;
+    /// let request = Request::new(&parts, TargetForm::Origin, RequestBody::None);
+    /// let mut driver = Conn::new(DriverConfig::default()).start(now, request).unwrap();
+    /// while let Some(out) = driver.poll_transmit() {
+    ///     let n = out.len();
+    ///     driver.handle_written(now, n);
+    /// }
+    /// driver.handle_read(now, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02hi");
+    /// assert!(driver.is_upgraded());
+    /// assert_eq!(&driver.take_upgraded().unwrap()[..], b"\x81\x02hi");
+    /// ```
+    pub fn take_upgraded(&mut self) -> Option<BytesMut> {
+        self.is_upgraded().then(|| std::mem::take(&mut self.conn.buf))
     }
 
     fn progress(&self) -> Progress {

@@ -88,7 +88,8 @@ impl Pool {
         ips: &[IpAddr],
         avoid: &[ConnectionId],
     ) -> Option<ConnectionId> {
-        if !address.is_https() || address.proxy().is_some_and(|p| *p != Proxy::Direct) {
+        if !address.is_https() || address.is_tunnel() || address.proxy().is_some_and(|p| *p != Proxy::Direct)
+        {
             return None;
         }
         for ip in ips {
