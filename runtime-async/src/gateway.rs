@@ -391,6 +391,7 @@ impl<R: Listen> Gateway<R> {
             rt: Arc::clone(&rt),
             status: self.status,
             via,
+            idle_timeout: self.idle_timeout,
         });
         let watched = Arc::new(Watched::default());
         let (stopping, stop) = tokio::sync::watch::channel(false);
@@ -969,6 +970,85 @@ impl<T: tokio::io::AsyncWrite + Unpin> hyper::rt::Write for HyperIo<T> {
     }
 }
 
+/// Joins a handed-over local connection (a tunnel's, or a switched one's) and
+/// its upstream byte for byte until either side closes — or until nothing has
+/// moved either way for `idle` (the gateway's idle timeout, looked at once per
+/// period: a silent pair closes between one and two periods after its last
+/// byte), so a forgotten tunnel cannot hold its slot for good. The bytes each
+/// way, or why it ended.
+async fn join(
+    rt: &dyn Runtime,
+    local: hyper::upgrade::Upgraded,
+    upstream: crate::Upgraded,
+    idle: Duration,
+) -> io::Result<(u64, u64)> {
+    let moved = AtomicU64::new(0);
+    let mut upstream = Metered { io: upstream, moved: &moved };
+    let mut local = Tunnel(local);
+    let copy = tokio::io::copy_bidirectional(&mut local, &mut upstream);
+    let watch = async {
+        let mut last = 0;
+        loop {
+            rt.sleep_until(Instant::now() + idle).await;
+            let now = moved.load(Ordering::Relaxed);
+            if now == last {
+                return;
+            }
+            last = now;
+        }
+    };
+    tokio::select! {
+        joined = copy => joined,
+        () = watch => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing moved either way for {idle:?}"))),
+    }
+}
+
+/// A tunnel's upstream side, counting the bytes that cross it (each way) for
+/// [`join`]'s idle check.
+struct Metered<'a> {
+    io: crate::Upgraded,
+    moved: &'a AtomicU64,
+}
+
+impl Metered<'_> {
+    fn count(&self, n: usize) {
+        // One task moves the bytes and reads the count: no read-modify-write race.
+        let at = self.moved.load(Ordering::Relaxed);
+        self.moved.store(at.wrapping_add(n as u64).max(1), Ordering::Relaxed);
+    }
+}
+
+impl tokio::io::AsyncRead for Metered<'_> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        this.count(buf.filled().len() - before);
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Metered<'_> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = &polled {
+            this.count(*n);
+        }
+        polled
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
 /// hyper's upgraded connection (a tunnel's local side) with tokio's I/O traits,
 /// for `copy_bidirectional`. Reads land in tokio's buffer directly.
 struct Tunnel(hyper::upgrade::Upgraded);
@@ -1018,6 +1098,8 @@ struct State<R: Runtime> {
     /// Per declared server (same order).
     response_timeouts: Vec<Duration>,
     deadlines: Arc<Deadlines>,
+    /// How long a tunnel or switched connection may stay silent both ways.
+    idle_timeout: Duration,
 }
 
 /// The one request trying a server the Manager reports down (half-open), until
@@ -1412,10 +1494,10 @@ impl<R: Runtime> State<R> {
         };
         gateway::switch_fields(&mut head.headers, protocol);
         let url = server.url.clone();
+        let (rt, idle) = (Arc::clone(&self.rt), self.idle_timeout);
         let spawned = self.rt.spawn(Box::pin(async move {
-            let mut upstream = upstream;
             let joined = match local.await {
-                Ok(local) => tokio::io::copy_bidirectional(&mut Tunnel(local), &mut upstream).await,
+                Ok(local) => join(&*rt, local, upstream, idle).await,
                 Err(e) => Err(io::Error::other(e)),
             };
             match joined {
@@ -1477,19 +1559,16 @@ impl<R: Runtime> State<R> {
         record.source = Some(Source::New);
         record.connection = Some(opened.connection);
         let log = self.log.clone();
+        let (rt, idle) = (Arc::clone(&self.rt), self.idle_timeout);
         let spawned = self.rt.spawn(Box::pin(async move {
-            let mut upstream = opened.io;
             let (up, down) = match hyper::upgrade::on(request).await {
-                Ok(upgraded) => {
-                    let mut local = Tunnel(upgraded);
-                    match tokio::io::copy_bidirectional(&mut local, &mut upstream).await {
-                        Ok((up, down)) => {
-                            record.complete = true;
-                            (up, down)
-                        }
-                        Err(_) => (0, 0),
+                Ok(local) => match join(&*rt, local, opened.io, idle).await {
+                    Ok((up, down)) => {
+                        record.complete = true;
+                        (up, down)
                     }
-                }
+                    Err(_) => (0, 0),
+                },
                 Err(_) => (0, 0),
             };
             tracing::debug!(target: "switchyard::gateway", "tunnel closed: {up} B up, {down} B down");

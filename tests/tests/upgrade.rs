@@ -464,3 +464,69 @@ fn the_gateways_tunnels_go_through_the_clients_proxies() {
         rt.block_on(served).unwrap().unwrap();
     }
 }
+
+#[test]
+fn silent_tunnels_and_switched_connections_close_after_the_idle_timeout() {
+    let rt = runtime();
+    let upstream = EchoUpstream::start();
+    let server = format!("http://{}", upstream.addr);
+    let manager = switchyard_tokio::Manager::builder().server(&server, 0).build().unwrap();
+    let (gateway, stop, served) = rt.block_on(async {
+        let listener = switchyard_tokio::gateway::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(
+            manager
+                .gateway()
+                .idle_timeout(Duration::from_millis(300))
+                .shutdown_grace(Duration::from_secs(2))
+                .serve_until(listener, async move {
+                    let _ = stopped.await;
+                }),
+        );
+        (addr, stop, served)
+    });
+    let authority = upstream.addr.to_string();
+    let open = |switch: bool| {
+        let mut s = TcpStream::connect(gateway).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        if switch {
+            write!(s, "GET {server}/chat HTTP/1.1\r\nHost: {authority}\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n")
+                .unwrap();
+            assert!(read_head(&mut s).starts_with("HTTP/1.1 101"));
+            let mut early = [0u8; 5];
+            s.read_exact(&mut early).unwrap();
+        } else {
+            write!(s, "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").unwrap();
+            assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+            // Raw bytes to the echo upstream's HTTP side: one request.
+            write!(s, "GET / HTTP/1.1\r\nHost: {authority}\r\n\r\n").unwrap();
+            assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+            let mut body = [0u8; 5];
+            s.read_exact(&mut body).unwrap();
+        }
+        s
+    };
+    for switch in [false, true] {
+        // Busy: a byte each way every 100 ms for 1.2 s (four idle periods) keeps it open.
+        let mut busy = open(switch);
+        if switch {
+            for _ in 0..12 {
+                busy.write_all(b"x").unwrap();
+                let mut back = [0u8; 1];
+                busy.read_exact(&mut back).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        // Silent: closed by the gateway (end of stream), well before the read timeout.
+        let mut silent = open(switch);
+        let started = std::time::Instant::now();
+        let mut byte = [0u8; 1];
+        let read = silent.read(&mut byte);
+        assert!(matches!(read, Ok(0)) || read.is_err(), "switch {switch}: {read:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "switch {switch}: {:?}", started.elapsed());
+        drop(busy);
+    }
+    stop.send(()).unwrap();
+    rt.block_on(served).unwrap().unwrap();
+}
