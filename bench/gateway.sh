@@ -72,7 +72,7 @@ nginx_conf rp2 2 "$(rp_server "$rp2")"
 
 bin=$root/target/release/switchyard
 [ -x "$bin" ] || cargo build --release --quiet -p switchyard-cli --manifest-path "$root/Cargo.toml"
-"$bin" gateway --listen "127.0.0.1:$gw" --server "https://localhost:$up=2" --cacert "$work/ca.pem" \
+"$bin" gateway --listen "127.0.0.1:$gw" --server "https://localhost:$up=2" --cacert "$work/ca.pem" --no-access-log \
     --resolve "localhost:$up:127.0.0.1" >/dev/null 2>"$work/gateway.log" &
 gateway_pid=$!
 for _ in $(seq 100); do

@@ -84,6 +84,16 @@ pub struct GatewayArgs {
     /// The access log as one JSON object per request.
     #[arg(long)]
     pub json: bool,
+    /// Worker threads (nginx's `worker_processes`): each runs its own
+    /// single-threaded runtime, listener (`SO_REUSEPORT`), Manager and
+    /// upstream connections — a server's warm minimum is per thread — so no
+    /// request is handed between threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// No access log (by default one line per request on stdout, as nginx's
+    /// `access_log`; this is its `access_log off`).
+    #[arg(long, conflicts_with = "json")]
+    pub no_access_log: bool,
     /// Timeout for each upstream connect attempt (a tunnel's too).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub connect_timeout: Duration,

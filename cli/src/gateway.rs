@@ -8,20 +8,94 @@ use crate::args::{Dns, GatewayArgs};
 use crate::exit::Failed;
 use crate::warm::manager;
 
-/// Runs `switchyard gateway` on tokio.
+/// Runs `switchyard gateway` on tokio: `--threads` workers, each a
+/// single-threaded runtime with its own listener (`SO_REUSEPORT` when there are
+/// several), Manager and upstream connections — nginx's worker model, with no
+/// hand-off between threads on a request's way — while this thread waits for
+/// ctrl-c, SIGTERM or `--for` and then stops them all.
 ///
 /// # Errors
-/// A bad `--server`, `--cacert` or `--listen`, or the listener failing.
+/// A bad `--server`, `--cacert` or `--listen`, or a listener failing.
 pub fn run(args: &GatewayArgs) -> Result<(), Failed> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failed::new(format!("cannot start the tokio runtime: {e}")))?;
-    rt.block_on(serve(args))
+    let threads = usize::from(args.threads);
+    let cannot = |e: std::io::Error| Failed::new(format!("cannot listen on {}: {e}", args.listen));
+    // Every listener before anything starts: a bad --listen fails at once.
+    let listeners = if threads == 1 {
+        vec![switchyard_tokio::gateway::listener(args.listen).map_err(cannot)?]
+    } else {
+        let first = switchyard_tokio::gateway::shared_listener(args.listen).map_err(cannot)?;
+        let at = first.local_addr().map_err(cannot)?;
+        let mut all = vec![first];
+        for _ in 1..threads {
+            all.push(switchyard_tokio::gateway::shared_listener(at).map_err(cannot)?);
+        }
+        all
+    };
+    let local = listeners[0].local_addr().map_err(cannot)?;
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let (done, mut ended) = tokio::sync::mpsc::unbounded_channel::<()>();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(i, listener)| {
+                let (stopping, done) = (stopping.clone(), done.clone());
+                std::thread::Builder::new()
+                    .name(format!("gateway-{i}"))
+                    .spawn_scoped(scope, move || {
+                        let served = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .map_err(|e| Failed::new(format!("cannot start the tokio runtime: {e}")))
+                            .and_then(|rt| rt.block_on(serve(args, listener, local, i == 0, stopping)));
+                        let _ = done.send(());
+                        served
+                    })
+                    .map_err(|e| Failed::new(format!("cannot start a gateway thread: {e}")))
+            })
+            .collect();
+        drop(done);
+        // Until a signal (or --for), or until a worker ends on its own (it failed).
+        let waited = tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| {
+            rt.block_on(async {
+                let duration = args.duration;
+                tokio::select! {
+                    () = async {
+                        match duration {
+                            Some(d) => tokio::time::sleep(d).await,
+                            None => interrupted().await,
+                        }
+                        eprintln!("switchyard gateway: stopping (requests in flight may finish)");
+                    } => {}
+                    _ = ended.recv() => {}
+                }
+            });
+        });
+        let _ = stop.send(true);
+        let mut first_error =
+            waited.err().map(|e| Failed::new(format!("cannot start the tokio runtime: {e}")));
+        for worker in workers {
+            let result = match worker {
+                Ok(handle) => handle.join().unwrap_or_else(|_| Err(Failed::new("a gateway thread panicked"))),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    })
 }
 
-async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
+/// One worker: a Manager over the declared servers and the gateway on
+/// `listener`, until `stopping` says so.
+async fn serve(
+    args: &GatewayArgs,
+    listener: std::net::TcpListener,
+    local: std::net::SocketAddr,
+    announce: bool,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Failed> {
     let proxy = match &args.proxy {
         Some(url) => Some(
             switchyard_common::parse_proxy_url(url).map_err(|why| Failed::new(format!("--proxy: {why}")))?,
@@ -49,14 +123,18 @@ async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
             }
         })
     })?;
-    let listener = switchyard_tokio::gateway::bind(args.listen)
-        .map_err(|e| Failed::new(format!("cannot listen on {}: {e}", args.listen)))?;
-    let local =
-        listener.local_addr().map_err(|e| Failed::new(format!("cannot listen on {}: {e}", args.listen)))?;
-    let servers: Vec<&str> = args.servers.iter().map(|(u, _)| u.as_str()).collect();
-    eprintln!("switchyard gateway: listening on http://{local} for {}", servers.join(", "));
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| Failed::new(format!("cannot listen on {local}: {e}")))?;
+    if announce {
+        let servers: Vec<&str> = args.servers.iter().map(|(u, _)| u.as_str()).collect();
+        let threads = match args.threads {
+            1 => String::new(),
+            n => format!(" ({n} threads)"),
+        };
+        eprintln!("switchyard gateway: listening on http://{local} for {}{threads}", servers.join(", "));
+    }
     let json = args.json;
-    let gateway = manager
+    let mut gateway = manager
         .gateway()
         .max_connections(args.max_connections)
         .max_requests(args.max_requests)
@@ -67,20 +145,17 @@ async fn serve(args: &GatewayArgs) -> Result<(), Failed> {
             switchyard_tokio::gateway::StatusAccess::Anyone
         } else {
             switchyard_tokio::gateway::StatusAccess::Loopback
-        })
-        .access_log(move |record| {
+        });
+    if !args.no_access_log {
+        gateway = gateway.access_log(move |record| {
             let line = if json { record.to_json() } else { record.to_string() };
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         });
-    let duration = args.duration;
+    }
     let stop = async move {
-        match duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => interrupted().await,
-        }
-        eprintln!("switchyard gateway: stopping (requests in flight may finish)");
+        let _ = stopping.wait_for(|stop| *stop).await;
     };
     gateway
         .serve_until(listener, stop)

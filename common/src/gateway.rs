@@ -279,14 +279,13 @@ pub fn route<'a>(
         ));
     }
     let host = match uri.authority() {
-        Some(authority) => authority.as_str().to_owned(),
+        Some(authority) => authority.as_str(),
         None => headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .map(str::trim)
             .filter(|h| !h.is_empty())
-            .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "gateway: the request names no host"))?
-            .to_owned(),
+            .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "gateway: the request names no host"))?,
     };
     if host.contains('@') {
         return Err(Refusal::new(StatusCode::BAD_REQUEST, "gateway: user info in the request target"));
@@ -301,19 +300,25 @@ pub fn route<'a>(
         {
             name
         }
-        _ => host.as_str(),
+        _ => host,
     };
-    let server = find(declared, &host).or_else(|_| find(declared, bare)).map_err(|_| {
+    let server = find(declared, host).or_else(|_| find(declared, bare)).map_err(|_| {
         Refusal::new(
             StatusCode::FORBIDDEN,
             format!("gateway: {host} is not a server this gateway forwards to"),
         )
     })?;
-    let path = uri.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
-    let path = if path.starts_with('/') { path } else { "/" };
-    let target = format!("{}{path}", server.url.trim_end_matches('/'));
-    let target = target
-        .parse::<Uri>()
+    // The server's scheme and authority with the request's path and query,
+    // reusing both as they are (no string built and parsed again).
+    let path = match uri.path_and_query() {
+        Some(pq) if pq.as_str().starts_with('/') => pq.clone(),
+        _ => http::uri::PathAndQuery::from_static("/"),
+    };
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = server.uri.scheme().cloned();
+    parts.authority = server.uri.authority().cloned();
+    parts.path_and_query = Some(path);
+    let target = Uri::from_parts(parts)
         .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, format!("gateway: bad request target: {e}")))?;
     Ok((server, target))
 }
@@ -516,9 +521,44 @@ pub const LISTEN_BACKLOG: i32 = 65_535;
 /// # Errors
 /// The socket cannot be created, bound or put to listen.
 pub fn listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    listen(addr, false)
+}
+
+/// As [`listener`], with `SO_REUSEPORT`: several listeners on the same address
+/// and port, one per thread (each with its own runtime, Manager and upstream
+/// connections, as each nginx worker has its own), the kernel spreading new
+/// connections over them. Bind the first on the port asked for (or 0), the
+/// others on the port it got.
+///
+/// ```
+/// let first = switchyard_common::gateway::shared_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+/// let second = switchyard_common::gateway::shared_listener(first.local_addr().unwrap()).unwrap();
+/// assert_eq!(first.local_addr().unwrap(), second.local_addr().unwrap());
+/// ```
+///
+/// # Errors
+/// As [`listener`]; `Unsupported` where the system has no `SO_REUSEPORT`
+/// (Windows, Solaris).
+pub fn shared_listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    listen(addr, true)
+}
+
+fn listen(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<std::net::TcpListener> {
     let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
     #[cfg(not(windows))]
     socket.set_reuse_address(true)?;
+    if shared {
+        #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))))]
+        socket.set_reuse_port(true)?;
+        #[cfg(not(all(
+            unix,
+            not(any(target_os = "solaris", target_os = "illumos", target_os = "cygwin"))
+        )))]
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "SO_REUSEPORT is not available here",
+        ));
+    }
     if addr.is_ipv6() {
         // `[::]` takes IPv6 only, as the standard library's listener does on
         // Linux by default; bind `0.0.0.0` for IPv4.
@@ -560,6 +600,41 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn a_host_names_a_declared_server_in_every_spelling_and_only_one() {
+        let servers = declared(&[
+            "https://api.test",
+            "http://Mixed.Test:8080",
+            "http://[::1]:9000",
+            "http://dup.test:1",
+            "http://dup.test:2",
+        ]);
+        let url = |h: &str| crate::manager::find(&servers, h).map(|d| d.url.as_str()).map_err(|_| ());
+        for (asked, expect) in [
+            ("https://api.test", Ok("https://api.test")),
+            ("HTTPS://API.TEST/", Ok("https://api.test")),
+            ("api.test", Ok("https://api.test")),
+            ("api.test:443", Ok("https://api.test")),
+            (" api.test:443 ", Ok("https://api.test")),
+            ("api.test:0443", Err(())),
+            ("api.test:+443", Err(())),
+            ("api.test:80", Err(())),
+            ("mixed.test:8080", Ok("http://Mixed.Test:8080")),
+            ("MIXED.TEST", Ok("http://Mixed.Test:8080")),
+            ("mixed.test:80", Err(())),
+            ("[::1]:9000", Ok("http://[::1]:9000")),
+            ("::1:9000", Ok("http://[::1]:9000")),
+            ("[::1]", Ok("http://[::1]:9000")),
+            ("::1", Ok("http://[::1]:9000")),
+            ("dup.test", Err(())),
+            ("dup.test:2", Ok("http://dup.test:2")),
+            ("other.test", Err(())),
+            ("", Err(())),
+        ] {
+            assert_eq!(url(asked), expect, "{asked:?}");
+        }
     }
 
     fn host(h: &str) -> HeaderMap {

@@ -125,25 +125,34 @@ pub fn not_ready(statuses: &[ServerStatus], waited: Duration) -> Error {
 /// [`ErrorKind::NotDeclared`](crate::ErrorKind::NotDeclared) when none (or, for
 /// a bare host, more than one) matches.
 pub fn find<'a>(declared: &'a [Declared], host: &str) -> Result<&'a Declared, Error> {
-    let wanted = host.trim().to_ascii_lowercase();
-    let wanted = wanted.trim_end_matches('/');
-    let matches: Vec<&Declared> = declared
-        .iter()
-        .filter(|d| {
-            let authority = d.uri.authority().map(|a| a.as_str().to_ascii_lowercase()).unwrap_or_default();
-            let bare = d.uri.host().unwrap_or_default().to_ascii_lowercase();
-            let bare = bare.trim_matches(['[', ']']);
-            wanted == d.url.to_ascii_lowercase()
-                || wanted == authority
-                || wanted == bare
-                || wanted.trim_matches(['[', ']']) == bare
-                || format!("{}:{}", bare, d.address.port()) == wanted
-        })
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok(one),
+    let mut found = declared.iter().filter(|d| names(d, host));
+    match (found.next(), found.next()) {
+        (Some(one), None) => Ok(one),
         _ => Err(Error::from(crate::ErrorKind::NotDeclared { host: host.to_owned(), handle: None })),
     }
+}
+
+/// Whether `host` (a URL, `host:port`, or a host alone; any case, IPv6 with
+/// or without brackets) names `d`. Compared in place: the gateway asks this
+/// for every request.
+fn names(d: &Declared, host: &str) -> bool {
+    let wanted = host.trim();
+    let wanted = wanted.trim_end_matches('/');
+    let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    let bare = d.uri.host().unwrap_or_default().trim_matches(['[', ']']);
+    if same(wanted, &d.url)
+        || d.uri.authority().is_some_and(|a| same(wanted, a.as_str()))
+        || same(wanted, bare)
+        || same(wanted.trim_matches(['[', ']']), bare)
+    {
+        return true;
+    }
+    // `host:port`, the port as the Address has it (the scheme's default
+    // included), the host bare (an IPv6 literal without brackets).
+    wanted.rsplit_once(':').is_some_and(|(name, port)| {
+        let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !port.starts_with('0');
+        same(name, bare) && digits && port.parse::<u16>().is_ok_and(|p| p == d.address.port())
+    })
 }
 
 /// Whether a request URI goes to `server` (same scheme, host and port).

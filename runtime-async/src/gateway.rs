@@ -47,7 +47,7 @@ use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use switchyard_common::gateway::{self, Admission, Refusal};
-pub use switchyard_common::gateway::{listener, StatusAccess, LISTEN_BACKLOG, STATUS_PATH};
+pub use switchyard_common::gateway::{listener, shared_listener, StatusAccess, LISTEN_BACKLOG, STATUS_PATH};
 use switchyard_common::manager::Declared;
 use switchyard_core::{ConnectionId, Source};
 use tokio::sync::Semaphore;
@@ -1338,6 +1338,10 @@ impl<R: Runtime> State<R> {
     /// it is not down, `Ok(Some)` for the one request let through to try it,
     /// the 503 for the others meanwhile.
     fn admit_down(&self, server: &Declared) -> Result<Option<(Probe<'_>, Refusal)>, Refusal> {
+        // The common case (up) answers from the pool's state, with no status built.
+        if !self.manager.__is_down(server) {
+            return Ok(None);
+        }
         let Some(refusal) = self.manager.__status_of(server).as_ref().and_then(gateway::down) else {
             return Ok(None);
         };

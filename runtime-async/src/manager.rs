@@ -192,6 +192,16 @@ impl<R: Runtime> Manager<R> {
         &self.servers
     }
 
+    /// Whether a declared server is reported down (for the adapters'
+    /// gateways: the per-request check, with no status built).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn __is_down(&self, server: &Declared) -> bool {
+        let shared = &self.client.inner.shared;
+        let now = shared.hub.now();
+        shared.lock_state().pool.warm_is_down(now, &server.address)
+    }
+
     /// One declared server's status (for the adapters' gateways).
     #[doc(hidden)]
     #[must_use]

@@ -12,7 +12,7 @@ use crate::Smol;
 /// grace, an access log; `serve` / `serve_until` a `smol::net::TcpListener`.
 pub type Gateway = switchyard_async::gateway::Gateway<Smol>;
 
-pub use switchyard_async::gateway::{AccessRecord, StatusAccess, STATUS_PATH};
+pub use switchyard_async::gateway::{listener, shared_listener, AccessRecord, StatusAccess, STATUS_PATH};
 
 /// A listener for the gateway on `addr`, with the system's maximum backlog
 /// (`smol::net::TcpListener::bind` asks for 128: a burst of new connections

@@ -11,7 +11,7 @@ use crate::Tokio;
 /// grace, an access log; `serve` / `serve_until` a `tokio::net::TcpListener`.
 pub type Gateway = switchyard_async::gateway::Gateway<Tokio>;
 
-pub use switchyard_async::gateway::{AccessRecord, StatusAccess, STATUS_PATH};
+pub use switchyard_async::gateway::{listener, shared_listener, AccessRecord, StatusAccess, STATUS_PATH};
 
 /// A listener for the gateway on `addr`, with the system's maximum backlog
 /// (`tokio::net::TcpListener::bind` asks for 128: a burst of new connections

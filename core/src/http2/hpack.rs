@@ -197,7 +197,19 @@ pub struct Decoder {
     /// Scratch for Huffman strings.
     scratch: Vec<u8>,
     statics: Vec<Entry>,
+    /// The last few Huffman-coded values and what they decoded to. A server
+    /// that re-sends the same fields as literals on every response (nginx:
+    /// `server`, `content-type`, the second's `date`) costs a comparison per
+    /// field instead of a decode, a check and an allocation.
+    recent: Vec<(Vec<u8>, HeaderValue)>,
+    /// The slot the next new value replaces.
+    next: usize,
 }
+
+/// How many decoded values a decoder remembers, and the longest coded value
+/// it remembers (a long one is unlikely to repeat, and costly to compare).
+const RECENT: usize = 8;
+const RECENT_LEN: usize = 64;
 
 impl Default for Decoder {
     fn default() -> Decoder {
@@ -221,7 +233,14 @@ impl Decoder {
                 (Some(name), Some(HeaderValue::from_static(v)), n.len(), n.len() + v.len() + ENTRY_OVERHEAD)
             })
             .collect();
-        Decoder { table: Table { max: limit, ..Table::default() }, limit, scratch: Vec::new(), statics }
+        Decoder {
+            table: Table { max: limit, ..Table::default() },
+            limit,
+            scratch: Vec::new(),
+            statics,
+            recent: Vec::new(),
+            next: 0,
+        }
     }
 
     fn entry(&self, index: usize) -> Result<&Entry, DecodeError> {
@@ -283,9 +302,7 @@ impl Decoder {
                     let (n, _, name_len, _) = self.entry(index)?;
                     (n.clone(), *name_len)
                 };
-                let raw = self.string(block, &mut at)?;
-                let value_len = raw.len();
-                let value = HeaderValue::from_maybe_shared(raw).ok();
+                let (value, value_len) = self.value(block, &mut at)?;
                 if indexing {
                     self.table.insert(
                         name.clone(),
@@ -307,6 +324,41 @@ impl Decoder {
             first = false;
         }
         malformed.map_or(Ok(()), Err)
+    }
+
+    /// A field value (a string literal, §5.2) as a header value (`None`
+    /// when it is not a valid one) and its decoded length. A Huffman-coded
+    /// value seen lately comes from [`Decoder::recent`].
+    fn value(&mut self, block: &Bytes, at: &mut usize) -> Result<(Option<HeaderValue>, usize), DecodeError> {
+        let huffman = block.get(*at).ok_or(DecodeError::Truncated)? & 0x80 != 0;
+        if huffman {
+            let mut peek = *at;
+            let len = integer(block, &mut peek, 7)?;
+            let end = peek.checked_add(len).filter(|e| *e <= block.len()).ok_or(DecodeError::Truncated)?;
+            let coded = &block[peek..end];
+            if len <= RECENT_LEN {
+                if let Some((_, value)) = self.recent.iter().find(|(c, _)| c.as_slice() == coded) {
+                    *at = end;
+                    return Ok((Some(value.clone()), value.len()));
+                }
+            }
+            let raw = self.string(block, at)?;
+            let decoded = raw.len();
+            let value = HeaderValue::from_maybe_shared(raw).ok();
+            if let (Some(v), true) = (&value, len <= RECENT_LEN) {
+                let slot = (coded.to_vec(), v.clone());
+                if self.recent.len() < RECENT {
+                    self.recent.push(slot);
+                } else {
+                    self.recent[self.next] = slot;
+                }
+                self.next = (self.next + 1) % RECENT;
+            }
+            return Ok((value, decoded));
+        }
+        let raw = self.string(block, at)?;
+        let len = raw.len();
+        Ok((HeaderValue::from_maybe_shared(raw).ok(), len))
     }
 
     /// A string literal (§5.2): raw bytes share the block; Huffman ones are
@@ -597,6 +649,59 @@ mod tests {
             ])
         );
         assert_eq!(d.table_size(), 222);
+    }
+
+    #[test]
+    fn values_sent_again_as_literals_decode_the_same_from_the_recent_list() {
+        // `cache-control` (static 24) without indexing, Huffman values from
+        // RFC 7541 C.6: "private", "302", "307"; then one coded "302" with a
+        // byte more (the same prefix: never taken for "302").
+        let private = [0x85, 0xae, 0xc3, 0x77, 0x1a, 0x4b];
+        let c302 = [0x82, 0x64, 0x02];
+        let c307 = [0x83, 0x64, 0x0e, 0xff];
+        let field = |value: &[u8]| [&[0x0f, 0x09][..], value].concat();
+        let mut d = Decoder::default();
+        let mut expect = Vec::new();
+        let mut block = Vec::new();
+        // More distinct values than the list holds, several rounds: every
+        // field decodes to itself whether it was remembered or not.
+        let mut longer = vec![0x84, 0x64, 0x0e, 0xff, 0xff];
+        longer[4] = 0xff;
+        for round in 0..4 {
+            for (coded, text) in [(&private[..], "private"), (&c302[..], "302"), (&c307[..], "307")] {
+                block.extend(field(coded));
+                expect.push(("cache-control", text));
+            }
+            if round % 2 == 1 {
+                // "307" padded with a whole extra octet of ones: invalid (§5.2).
+                let mut bad = Decoder::default();
+                assert_eq!(decode_all(&mut bad, &field(&longer)), Err(DecodeError::Huffman));
+            }
+        }
+        for _ in 0..3 {
+            assert_eq!(decode_all(&mut d, &block).unwrap(), pairs(&expect));
+        }
+        assert!(d.recent.len() <= RECENT);
+        // A value the list holds, then a block whose value only starts like it.
+        let mut d = Decoder::default();
+        assert_eq!(decode_all(&mut d, &field(&c307)).unwrap(), pairs(&[("cache-control", "307")]));
+        assert_eq!(decode_all(&mut d, &field(&longer)), Err(DecodeError::Huffman));
+        assert_eq!(decode_all(&mut d, &field(&c307)).unwrap(), pairs(&[("cache-control", "307")]));
+        // The C.6 responses with the recent list warm: the same fields, and
+        // the table in step (the third response's date is new).
+        let mut d = Decoder::new(256);
+        let first = [
+            0x48, 0x82, 0x64, 0x02, 0x58, 0x85, 0xae, 0xc3, 0x77, 0x1a, 0x4b, 0x61, 0x96, 0xd0, 0x7a, 0xbe,
+            0x94, 0x10, 0x54, 0xd4, 0x44, 0xa8, 0x20, 0x05, 0x95, 0x04, 0x0b, 0x81, 0x66, 0xe0, 0x82, 0xa6,
+            0x2d, 0x1b, 0xff, 0x6e, 0x91, 0x9d, 0x29, 0xad, 0x17, 0x18, 0x63, 0xc7, 0x8f, 0x0b, 0x97, 0xc8,
+            0xe9, 0xae, 0x82, 0xae, 0x43, 0xd3,
+        ];
+        let once = decode_all(&mut d, &first).unwrap();
+        let size = d.table_size();
+        let mut again = Decoder::new(256);
+        again.recent.clone_from(&d.recent);
+        assert_eq!(decode_all(&mut again, &first).unwrap(), once);
+        assert_eq!(again.table_size(), size);
     }
 
     #[test]

@@ -288,6 +288,14 @@ impl Pool {
         })
     }
 
+    /// Whether `address` is declared and reported down at `now` (no usable
+    /// connection, its connects failing for the policy's `down_after`): the
+    /// one question a gateway asks per request, without building a status.
+    #[must_use]
+    pub fn warm_is_down(&self, now: Instant, address: &Address) -> bool {
+        self.warm_of.get(address).is_some_and(|idx| self.readiness(now, *idx) == Readiness::Down)
+    }
+
     /// The declared Addresses, in declaration order.
     #[must_use]
     pub fn warm_addresses(&self) -> Vec<Address> {
