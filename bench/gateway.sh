@@ -75,15 +75,35 @@ bin=$root/target/release/switchyard
 "$bin" gateway --listen "127.0.0.1:$gw" --server "https://localhost:$up=2" --cacert "$work/ca.pem" --no-access-log \
     --resolve "localhost:$up:127.0.0.1" >/dev/null 2>"$work/gateway.log" &
 gateway_pid=$!
-for _ in $(seq 100); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $gw), 0.1)" 2>/dev/null && break
-    sleep 0.05
+# The same with two worker threads (nginx with two workers is its peer).
+gw2=$(free_port)
+"$bin" gateway --listen "127.0.0.1:$gw2" --server "https://localhost:$up=2" --cacert "$work/ca.pem" --no-access-log \
+    --threads 2 --resolve "localhost:$up:127.0.0.1" >/dev/null 2>"$work/gateway2.log" &
+gateway2_pid=$!
+for port in $gw $gw2; do
+    for _ in $(seq 100); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.1)" 2>/dev/null && break
+        sleep 0.05
+    done
 done
 
-python3 - "$n" "$up" "$gw" "$rp" "$work/ca.pem" <<'EOF'
-import http.client, ssl, statistics, sys, time
+python3 - "$n" "$up" "$gw" "$rp" "$work/ca.pem" "$gateway_pid" "$(cat "$work/rp.pid")" "$(cat "$work/up.pid")" <<'EOF'
+import glob, http.client, ssl, statistics, subprocess, sys, time
 n, up, gw, rp, ca = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+pids = {"gateway": sys.argv[6], "nginx": sys.argv[7], "upstream": sys.argv[8]}
 ctx = ssl.create_default_context(cafile=ca)
+
+def cpu_ns(pid):
+    """CPU time (ns) of a process, all its threads and its children (nginx's workers)."""
+    procs = [pid] + subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split()
+    total = 0
+    for p in procs:
+        for f in glob.glob(f"/proc/{p}/task/*/schedstat"):
+            try:
+                total += int(open(f).read().split()[0])
+            except OSError:
+                pass
+    return total
 
 def direct():
     c = http.client.HTTPSConnection("localhost", int(up), context=ctx)
@@ -100,25 +120,28 @@ def through(port, host_header):
     return body
 
 runs = [
-    ("direct TLS, new connection each", direct),
-    ("switchyard gateway, new local connection each", lambda: through(gw, f"localhost:{up}")),
-    ("nginx reverse proxy (upstream keepalive)", lambda: through(rp, f"localhost:{up}")),
+    ("direct TLS, new connection each", direct, "upstream"),
+    ("switchyard gateway, new local connection each", lambda: through(gw, f"localhost:{up}"), "gateway"),
+    ("nginx reverse proxy (upstream keepalive)", lambda: through(rp, f"localhost:{up}"), "nginx"),
 ]
-medians = {}
-for name, call in runs:
+medians, cpu = {}, {}
+for name, call, who in runs:
     for _ in range(20):
         assert call() == b"hello", name
     times = []
+    before = cpu_ns(pids[who])
     for _ in range(n):
         t = time.perf_counter()
         assert call() == b"hello", name
         times.append(time.perf_counter() - t)
+    cpu[who] = (cpu_ns(pids[who]) - before) / n / 1e3
     times.sort()
     medians[name] = statistics.median(times)
     p99 = times[int(len(times) * 0.99) - 1]
-    print(f"{name:48s} median {medians[name] * 1e6:8.0f} us  p99 {p99 * 1e6:8.0f} us")
-d, g, r = (medians[k] for k, _ in runs)
+    print(f"{name:48s} median {medians[name] * 1e6:8.0f} us  p99 {p99 * 1e6:8.0f} us  {who} CPU {cpu[who]:6.1f} us/req")
+d, g, r = (medians[k] for k, _, _ in runs)
 print(f"gateway vs direct: {d / g:.2f}x faster per request; gateway vs nginx reverse proxy: {r / g:.2f}x")
+print(f"CPU per new-connection request: gateway {cpu['gateway']:.1f} us vs nginx {cpu['nginx']:.1f} us ({cpu['gateway'] / cpu['nginx']:.2f}x)")
 EOF
 
 # Throughput and latency with keep-alive load (h2load from nghttp2-client): 32
@@ -129,27 +152,29 @@ EOF
 # the upstream's on the direct run.
 if command -v h2load >/dev/null 2>&1; then
     load=$((n * 50))
-    tck=$(getconf CLK_TCK)
-    # CPU ticks (user + system, all threads) of a process and its children.
-    ticks() { # PID
-        local t=0 p
+    # CPU time in ns (all threads, from schedstat) of a process and its children.
+    cpu_ns() { # PID
+        local t=0 p f
         for p in "$1" $(pgrep -P "$1"); do
-            [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+            for f in /proc/"$p"/task/*/schedstat; do
+                [ -r "$f" ] && t=$((t + $(awk '{print $1}' "$f")))
+            done
         done
         echo "$t"
     }
     run_load() { # name cpu-pid url extra-args...
         local name=$1 pid=$2 url=$3; shift 3
         local before after
-        before=$(ticks "$pid")
+        before=$(cpu_ns "$pid")
         h2load -n "$load" -c 32 -t 1 "$@" -H ":authority: localhost:$up" --log-file "$work/$name.tsv" "$url" \
             >"$work/$name.out" 2>&1 || { echo "h2load $name failed:"; cat "$work/$name.out"; return 1; }
-        after=$(ticks "$pid")
+        after=$(cpu_ns "$pid")
         # CPU microseconds per request of the process in the middle.
-        python3 -c "print(f'{($after - $before) * 1e6 / $tck / $load:.1f}')" >"$work/$name.cpu"
+        python3 -c "print(f'{($after - $before) / 1e3 / $load:.1f}')" >"$work/$name.cpu"
     }
     run_load direct "$(cat "$work/up.pid")" "https://127.0.0.1:$up/" --h1
     run_load gateway "$gateway_pid" "http://127.0.0.1:$gw/" --h1
+    run_load gateway-2t "$gateway2_pid" "http://127.0.0.1:$gw2/" --h1
     run_load nginx "$(cat "$work/rp.pid")" "http://127.0.0.1:$rp/" --h1
     run_load nginx-2w "$(cat "$work/rp2.pid")" "http://127.0.0.1:$rp2/" --h1
     run_load gateway-h2c "$gateway_pid" "http://127.0.0.1:$gw/" -m 10
@@ -165,7 +190,7 @@ base, _, _ = read("direct")
 b50, b99 = statistics.median(base), base[int(len(base) * 0.99) - 1]
 rows = {}
 cpu = {}
-for name in ["direct", "gateway", "nginx", "nginx-2w", "gateway-h2c"]:
+for name in ["direct", "gateway", "nginx", "gateway-2t", "nginx-2w", "gateway-h2c"]:
     lat, ok, rps = read(name)
     p50, p99 = statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
     rows[name] = rps
@@ -175,8 +200,10 @@ for name in ["direct", "gateway", "nginx", "nginx-2w", "gateway-h2c"]:
     print(f"h2load {name:12s} {rps:9.0f} req/s  {ok}/{len(lat)} ok  p50 {p50:6.0f} us  p99 {p99:6.0f} us  {who} CPU {cpu[name]:5.1f} us/req{added}")
 print(f"h2load: gateway {rows['gateway'] / rows['nginx']:.2f}x nginx's throughput over HTTP/1.1 keep-alive "
       f"({rows['gateway'] / rows['nginx-2w']:.2f}x nginx with 2 workers); h2c {rows['gateway-h2c'] / rows['nginx']:.2f}x")
-print(f"CPU per request: gateway {cpu['gateway']:.1f} us vs nginx {cpu['nginx']:.1f} us ({cpu['gateway'] / cpu['nginx']:.2f}x), "
-      f"2 workers {cpu['nginx-2w']:.1f} us ({cpu['gateway'] / cpu['nginx-2w']:.2f}x); gateway h2c {cpu['gateway-h2c']:.1f} us")
+print(f"CPU per request: gateway {cpu['gateway']:.1f} us vs nginx {cpu['nginx']:.1f} us ({cpu['gateway'] / cpu['nginx']:.2f}x); "
+      f"2 threads {cpu['gateway-2t']:.1f} us vs nginx 2 workers {cpu['nginx-2w']:.1f} us ({cpu['gateway-2t'] / cpu['nginx-2w']:.2f}x); "
+      f"gateway h2c {cpu['gateway-h2c']:.1f} us")
+print(f"h2load: gateway with 2 threads {rows['gateway-2t'] / rows['nginx-2w']:.2f}x the throughput of nginx with 2 workers")
 PY
 else
     echo "h2load not installed (apt-get install nghttp2-client): throughput runs skipped"

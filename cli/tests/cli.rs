@@ -473,6 +473,62 @@ fn gateway_forwards_to_declared_servers_and_stops_on_sigterm() {
     assert!(lines[2]["refused"].as_str().is_some_and(|r| r.contains("other.test")), "{lines:?}");
 }
 
+/// `gateway --threads 3 --no-access-log`: three workers share the port
+/// (`SO_REUSEPORT`), each with its own warm connection; every request is
+/// answered, nothing is logged, and SIGTERM stops every worker.
+#[test]
+fn gateway_workers_share_the_port_and_stop_together() {
+    use std::io::{BufRead, Read, Write};
+    let server = TestServer::start(ServerOptions::default());
+    let up = format!("127.0.0.1:{}", server.port());
+    let mut child = bin()
+        .args(["gateway", "--listen", "127.0.0.1:0", "--server", &format!("http://{up}=1"), "--threads", "3"])
+        .arg("--no-access-log")
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    assert!(first.contains("(3 threads)"), "{first}");
+    let listen =
+        first.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).expect(&first).to_owned();
+    for i in 0..60 {
+        let mut s = std::net::TcpStream::connect(&listen).unwrap();
+        write!(s, "GET /hello HTTP/1.1\r\nHost: {up}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200") && out.ends_with("hello"), "request {i}: {out}");
+    }
+    // One warm connection per worker (each Manager keeps its own minimum).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.connections() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(server.connections(), 3);
+    let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit: {:?}", out.status);
+    assert!(out.stdout.is_empty(), "no access log: {}", String::from_utf8_lossy(&out.stdout));
+    // A listen address that cannot be bound fails before any worker starts.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().to_string();
+    let out = bin()
+        .args(["gateway", "--listen", &busy, "--server", &format!("http://{up}"), "--threads", "2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot listen on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `--metrics` after a `-n/-c` run: the pool per server in Prometheus text,
 /// OpenTelemetry's names, on every runtime.
 #[test]
