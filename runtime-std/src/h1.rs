@@ -188,6 +188,13 @@ pub(crate) fn exchange(
 pub(crate) struct H1Body(pub(crate) engine::H1Body<Shared>);
 
 impl H1Body {
+    /// After `101`: the connection, out of the pool, with the bytes read
+    /// past the head.
+    pub(crate) fn take_upgraded(&mut self) -> Option<crate::Upgraded> {
+        let (wire, early) = self.0.take_upgraded()?;
+        Some(crate::Upgraded::new(wire.stream, early))
+    }
+
     pub(crate) fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         loop {
             match self.0.next_chunk() {

@@ -79,6 +79,7 @@ mod manager;
 mod response;
 mod shared;
 mod stream;
+mod upgrade;
 mod workers;
 
 pub use body::Body;
@@ -130,3 +131,4 @@ pub use switchyard_core::{
     AddressStats, Backoff, CloseReason, Host, OutlierPolicy, Readiness, RetryBudget, WarmPolicy,
 };
 pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, ProxyCredentials};
+pub use upgrade::Upgraded;

@@ -174,6 +174,36 @@ impl ResponseBody {
     }
 }
 
+impl ResponseBody {
+    /// Takes the connection over after `101 Switching Protocols` (a request
+    /// with an `Upgrade` field goes on an HTTP/1.1 connection of its own for
+    /// this): the [`Upgraded`](crate::Upgraded) stream, with any bytes that
+    /// arrived behind the head. The call ends here (`call_end`), and the
+    /// pool counts the connection closed ("exclusive use").
+    /// [`ResponseExt::upgrade`] checks the status first.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade): the
+    /// response did not switch protocols (not a `101`, over HTTP/2, or a body
+    /// already read); the body is dropped (drained or closed as usual).
+    pub fn upgrade(mut self) -> Result<crate::Upgraded, Error> {
+        let why = match self.inner.as_deref_mut() {
+            Some(Inner::H1(b)) => match b.take_upgraded() {
+                Some(upgraded) => {
+                    // The call ends with the switch: the body had no bytes.
+                    let _ = self.ledger.settle(Ok(None), || {});
+                    return Ok(upgraded);
+                }
+                None if self.ledger.is_ended() || b.0.is_done() => "its body was already read",
+                None => "the server did not switch protocols (no 101 Switching Protocols)",
+            },
+            Some(Inner::H2(_)) => "it came over HTTP/2, which has no protocol switch",
+            None => "it was not received on a connection",
+        };
+        Err(self.ledger.about(Error::from(switchyard_common::ErrorKind::Upgrade(why.into()))))
+    }
+}
+
 impl io::Read for ResponseBody {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.pending.is_empty() {
@@ -237,6 +267,13 @@ pub trait ResponseExt: Sized {
     /// As [`ResponseBody::json`].
     #[cfg(feature = "json")]
     fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, Error>;
+    /// Takes the connection over after `101 Switching Protocols`
+    /// (WebSocket and other upgrades; see [`ResponseBody::upgrade`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade) naming
+    /// the status when it is not `101`.
+    fn upgrade(self) -> Result<crate::Upgraded, Error>;
     /// The call's id, as listeners see it (`None` for a response built by hand).
     fn call_id(&self) -> Option<CallId>;
     /// The id of the connection that carried it.
@@ -264,6 +301,14 @@ impl ResponseExt for http::Response<ResponseBody> {
     #[cfg(feature = "json")]
     fn json<T: serde::de::DeserializeOwned>(mut self) -> Result<T, Error> {
         self.body_mut().json()
+    }
+    fn upgrade(self) -> Result<crate::Upgraded, Error> {
+        let status = self.status();
+        if status != http::StatusCode::SWITCHING_PROTOCOLS {
+            let why = format!("the server answered {status}, not 101 Switching Protocols");
+            return Err(self.body().ledger.about(Error::from(switchyard_common::ErrorKind::Upgrade(why))));
+        }
+        self.into_body().upgrade()
     }
     fn call_id(&self) -> Option<CallId> {
         self.extensions().get::<CallId>().copied()

@@ -530,3 +530,38 @@ fn silent_tunnels_and_switched_connections_close_after_the_idle_timeout() {
     stop.send(()).unwrap();
     rt.block_on(served).unwrap().unwrap();
 }
+
+#[test]
+fn the_blocking_client_takes_a_101_over_too() {
+    use switchyard_std::ResponseExt as _;
+    let upstream = EchoUpstream::start();
+    let log = EventLog::default();
+    let client = switchyard_std::Client::builder().event_listener(log.clone()).build().unwrap();
+    let url = format!("http://{}/chat", upstream.addr);
+    let response = client.get(&url).header("connection", "upgrade").header("upgrade", "echo").send().unwrap();
+    assert_eq!(response.status(), 101);
+    let mut socket = response.upgrade().unwrap();
+    assert_eq!(socket.buffered(), b"EARLY");
+    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut early = [0u8; 5];
+    socket.read_exact(&mut early).unwrap();
+    assert_eq!(&early, b"EARLY");
+    socket.write_all(b"blocking echo").unwrap();
+    let mut back = [0u8; 13];
+    socket.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"blocking echo");
+    assert_eq!(closed_exclusive(&log), 1, "{:#?}", log.events());
+    // Not a switch: a typed refusal, and that connection is not pooled.
+    let refused =
+        client.get(&url).header("connection", "upgrade").header("upgrade", "refuse").send().unwrap();
+    let e = refused.upgrade().unwrap_err();
+    assert!(
+        matches!(e.kind(), switchyard_std::ErrorKind::Upgrade(_)) && e.to_string().contains("200 OK"),
+        "{e}"
+    );
+    let plain = client.get(&url).send().unwrap();
+    assert_eq!(plain.connection_source(), Some(Source::New));
+    assert_eq!(plain.text().unwrap(), "plain");
+    drop(socket);
+    assert_eq!(upstream.connections(), 3);
+}
