@@ -396,14 +396,19 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    // Then only the names the message carries: the hop-by-hop ones and those
+    // `Connection` names (its tokens are compared in place; `close` and
+    // `keep-alive` name no field most of the time).
+    let named = |name: &HeaderName| {
+        headers.get_all(header::CONNECTION).iter().any(|v| {
+            v.as_bytes()
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(name.as_str().as_bytes()))
+        })
+    };
+    let doomed: Vec<HeaderName> =
+        headers.keys().filter(|name| HOP_BY_HOP.contains(name) || named(name)).cloned().collect();
+    for name in &doomed {
         headers.remove(name);
     }
 }
@@ -771,6 +776,39 @@ mod tests {
         switch_fields(&mut h, HeaderValue::from_static("websocket"));
         assert_eq!(h["connection"], "upgrade");
         assert_eq!(h["upgrade"], "websocket");
+    }
+
+    #[test]
+    fn fields_named_by_connection_go_in_any_case_and_spelling() {
+        let strip = |fields: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in fields {
+                h.append(HeaderName::from_static(n), v.parse().unwrap());
+            }
+            strip_hop_by_hop(&mut h);
+            let mut names: Vec<String> = h.keys().map(|n| n.as_str().to_owned()).collect();
+            names.sort_unstable();
+            names
+        };
+        // Two Connection fields, odd spacing and case, an empty token.
+        assert_eq!(
+            strip(&[
+                ("connection", " X-One ,, close"),
+                ("connection", "x-TWO"),
+                ("x-one", "1"),
+                ("x-two", "2"),
+                ("x-three", "3"),
+            ]),
+            ["x-three"]
+        );
+        // Connection naming nothing present, or only `close`.
+        assert_eq!(strip(&[("connection", "close"), ("x-a", "1")]), ["x-a"]);
+        // No hop-by-hop field at all: nothing touched.
+        assert_eq!(strip(&[("x-a", "1"), ("x-b", "2")]), ["x-a", "x-b"]);
+        // A hop-by-hop field without Connection still goes.
+        assert_eq!(strip(&[("keep-alive", "timeout=5"), ("te", "trailers"), ("x-a", "1")]), ["x-a"]);
+        // A field whose name only starts like a named one stays.
+        assert_eq!(strip(&[("connection", "x-on"), ("x-one", "1")]), ["x-one"]);
     }
 
     #[test]
