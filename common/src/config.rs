@@ -275,6 +275,16 @@ impl Config {
         self.build_address_with(uri, supports_http2, Some(unix))
     }
 
+    /// The proxies to try for `uri`, in order, and why (the selector's
+    /// words), from the selector when there is one, else the configured list.
+    #[must_use]
+    pub fn proxies_for(&self, uri: &http::Uri) -> (Vec<Proxy>, Option<String>) {
+        match &self.selector {
+            Some(selector) => selector.select_explained(uri),
+            None => (self.proxies.clone(), None),
+        }
+    }
+
     /// The [tunnel](switchyard_core::AddressBuilder::tunnel) Address for
     /// `uri`'s origin: raw byte streams to its host and port (a gateway's
     /// `CONNECT`), through this client's resolver, connector hook and proxy

@@ -937,10 +937,7 @@ impl CallPlan {
         let start = std::time::Instant::now();
         let facts =
             switchyard_core::pool::RequestFacts::new(&parts.method, options.retryable, body_replayable);
-        let (proxies, proxy_reason) = match &config.selector {
-            Some(selector) => selector.select_explained(&parts.uri),
-            None => (config.proxies.clone(), None),
-        };
+        let (proxies, proxy_reason) = config.proxies_for(&parts.uri);
         Ok(CallPlan {
             address,
             proxies,
@@ -969,19 +966,16 @@ impl CallPlan {
         timeout: Option<std::time::Duration>,
     ) -> Result<CallPlan, crate::Error> {
         let address = config.tunnel_address(origin)?;
-        let (proxies, proxy_reason) = match &config.selector {
-            Some(selector) => selector.select_explained(origin),
-            None => (config.proxies.clone(), None),
-        };
+        let (proxies, proxy_reason) = config.proxies_for(origin);
         let options = crate::RequestOptions { exclusive: true, timeout, ..crate::RequestOptions::default() };
-        let start = std::time::Instant::now();
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
         Ok(CallPlan {
             address,
             proxies,
             proxy_reason,
             timeout,
-            deadline: timeout.map(|t| start + t),
-            call_deadline: timeout.map(|t| start + t),
+            deadline,
+            call_deadline: deadline,
             body_timeout: None,
             facts: switchyard_core::pool::RequestFacts::new(&http::Method::CONNECT, false, true),
             options,

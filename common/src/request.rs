@@ -637,6 +637,20 @@ impl BodyLedger {
         Ok(())
     }
 
+    /// `upgrade()`'s first check: an [`ErrorKind::Upgrade`](crate::ErrorKind::Upgrade)
+    /// error naming the status and this body's URL unless it is `101
+    /// Switching Protocols`.
+    ///
+    /// # Errors
+    /// Any status but 101.
+    pub fn check_switched(&self, status: http::StatusCode) -> Result<(), Error> {
+        if status == http::StatusCode::SWITCHING_PROTOCOLS {
+            return Ok(());
+        }
+        let why = format!("the server answered {status}, not 101 Switching Protocols");
+        Err(self.about(Error::from(crate::ErrorKind::Upgrade(why))))
+    }
+
     /// Whether the body has ended (read to its end, or failed).
     #[must_use]
     pub fn is_ended(&self) -> bool {

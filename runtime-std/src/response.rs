@@ -303,11 +303,7 @@ impl ResponseExt for http::Response<ResponseBody> {
         self.body_mut().json()
     }
     fn upgrade(self) -> Result<crate::Upgraded, Error> {
-        let status = self.status();
-        if status != http::StatusCode::SWITCHING_PROTOCOLS {
-            let why = format!("the server answered {status}, not 101 Switching Protocols");
-            return Err(self.body().ledger.about(Error::from(switchyard_common::ErrorKind::Upgrade(why))));
-        }
+        self.body().ledger.check_switched(self.status())?;
         self.into_body().upgrade()
     }
     fn call_id(&self) -> Option<CallId> {

@@ -122,22 +122,36 @@ fn closed_exclusive(log: &EventLog) -> usize {
         .count()
 }
 
-#[test]
-fn a_101_hands_the_connection_over_with_the_bytes_behind_the_head() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rt = runtime();
+/// The echo upstream, a tokio client recording its events, and the URL.
+fn echo_and_client() -> (EchoUpstream, EventLog, Client, String) {
     let upstream = EchoUpstream::start();
     let log = EventLog::default();
     let client = Client::builder().event_listener(log.clone()).build().unwrap();
     let url = format!("http://{}/chat", upstream.addr);
+    (upstream, log, client, url)
+}
+
+/// A GET asking to switch to `protocol` (named by `Connection`).
+async fn ask(
+    client: &Client,
+    url: &str,
+    protocol: &'static str,
+) -> http::Response<switchyard_tokio::ResponseBody> {
+    client.get(url).header("connection", "upgrade").header("upgrade", protocol).send().await.unwrap()
+}
+
+#[test]
+fn a_101_hands_the_connection_over_with_the_bytes_behind_the_head() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = runtime();
+    let (upstream, log, client, url) = echo_and_client();
     rt.block_on(async {
         // A pooled connection first: an idle HTTP/1.1 connection may carry
         // the upgrade (it is out of the pool from then on).
         let plain = client.get(&url).send().await.unwrap();
         assert_eq!(plain.connection_source(), Some(Source::New));
         assert_eq!(plain.text().await.unwrap(), "plain");
-        let response =
-            client.get(&url).header("connection", "Upgrade").header("upgrade", "echo").send().await.unwrap();
+        let response = ask(&client, &url, "echo").await;
         assert_eq!(response.status(), 101);
         assert_eq!(response.connection_source(), Some(Source::Pooled));
         assert_eq!(response.headers()["x-echo"], "1");
@@ -172,31 +186,16 @@ fn a_101_hands_the_connection_over_with_the_bytes_behind_the_head() {
 #[test]
 fn an_answer_that_does_not_switch_cannot_be_upgraded_and_its_connection_is_not_reused() {
     let rt = runtime();
-    let upstream = EchoUpstream::start();
-    let log = EventLog::default();
-    let client = Client::builder().event_listener(log.clone()).build().unwrap();
-    let url = format!("http://{}/chat", upstream.addr);
+    let (upstream, _log, client, url) = echo_and_client();
     rt.block_on(async {
-        let response = client
-            .get(&url)
-            .header("connection", "upgrade")
-            .header("upgrade", "refuse")
-            .send()
-            .await
-            .unwrap();
+        let response = ask(&client, &url, "refuse").await;
         assert_eq!(response.status(), 200);
         let e = response.upgrade().unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::Upgrade(_)), "{e:?}");
         let text = e.to_string();
         assert!(text.contains("200 OK") && text.contains("101") && text.contains("/chat"), "{text}");
         // Through the body: the same refusal, in the body's words.
-        let response = client
-            .get(&url)
-            .header("connection", "upgrade")
-            .header("upgrade", "refuse")
-            .send()
-            .await
-            .unwrap();
+        let response = ask(&client, &url, "refuse").await;
         let e = response.into_body().upgrade().unwrap_err();
         assert!(e.to_string().contains("did not switch protocols"), "{e}");
         // Both connections were the upgrades' own: neither is pooled.
@@ -225,13 +224,7 @@ fn a_request_that_asks_to_switch_goes_on_http1_even_where_http2_is_spoken() {
         let plain = client.get(&url).send().await.unwrap();
         assert_eq!(plain.version(), http::Version::HTTP_2);
         plain.text().await.unwrap();
-        let asked = client
-            .get(&url)
-            .header("connection", "upgrade")
-            .header("upgrade", "websocket")
-            .send()
-            .await
-            .unwrap();
+        let asked = ask(&client, &url, "websocket").await;
         assert_eq!(asked.version(), http::Version::HTTP_11, "Upgrade exists on HTTP/1.1 only");
         assert_eq!(asked.connection_source(), Some(Source::New));
         // The server does not switch: the answer is an ordinary response.
