@@ -40,7 +40,10 @@ fn the_gateway_hooks_local_requests_up_to_the_declared_servers() {
         ..Default::default()
     });
     let up = format!("localhost:{}", upstream.port());
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // A port nothing listens on: held until the gateway has its own port (so
+    // the system cannot give the gateway this one), then closed.
+    let closing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = closing.local_addr().unwrap();
     let log: Arc<Mutex<Vec<AccessRecord>>> = Arc::default();
 
     let (gateway, stop, served) = rt.block_on(async {
@@ -56,6 +59,7 @@ fn the_gateway_hooks_local_requests_up_to_the_declared_servers() {
         tokio::time::timeout(Duration::from_secs(20), manager.ready()).await.unwrap().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway = listener.local_addr().unwrap();
+        drop(closing);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let log = Arc::clone(&log);
         let served = tokio::spawn(
