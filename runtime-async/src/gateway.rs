@@ -401,7 +401,7 @@ impl<R: Listen> Gateway<R> {
             return Err(io::Error::other("gateway: the runtime cannot spawn tasks"));
         }
         let mut builder = hyper_util::server::conn::auto::Builder::new(Exec(Arc::clone(&rt)));
-        builder.http1().keep_alive(true).timer(Timer(Arc::clone(&rt)));
+        builder.http1().keep_alive(true).timer(CoarseTimer(Arc::clone(&deadlines)));
         builder.http2().timer(Timer(Arc::clone(&rt)));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -958,6 +958,42 @@ impl hyper::rt::Timer for Timer {
     }
     fn sleep_until(&self, at: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
         Box::pin(Sleeping(std::sync::Mutex::new(self.0.sleep_until(at))))
+    }
+}
+
+/// hyper's HTTP/1.1 timer (its header read timeout, armed for every request
+/// head) on the gateway's coarse [`Deadlines`]: a slab entry instead of a
+/// runtime timer and two boxes per request; it fires within a tick (at most
+/// a second) after its instant.
+struct CoarseTimer(Arc<Deadlines>);
+
+/// A sleep on [`Deadlines`]: ready once its instant has passed.
+struct CoarseSleep {
+    at: Instant,
+    registered: Registered,
+}
+
+impl Future for CoarseSleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if Instant::now() >= this.at {
+            this.registered.clear();
+            return Poll::Ready(());
+        }
+        this.registered.register(this.at, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl hyper::rt::Sleep for CoarseSleep {}
+
+impl hyper::rt::Timer for CoarseTimer {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep_until(Instant::now() + duration)
+    }
+    fn sleep_until(&self, at: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(CoarseSleep { at, registered: Registered { deadlines: Arc::clone(&self.0), key: None } })
     }
 }
 
