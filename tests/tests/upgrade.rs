@@ -511,13 +511,16 @@ fn silent_tunnels_and_switched_connections_close_after_the_idle_timeout() {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        // Silent: closed by the gateway (end of stream), well before the read timeout.
+        // Silent: closed by the gateway (end of stream or a reset), not left
+        // open until the client's own read timeout gives up.
         let mut silent = open(switch);
-        let started = std::time::Instant::now();
         let mut byte = [0u8; 1];
         let read = silent.read(&mut byte);
-        assert!(matches!(read, Ok(0)) || read.is_err(), "switch {switch}: {read:?}");
-        assert!(started.elapsed() < Duration::from_secs(5), "switch {switch}: {:?}", started.elapsed());
+        let closed = match &read {
+            Ok(n) => *n == 0,
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        };
+        assert!(closed, "switch {switch}: {read:?}");
         drop(busy);
     }
     stop.send(()).unwrap();
