@@ -70,6 +70,11 @@ pub enum ErrorKind {
     /// it is not a `101 Switching Protocols` on HTTP/1.1, or its body was
     /// already read.
     Upgrade(String),
+    /// Following redirects failed: more hops than the client's redirect
+    /// policy allows (`redirect(Policy::limited(n))`), or a hop to a URL that
+    /// cannot be called. The error's URL is the last one called; the text
+    /// names the limit and where the next hop would have gone.
+    Redirect(String),
     /// An HTTP proxy answered `407 Proxy Authentication Required` to an
     /// absolute-form request (a `CONNECT` refused with 407 is a
     /// [`ErrorKind::Connect`] whose route failure says so). Either way
@@ -382,6 +387,13 @@ impl Error {
         }
     }
 
+    /// Whether following redirects failed ([`ErrorKind::Redirect`]: past the
+    /// policy's limit). reqwest's `is_redirect`.
+    #[must_use]
+    pub fn is_redirect(&self) -> bool {
+        matches!(self.kind, ErrorKind::Redirect(_))
+    }
+
     /// Whether the call was refused because the client is shutting down
     /// (`Client::shutdown`), was waiting for a connection when it did, or
     /// failed in a way that would have been retried while it did (no
@@ -439,6 +451,7 @@ impl Error {
         match &self.kind {
             ErrorKind::Exchange(e) => e.may_have_been_sent,
             ErrorKind::Body(_) | ErrorKind::Status(_) | ErrorKind::Decode(_) | ErrorKind::Upgrade(_) => true,
+            ErrorKind::Redirect(_) => true,
             ErrorKind::Timeout(phase) => *phase != TimeoutPhase::Connect,
             _ => false,
         }
@@ -527,6 +540,11 @@ impl fmt::Display for Error {
                 on(f, "from")?;
                 write!(f, " cannot be upgraded: {why}")?;
             }
+            ErrorKind::Redirect(why) => {
+                f.write_str("error following redirect")?;
+                on(f, "from")?;
+                write!(f, ": {why}")?;
+            }
             ErrorKind::NotDeclared { host, handle: None } => write!(
                 f,
                 "{host} is not a server this manager was built with (no connection is opened for it)"
@@ -566,6 +584,7 @@ impl fmt::Debug for Error {
             ErrorKind::Config(_) => "Config",
             ErrorKind::Decode(_) => "Decode",
             ErrorKind::Upgrade(_) => "Upgrade",
+            ErrorKind::Redirect(_) => "Redirect",
             ErrorKind::ProxyAuth { .. } => "ProxyAuth",
             ErrorKind::NotDeclared { .. } => "NotDeclared",
             ErrorKind::NotReady(_) => "NotReady",
@@ -597,6 +616,7 @@ impl fmt::Debug for ErrorKind {
             ErrorKind::Config(why) => ("Config", Some(why.clone())),
             ErrorKind::Decode(why) => ("Decode", Some(why.clone())),
             ErrorKind::Upgrade(why) => ("Upgrade", Some(why.clone())),
+            ErrorKind::Redirect(why) => ("Redirect", Some(why.clone())),
             ErrorKind::ProxyAuth { proxy, credentials_refused } => {
                 return write!(
                     f,

@@ -616,6 +616,18 @@ impl BodyLedger {
         }
     }
 
+    /// The URL whose response this body is (the last hop's, after redirects);
+    /// `None` for a body built by hand.
+    #[must_use]
+    pub fn uri(&self) -> Option<&http::Uri> {
+        self.uri.as_ref()
+    }
+
+    /// Sets the URL this body answers (a layer's body over a connection's).
+    pub fn set_uri(&mut self, uri: &http::Uri) {
+        self.uri = Some(uri.clone());
+    }
+
     /// `e`, about this body's request URL (when known).
     #[must_use]
     pub fn about(&self, e: Error) -> Error {

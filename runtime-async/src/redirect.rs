@@ -9,8 +9,11 @@
 //! method but HEAD into a GET (without the body), 307/308 keep the method and
 //! resend the body when it is a buffer (a stream cannot be replayed: the
 //! redirect response is returned as it is); `Authorization`, `Cookie` and
-//! `Proxy-Authorization` are dropped on a hop to another origin. Past the
-//! limit, the last redirect response is returned as it is.
+//! `Proxy-Authorization` are dropped on a hop to another origin. A redirect
+//! past the limit fails the call with [`ErrorKind::Redirect`](crate::ErrorKind::Redirect)
+//! (reqwest's "error following redirect"): a 3xx never passes for the answer
+//! when the policy says to follow it. The response's final URL is
+//! `Response::url`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -135,9 +138,9 @@ where
 {
     #[cfg(feature = "redirect")]
     if max > 0 {
-        use tower_http::follow_redirect::policy::{clone_body_fn, FilterCredentials, Limited, PolicyExt};
+        use tower_http::follow_redirect::policy::{clone_body_fn, FilterCredentials, PolicyExt};
         use tower_http::follow_redirect::FollowRedirect;
-        let policy = Limited::new(max)
+        let policy = Hops { left: max, max }
             .and::<_, crate::Body, Error>(FilterCredentials::new())
             .and::<_, crate::Body, Error>(clone_body_fn(crate::Body::try_clone));
         let mut service = FollowRedirect::with_policy(service, policy);
@@ -146,6 +149,37 @@ where
     }
     let _ = max;
     Box::pin(service.call(request))
+}
+
+/// At most `max` hops; the one past them fails the call (tower-http's own
+/// `Limited` returns the last 3xx as if it were the answer).
+#[cfg(feature = "redirect")]
+#[derive(Clone, Copy, Debug)]
+struct Hops {
+    left: usize,
+    max: usize,
+}
+
+#[cfg(feature = "redirect")]
+impl<B> tower_http::follow_redirect::policy::Policy<B, Error> for Hops {
+    fn redirect(
+        &mut self,
+        attempt: &tower_http::follow_redirect::policy::Attempt<'_>,
+    ) -> Result<tower_http::follow_redirect::policy::Action, Error> {
+        if self.left == 0 {
+            let why = format!(
+                "more than {} redirect{} ({} to {})",
+                self.max,
+                if self.max == 1 { "" } else { "s" },
+                attempt.status().as_u16(),
+                switchyard_common::redact(&attempt.location().to_string()),
+            );
+            return Err(Error::from(switchyard_common::ErrorKind::Redirect(why))
+                .with_url(&attempt.previous().to_string()));
+        }
+        self.left -= 1;
+        Ok(tower_http::follow_redirect::policy::Action::Follow)
+    }
 }
 
 /// tower-http's Decompression over the client, its body back in a

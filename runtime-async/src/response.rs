@@ -141,11 +141,13 @@ impl ResponseBody {
         B: http_body::Body<Data = Bytes, Error = crate::BoxError> + Send + 'static,
     {
         let body = Box::pin(body);
-        let uri = switchyard_common::redact(&uri.to_string());
-        ResponseBody::with(
-            Inner::Decoded(Box::new(Decoded { body, uri, trailers: None, done: false })),
+        let shown = switchyard_common::redact(&uri.to_string());
+        let mut decoded = ResponseBody::with(
+            Inner::Decoded(Box::new(Decoded { body, uri: shown, trailers: None, done: false })),
             false,
-        )
+        );
+        decoded.ledger.set_uri(uri);
+        decoded
     }
 
     /// An empty body (for responses built by hand).
@@ -434,6 +436,9 @@ pub trait ResponseExt: Sized {
     /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade) naming
     /// the status when it is not `101`.
     fn upgrade(self) -> Result<crate::Upgraded, Error>;
+    /// The URL this response answers: the request's, or after followed
+    /// redirects the last hop's. A response built by hand has none: `/`.
+    fn url(&self) -> &http::Uri;
     /// The call's id, as listeners see it (`None` for a response built by hand).
     fn call_id(&self) -> Option<CallId>;
     /// The id of the connection that carried it.
@@ -466,6 +471,10 @@ impl ResponseExt for http::Response<ResponseBody> {
     fn upgrade(self) -> Result<crate::Upgraded, Error> {
         self.body().ledger.check_switched(self.status())?;
         self.into_body().upgrade()
+    }
+    fn url(&self) -> &http::Uri {
+        static NONE: std::sync::OnceLock<http::Uri> = std::sync::OnceLock::new();
+        self.body().ledger.uri().unwrap_or_else(|| NONE.get_or_init(|| http::Uri::from_static("/")))
     }
     fn call_id(&self) -> Option<CallId> {
         self.extensions().get::<CallId>().copied()

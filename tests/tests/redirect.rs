@@ -36,10 +36,29 @@ macro_rules! redirect_checks {
                 (1, 3),
                 "{name}: same-origin hops reuse the connection"
             );
-            // Past the limit the last redirect is the answer.
-            let r = client.get(format!("{base}/redirect/5")).send().await.unwrap();
-            assert_eq!(r.status(), 302, "{name}: three hops, then the redirect itself");
+            let r = client.get(format!("{base}/redirect/1")).send().await.unwrap();
+            assert_eq!(r.url().to_string(), format!("{base}/hello"), "{name}: the final URL");
             drop(r);
+            // Past the limit: an error naming the limit, the last URL called
+            // and where the next hop went; never the 3xx as if it were the answer.
+            let e = client.get(format!("{base}/redirect/5")).send().await.unwrap_err();
+            assert!(e.is_redirect(), "{name}: {e:?}");
+            assert!(matches!(e.kind(), $adapter::ErrorKind::Redirect(_)), "{name}: {e:?}");
+            let shown = e.to_string();
+            assert!(shown.contains("more than 3 redirects"), "{name}: {shown}");
+            assert!(shown.contains(&format!("{base}/redirect/2")), "{name}: the last URL called: {shown}");
+            assert!(shown.contains("/redirect/1"), "{name}: where it would have gone: {shown}");
+            assert!(e.may_have_been_sent(), "{name}: the hops were sent");
+            let one = $adapter::Client::builder()
+                .no_proxy()
+                .redirect($adapter::redirect::Policy::limited(1))
+                .build()
+                .unwrap();
+            // `/redirect/N` is N + 1 hops.
+            let e = one.get(format!("{base}/redirect/1")).send().await.unwrap_err();
+            assert!(e.to_string().contains("more than 1 redirect ("), "{name}: {e}");
+            assert_eq!(one.get(format!("{base}/redirect/0")).send().await.unwrap().status(), 200, "{name}");
+            assert_eq!(client.stats().totals.in_use, 0, "{name}: the refused hop's connection went back");
 
             // Credentials go along on a same-origin hop, not to another origin.
             let same = format!("{base}/goto/302?{base}/headers");
