@@ -408,7 +408,6 @@ async fn transfer_async<R: switchyard_async::Runtime>(
     url: &str,
     print: bool,
 ) -> Transfer {
-    use switchyard_async::ResponseExt;
     let mut t = Transfer::start(url);
     let mut hop = ctx.first_hop(url);
     let mut sink = None;
@@ -528,7 +527,6 @@ async fn run_async<R: switchyard_async::Runtime>(
 
 /// One URL's transfer on the blocking client (as [`transfer_async`]).
 fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, url: &str, print: bool) -> Transfer {
-    use switchyard_std::ResponseExt;
     let mut t = Transfer::start(url);
     let mut hop = ctx.first_hop(url);
     let mut sink = None;

@@ -57,7 +57,7 @@ macro_rules! adapter_types {
                 &self,
                 request: $crate::__http::Request<B>,
             ) -> impl ::std::future::Future<
-                Output = ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error>,
+                Output = ::std::result::Result<$crate::Response, $crate::Error>,
             > + Send
                    + 'static {
                 let request = request.map(Into::into);
@@ -83,7 +83,7 @@ macro_rules! adapter_types {
                 &self,
                 request: $crate::__http::Request<B>,
             ) -> impl ::std::future::Future<
-                Output = ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error>,
+                Output = ::std::result::Result<$crate::Response, $crate::Error>,
             > + Send
                    + 'static {
                 self.send(request)
@@ -172,7 +172,8 @@ macro_rules! adapter_types {
                 let client = self.clone();
                 let (parts, body) = request.into_parts();
                 let request = $crate::__http::Request::from_parts(parts, $crate::Body::__from_any(body));
-                Box::pin(client.send(request))
+                let future = client.send(request);
+                Box::pin(async move { future.await.map($crate::Response::into_http) })
             }
         }
 
@@ -415,7 +416,7 @@ macro_rules! adapter_types {
             pub async fn send(
                 &self,
                 request: $crate::__http::Request<$crate::Body>,
-            ) -> ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error> {
+            ) -> ::std::result::Result<$crate::Response, $crate::Error> {
                 self.inner.send(request).await
             }
         }
@@ -445,7 +446,8 @@ macro_rules! adapter_types {
                 ::std::task::Poll::Ready(Ok(()))
             }
             fn call(&mut self, request: $crate::__http::Request<$crate::Body>) -> Self::Future {
-                Box::pin(self.client.send(request))
+                let future = self.client.send(request);
+                Box::pin(async move { future.await.map($crate::Response::into_http) })
             }
         }
 
@@ -595,7 +597,7 @@ macro_rules! adapter_types {
             pub fn send(
                 self,
             ) -> impl ::std::future::Future<
-                Output = ::std::result::Result<$crate::__http::Response<$crate::ResponseBody>, $crate::Error>,
+                Output = ::std::result::Result<$crate::Response, $crate::Error>,
             > + Send
                    + 'static {
                 let client = self.client.clone();

@@ -121,10 +121,9 @@ pub type RequestBuilder<R> = switchyard_common::RequestBuilder<Client<R>>;
 
 impl<R: Runtime> Sender for Client<R> {
     type Body = Body;
-    type Output = BoxFuture<Result<http::Response<ResponseBody>, Error>>;
+    type Output = BoxFuture<Result<crate::Response, Error>>;
     fn send_request(&self, request: http::Request<Body>) -> Self::Output {
-        let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
-        Box::pin(self.send_in(Ok(request), span))
+        Box::pin(self.send(request))
     }
     fn refuse(error: Error) -> Self::Output {
         Box::pin(async move { Err(error) })
@@ -227,9 +226,9 @@ impl<R: Runtime> Client<R> {
     pub fn send(
         &self,
         request: http::Request<Body>,
-    ) -> impl Future<Output = Result<http::Response<ResponseBody>, Error>> + Send + 'static {
+    ) -> impl Future<Output = Result<crate::Response, Error>> + Send + 'static {
         let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
-        self.send_in(Ok(request), span)
+        crate::redirect::SendFuture::Direct { future: self.send_in(Ok(request), span) }
     }
 
     /// [`Client::send`] inside `span` (an adapter's own, under its crate's

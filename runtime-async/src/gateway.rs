@@ -1492,7 +1492,7 @@ impl<R: Runtime> State<R> {
             refusal
         });
         let response = match sent {
-            Some(Ok(response)) => response,
+            Some(Ok(response)) => response.into_http(),
             Some(Err(e)) if e.is_connect() && still_down.is_some() => {
                 // The probe found it still down: the down answer, with why.
                 let mut refusal = still_down.expect("checked");

@@ -39,7 +39,7 @@ pub use http as __http;
 #[doc(hidden)]
 pub use http_body as __http_body;
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
-pub use response::{BodyReader, ResponseBody, ResponseExt};
+pub use response::{BodyReader, Response, ResponseBody, ResponseExt};
 pub use runtime::{AsyncIo, BoxFuture, Connecting, Io, Runtime, Task};
 pub use switchyard_common::transport::{by_name, Connect, TcpKeepalive, TcpOptions};
 pub use switchyard_core::Route;

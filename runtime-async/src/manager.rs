@@ -12,7 +12,7 @@ use switchyard_core::Readiness;
 
 use crate::client::{Client, RequestBuilder};
 use crate::runtime::Runtime;
-use crate::{Body, ResponseBody};
+use crate::Body;
 
 /// Warm connections to a declared set of servers, for services that talk to a
 /// fixed set of backends: each server's minimum is connected at start (DNS,
@@ -275,7 +275,7 @@ impl<R: Runtime> ServerHandle<R> {
     /// # Errors
     /// [`ErrorKind::NotDeclared`](crate::ErrorKind::NotDeclared) for a URI to
     /// another server; otherwise as [`Client::send`].
-    pub async fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+    pub async fn send(&self, request: http::Request<Body>) -> Result<crate::Response, Error> {
         manager::check_target(&self.server, request.uri())?;
         self.client.send(request).await
     }

@@ -227,11 +227,12 @@ pin_project_lite::pin_project! {
 }
 
 impl<F: Future<Output = Answer>> Future for SendFuture<F> {
-    type Output = Answer;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
-        match self.project() {
-            SendProj::Direct { future } => future.poll(cx),
-            SendProj::Following { future } => future.as_mut().poll(cx),
-        }
+    type Output = Result<crate::Response, Error>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let answer = match self.project() {
+            SendProj::Direct { future } => std::task::ready!(future.poll(cx)),
+            SendProj::Following { future } => std::task::ready!(future.as_mut().poll(cx)),
+        };
+        Poll::Ready(answer.map(crate::Response::from))
     }
 }

@@ -486,3 +486,242 @@ impl ResponseExt for http::Response<ResponseBody> {
         self.extensions().get::<switchyard_common::Carrier>().map(|c| c.source)
     }
 }
+
+/// A response, as `send` returns it: the status and head fields, and the
+/// body read as a whole ([`text`](Response::text), [`bytes`](Response::bytes),
+/// [`json`](Response::json)) or chunk by chunk ([`chunk`](Response::chunk),
+/// [`bytes_stream`](Response::bytes_stream), [`into_reader`](Response::into_reader)).
+/// reqwest's methods, with no trait to import. [`into_http`](Response::into_http)
+/// (or `From`) gives the `http::Response` underneath, for the `http` ecosystem.
+///
+/// ```no_run
+/// # async fn run(client: switchyard_async::Client<impl switchyard_async::Runtime>) -> Result<(), switchyard_common::Error> {
+/// let response = client.get("https://example.com/").send().await?.error_for_status()?;
+/// println!("{} from {}", response.status(), response.url());
+/// let text = response.text().await?;
+/// # drop(text); Ok(()) }
+/// ```
+pub struct Response {
+    inner: http::Response<ResponseBody>,
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Response")
+            .field("url", &switchyard_common::redacted(self.url()))
+            .field("status", &self.status())
+            .field("version", &self.version())
+            .field("headers", self.headers())
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<http::Response<ResponseBody>> for Response {
+    fn from(inner: http::Response<ResponseBody>) -> Response {
+        Response { inner }
+    }
+}
+
+impl From<Response> for http::Response<ResponseBody> {
+    fn from(response: Response) -> http::Response<ResponseBody> {
+        response.inner
+    }
+}
+
+impl Response {
+    /// The status code.
+    #[must_use]
+    pub fn status(&self) -> http::StatusCode {
+        self.inner.status()
+    }
+    /// The HTTP version it came over.
+    #[must_use]
+    pub fn version(&self) -> http::Version {
+        self.inner.version()
+    }
+    /// The head's fields.
+    #[must_use]
+    pub fn headers(&self) -> &http::HeaderMap {
+        self.inner.headers()
+    }
+    /// The head's fields, to change.
+    pub fn headers_mut(&mut self) -> &mut http::HeaderMap {
+        self.inner.headers_mut()
+    }
+    /// The `Content-Length` the server declared, if any (a decoded body's is
+    /// removed: its length is not known in advance).
+    #[must_use]
+    pub fn content_length(&self) -> Option<u64> {
+        self.inner.headers().get(http::header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+    }
+    /// The URL this response answers: the request's, or after followed
+    /// redirects the last hop's (a response built by hand: `/`).
+    #[must_use]
+    pub fn url(&self) -> &http::Uri {
+        ResponseExt::url(&self.inner)
+    }
+    /// The extensions (what layers attached to the response).
+    #[must_use]
+    pub fn extensions(&self) -> &http::Extensions {
+        self.inner.extensions()
+    }
+    /// The extensions, to change.
+    pub fn extensions_mut(&mut self) -> &mut http::Extensions {
+        self.inner.extensions_mut()
+    }
+    /// The body.
+    #[must_use]
+    pub fn body(&self) -> &ResponseBody {
+        self.inner.body()
+    }
+    /// The body, to read in place (`body_mut().chunk().await`).
+    pub fn body_mut(&mut self) -> &mut ResponseBody {
+        self.inner.body_mut()
+    }
+    /// The body alone.
+    #[must_use]
+    pub fn into_body(self) -> ResponseBody {
+        self.inner.into_body()
+    }
+    /// The head and the body.
+    #[must_use]
+    pub fn into_parts(self) -> (http::response::Parts, ResponseBody) {
+        self.inner.into_parts()
+    }
+    /// The `http::Response` underneath.
+    #[must_use]
+    pub fn into_http(self) -> http::Response<ResponseBody> {
+        self.inner
+    }
+    /// The response, unless its status is a client (4xx) or server (5xx)
+    /// error: then an [`ErrorKind::Status`](switchyard_common::ErrorKind::Status)
+    /// error naming the URL (the body is dropped, its connection drained or
+    /// closed).
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    pub fn error_for_status(self) -> Result<Response, Error> {
+        self.inner.body().ledger.check_status(self.status())?;
+        Ok(self)
+    }
+    /// As [`error_for_status`](Self::error_for_status), by reference (the
+    /// response stays usable either way).
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    pub fn error_for_status_ref(&self) -> Result<&Response, Error> {
+        self.inner.body().ledger.check_status(self.status())?;
+        Ok(self)
+    }
+    /// The next chunk of the body, or `None` at the end (the connection is
+    /// released then).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`].
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        self.inner.body_mut().chunk().await
+    }
+    /// The whole body.
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`].
+    pub async fn bytes(mut self) -> Result<Bytes, Error> {
+        self.inner.body_mut().bytes().await
+    }
+    /// The whole body as text (invalid UTF-8 replaced).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`].
+    pub async fn text(mut self) -> Result<String, Error> {
+        self.inner.body_mut().text().await
+    }
+    /// The whole body as JSON (feature `json`).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::poll_chunk`], or [`ErrorKind::Decode`](switchyard_common::ErrorKind::Decode)
+    /// when the body is not that JSON.
+    #[cfg(feature = "json")]
+    pub async fn json<T: serde::de::DeserializeOwned>(mut self) -> Result<T, Error> {
+        self.inner.body_mut().json().await
+    }
+    /// Without the `json` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "json"))]
+    #[doc(hidden)]
+    pub async fn json<T: switchyard_common::__private::NeedsJsonFeature>(self) -> Result<T, Error> {
+        drop(self);
+        Err(Error::config("the json feature is off"))
+    }
+    /// The body as a `Stream` of `Result<Bytes, Error>` (reqwest's
+    /// `bytes_stream`; the body itself is that stream).
+    #[must_use]
+    pub fn bytes_stream(self) -> ResponseBody {
+        self.inner.into_body()
+    }
+    /// The body as an `AsyncRead` (tokio's and futures-io's); see
+    /// [`ResponseBody::into_reader`].
+    #[must_use]
+    pub fn into_reader(self) -> BodyReader {
+        self.inner.into_body().into_reader()
+    }
+    /// Takes the connection over after `101 Switching Protocols`
+    /// (WebSocket and other upgrades; see [`ResponseBody::upgrade`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade) naming
+    /// the status when it is not `101`.
+    pub fn upgrade(self) -> Result<crate::Upgraded, Error> {
+        ResponseExt::upgrade(self.inner)
+    }
+    /// The call's id, as listeners see it (`None` for a response built by hand).
+    #[must_use]
+    pub fn call_id(&self) -> Option<CallId> {
+        ResponseExt::call_id(&self.inner)
+    }
+    /// The id of the connection that carried it.
+    #[must_use]
+    pub fn connection_id(&self) -> Option<ConnectionId> {
+        ResponseExt::connection_id(&self.inner)
+    }
+    /// How the pool found that connection: `New` (connected for this call),
+    /// `Pooled`, `Shared` (an HTTP/2 connection with other streams) or
+    /// `Coalesced` (an HTTP/2 connection to another name).
+    #[must_use]
+    pub fn connection_source(&self) -> Option<switchyard_core::Source> {
+        ResponseExt::connection_source(&self.inner)
+    }
+}
+
+/// For code written against the trait (the inherent methods come first).
+impl ResponseExt for Response {
+    fn error_for_status(self) -> Result<Self, Error> {
+        Response::error_for_status(self)
+    }
+    fn error_for_status_ref(&self) -> Result<&Self, Error> {
+        Response::error_for_status_ref(self)
+    }
+    async fn text(self) -> Result<String, Error> {
+        Response::text(self).await
+    }
+    async fn bytes(self) -> Result<Bytes, Error> {
+        Response::bytes(self).await
+    }
+    #[cfg(feature = "json")]
+    async fn json<T: serde::de::DeserializeOwned + Send>(self) -> Result<T, Error> {
+        Response::json(self).await
+    }
+    fn upgrade(self) -> Result<crate::Upgraded, Error> {
+        Response::upgrade(self)
+    }
+    fn url(&self) -> &http::Uri {
+        Response::url(self)
+    }
+    fn call_id(&self) -> Option<CallId> {
+        Response::call_id(self)
+    }
+    fn connection_id(&self) -> Option<ConnectionId> {
+        Response::connection_id(self)
+    }
+    fn connection_source(&self) -> Option<switchyard_core::Source> {
+        Response::connection_source(self)
+    }
+}

@@ -56,8 +56,8 @@ pub use switchyard_async::{
     describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
     ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
     NoProxy, NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, ProxyServer,
-    Recorded, RequestOptions, Resolve, ResponseBody, ResponseExt, StreamLimitPolicy, SystemResolver,
-    TimeoutPhase, Upgraded, DEFAULT_USER_AGENT,
+    Recorded, RequestOptions, Resolve, Response, ResponseBody, ResponseExt, StreamLimitPolicy,
+    SystemResolver, TimeoutPhase, Upgraded, DEFAULT_USER_AGENT,
 };
 pub use switchyard_async::{
     AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, OutlierPolicy, Readiness,

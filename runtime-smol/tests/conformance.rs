@@ -124,7 +124,7 @@ mod ecosystem {
     /// `Body::from_futures_reader` goes out with `Content-Length`.
     #[test]
     fn a_smol_file_is_a_body() {
-        use switchyard_smol::{Body, Client, ResponseExt};
+        use switchyard_smol::{Body, Client};
         use switchyard_tests::server::{ServerOptions, TestServer};
         smol::block_on(async {
             let (server, client) =

@@ -106,7 +106,7 @@ impl RequestBuilder {
     ///
     /// # Errors
     /// The first error met while building, or how the call failed.
-    pub fn send(self) -> Result<http::Response<ResponseBody>, Error> {
+    pub fn send(self) -> Result<crate::Response, Error> {
         let client = self.client.clone();
         client.send(self.build()?)
     }
@@ -179,7 +179,7 @@ impl ClientBuilder {
 
 impl Sender for Client {
     type Body = Body;
-    type Output = Result<http::Response<ResponseBody>, Error>;
+    type Output = Result<crate::Response, Error>;
     fn send_request(&self, request: http::Request<Body>) -> Self::Output {
         self.send(request)
     }
@@ -249,10 +249,7 @@ impl Client {
     ///
     /// # Errors
     /// As [`send`](Self::send).
-    pub fn execute<B: Into<Body>>(
-        &self,
-        request: http::Request<B>,
-    ) -> Result<http::Response<ResponseBody>, Error> {
+    pub fn execute<B: Into<Body>>(&self, request: http::Request<B>) -> Result<crate::Response, Error> {
         self.send(request)
     }
 
@@ -279,15 +276,12 @@ impl Client {
     /// Each call is a `tracing` span named `call` (target `switchyard_std`) with
     /// the method, the URI without userinfo, the call id and, once known, the
     /// status; the call's end (or failure) is an event in it.
-    pub fn send<B: Into<Body>>(
-        &self,
-        request: http::Request<B>,
-    ) -> Result<http::Response<ResponseBody>, Error> {
+    pub fn send<B: Into<Body>>(&self, request: http::Request<B>) -> Result<crate::Response, Error> {
         let (parts, body) = request.into_parts();
         let span = switchyard_common::call_span!("switchyard_std", &parts.method, &parts.uri);
         let result = span.in_scope(|| self.send_inner(parts, body.into()));
         switchyard_common::call_traced(&span, &result);
-        result
+        result.map(crate::Response::from)
     }
 
     fn send_inner(

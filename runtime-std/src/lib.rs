@@ -110,7 +110,7 @@ impl std::fmt::Debug for ConnectorSlot {
     }
 }
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
-pub use response::{ResponseBody, ResponseExt};
+pub use response::{Response, ResponseBody, ResponseExt};
 pub use switchyard_common::manager::ServerStatus;
 /// Pool metrics as Prometheus text (`stats_by_address()` in).
 pub use switchyard_common::metrics;

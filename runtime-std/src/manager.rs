@@ -13,7 +13,7 @@ use switchyard_core::Readiness;
 
 use crate::client::{Client, RequestBuilder};
 use crate::shared::Shared;
-use crate::{Body, ResponseBody};
+use crate::Body;
 
 /// Warm connections to a declared set of servers, blocking: each server's
 /// minimum is connected at start and kept as connections close; failed
@@ -192,7 +192,7 @@ impl ServerHandle {
     /// # Errors
     /// [`ErrorKind::NotDeclared`](crate::ErrorKind::NotDeclared) for a URI to
     /// another server; otherwise as [`Client::send`].
-    pub fn send(&self, request: http::Request<Body>) -> Result<http::Response<ResponseBody>, Error> {
+    pub fn send(&self, request: http::Request<Body>) -> Result<crate::Response, Error> {
         manager::check_target(&self.server, request.uri())?;
         self.client.send(request)
     }

@@ -274,6 +274,8 @@ pub trait ResponseExt: Sized {
     /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade) naming
     /// the status when it is not `101`.
     fn upgrade(self) -> Result<crate::Upgraded, Error>;
+    /// The URL this response answers (a response built by hand: `/`).
+    fn url(&self) -> &http::Uri;
     /// The call's id, as listeners see it (`None` for a response built by hand).
     fn call_id(&self) -> Option<CallId>;
     /// The id of the connection that carried it.
@@ -306,6 +308,10 @@ impl ResponseExt for http::Response<ResponseBody> {
         self.body().ledger.check_switched(self.status())?;
         self.into_body().upgrade()
     }
+    fn url(&self) -> &http::Uri {
+        static NONE: std::sync::OnceLock<http::Uri> = std::sync::OnceLock::new();
+        self.body().ledger.uri().unwrap_or_else(|| NONE.get_or_init(|| http::Uri::from_static("/")))
+    }
     fn call_id(&self) -> Option<CallId> {
         self.extensions().get::<CallId>().copied()
     }
@@ -314,5 +320,250 @@ impl ResponseExt for http::Response<ResponseBody> {
     }
     fn connection_source(&self) -> Option<switchyard_core::Source> {
         self.extensions().get::<switchyard_common::Carrier>().map(|c| c.source)
+    }
+}
+
+/// A response, as `send` returns it: the status and head fields, and the
+/// body read as a whole ([`text`](Response::text), [`bytes`](Response::bytes),
+/// [`json`](Response::json)), chunk by chunk ([`chunk`](Response::chunk)) or
+/// through [`std::io::Read`] (the response itself reads its body). reqwest's
+/// blocking methods, with no trait to import. [`into_http`](Response::into_http)
+/// (or `From`) gives the `http::Response` underneath.
+///
+/// ```no_run
+/// # fn run(client: switchyard_std::Client) -> Result<(), switchyard_std::Error> {
+/// let response = client.get("https://example.com/").send()?.error_for_status()?;
+/// println!("{} from {}", response.status(), response.url());
+/// let text = response.text()?;
+/// # drop(text); Ok(()) }
+/// ```
+pub struct Response {
+    inner: http::Response<ResponseBody>,
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Response")
+            .field("url", &switchyard_common::redacted(self.url()))
+            .field("status", &self.status())
+            .field("version", &self.version())
+            .field("headers", self.headers())
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<http::Response<ResponseBody>> for Response {
+    fn from(inner: http::Response<ResponseBody>) -> Response {
+        Response { inner }
+    }
+}
+
+impl From<Response> for http::Response<ResponseBody> {
+    fn from(response: Response) -> http::Response<ResponseBody> {
+        response.inner
+    }
+}
+
+impl io::Read for Response {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.body_mut().read(buf)
+    }
+}
+
+impl Response {
+    /// The status code.
+    #[must_use]
+    pub fn status(&self) -> http::StatusCode {
+        self.inner.status()
+    }
+    /// The HTTP version it came over.
+    #[must_use]
+    pub fn version(&self) -> http::Version {
+        self.inner.version()
+    }
+    /// The head's fields.
+    #[must_use]
+    pub fn headers(&self) -> &http::HeaderMap {
+        self.inner.headers()
+    }
+    /// The head's fields, to change.
+    pub fn headers_mut(&mut self) -> &mut http::HeaderMap {
+        self.inner.headers_mut()
+    }
+    /// The `Content-Length` the server declared, if any.
+    #[must_use]
+    pub fn content_length(&self) -> Option<u64> {
+        self.inner.headers().get(http::header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+    }
+    /// The URL this response answers (a response built by hand: `/`).
+    #[must_use]
+    pub fn url(&self) -> &http::Uri {
+        ResponseExt::url(&self.inner)
+    }
+    /// The extensions.
+    #[must_use]
+    pub fn extensions(&self) -> &http::Extensions {
+        self.inner.extensions()
+    }
+    /// The extensions, to change.
+    pub fn extensions_mut(&mut self) -> &mut http::Extensions {
+        self.inner.extensions_mut()
+    }
+    /// The body.
+    #[must_use]
+    pub fn body(&self) -> &ResponseBody {
+        self.inner.body()
+    }
+    /// The body, to read in place.
+    pub fn body_mut(&mut self) -> &mut ResponseBody {
+        self.inner.body_mut()
+    }
+    /// The body alone.
+    #[must_use]
+    pub fn into_body(self) -> ResponseBody {
+        self.inner.into_body()
+    }
+    /// The head and the body.
+    #[must_use]
+    pub fn into_parts(self) -> (http::response::Parts, ResponseBody) {
+        self.inner.into_parts()
+    }
+    /// The `http::Response` underneath.
+    #[must_use]
+    pub fn into_http(self) -> http::Response<ResponseBody> {
+        self.inner
+    }
+    /// The response, unless its status is a client (4xx) or server (5xx)
+    /// error: then an [`ErrorKind::Status`](switchyard_common::ErrorKind::Status)
+    /// error naming the URL.
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    pub fn error_for_status(self) -> Result<Response, Error> {
+        self.inner.body().ledger.check_status(self.status())?;
+        Ok(self)
+    }
+    /// As [`error_for_status`](Self::error_for_status), by reference.
+    ///
+    /// # Errors
+    /// A 4xx or 5xx status.
+    pub fn error_for_status_ref(&self) -> Result<&Response, Error> {
+        self.inner.body().ledger.check_status(self.status())?;
+        Ok(self)
+    }
+    /// The next chunk of the body, or `None` at the end.
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`].
+    pub fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        self.inner.body_mut().chunk()
+    }
+    /// The whole body.
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`].
+    pub fn bytes(mut self) -> Result<Bytes, Error> {
+        self.inner.body_mut().bytes()
+    }
+    /// The whole body as text (invalid UTF-8 replaced).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`].
+    pub fn text(mut self) -> Result<String, Error> {
+        self.inner.body_mut().text()
+    }
+    /// The whole body as JSON (feature `json`).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::json`].
+    #[cfg(feature = "json")]
+    pub fn json<T: serde::de::DeserializeOwned>(mut self) -> Result<T, Error> {
+        self.inner.body_mut().json()
+    }
+    /// Without the `json` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "json"))]
+    #[doc(hidden)]
+    pub fn json<T: switchyard_common::__private::NeedsJsonFeature>(self) -> Result<T, Error> {
+        drop(self);
+        Err(Error::config("the json feature is off"))
+    }
+    /// Copies the rest of the body into `out` (a file, say) and returns how
+    /// many bytes were written; each chunk is written as it arrives, with
+    /// no buffer of its own in between.
+    ///
+    /// # Errors
+    /// As [`ResponseBody::chunk`], or the writer's error (as an
+    /// [`ErrorKind::Body`](switchyard_common::ErrorKind::Body)).
+    pub fn copy_to<W: io::Write + ?Sized>(&mut self, out: &mut W) -> Result<u64, Error> {
+        let mut written = 0;
+        while let Some(chunk) = self.chunk()? {
+            out.write_all(&chunk).map_err(|e| {
+                let e = Error::from(switchyard_common::ErrorKind::Body(switchyard_common::BodyError::Io(
+                    Arc::new(e),
+                )));
+                self.inner.body().ledger.about(e)
+            })?;
+            written += chunk.len() as u64;
+        }
+        Ok(written)
+    }
+    /// Takes the connection over after `101 Switching Protocols`
+    /// (see [`ResponseBody::upgrade`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Upgrade`](switchyard_common::ErrorKind::Upgrade) naming
+    /// the status when it is not `101`.
+    pub fn upgrade(self) -> Result<crate::Upgraded, Error> {
+        ResponseExt::upgrade(self.inner)
+    }
+    /// The call's id, as listeners see it (`None` for a response built by hand).
+    #[must_use]
+    pub fn call_id(&self) -> Option<CallId> {
+        ResponseExt::call_id(&self.inner)
+    }
+    /// The id of the connection that carried it.
+    #[must_use]
+    pub fn connection_id(&self) -> Option<switchyard_core::ConnectionId> {
+        ResponseExt::connection_id(&self.inner)
+    }
+    /// How the pool found that connection: `New` or `Pooled`.
+    #[must_use]
+    pub fn connection_source(&self) -> Option<switchyard_core::Source> {
+        ResponseExt::connection_source(&self.inner)
+    }
+}
+
+/// For code written against the trait (the inherent methods come first).
+impl ResponseExt for Response {
+    fn error_for_status(self) -> Result<Self, Error> {
+        Response::error_for_status(self)
+    }
+    fn error_for_status_ref(&self) -> Result<&Self, Error> {
+        Response::error_for_status_ref(self)
+    }
+    fn text(self) -> Result<String, Error> {
+        Response::text(self)
+    }
+    fn bytes(self) -> Result<Bytes, Error> {
+        Response::bytes(self)
+    }
+    #[cfg(feature = "json")]
+    fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, Error> {
+        Response::json(self)
+    }
+    fn upgrade(self) -> Result<crate::Upgraded, Error> {
+        Response::upgrade(self)
+    }
+    fn url(&self) -> &http::Uri {
+        Response::url(self)
+    }
+    fn call_id(&self) -> Option<CallId> {
+        Response::call_id(self)
+    }
+    fn connection_id(&self) -> Option<switchyard_core::ConnectionId> {
+        Response::connection_id(self)
+    }
+    fn connection_source(&self) -> Option<switchyard_core::Source> {
+        Response::connection_source(self)
     }
 }

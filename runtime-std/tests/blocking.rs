@@ -30,7 +30,6 @@ fn a_reader_body_is_sent_chunked_and_the_response_reads_as_io_read() {
 /// naming both numbers, and its connection is not reused.
 #[test]
 fn a_sized_reader_body_is_sent_with_its_length_and_held_to_it() {
-    use switchyard_std::ResponseExt;
     let server = TestServer::start(ServerOptions::default());
     let client = Client::new().unwrap();
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", server.port());
@@ -63,7 +62,6 @@ fn a_sized_reader_body_is_sent_with_its_length_and_held_to_it() {
 /// that `Content-Length`, held to it as a header-declared length is.
 #[test]
 fn a_reader_with_its_length_is_sent_with_it() {
-    use switchyard_std::ResponseExt;
     let server = TestServer::start(ServerOptions::default());
     let client = Client::new().unwrap();
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", server.port());
@@ -194,7 +192,7 @@ fn a_read_timeout_ends_a_stalled_body_with_a_typed_error() {
 /// `bytes`/`json`/`error_for_status`, ids in the extensions, two listeners.
 #[test]
 fn the_request_api_and_response_helpers() {
-    use switchyard_std::{ErrorKind, EventLog, ResponseExt};
+    use switchyard_std::{ErrorKind, EventLog};
     let server = TestServer::start(ServerOptions::default());
     let base = format!("http://127.0.0.1:{}", server.port());
     let (one, two) = (EventLog::default(), EventLog::default());
@@ -249,7 +247,7 @@ fn the_request_api_and_response_helpers() {
 /// The call timeout covers the body; the head timeout only the head.
 #[test]
 fn the_call_timeout_covers_the_body() {
-    use switchyard_std::{ResponseExt, TimeoutPhase};
+    use switchyard_std::TimeoutPhase;
     let server = TestServer::start(ServerOptions::default());
     let base = format!("http://127.0.0.1:{}", server.port());
     let client = Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
@@ -265,7 +263,6 @@ fn the_call_timeout_covers_the_body() {
 /// One `tracing` span per call, under `switchyard_std` (as on the async adapters).
 #[test]
 fn a_tracing_span_per_call() {
-    use switchyard_std::ResponseExt;
     switchyard_tests::ecosystem::ready(switchyard_tests::ecosystem::tracing_spans(
         "switchyard_std",
         async |url| {

@@ -13,9 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use switchyard_async::{
-    Body, Client, ClientBuilder, ErrorKind, EventLog, ResponseExt, Runtime, TimeoutPhase,
-};
+use switchyard_async::{Body, Client, ClientBuilder, ErrorKind, EventLog, Runtime, TimeoutPhase};
 
 use crate::server::{ServerOptions, TestServer};
 

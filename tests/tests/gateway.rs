@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use switchyard_tests::certs::TestCa;
 use switchyard_tests::server::{ServerOptions, TestServer};
-use switchyard_tokio::{AccessRecord, Client, HttpVersion, Manager, Proxy, ResponseExt};
+use switchyard_tokio::{AccessRecord, Client, HttpVersion, Manager, Proxy};
 
 const LO: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 

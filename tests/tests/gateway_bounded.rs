@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use switchyard_tests::streams::{Generated, StreamServer};
-use switchyard_tokio::{Body, Client, HttpVersion, Manager, Proxy, ResponseExt};
+use switchyard_tokio::{Body, Client, HttpVersion, Manager, Proxy};
 
 const SIZE: u64 = 256 << 20;
 

@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use switchyard_tests::certs::TestCa;
 use switchyard_tests::server::{ServerOptions, TestServer};
 use switchyard_tests::streams::StreamServer;
-use switchyard_tokio::{AccessRecord, Backoff, Client, HttpVersion, Manager, Proxy, ResponseExt, WarmPolicy};
+use switchyard_tokio::{AccessRecord, Backoff, Client, HttpVersion, Manager, Proxy, WarmPolicy};
 
 const LO: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 

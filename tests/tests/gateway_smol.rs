@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use switchyard_smol::{AccessRecord, Client, HttpVersion, Manager, Proxy, ResponseExt};
+use switchyard_smol::{AccessRecord, Client, HttpVersion, Manager, Proxy};
 use switchyard_tests::certs::TestCa;
 use switchyard_tests::server::{ServerOptions, TestServer};
 

@@ -17,7 +17,6 @@ const LOOPBACK: [IpAddr; 1] = [IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)];
 type Fetch = fn(proxied: &str, bypassed: &str, direct: bool) -> (String, String);
 
 fn tokio_fetch(proxied: &str, bypassed: &str, direct: bool) -> (String, String) {
-    use switchyard_tokio::ResponseExt;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut b = switchyard_tokio::Client::builder().resolve(&authority(bypassed), LOOPBACK);
@@ -32,7 +31,6 @@ fn tokio_fetch(proxied: &str, bypassed: &str, direct: bool) -> (String, String) 
 }
 
 fn smol_fetch(proxied: &str, bypassed: &str, direct: bool) -> (String, String) {
-    use switchyard_smol::ResponseExt;
     smol::block_on(async {
         let mut b = switchyard_smol::Client::builder().resolve(&authority(bypassed), LOOPBACK);
         if direct {
@@ -46,7 +44,6 @@ fn smol_fetch(proxied: &str, bypassed: &str, direct: bool) -> (String, String) {
 }
 
 fn std_fetch(proxied: &str, bypassed: &str, direct: bool) -> (String, String) {
-    use switchyard_std::ResponseExt;
     let mut b = switchyard_std::Client::builder().resolve(&authority(bypassed), LOOPBACK);
     if direct {
         b = b.no_proxy().resolve(&authority(proxied), LOOPBACK);

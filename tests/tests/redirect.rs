@@ -8,7 +8,6 @@ use switchyard_tests::server::{ServerOptions, TestServer};
 /// The same checks for each adapter (their clients share an API, not a trait).
 macro_rules! redirect_checks {
     ($adapter:ident, $block_on:expr) => {{
-        use switchyard_tokio::ResponseExt as _;
         let a = TestServer::start(ServerOptions::default());
         let b = TestServer::start(ServerOptions::default());
         let base = format!("http://127.0.0.1:{}", a.port());

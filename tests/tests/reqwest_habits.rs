@@ -1,5 +1,6 @@
 //! A reqwest user's first file, with `reqwest::` swapped for `switchyard_tokio::`
-//! and `use …::prelude::*`: it compiles (this is the check) and runs against a
+//! and nothing else (no trait to import: the response's methods are its own):
+//! it compiles (this is the check) and runs against a
 //! loopback server. Each call below is a reqwest habit that must keep working.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -7,7 +8,6 @@ use std::time::Duration;
 
 use switchyard_tests::proxy::TestProxy;
 use switchyard_tests::server::{ServerOptions, TestServer};
-use switchyard_tokio::prelude::*;
 use switchyard_tokio::{Client, NoProxy, Proxy};
 
 #[tokio::test]
@@ -28,6 +28,8 @@ async fn a_reqwest_users_first_file_compiles_and_runs() {
     // GET, status checked by reference, text without naming a trait.
     let response = client.get(format!("{base}/hello")).send().await.expect("get");
     response.error_for_status_ref().expect("200");
+    assert_eq!(response.url().to_string(), format!("{base}/hello"));
+    assert_eq!(response.content_length(), Some(5));
     assert_eq!(response.text().await.expect("text"), "hello");
 
     // error_for_status on a 404.

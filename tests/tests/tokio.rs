@@ -277,7 +277,7 @@ mod ecosystem {
     use super::runtime;
     use switchyard_tests::ecosystem;
     use switchyard_tests::server::{ServerOptions, TestServer};
-    use switchyard_tokio::{Body, Client, ResponseExt, Tokio};
+    use switchyard_tokio::{Body, Client, Tokio};
 
     #[test]
     fn request_api() {
@@ -506,7 +506,6 @@ fn the_adaptive_http2_window_starts_small_and_grows() {
 #[test]
 fn the_adapters_manager_types_carry_every_call() {
     use switchyard_tests::server::{ServerOptions, TestServer};
-    use switchyard_tokio::ResponseExt;
     let a = TestServer::start(ServerOptions::default());
     let b = TestServer::start(ServerOptions::default());
     runtime().block_on(async {

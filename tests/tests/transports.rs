@@ -56,7 +56,6 @@ fn tokio_rt() -> tokio::runtime::Runtime {
 
 #[test]
 fn a_vsock_connector_on_tokio_carries_pooled_http() {
-    use switchyard_tokio::ResponseExt;
     let server = TestServer::start(ServerOptions::default());
     let bridge = VsockBridge::start(&unix_socket_path("vsock"), 52, server.addr);
     let client = switchyard_tokio::Client::builder()
@@ -84,7 +83,6 @@ fn a_vsock_connector_on_tokio_carries_pooled_http() {
 #[test]
 fn tls_and_dns_run_on_top_of_a_connector() {
     use std::sync::{Arc, Mutex};
-    use switchyard_tokio::ResponseExt;
     let ca = switchyard_tests::certs::TestCa::new();
     let tls = TestServer::start(ServerOptions {
         tls: vec![(vec!["guest.vm".into()], ca.leaf(&["guest.vm"]))],
@@ -130,7 +128,6 @@ fn an_in_memory_pipe_is_a_whole_transport() {
     // (through the test server's code) serves the other. TLS-free HTTP/1.1.
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use switchyard_tokio::ResponseExt;
     let opened = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&opened);
     let connector =
@@ -168,7 +165,6 @@ fn an_in_memory_pipe_is_a_whole_transport() {
 
 #[test]
 fn a_vsock_connector_on_smol() {
-    use switchyard_smol::ResponseExt;
     use tokio_util::compat::FuturesAsyncReadCompatExt;
     let server = TestServer::start(ServerOptions::default());
     let bridge = VsockBridge::start(&unix_socket_path("vsock-smol"), 7, server.addr);
@@ -204,7 +200,6 @@ fn a_vsock_connector_on_smol() {
 #[test]
 fn a_vsock_connector_on_std_with_tls_on_top() {
     use std::io::{Read, Write};
-    use switchyard_std::ResponseExt as _;
     let ca = switchyard_tests::certs::TestCa::new();
     let tls = TestServer::start(ServerOptions {
         tls: vec![(vec!["guest.vm".into()], ca.leaf(&["guest.vm"]))],
@@ -245,7 +240,6 @@ fn a_request_may_go_to_its_own_unix_socket() {
     let over_tcp = format!("http://127.0.0.1:{}/hello", tcp.port());
 
     // std
-    use switchyard_std::ResponseExt as _;
     let client = switchyard_std::Client::builder().no_proxy().build().unwrap();
     for _ in 0..2 {
         let r = client.get("http://sock.test/hello").unix_socket(&path).send().unwrap();
@@ -255,7 +249,6 @@ fn a_request_may_go_to_its_own_unix_socket() {
     // tokio
     let client = switchyard_tokio::Client::builder().no_proxy().build().unwrap();
     tokio_rt().block_on(async {
-        use switchyard_tokio::ResponseExt;
         for _ in 0..2 {
             let r = client.get("http://sock.test/hello").unix_socket(&path).send().await.unwrap();
             assert_eq!(r.text().await.unwrap(), "hello");
@@ -265,7 +258,6 @@ fn a_request_may_go_to_its_own_unix_socket() {
     // smol
     let client = switchyard_smol::Client::builder().no_proxy().build().unwrap();
     smol::block_on(async {
-        use switchyard_smol::ResponseExt;
         for _ in 0..2 {
             let r = client.get("http://sock.test/hello").unix_socket(&path).send().await.unwrap();
             assert_eq!(r.text().await.unwrap(), "hello");

@@ -15,7 +15,7 @@ use std::time::Duration;
 use switchyard_tests::certs::TestCa;
 use switchyard_tests::server::{ServerOptions, TestServer};
 use switchyard_tokio::switchyard_core::Source;
-use switchyard_tokio::{Client, ErrorKind, EventLog, ResponseExt};
+use switchyard_tokio::{Client, ErrorKind, EventLog};
 
 const LO: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
@@ -132,11 +132,7 @@ fn echo_and_client() -> (EchoUpstream, EventLog, Client, String) {
 }
 
 /// A GET asking to switch to `protocol` (named by `Connection`).
-async fn ask(
-    client: &Client,
-    url: &str,
-    protocol: &'static str,
-) -> http::Response<switchyard_tokio::ResponseBody> {
+async fn ask(client: &Client, url: &str, protocol: &'static str) -> switchyard_tokio::Response {
     client.get(url).header("connection", "upgrade").header("upgrade", protocol).send().await.unwrap()
 }
 
@@ -529,7 +525,6 @@ fn silent_tunnels_and_switched_connections_close_after_the_idle_timeout() {
 
 #[test]
 fn the_blocking_client_takes_a_101_over_too() {
-    use switchyard_std::ResponseExt as _;
     let upstream = EchoUpstream::start();
     let log = EventLog::default();
     let client = switchyard_std::Client::builder().event_listener(log.clone()).build().unwrap();
