@@ -141,7 +141,7 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
                 }
             })?;
             let client: switchyard_tokio::Client = client(&ctx, dns)?;
-            let done = rt.block_on(run_async(client.into_generic(), Arc::clone(&ctx), |f| {
+            let done = rt.block_on(run_async(client, Arc::clone(&ctx), |f| {
                 let task = tokio::spawn(f);
                 Box::pin(async move { task.await.map_err(|e| e.to_string())? })
             }));
@@ -159,7 +159,7 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
                 }
             })?;
             let client: switchyard_smol::Client = client(&ctx, dns)?;
-            smol::block_on(run_async(client.into_generic(), Arc::clone(&ctx), |f| Box::pin(smol::spawn(f))))
+            smol::block_on(run_async(client, Arc::clone(&ctx), |f| Box::pin(smol::spawn(f))))
         }
         Runtime::Std => {
             if args.dns == Dns::Hickory {

@@ -5,10 +5,15 @@
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_core::{Address, PoolConfig, Protocol, Proxy, ResolverIdentity, TlsIdentity};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use switchyard_core::{
+    Address, Family, OutlierPolicy, PoolConfig, Protocol, Proxy, ResolverIdentity, RetryBudget,
+    StreamLimitPolicy, TlsIdentity,
+};
 
 use crate::event::EventListener;
 use crate::resolve::{Overrides, Resolve, SystemResolver};
@@ -104,6 +109,8 @@ pub struct Config {
     pub limits: switchyard_core::http1::Limits,
     /// HTTP/2 flow control.
     pub http2: Http2Settings,
+    /// Redirects followed and bodies decoded (the async adapters).
+    pub layers: crate::redirect::Layers,
     /// The Addresses built lately, found again by URI scheme and authority.
     addresses: Arc<AddressCache>,
 }
@@ -398,12 +405,21 @@ impl AddressCache {
 pub trait FromConfig: Sized {
     /// Where the client runs its I/O (an executor handle, or `()` for blocking).
     type Runtime: Default;
+    /// What the adapter's connector hook returns per route (a future of a
+    /// byte stream, or a blocking socket): see [`ClientBuilder::connector`].
+    type Connecting: 'static;
     /// Builds the client.
     ///
     /// # Errors
     /// [`ErrorKind::Config`](crate::ErrorKind::Config) when the adapter cannot honour a setting.
     fn from_config(config: Config, runtime: Self::Runtime) -> Result<Self, Error>;
 }
+
+/// The clients that follow redirects and decode bodies (the async adapters'):
+/// their builders have [`redirect`](ClientBuilder::redirect),
+/// [`gzip`](ClientBuilder::gzip), [`deflate`](ClientBuilder::deflate) and
+/// [`brotli`](ClientBuilder::brotli).
+pub trait Layered: FromConfig {}
 
 /// Builds a client. Every knob has a documented default.
 ///
@@ -414,6 +430,7 @@ pub trait FromConfig: Sized {
 /// struct Settings(Config);
 /// impl FromConfig for Settings {
 ///     type Runtime = ();
+///     type Connecting = ();
 ///     fn from_config(config: Config, (): ()) -> Result<Self, Error> { Ok(Settings(config)) }
 /// }
 /// let built = ClientBuilder::<Settings>::new()
@@ -434,9 +451,7 @@ pub struct ClientBuilder<C: FromConfig> {
 }
 
 /// What a builder has collected: every setting, and the first errors met.
-/// Public only for the adapters' own builders (built with the same methods).
-#[doc(hidden)]
-pub struct BuilderState {
+pub(crate) struct BuilderState {
     pub pool: PoolConfig,
     pub read_timeout: Option<Duration>,
     pub write_timeout: Option<Duration>,
@@ -462,6 +477,7 @@ pub struct BuilderState {
     pub proxy_env: bool,
     pub limits: switchyard_core::http1::Limits,
     pub http2: Http2Settings,
+    pub layers: crate::redirect::Layers,
     pub errors: Vec<String>,
 }
 
@@ -504,6 +520,7 @@ impl Default for BuilderState {
             proxy_env: true,
             limits: switchyard_core::http1::Limits::default(),
             http2: Http2Settings::default(),
+            layers: crate::redirect::Layers::default(),
             errors: Vec::new(),
         }
     }
@@ -532,12 +549,656 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.runtime = runtime;
         self
     }
-    crate::__client_builder_methods!();
+    /// Bound on reaching the origin, per attempt: the TCP connect and, through
+    /// a proxy, its tunnel (SOCKS5, or `CONNECT` for an https origin), from
+    /// the attempt's start. A proxy that never answers fails the attempt
+    /// after this (or after the handshake timeout from TCP's end, if that
+    /// ends first), with a tunnel timeout; TLS is bounded by
+    /// [`handshake_timeout`](Self::handshake_timeout). Either is a timeout
+    /// of the connect phase (`Error::is_timeout`) when every attempt ran out.
+    /// Default: 10 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.state.pool.race.connect_timeout = d;
+        self
+    }
+    /// Sends every request to this Unix-domain socket instead of over TCP
+    /// (curl's `--unix-socket`): no DNS, no proxy; the URL's host still
+    /// goes in `Host` (and in TLS for `https://`). HTTP/1.1, or HTTP/2 with
+    /// prior knowledge (`http_version(Http2Only)`) or over TLS. Connections
+    /// are pooled per socket path. A request's own `unix_socket` wins.
+    /// Unix only: elsewhere a connect fails with a typed error.
+    pub fn unix_socket(mut self, path: impl Into<PathBuf>) -> Self {
+        self.state.unix_socket = Some(path.into());
+        self
+    }
+    /// Binds every TCP connection to this local IP before connecting (a
+    /// multi-homed host's source address). A route of the other family
+    /// fails as a connect error naming both; the race moves on. Default: the
+    /// system's choice.
+    pub fn local_address(mut self, ip: impl Into<IpAddr>) -> Self {
+        self.state.tcp.local_address = Some(ip.into());
+        self
+    }
+    /// Sends every TCP connection through this network interface
+    /// (`SO_BINDTODEVICE`; Linux and Android, elsewhere a config error at
+    /// build; binding usually needs `CAP_NET_RAW`).
+    pub fn interface(mut self, name: impl Into<String>) -> Self {
+        self.state.tcp.interface = Some(name.into());
+        self
+    }
+    /// TCP keep-alive on every connection: a probe after `idle` without
+    /// traffic (with the system's interval and count unless set with
+    /// [`tcp_keepalive_interval`](Self::tcp_keepalive_interval) and
+    /// [`tcp_keepalive_retries`](Self::tcp_keepalive_retries)). A dead peer is
+    /// then found by the system even on an idle pooled connection.
+    /// Default: off.
+    pub fn tcp_keepalive(mut self, idle: Duration) -> Self {
+        self.state.tcp.keepalive_mut().idle = idle;
+        self
+    }
+    /// Time between TCP keep-alive probes (turns keep-alive on, idle 60 s,
+    /// unless [`tcp_keepalive`](Self::tcp_keepalive) set it).
+    pub fn tcp_keepalive_interval(mut self, interval: Duration) -> Self {
+        self.state.tcp.keepalive_mut().interval = Some(interval);
+        self
+    }
+    /// Unanswered TCP keep-alive probes before the system drops the
+    /// connection (turns keep-alive on, idle 60 s, unless set).
+    pub fn tcp_keepalive_retries(mut self, retries: u32) -> Self {
+        self.state.tcp.keepalive_mut().retries = Some(retries);
+        self
+    }
+    /// `TCP_USER_TIMEOUT` on every connection (Linux): sent data
+    /// unacknowledged this long drops the connection, so a peer that
+    /// vanished while a request or body was being written is found in
+    /// that time, not after the system's ~15 minutes of retransmissions.
+    /// Pairs with [`tcp_keepalive`](Self::tcp_keepalive) for idle
+    /// connections and [`http2_ping_interval`](Self::http2_ping_interval)
+    /// for HTTP/2. Default: off (the system's behaviour).
+    pub fn tcp_user_timeout(mut self, timeout: Duration) -> Self {
+        self.state.tcp.user_timeout = Some(timeout);
+        self
+    }
+    /// HTTP/2 keep-alive: every HTTP/2 connection, idle or busy, sends a
+    /// PING this often; one whose PONG does not come within
+    /// [`http2_ping_timeout`](Self::http2_ping_timeout) takes no new
+    /// streams and, idle, closes. A peer gone silently (a NAT that dropped
+    /// the mapping, a host that lost power) is found within interval +
+    /// timeout instead of at the next call's timeout (golang/go#31643).
+    /// At least 10 s (gRPC clients' floor, so a server enforcing gRPC's
+    /// keep-alive policy is not pinged faster than it allows; gRPC's own
+    /// servers allow one PING per 5 minutes by default): less is a
+    /// configuration error. Default: off (as hyper and Go).
+    pub fn http2_ping_interval(mut self, interval: Duration) -> Self {
+        self.state.pool.ping_interval = Some(interval);
+        self
+    }
+    /// How long a PING waits for its PONG, for keep-alive
+    /// ([`http2_ping_interval`](Self::http2_ping_interval)) and for a
+    /// stalled read. Default: 1 s.
+    pub fn http2_ping_timeout(mut self, timeout: Duration) -> Self {
+        self.state.pool.pong_timeout = timeout;
+        self
+    }
+    /// Whether names with pooled connections are looked up again as
+    /// their cached answers expire, draining connections to addresses
+    /// the answers no longer give (a blue/green switch, a scaled-in
+    /// instance): they take no new exchanges and close once idle, and new
+    /// calls go to the new addresses. An address must be absent from
+    /// every answer for a grace period first
+    /// ([`dns_drain_grace`](Self::dns_drain_grace)), so names that rotate
+    /// through many addresses keep their connections. At most one round
+    /// a second, 16 names a round, each name once per time to live (the
+    /// cache's 60 s default). Needs the DNS cache. Default: on (no HTTP
+    /// client library drains on DNS changes; Envoy does, with a max
+    /// connection age).
+    pub fn dns_refresh(mut self, refresh: bool) -> Self {
+        self.state.pool.dns_refresh = refresh;
+        self
+    }
+    /// How long an address must be missing from every DNS answer for
+    /// its name before connections to it drain
+    /// ([`dns_refresh`](Self::dns_refresh)): the longer of this and three
+    /// times the answer's time to live. Services that answer each query
+    /// with one or a few of many addresses (object stores, CDNs, cloud
+    /// load balancers) name every serving address again within it.
+    /// Default: 60 s.
+    pub fn dns_drain_grace(mut self, grace: Duration) -> Self {
+        self.state.pool.dns_drain_grace = grace;
+        self
+    }
+    /// Bound on each handshake after TCP: a proxy's (SOCKS5, or `CONNECT`
+    /// for an https origin) from TCP's end — with
+    /// [`connect_timeout`](Self::connect_timeout) from the attempt's start,
+    /// whichever ends first — and the winner's TLS handshake from the
+    /// tunnel's end; for HTTP/2, also how long a new connection may take to
+    /// send its first SETTINGS. Default: 10 s.
+    pub fn handshake_timeout(mut self, d: Duration) -> Self {
+        self.state.pool.race.handshake_timeout = d;
+        self
+    }
+    /// Happy Eyeballs: time between connect attempts while earlier ones are in
+    /// flight. Default: 250 ms.
+    pub fn attempt_delay(mut self, d: Duration) -> Self {
+        self.state.pool.race.attempt_delay = d;
+        self
+    }
+    /// Which address family goes first when both are present. Default: IPv6.
+    pub fn preferred_family(mut self, family: Family) -> Self {
+        self.state.pool.race.plan.preferred_family = family;
+        self
+    }
+    /// Idle connections older than this are closed. Default: 90 s. Zero is a
+    /// configuration error (to keep no idle connection: `max_idle_per_host(0)`).
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.state.pool.keep_alive = d;
+        self
+    }
+    /// Connections older than this take no new exchanges: an HTTP/1.1
+    /// connection closes when its exchange ends, an HTTP/2 one opens no new
+    /// stream and closes after its last. Each connection's lifetime is
+    /// moved by up to ±10 % (seeded; [`max_lifetime_jitter`](Self::max_lifetime_jitter))
+    /// so connections opened together retire apart, and new ones reach the
+    /// instances a scaled-out service added since. Default: none (as
+    /// reqwest, hyper-util and Go; Envoy's `max_connection_duration`).
+    pub fn max_lifetime(mut self, d: Duration) -> Self {
+        self.state.pool.max_lifetime = Some(d);
+        self
+    }
+    /// Bounds every host's retries to a share of its recent calls (a
+    /// retry of a stream a GOAWAY left unprocessed is not charged: that is
+    /// a server rotating connections, as nginx's `keepalive_requests`
+    /// does), so a failing server sees a bounded multiple of the
+    /// load rather than every call times its retry limit; past it a
+    /// failure that would have been retried fails with "retry budget
+    /// exhausted" ([`Error::is_retry_budget_exhausted`]). Default: 20 % of
+    /// the host's calls in the last 10 s plus 10 per second (Finagle's
+    /// default budget; Envoy's `retry_budget` is the same idea in a
+    /// proxy). `None`: only the per-call limits ([`max_retries`](Self::max_retries)) apply.
+    ///
+    /// [`Error::is_retry_budget_exhausted`]: crate::Error::is_retry_budget_exhausted
+    pub fn retry_budget(mut self, budget: Option<RetryBudget>) -> Self {
+        self.state.pool.retry_budget = budget;
+        self
+    }
+    /// Outlier ejection per route: a route (one IP address, or one
+    /// proxy) whose connects or exchanges fail this many times in a
+    /// row is ejected: planned after every other route of its host for
+    /// a backoff (10 s, doubling with each ejection in a row, at most
+    /// 300 s, ±20 %), its pooled connections take no new call when
+    /// the host has another route, and then one attempt tries it
+    /// (half-open): a success restores it, a failure ejects it again.
+    /// A host whose every route is ejected still gets a try. A reused
+    /// connection failing before any response byte (the stale
+    /// keep-alive race) does not count; a completed exchange ends the
+    /// streak. Default: 5 (Envoy's `consecutive_gateway_failure`; no
+    /// HTTP client library ejects); 0 turns it off.
+    pub fn eject_after_failures(mut self, n: u32) -> Self {
+        self.state.pool.outliers.consecutive_failures = n;
+        self
+    }
+    /// Whether a 5xx answer counts toward a route's ejection
+    /// ([`eject_after_failures`](Self::eject_after_failures)). Default:
+    /// off, as the status is the application's and one failing endpoint
+    /// would eject a healthy server; on for a fleet of identical
+    /// replicas behind one name (Envoy's `consecutive_5xx`).
+    pub fn eject_on_server_errors(mut self, on: bool) -> Self {
+        self.state.pool.outliers.server_errors = on;
+        self
+    }
+    /// The whole ejection policy at once, the backoff included (see
+    /// [`eject_after_failures`](Self::eject_after_failures)).
+    pub fn outlier_policy(mut self, policy: OutlierPolicy) -> Self {
+        self.state.pool.outliers = policy;
+        self
+    }
+    /// Seeds the pool's jitter (connections' lifetimes, warm reconnect
+    /// backoff), so a test or a simulation sees the same instants each
+    /// run. Default: a random seed per client.
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.state.pool.seed = seed;
+        self
+    }
+    /// How far each connection's [`max_lifetime`](Self::max_lifetime) is
+    /// moved, as a share of it, either way: `0.1` is ±10 %. Default: 0.1;
+    /// `0.0` retires every connection exactly at the max lifetime. Outside
+    /// `[0, 1]` is a configuration error.
+    pub fn max_lifetime_jitter(mut self, share: f64) -> Self {
+        self.state.pool.max_lifetime_jitter = share;
+        self
+    }
+    /// Open plus connecting connections per host (Address). Default: unlimited.
+    pub fn max_connections_per_host(mut self, n: usize) -> Self {
+        self.state.pool.max_connections_per_address = Some(n);
+        self
+    }
+    /// Open plus connecting connections in total. Default: unlimited.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.state.pool.max_connections_total = Some(n);
+        self
+    }
+    /// Idle connections kept per host. Default: 32. Zero: none is kept (each
+    /// connection closes when its exchange ends).
+    pub fn max_idle_per_host(mut self, n: usize) -> Self {
+        self.state.pool.max_idle_per_address = n;
+        self
+    }
+    /// Idle connections kept in total, across hosts; past it the least recently
+    /// used one closes. Default: 100. When a connect fails for lack of file
+    /// descriptors, or the total connection cap is reached, the least recently
+    /// used idle connection is closed to make room, whatever this cap.
+    pub fn max_idle(mut self, n: usize) -> Self {
+        self.state.pool.max_idle_total = Some(n);
+        self
+    }
+    /// How often idle HTTP/1.1 connections are probed for a server's close
+    /// (`None`: only before reuse, which always happens). Default: 1 s. A zero
+    /// interval is a configuration error.
+    pub fn idle_probe_interval(mut self, every: Option<Duration>) -> Self {
+        if every.is_some_and(|d| d.is_zero()) {
+            self.state.errors.push("idle_probe_interval must be longer than zero (None disables it)".into());
+        }
+        self.state.pool.probe_interval = every;
+        self
+    }
+    /// How long a call may wait for pool capacity. Default: 30 s. Zero: fail at
+    /// once when no capacity is free.
+    pub fn pool_timeout(mut self, d: Duration) -> Self {
+        self.state.pool.acquire_timeout = d;
+        self
+    }
+    /// Bound on each read from a connection. Default: none.
+    pub fn read_timeout(mut self, d: Duration) -> Self {
+        self.state.read_timeout = Some(d);
+        self
+    }
+    /// Bound on each write to a connection. Default: none.
+    pub fn write_timeout(mut self, d: Duration) -> Self {
+        self.state.write_timeout = Some(d);
+        self
+    }
+    /// Bound on a whole call, from `send` to the end of its response body
+    /// (as reqwest's `timeout`): waiting for a connection, the exchange, and
+    /// reading the body. Past it the call fails with a timeout whose
+    /// [`phase`](crate::Error::timeout_phase) says where it was; a body past it
+    /// fails and its connection is closed (HTTP/1.1) or its stream reset
+    /// (HTTP/2). Per request: `RequestBuilder::timeout`. Default: none.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.state.timeout = Some(d);
+        self
+    }
+    /// Bound on a call until its response head only (the body is then bound
+    /// by [`timeout`](Self::timeout) and [`body_timeout`](Self::body_timeout),
+    /// if set). Per request: `RequestBuilder::head_timeout`. Default: none.
+    pub fn head_timeout(mut self, d: Duration) -> Self {
+        self.state.head_timeout = Some(d);
+        self
+    }
+    /// Header fields every request gets unless it sets the same name itself.
+    /// Adds to the defaults (`User-Agent`); a name given here replaces its
+    /// default.
+    pub fn default_headers(mut self, headers: crate::__http::HeaderMap) -> Self {
+        let mut last = None;
+        for (name, value) in headers {
+            let name = match name {
+                Some(n) => {
+                    self.state.default_headers.remove(&n);
+                    last = Some(n.clone());
+                    n
+                }
+                None => match &last {
+                    Some(n) => n.clone(),
+                    None => continue,
+                },
+            };
+            self.state.default_headers.append(name, value);
+        }
+        self
+    }
+    /// The `User-Agent` sent unless a request has its own. Default:
+    /// `switchyard/<version>`. An empty string sends none.
+    pub fn user_agent(mut self, agent: &str) -> Self {
+        if agent.is_empty() {
+            self.state.default_headers.remove(crate::__http::header::USER_AGENT);
+            return self;
+        }
+        match crate::__http::HeaderValue::try_from(agent) {
+            Ok(v) => {
+                self.state.default_headers.insert(crate::__http::header::USER_AGENT, v);
+            }
+            Err(_) => self.state.errors.push(format!("user_agent {agent:?} is not a valid header value")),
+        }
+        self
+    }
+    /// Bound on reading each response body, from its head to its end (HTTP/1.1
+    /// and HTTP/2): past it, the body fails with a timeout and its connection is
+    /// closed (HTTP/1.1) or its stream reset (HTTP/2). [`timeout`](Self::timeout)
+    /// bounds the whole call as well; whichever ends first applies.
+    /// Per request: `RequestBuilder::body_timeout`. Default: none.
+    pub fn body_timeout(mut self, d: Duration) -> Self {
+        self.state.body_timeout = Some(d);
+        self
+    }
+    /// How long a request with `Expect: 100-continue` waits before sending its
+    /// body anyway. Default: 1 s. Zero: send the body without waiting.
+    pub fn expect_continue_timeout(mut self, d: Duration) -> Self {
+        self.state.expect_continue_timeout = d;
+        self
+    }
+    /// HTTP/2 at the peer's stream limit: open another connection (default) or wait.
+    pub fn http2_stream_limit_policy(mut self, policy: StreamLimitPolicy) -> Self {
+        self.state.pool.stream_limit_policy = policy;
+        self
+    }
+    /// HTTP/2: how much a server may send on one stream before the caller
+    /// reads it (the stream's flow-control window, RFC 9113 §6.9). Larger
+    /// windows carry large bodies at full speed over long round trips.
+    /// Default: 16 MiB (the protocol's own, 65,535 bytes, caps a download at
+    /// one window per round trip). At most 2^31 − 1.
+    ///
+    /// It is also what one body nobody reads may hold in memory: a stalled
+    /// reader holds its own stream's window and nothing of the
+    /// connection's (connection credit goes back as data arrives), so the
+    /// other streams on the connection keep flowing; the memory bound is
+    /// streams × this window.
+    pub fn http2_stream_window(mut self, bytes: u32) -> Self {
+        self.state.http2.stream_window = bytes;
+        self
+    }
+    /// HTTP/2: the connection's flow-control window, shared by its streams:
+    /// what may be in flight on the connection at once (credit returns as
+    /// data arrives, read or not). Default: 32 MiB. At most 2^31 − 1.
+    pub fn http2_connection_window(mut self, bytes: u32) -> Self {
+        self.state.http2.connection_window = bytes;
+        self
+    }
+    /// HTTP/2: start the flow-control windows at the protocol's 65,535
+    /// bytes and grow them, per connection, to the bytes the path carries
+    /// in one PING round trip (doubling while the window is the limit,
+    /// or while the server has to wait for credit as data flows), up to [`http2_stream_window`](Self::http2_stream_window) and
+    /// [`http2_connection_window`](Self::http2_connection_window). At most
+    /// one PING is out at a time, and none once the windows are full size
+    /// or while data does not flow. Default: off (full-size windows from
+    /// the start).
+    pub fn http2_adaptive_window(mut self, adaptive: bool) -> Self {
+        self.state.http2.adaptive_window = adaptive;
+        self
+    }
+    /// Which protocols to use. Default: [`HttpVersion::Auto`].
+    pub fn http_version(mut self, version: HttpVersion) -> Self {
+        self.state.version = version;
+        self
+    }
+    /// Whether `http://` URLs are allowed. Default: yes.
+    pub fn allow_cleartext(mut self, allow: bool) -> Self {
+        self.state.allow_cleartext = allow;
+        self
+    }
+    /// Trusts this root certificate (DER) in addition to the built-in roots.
+    pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
+        self.state.tls.extra_roots.push(CertificateDer::from(der.into()));
+        self
+    }
+    /// Trusts every certificate in this PEM text (one or more `CERTIFICATE`
+    /// blocks) in addition to the built-in roots. A text with no certificate,
+    /// or a block that does not decode, is a configuration error that says
+    /// "root certificate".
+    pub fn add_root_certificate_pem(mut self, pem: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        let mut found = 0;
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            match cert {
+                Ok(c) => {
+                    found += 1;
+                    self.state.tls.extra_roots.push(c.into_owned());
+                }
+                Err(e) => {
+                    self.state.errors.push(format!("root certificate: the PEM does not decode ({e})"));
+                    return self;
+                }
+            }
+        }
+        if found == 0 {
+            self.state.errors.push("root certificate: no CERTIFICATE block in the PEM".into());
+        }
+        self
+    }
+    /// Presents this client identity from PEM: the certificate chain (leaf
+    /// first) and its private key (PKCS#8, PKCS#1 or SEC1). A PEM that does
+    /// not decode is a configuration error that says "client identity".
+    pub fn client_identity_pem(mut self, chain_pem: &str, key_pem: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        let chain: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(chain_pem.as_bytes()).collect();
+        match (chain, PrivateKeyDer::from_pem_slice(key_pem.as_bytes())) {
+            (Ok(chain), Ok(key)) if !chain.is_empty() => {
+                self.state.tls.client_auth = Some((chain, Arc::new(key)));
+            }
+            (Ok(_), Ok(_)) => {
+                self.state.errors.push("client identity: no CERTIFICATE block in the chain PEM".into())
+            }
+            (Err(e), _) => {
+                self.state.errors.push(format!("client identity: the certificate PEM does not decode ({e})"))
+            }
+            (_, Err(e)) => {
+                self.state.errors.push(format!("client identity: the private key PEM does not decode ({e})"))
+            }
+        }
+        self
+    }
+    /// Uses this rustls config for every TLS connection: its roots, verifier,
+    /// client identity and protocol versions (ALPN is still set per
+    /// connection by the client). It replaces the root and client-identity
+    /// settings: combining it with them is a configuration error.
+    ///
+    /// Its verifier is the caller's, and what it checks is unknown to
+    /// switchyard (it may accept anything, or pin a key per host), so a
+    /// connection made with it is never coalesced onto for another host
+    /// unless [`tls_config_coalescing`](Self::tls_config_coalescing) vouches
+    /// for it.
+    pub fn tls_config(mut self, config: rustls::ClientConfig) -> Self {
+        self.state.tls.prepared = Some(Arc::new(config));
+        self
+    }
+    /// Vouches that the [`tls_config`](Self::tls_config) verifier checks that
+    /// the certificate covers the host name, as switchyard's own does: its
+    /// HTTP/2 connections may then carry requests for other hosts the
+    /// certificate covers (coalescing, BEHAVIOUR §5). Default: off.
+    pub fn tls_config_coalescing(mut self, allow: bool) -> Self {
+        self.state.tls.prepared_coalesces = allow;
+        self
+    }
+    /// **Development only: accepts any server certificate**, for any name —
+    /// no verification at all (the handshake's signatures are still checked).
+    /// Building such a client logs a warning (`tracing`, target `switchyard`);
+    /// its connections are never coalesced (an unverified certificate proves no
+    /// name), and every event about them says "certificate NOT verified"
+    /// (`Event::unverified_tls`). Default: off.
+    pub fn danger_accept_invalid_certificates(mut self, accept: bool) -> Self {
+        self.state.tls.accept_invalid_certificates = accept;
+        self
+    }
+    /// Whether the built-in (webpki) roots are trusted. Default: yes. Turning them
+    /// off without adding a root is a configuration error, never "trust anything".
+    pub fn built_in_roots(mut self, enabled: bool) -> Self {
+        self.state.tls.built_in_roots = enabled;
+        self
+    }
+    /// Presents this client certificate chain (DER, leaf first) and key (PKCS#8 DER).
+    pub fn client_certificate(mut self, chain: Vec<Vec<u8>>, pkcs8_key: Vec<u8>) -> Self {
+        let chain = chain.into_iter().map(CertificateDer::from).collect();
+        let key = PrivateKeyDer::Pkcs8(pkcs8_key.into());
+        self.state.tls.client_auth = Some((chain, Arc::new(key)));
+        self
+    }
+    /// Adds a listener that receives every event. Several may be added; each
+    /// hears every event, in the order they were added. Default: none.
+    pub fn event_listener(mut self, listener: impl EventListener) -> Self {
+        self.state.listeners.push(Arc::new(listener));
+        self
+    }
+    /// Resolves host names with a blocking resolver (run off the executor).
+    /// Default: the system resolver. Replaces an async resolver set before.
+    pub fn resolver(mut self, resolver: impl Resolve) -> Self {
+        self.state.resolver = Arc::new(resolver);
+        self.state.async_resolver = None;
+        self
+    }
+    /// How long a DNS answer without a time to live (the system resolver's)
+    /// is cached. Default: 60 s. Answers with one are kept for it, at most 1 h.
+    pub fn dns_cache_ttl(mut self, ttl: ::std::time::Duration) -> Self {
+        self.state.pool.dns_cache.default_ttl = ttl;
+        self
+    }
+    /// How long a failed lookup (no such name, no addresses, a resolver error;
+    /// not a timeout) is cached. Default: 5 s.
+    pub fn dns_negative_ttl(mut self, ttl: ::std::time::Duration) -> Self {
+        self.state.pool.dns_cache.negative_ttl = ttl;
+        self
+    }
+    /// Names the DNS cache keeps, least recently used evicted first; `0` turns
+    /// the cache off (a lookup in flight is still shared). Default: 256.
+    pub fn dns_cache_capacity(mut self, names: usize) -> Self {
+        self.state.pool.dns_cache.capacity = names;
+        self
+    }
+    /// With a resolver that answers A and AAAA separately: how long an A
+    /// answer that comes first waits for AAAA before attempts start with IPv4
+    /// alone (RFC 8305 §3). Default: 50 ms.
+    pub fn resolution_delay(mut self, delay: ::std::time::Duration) -> Self {
+        self.state.pool.race.plan.resolution_delay = delay;
+        self
+    }
+    /// Answers DNS for `host:port` with these addresses (like curl's `--resolve`).
+    pub fn resolve(mut self, host_port: &str, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        match host_port.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?))) {
+            Some((h, p)) => {
+                let host = h.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+                self.state.overrides.insert((host, p), addrs.into_iter().collect());
+            }
+            None => self.state.errors.push(format!("resolve override {host_port:?} is not host:port")),
+        }
+        self
+    }
+    /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
+    /// https, absolute-form for http, with Basic `Proxy-Authorization` when the
+    /// proxy has credentials; SOCKS5 with username/password when it has
+    /// them, the origin's name resolved by the proxy). A proxy listed twice is
+    /// used once, at its first place (the route planner drops duplicates).
+    /// Replaces `proxy_selector` and the environment's proxies (an empty list
+    /// is [`no_proxy`](Self::no_proxy)). Default: the environment's
+    /// ([`proxy_from_env`](Self::proxy_from_env)).
+    ///
+    /// Each item is a proxy server (used for every request) or a
+    /// proxy rule for some URLs (the adapter's `Proxy`: `Proxy::https(url)?`);
+    /// for each request, every rule that applies is tried in order.
+    pub fn proxies<P: Into<crate::ProxyRule>>(mut self, proxies: impl IntoIterator<Item = P>) -> Self {
+        self.state.selector = None;
+        self.state.proxy_env = false;
+        self.state.proxies = proxies.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Chooses the proxies per request URL (a function or a
+    /// [`ProxySelector`](crate::ProxySelector)); an empty list goes direct.
+    /// Replaces `proxies` and `proxy_from_env` (the last call wins).
+    pub fn proxy_selector(mut self, selector: impl crate::ProxySelector) -> Self {
+        self.state.selector = Some(Arc::new(selector));
+        self.state.proxy_env = false;
+        self
+    }
+    /// Proxies from the environment, read when the client is built:
+    /// `http_proxy`/`HTTP_PROXY`, `https_proxy`/`HTTPS_PROXY`,
+    /// `all_proxy`/`ALL_PROXY`, `no_proxy`/`NO_PROXY`, in curl's precedence,
+    /// with credentials from the proxy URL (`http://user:pass@proxy:3128`)
+    /// and `socks5://` / `socks5h://` schemes
+    /// ([`ProxyEnv`](crate::ProxyEnv) has the rules). A malformed variable
+    /// makes `build` fail with an error naming it. Replaces `proxies` and
+    /// `proxy_selector` (the last call wins). **Default: on**, as in reqwest
+    /// and curl; [`no_proxy`](Self::no_proxy) turns it off.
+    pub fn proxy_from_env(mut self) -> Self {
+        self.state.proxy_env = true;
+        self.state.selector = None;
+        self.state.proxies.clear();
+        self
+    }
+    /// Every call goes direct: no proxy, and none from the environment
+    /// (`HTTP_PROXY` and the rest are not read). Replaces `proxies`,
+    /// `proxy_selector` and `proxy_from_env`.
+    pub fn no_proxy(mut self) -> Self {
+        self.state.proxy_env = false;
+        self.state.selector = None;
+        self.state.proxies.clear();
+        self
+    }
+    /// One more proxy rule after those given before (reqwest's habit:
+    /// `.proxy(Proxy::https("http://proxy:3128")?)`; a proxy server is a
+    /// rule for every request; see [`proxies`](Self::proxies) for how
+    /// proxies are used). The first call replaces the environment's proxies.
+    pub fn proxy(mut self, proxy: impl Into<crate::ProxyRule>) -> Self {
+        self.state.selector = None;
+        self.state.proxy_env = false;
+        self.state.proxies.push(proxy.into());
+        self
+    }
+    /// reqwest's name for
+    /// [`danger_accept_invalid_certificates`](Self::danger_accept_invalid_certificates).
+    pub fn danger_accept_invalid_certs(self, accept: bool) -> Self {
+        self.danger_accept_invalid_certificates(accept)
+    }
+    /// reqwest's name for [`idle_timeout`](Self::idle_timeout). `None`
+    /// (reqwest: keep idle connections forever) is a configuration error
+    /// here: an idle connection is always closed in the end; give a duration.
+    pub fn pool_idle_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        match d.into() {
+            Some(d) => self.idle_timeout(d),
+            None => {
+                self.state.errors.push(
+                    "pool_idle_timeout(None): idle connections are always closed in the end; give a duration"
+                        .into(),
+                );
+                self
+            }
+        }
+    }
+    /// reqwest's name for [`max_idle_per_host`](Self::max_idle_per_host).
+    pub fn pool_max_idle_per_host(self, n: usize) -> Self {
+        self.max_idle_per_host(n)
+    }
+    /// Largest response head accepted, and largest trailer section (HTTP/1.1:
+    /// bytes as received; HTTP/2: the header block on the wire, and the
+    /// decoded header list as RFC 9113 counts it). Over it the call (or, for
+    /// trailers, the body) fails with an error that names the limit.
+    /// Default: 64 KiB.
+    pub fn max_response_head_size(mut self, bytes: usize) -> Self {
+        self.state.limits.max_head_size = bytes;
+        self
+    }
+    /// Retries per call (BEHAVIOUR §6). Default: 3. Zero: never retry (retries
+    /// after GOAWAY are not counted: `PoolConfig::max_free_retries` bounds them).
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.state.pool.max_retries = n;
+        self
+    }
 
     /// Resolves host names with an async resolver (async adapters only; the
     /// blocking adapter refuses it at build). Replaces a resolver set before.
     pub fn async_resolver(mut self, resolver: impl crate::resolve::AsyncResolve) -> Self {
         self.state.async_resolver = Some(Arc::new(resolver));
+        self
+    }
+
+    /// Opens every connection's byte stream with `connector` instead of a
+    /// TCP (or Unix-socket) connect: the connector hook. The route's proxy
+    /// handshake, TLS and HTTP run on top of what it returns (an async
+    /// adapter's connector returns a future of a stream, the blocking
+    /// adapter's a socket); pooling, the race and events are unchanged, and
+    /// the connect timeout bounds it. A connector made with
+    /// [`by_name`](crate::transport::by_name) reaches hosts by name (no DNS,
+    /// one route per host). Each adapter's crate docs show one (a
+    /// Firecracker vsock). Replaces a connector set before.
+    pub fn connector(mut self, connector: impl crate::transport::Connect<C::Connecting>) -> Self {
+        self.state.connector_by_name = !connector.uses_dns();
+        let hook: Arc<dyn crate::transport::Connect<C::Connecting>> = Arc::new(connector);
+        self.state.connector = Some(Arc::new(hook));
         self
     }
 
@@ -551,16 +1212,83 @@ impl<C: FromConfig> ClientBuilder<C> {
     }
 }
 
+impl<C: Layered> ClientBuilder<C> {
+    /// Follows redirects by `policy` (the `redirect` feature; reqwest's
+    /// habit). **Default: not followed**, with or without the feature: a 3xx
+    /// is the answer. Each hop is a call of its own on the same pool; past
+    /// the limit the call fails (`ErrorKind::Redirect`); `Response::url` is
+    /// the final URL. The rules (303 → GET, credentials dropped across
+    /// origins, a body resent on 307/308 when it is a buffer) are in the
+    /// adapter's `redirect` module.
+    ///
+    /// ```ignore
+    /// let client = Client::builder().redirect(redirect::Policy::limited(5)).build()?;
+    /// ```
+    #[cfg(feature = "redirect")]
+    pub fn redirect(mut self, policy: crate::redirect::Policy) -> Self {
+        self.state.layers.redirects = policy.max_hops();
+        self
+    }
+    /// Without the `redirect` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "redirect"))]
+    #[doc(hidden)]
+    pub fn redirect<P: crate::__private::NeedsRedirectFeature>(self, _policy: P) -> Self {
+        self
+    }
+
+    /// Asks for gzip bodies (`Accept-Encoding`) and decodes them (the
+    /// `decompression` feature, tower-http's `Decompression`; reqwest's
+    /// habit). **Default: off**, with or without the feature. A decoded
+    /// response loses its `Content-Encoding` and `Content-Length`; a body
+    /// that does not decode is `ErrorKind::Decode`. A request that sets its
+    /// own `Accept-Encoding` is left as it is.
+    #[cfg(feature = "decompression")]
+    pub fn gzip(self, on: bool) -> Self {
+        self.decoding(crate::redirect::Layers::GZIP, on)
+    }
+    /// Asks for and decodes deflate bodies, as [`gzip`](Self::gzip).
+    #[cfg(feature = "decompression")]
+    pub fn deflate(self, on: bool) -> Self {
+        self.decoding(crate::redirect::Layers::DEFLATE, on)
+    }
+    /// Asks for and decodes brotli (`br`) bodies, as [`gzip`](Self::gzip).
+    #[cfg(feature = "decompression")]
+    pub fn brotli(self, on: bool) -> Self {
+        self.decoding(crate::redirect::Layers::BROTLI, on)
+    }
+    #[cfg(feature = "decompression")]
+    fn decoding(mut self, encoding: u8, on: bool) -> Self {
+        self.state.layers = self.state.layers.decoding(encoding, on);
+        self
+    }
+    /// Without the `decompression` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "decompression"))]
+    #[doc(hidden)]
+    pub fn gzip<B: crate::__private::NeedsDecompressionFeature>(self, _on: B) -> Self {
+        self
+    }
+    /// Without the `decompression` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "decompression"))]
+    #[doc(hidden)]
+    pub fn deflate<B: crate::__private::NeedsDecompressionFeature>(self, _on: B) -> Self {
+        self
+    }
+    /// Without the `decompression` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "decompression"))]
+    #[doc(hidden)]
+    pub fn brotli<B: crate::__private::NeedsDecompressionFeature>(self, _on: B) -> Self {
+        self
+    }
+}
+
 impl<C: FromConfig> ClientBuilder<C> {
     /// The collected settings (for builders that wrap this one).
-    #[doc(hidden)]
-    pub fn state_mut(&mut self) -> &mut BuilderState {
+    pub(crate) fn state_mut(&mut self) -> &mut BuilderState {
         &mut self.state
     }
 
     /// Builds the client and returns the configuration it was built from.
-    #[doc(hidden)]
-    pub fn build_with_config(self) -> Result<(C, Config), Error> {
+    pub(crate) fn build_with_config(self) -> Result<(C, Config), Error> {
         let config = self.state.finish()?;
         let copy = config.clone();
         Ok((C::from_config(config, self.runtime)?, copy))
@@ -656,7 +1384,7 @@ impl BuilderState {
     /// # Errors
     /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve`
     /// override, unusable TLS roots or client certificate, a setting out of range.
-    pub fn finish(mut self) -> Result<Config, Error> {
+    pub(crate) fn finish(mut self) -> Result<Config, Error> {
         if let Some(e) = self.errors.first() {
             return Err(Error::config(e.clone()));
         }
@@ -728,659 +1456,11 @@ impl BuilderState {
             selector,
             limits: self.limits,
             http2: self.http2,
+            layers: self.layers,
             addresses: Arc::default(),
         };
         Ok(config)
     }
-}
-
-/// The builder's knobs, written once for every builder type (the generic
-/// [`ClientBuilder`] here and each adapter's own `ClientBuilder`, so its
-/// methods render on the adapter's page): for an `impl` block of a type
-/// whose field `state` is a [`BuilderState`].
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __client_builder_methods {
-    () => {
-        /// Bound on reaching the origin, per attempt: the TCP connect and, through
-        /// a proxy, its tunnel (SOCKS5, or `CONNECT` for an https origin), from
-        /// the attempt's start. A proxy that never answers fails the attempt
-        /// after this (or after the handshake timeout from TCP's end, if that
-        /// ends first), with a tunnel timeout; TLS is bounded by
-        /// [`handshake_timeout`](Self::handshake_timeout). Either is a timeout
-        /// of the connect phase (`Error::is_timeout`) when every attempt ran out.
-        /// Default: 10 s.
-        pub fn connect_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.pool.race.connect_timeout = d;
-            self
-        }
-        /// Sends every request to this Unix-domain socket instead of over TCP
-        /// (curl's `--unix-socket`): no DNS, no proxy; the URL's host still
-        /// goes in `Host` (and in TLS for `https://`). HTTP/1.1, or HTTP/2 with
-        /// prior knowledge (`http_version(Http2Only)`) or over TLS. Connections
-        /// are pooled per socket path. A request's own `unix_socket` wins.
-        /// Unix only: elsewhere a connect fails with a typed error.
-        pub fn unix_socket(mut self, path: impl Into<$crate::__private::PathBuf>) -> Self {
-            self.state.unix_socket = Some(path.into());
-            self
-        }
-        /// Binds every TCP connection to this local IP before connecting (a
-        /// multi-homed host's source address). A route of the other family
-        /// fails as a connect error naming both; the race moves on. Default: the
-        /// system's choice.
-        pub fn local_address(mut self, ip: impl Into<$crate::__private::IpAddr>) -> Self {
-            self.state.tcp.local_address = Some(ip.into());
-            self
-        }
-        /// Sends every TCP connection through this network interface
-        /// (`SO_BINDTODEVICE`; Linux and Android, elsewhere a config error at
-        /// build; binding usually needs `CAP_NET_RAW`).
-        pub fn interface(mut self, name: impl Into<String>) -> Self {
-            self.state.tcp.interface = Some(name.into());
-            self
-        }
-        /// TCP keep-alive on every connection: a probe after `idle` without
-        /// traffic (with the system's interval and count unless set with
-        /// [`tcp_keepalive_interval`](Self::tcp_keepalive_interval) and
-        /// [`tcp_keepalive_retries`](Self::tcp_keepalive_retries)). A dead peer is
-        /// then found by the system even on an idle pooled connection.
-        /// Default: off.
-        pub fn tcp_keepalive(mut self, idle: $crate::__private::Duration) -> Self {
-            self.state.tcp.keepalive_mut().idle = idle;
-            self
-        }
-        /// Time between TCP keep-alive probes (turns keep-alive on, idle 60 s,
-        /// unless [`tcp_keepalive`](Self::tcp_keepalive) set it).
-        pub fn tcp_keepalive_interval(mut self, interval: $crate::__private::Duration) -> Self {
-            self.state.tcp.keepalive_mut().interval = Some(interval);
-            self
-        }
-        /// Unanswered TCP keep-alive probes before the system drops the
-        /// connection (turns keep-alive on, idle 60 s, unless set).
-        pub fn tcp_keepalive_retries(mut self, retries: u32) -> Self {
-            self.state.tcp.keepalive_mut().retries = Some(retries);
-            self
-        }
-        /// `TCP_USER_TIMEOUT` on every connection (Linux): sent data
-        /// unacknowledged this long drops the connection, so a peer that
-        /// vanished while a request or body was being written is found in
-        /// that time, not after the system's ~15 minutes of retransmissions.
-        /// Pairs with [`tcp_keepalive`](Self::tcp_keepalive) for idle
-        /// connections and [`http2_ping_interval`](Self::http2_ping_interval)
-        /// for HTTP/2. Default: off (the system's behaviour).
-        pub fn tcp_user_timeout(mut self, timeout: $crate::__private::Duration) -> Self {
-            self.state.tcp.user_timeout = Some(timeout);
-            self
-        }
-        /// HTTP/2 keep-alive: every HTTP/2 connection, idle or busy, sends a
-        /// PING this often; one whose PONG does not come within
-        /// [`http2_ping_timeout`](Self::http2_ping_timeout) takes no new
-        /// streams and, idle, closes. A peer gone silently (a NAT that dropped
-        /// the mapping, a host that lost power) is found within interval +
-        /// timeout instead of at the next call's timeout (golang/go#31643).
-        /// At least 10 s (gRPC clients' floor, so a server enforcing gRPC's
-        /// keep-alive policy is not pinged faster than it allows; gRPC's own
-        /// servers allow one PING per 5 minutes by default): less is a
-        /// configuration error. Default: off (as hyper and Go).
-        pub fn http2_ping_interval(mut self, interval: $crate::__private::Duration) -> Self {
-            self.state.pool.ping_interval = Some(interval);
-            self
-        }
-        /// How long a PING waits for its PONG, for keep-alive
-        /// ([`http2_ping_interval`](Self::http2_ping_interval)) and for a
-        /// stalled read. Default: 1 s.
-        pub fn http2_ping_timeout(mut self, timeout: $crate::__private::Duration) -> Self {
-            self.state.pool.pong_timeout = timeout;
-            self
-        }
-        /// Whether names with pooled connections are looked up again as
-        /// their cached answers expire, draining connections to addresses
-        /// the answers no longer give (a blue/green switch, a scaled-in
-        /// instance): they take no new exchanges and close once idle, and new
-        /// calls go to the new addresses. An address must be absent from
-        /// every answer for a grace period first
-        /// ([`dns_drain_grace`](Self::dns_drain_grace)), so names that rotate
-        /// through many addresses keep their connections. At most one round
-        /// a second, 16 names a round, each name once per time to live (the
-        /// cache's 60 s default). Needs the DNS cache. Default: on (no HTTP
-        /// client library drains on DNS changes; Envoy does, with a max
-        /// connection age).
-        pub fn dns_refresh(mut self, refresh: bool) -> Self {
-            self.state.pool.dns_refresh = refresh;
-            self
-        }
-        /// How long an address must be missing from every DNS answer for
-        /// its name before connections to it drain
-        /// ([`dns_refresh`](Self::dns_refresh)): the longer of this and three
-        /// times the answer's time to live. Services that answer each query
-        /// with one or a few of many addresses (object stores, CDNs, cloud
-        /// load balancers) name every serving address again within it.
-        /// Default: 60 s.
-        pub fn dns_drain_grace(mut self, grace: $crate::__private::Duration) -> Self {
-            self.state.pool.dns_drain_grace = grace;
-            self
-        }
-        /// Bound on each handshake after TCP: a proxy's (SOCKS5, or `CONNECT`
-        /// for an https origin) from TCP's end — with
-        /// [`connect_timeout`](Self::connect_timeout) from the attempt's start,
-        /// whichever ends first — and the winner's TLS handshake from the
-        /// tunnel's end; for HTTP/2, also how long a new connection may take to
-        /// send its first SETTINGS. Default: 10 s.
-        pub fn handshake_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.pool.race.handshake_timeout = d;
-            self
-        }
-        /// Happy Eyeballs: time between connect attempts while earlier ones are in
-        /// flight. Default: 250 ms.
-        pub fn attempt_delay(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.pool.race.attempt_delay = d;
-            self
-        }
-        /// Which address family goes first when both are present. Default: IPv6.
-        pub fn preferred_family(mut self, family: $crate::__private::Family) -> Self {
-            self.state.pool.race.plan.preferred_family = family;
-            self
-        }
-        /// Idle connections older than this are closed. Default: 90 s. Zero is a
-        /// configuration error (to keep no idle connection: `max_idle_per_host(0)`).
-        pub fn idle_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.pool.keep_alive = d;
-            self
-        }
-        /// Connections older than this take no new exchanges: an HTTP/1.1
-        /// connection closes when its exchange ends, an HTTP/2 one opens no new
-        /// stream and closes after its last. Each connection's lifetime is
-        /// moved by up to ±10 % (seeded; [`max_lifetime_jitter`](Self::max_lifetime_jitter))
-        /// so connections opened together retire apart, and new ones reach the
-        /// instances a scaled-out service added since. Default: none (as
-        /// reqwest, hyper-util and Go; Envoy's `max_connection_duration`).
-        pub fn max_lifetime(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.pool.max_lifetime = Some(d);
-            self
-        }
-        /// Bounds every host's retries to a share of its recent calls (a
-        /// retry of a stream a GOAWAY left unprocessed is not charged: that is
-        /// a server rotating connections, as nginx's `keepalive_requests`
-        /// does), so a failing server sees a bounded multiple of the
-        /// load rather than every call times its retry limit; past it a
-        /// failure that would have been retried fails with "retry budget
-        /// exhausted" ([`Error::is_retry_budget_exhausted`]). Default: 20 % of
-        /// the host's calls in the last 10 s plus 10 per second (Finagle's
-        /// default budget; Envoy's `retry_budget` is the same idea in a
-        /// proxy). `None`: only the per-call limits ([`max_retries`](Self::max_retries)) apply.
-        ///
-        /// [`Error::is_retry_budget_exhausted`]: crate::Error::is_retry_budget_exhausted
-        pub fn retry_budget(mut self, budget: Option<$crate::__private::RetryBudget>) -> Self {
-            self.state.pool.retry_budget = budget;
-            self
-        }
-        /// Outlier ejection per route: a route (one IP address, or one
-        /// proxy) whose connects or exchanges fail this many times in a
-        /// row is ejected: planned after every other route of its host for
-        /// a backoff (10 s, doubling with each ejection in a row, at most
-        /// 300 s, ±20 %), its pooled connections take no new call when
-        /// the host has another route, and then one attempt tries it
-        /// (half-open): a success restores it, a failure ejects it again.
-        /// A host whose every route is ejected still gets a try. A reused
-        /// connection failing before any response byte (the stale
-        /// keep-alive race) does not count; a completed exchange ends the
-        /// streak. Default: 5 (Envoy's `consecutive_gateway_failure`; no
-        /// HTTP client library ejects); 0 turns it off.
-        pub fn eject_after_failures(mut self, n: u32) -> Self {
-            self.state.pool.outliers.consecutive_failures = n;
-            self
-        }
-        /// Whether a 5xx answer counts toward a route's ejection
-        /// ([`eject_after_failures`](Self::eject_after_failures)). Default:
-        /// off, as the status is the application's and one failing endpoint
-        /// would eject a healthy server; on for a fleet of identical
-        /// replicas behind one name (Envoy's `consecutive_5xx`).
-        pub fn eject_on_server_errors(mut self, on: bool) -> Self {
-            self.state.pool.outliers.server_errors = on;
-            self
-        }
-        /// The whole ejection policy at once, the backoff included (see
-        /// [`eject_after_failures`](Self::eject_after_failures)).
-        pub fn outlier_policy(mut self, policy: $crate::__private::OutlierPolicy) -> Self {
-            self.state.pool.outliers = policy;
-            self
-        }
-        /// Seeds the pool's jitter (connections' lifetimes, warm reconnect
-        /// backoff), so a test or a simulation sees the same instants each
-        /// run. Default: a random seed per client.
-        pub fn jitter_seed(mut self, seed: u64) -> Self {
-            self.state.pool.seed = seed;
-            self
-        }
-        /// How far each connection's [`max_lifetime`](Self::max_lifetime) is
-        /// moved, as a share of it, either way: `0.1` is ±10 %. Default: 0.1;
-        /// `0.0` retires every connection exactly at the max lifetime. Outside
-        /// `[0, 1]` is a configuration error.
-        pub fn max_lifetime_jitter(mut self, share: f64) -> Self {
-            self.state.pool.max_lifetime_jitter = share;
-            self
-        }
-        /// Open plus connecting connections per host (Address). Default: unlimited.
-        pub fn max_connections_per_host(mut self, n: usize) -> Self {
-            self.state.pool.max_connections_per_address = Some(n);
-            self
-        }
-        /// Open plus connecting connections in total. Default: unlimited.
-        pub fn max_connections(mut self, n: usize) -> Self {
-            self.state.pool.max_connections_total = Some(n);
-            self
-        }
-        /// Idle connections kept per host. Default: 32. Zero: none is kept (each
-        /// connection closes when its exchange ends).
-        pub fn max_idle_per_host(mut self, n: usize) -> Self {
-            self.state.pool.max_idle_per_address = n;
-            self
-        }
-        /// Idle connections kept in total, across hosts; past it the least recently
-        /// used one closes. Default: 100. When a connect fails for lack of file
-        /// descriptors, or the total connection cap is reached, the least recently
-        /// used idle connection is closed to make room, whatever this cap.
-        pub fn max_idle(mut self, n: usize) -> Self {
-            self.state.pool.max_idle_total = Some(n);
-            self
-        }
-        /// How often idle HTTP/1.1 connections are probed for a server's close
-        /// (`None`: only before reuse, which always happens). Default: 1 s. A zero
-        /// interval is a configuration error.
-        pub fn idle_probe_interval(mut self, every: Option<$crate::__private::Duration>) -> Self {
-            if every.is_some_and(|d| d.is_zero()) {
-                self.state
-                    .errors
-                    .push("idle_probe_interval must be longer than zero (None disables it)".into());
-            }
-            self.state.pool.probe_interval = every;
-            self
-        }
-        /// How long a call may wait for pool capacity. Default: 30 s. Zero: fail at
-        /// once when no capacity is free.
-        pub fn pool_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.pool.acquire_timeout = d;
-            self
-        }
-        /// Bound on each read from a connection. Default: none.
-        pub fn read_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.read_timeout = Some(d);
-            self
-        }
-        /// Bound on each write to a connection. Default: none.
-        pub fn write_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.write_timeout = Some(d);
-            self
-        }
-        /// Bound on a whole call, from `send` to the end of its response body
-        /// (as reqwest's `timeout`): waiting for a connection, the exchange, and
-        /// reading the body. Past it the call fails with a timeout whose
-        /// [`phase`](crate::Error::timeout_phase) says where it was; a body past it
-        /// fails and its connection is closed (HTTP/1.1) or its stream reset
-        /// (HTTP/2). Per request: `RequestBuilder::timeout`. Default: none.
-        pub fn timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.timeout = Some(d);
-            self
-        }
-        /// Bound on a call until its response head only (the body is then bound
-        /// by [`timeout`](Self::timeout) and [`body_timeout`](Self::body_timeout),
-        /// if set). Per request: `RequestBuilder::head_timeout`. Default: none.
-        pub fn head_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.head_timeout = Some(d);
-            self
-        }
-        /// Header fields every request gets unless it sets the same name itself.
-        /// Adds to the defaults (`User-Agent`); a name given here replaces its
-        /// default.
-        pub fn default_headers(mut self, headers: $crate::__http::HeaderMap) -> Self {
-            let mut last = None;
-            for (name, value) in headers {
-                let name = match name {
-                    Some(n) => {
-                        self.state.default_headers.remove(&n);
-                        last = Some(n.clone());
-                        n
-                    }
-                    None => match &last {
-                        Some(n) => n.clone(),
-                        None => continue,
-                    },
-                };
-                self.state.default_headers.append(name, value);
-            }
-            self
-        }
-        /// The `User-Agent` sent unless a request has its own. Default:
-        /// `switchyard/<version>`. An empty string sends none.
-        pub fn user_agent(mut self, agent: &str) -> Self {
-            if agent.is_empty() {
-                self.state.default_headers.remove($crate::__http::header::USER_AGENT);
-                return self;
-            }
-            match $crate::__http::HeaderValue::try_from(agent) {
-                Ok(v) => {
-                    self.state.default_headers.insert($crate::__http::header::USER_AGENT, v);
-                }
-                Err(_) => self.state.errors.push(format!("user_agent {agent:?} is not a valid header value")),
-            }
-            self
-        }
-        /// Bound on reading each response body, from its head to its end (HTTP/1.1
-        /// and HTTP/2): past it, the body fails with a timeout and its connection is
-        /// closed (HTTP/1.1) or its stream reset (HTTP/2). [`timeout`](Self::timeout)
-        /// bounds the whole call as well; whichever ends first applies.
-        /// Per request: `RequestBuilder::body_timeout`. Default: none.
-        pub fn body_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.body_timeout = Some(d);
-            self
-        }
-        /// How long a request with `Expect: 100-continue` waits before sending its
-        /// body anyway. Default: 1 s. Zero: send the body without waiting.
-        pub fn expect_continue_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.state.expect_continue_timeout = d;
-            self
-        }
-        /// HTTP/2 at the peer's stream limit: open another connection (default) or wait.
-        pub fn http2_stream_limit_policy(mut self, policy: $crate::__private::StreamLimitPolicy) -> Self {
-            self.state.pool.stream_limit_policy = policy;
-            self
-        }
-        /// HTTP/2: how much a server may send on one stream before the caller
-        /// reads it (the stream's flow-control window, RFC 9113 §6.9). Larger
-        /// windows carry large bodies at full speed over long round trips.
-        /// Default: 16 MiB (the protocol's own, 65,535 bytes, caps a download at
-        /// one window per round trip). At most 2^31 − 1.
-        ///
-        /// It is also what one body nobody reads may hold in memory: a stalled
-        /// reader holds its own stream's window and nothing of the
-        /// connection's (connection credit goes back as data arrives), so the
-        /// other streams on the connection keep flowing; the memory bound is
-        /// streams × this window.
-        pub fn http2_stream_window(mut self, bytes: u32) -> Self {
-            self.state.http2.stream_window = bytes;
-            self
-        }
-        /// HTTP/2: the connection's flow-control window, shared by its streams:
-        /// what may be in flight on the connection at once (credit returns as
-        /// data arrives, read or not). Default: 32 MiB. At most 2^31 − 1.
-        pub fn http2_connection_window(mut self, bytes: u32) -> Self {
-            self.state.http2.connection_window = bytes;
-            self
-        }
-        /// HTTP/2: start the flow-control windows at the protocol's 65,535
-        /// bytes and grow them, per connection, to the bytes the path carries
-        /// in one PING round trip (doubling while the window is the limit,
-        /// or while the server has to wait for credit as data flows), up to [`http2_stream_window`](Self::http2_stream_window) and
-        /// [`http2_connection_window`](Self::http2_connection_window). At most
-        /// one PING is out at a time, and none once the windows are full size
-        /// or while data does not flow. Default: off (full-size windows from
-        /// the start).
-        pub fn http2_adaptive_window(mut self, adaptive: bool) -> Self {
-            self.state.http2.adaptive_window = adaptive;
-            self
-        }
-        /// Which protocols to use. Default: [`HttpVersion::Auto`].
-        pub fn http_version(mut self, version: $crate::__private::HttpVersion) -> Self {
-            self.state.version = version;
-            self
-        }
-        /// Whether `http://` URLs are allowed. Default: yes.
-        pub fn allow_cleartext(mut self, allow: bool) -> Self {
-            self.state.allow_cleartext = allow;
-            self
-        }
-        /// Trusts this root certificate (DER) in addition to the built-in roots.
-        pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
-            self.state.tls.extra_roots.push($crate::__private::CertificateDer::from(der.into()));
-            self
-        }
-        /// Trusts every certificate in this PEM text (one or more `CERTIFICATE`
-        /// blocks) in addition to the built-in roots. A text with no certificate,
-        /// or a block that does not decode, is a configuration error that says
-        /// "root certificate".
-        pub fn add_root_certificate_pem(mut self, pem: &str) -> Self {
-            use $crate::__private::rustls::pki_types::pem::PemObject;
-            let mut found = 0;
-            for cert in $crate::__private::CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                match cert {
-                    Ok(c) => {
-                        found += 1;
-                        self.state.tls.extra_roots.push(c.into_owned());
-                    }
-                    Err(e) => {
-                        self.state.errors.push(format!("root certificate: the PEM does not decode ({e})"));
-                        return self;
-                    }
-                }
-            }
-            if found == 0 {
-                self.state.errors.push("root certificate: no CERTIFICATE block in the PEM".into());
-            }
-            self
-        }
-        /// Presents this client identity from PEM: the certificate chain (leaf
-        /// first) and its private key (PKCS#8, PKCS#1 or SEC1). A PEM that does
-        /// not decode is a configuration error that says "client identity".
-        pub fn client_identity_pem(mut self, chain_pem: &str, key_pem: &str) -> Self {
-            use $crate::__private::rustls::pki_types::pem::PemObject;
-            let chain: Result<Vec<_>, _> =
-                $crate::__private::CertificateDer::pem_slice_iter(chain_pem.as_bytes()).collect();
-            match (chain, $crate::__private::PrivateKeyDer::from_pem_slice(key_pem.as_bytes())) {
-                (Ok(chain), Ok(key)) if !chain.is_empty() => {
-                    self.state.tls.client_auth = Some((chain, $crate::__private::Arc::new(key)));
-                }
-                (Ok(_), Ok(_)) => {
-                    self.state.errors.push("client identity: no CERTIFICATE block in the chain PEM".into())
-                }
-                (Err(e), _) => self
-                    .state
-                    .errors
-                    .push(format!("client identity: the certificate PEM does not decode ({e})")),
-                (_, Err(e)) => self
-                    .state
-                    .errors
-                    .push(format!("client identity: the private key PEM does not decode ({e})")),
-            }
-            self
-        }
-        /// Uses this rustls config for every TLS connection: its roots, verifier,
-        /// client identity and protocol versions (ALPN is still set per
-        /// connection by the client). It replaces the root and client-identity
-        /// settings: combining it with them is a configuration error.
-        ///
-        /// Its verifier is the caller's, and what it checks is unknown to
-        /// switchyard (it may accept anything, or pin a key per host), so a
-        /// connection made with it is never coalesced onto for another host
-        /// unless [`tls_config_coalescing`](Self::tls_config_coalescing) vouches
-        /// for it.
-        pub fn tls_config(mut self, config: $crate::__private::rustls::ClientConfig) -> Self {
-            self.state.tls.prepared = Some($crate::__private::Arc::new(config));
-            self
-        }
-        /// Vouches that the [`tls_config`](Self::tls_config) verifier checks that
-        /// the certificate covers the host name, as switchyard's own does: its
-        /// HTTP/2 connections may then carry requests for other hosts the
-        /// certificate covers (coalescing, BEHAVIOUR §5). Default: off.
-        pub fn tls_config_coalescing(mut self, allow: bool) -> Self {
-            self.state.tls.prepared_coalesces = allow;
-            self
-        }
-        /// **Development only: accepts any server certificate**, for any name —
-        /// no verification at all (the handshake's signatures are still checked).
-        /// Building such a client logs a warning (`tracing`, target `switchyard`);
-        /// its connections are never coalesced (an unverified certificate proves no
-        /// name), and every event about them says "certificate NOT verified"
-        /// (`Event::unverified_tls`). Default: off.
-        pub fn danger_accept_invalid_certificates(mut self, accept: bool) -> Self {
-            self.state.tls.accept_invalid_certificates = accept;
-            self
-        }
-        /// Whether the built-in (webpki) roots are trusted. Default: yes. Turning them
-        /// off without adding a root is a configuration error, never "trust anything".
-        pub fn built_in_roots(mut self, enabled: bool) -> Self {
-            self.state.tls.built_in_roots = enabled;
-            self
-        }
-        /// Presents this client certificate chain (DER, leaf first) and key (PKCS#8 DER).
-        pub fn client_certificate(mut self, chain: Vec<Vec<u8>>, pkcs8_key: Vec<u8>) -> Self {
-            let chain = chain.into_iter().map($crate::__private::CertificateDer::from).collect();
-            let key = $crate::__private::PrivateKeyDer::Pkcs8(pkcs8_key.into());
-            self.state.tls.client_auth = Some((chain, $crate::__private::Arc::new(key)));
-            self
-        }
-        /// Adds a listener that receives every event. Several may be added; each
-        /// hears every event, in the order they were added. Default: none.
-        pub fn event_listener(mut self, listener: impl $crate::__private::EventListener) -> Self {
-            self.state.listeners.push($crate::__private::Arc::new(listener));
-            self
-        }
-        /// Resolves host names with a blocking resolver (run off the executor).
-        /// Default: the system resolver. Replaces an async resolver set before.
-        pub fn resolver(mut self, resolver: impl $crate::__private::Resolve) -> Self {
-            self.state.resolver = $crate::__private::Arc::new(resolver);
-            self.state.async_resolver = None;
-            self
-        }
-        /// How long a DNS answer without a time to live (the system resolver's)
-        /// is cached. Default: 60 s. Answers with one are kept for it, at most 1 h.
-        pub fn dns_cache_ttl(mut self, ttl: ::std::time::Duration) -> Self {
-            self.state.pool.dns_cache.default_ttl = ttl;
-            self
-        }
-        /// How long a failed lookup (no such name, no addresses, a resolver error;
-        /// not a timeout) is cached. Default: 5 s.
-        pub fn dns_negative_ttl(mut self, ttl: ::std::time::Duration) -> Self {
-            self.state.pool.dns_cache.negative_ttl = ttl;
-            self
-        }
-        /// Names the DNS cache keeps, least recently used evicted first; `0` turns
-        /// the cache off (a lookup in flight is still shared). Default: 256.
-        pub fn dns_cache_capacity(mut self, names: usize) -> Self {
-            self.state.pool.dns_cache.capacity = names;
-            self
-        }
-        /// With a resolver that answers A and AAAA separately: how long an A
-        /// answer that comes first waits for AAAA before attempts start with IPv4
-        /// alone (RFC 8305 §3). Default: 50 ms.
-        pub fn resolution_delay(mut self, delay: ::std::time::Duration) -> Self {
-            self.state.pool.race.plan.resolution_delay = delay;
-            self
-        }
-        /// Answers DNS for `host:port` with these addresses (like curl's `--resolve`).
-        pub fn resolve(
-            mut self,
-            host_port: &str,
-            addrs: impl IntoIterator<Item = $crate::__private::IpAddr>,
-        ) -> Self {
-            match host_port.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?))) {
-                Some((h, p)) => {
-                    let host = h.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-                    self.state.overrides.insert((host, p), addrs.into_iter().collect());
-                }
-                None => self.state.errors.push(format!("resolve override {host_port:?} is not host:port")),
-            }
-            self
-        }
-        /// Sends calls through these proxies, in order (HTTP proxies: `CONNECT` for
-        /// https, absolute-form for http, with Basic `Proxy-Authorization` when the
-        /// proxy has credentials; SOCKS5 with username/password when it has
-        /// them, the origin's name resolved by the proxy). A proxy listed twice is
-        /// used once, at its first place (the route planner drops duplicates).
-        /// Replaces `proxy_selector` and the environment's proxies (an empty list
-        /// is [`no_proxy`](Self::no_proxy)). Default: the environment's
-        /// ([`proxy_from_env`](Self::proxy_from_env)).
-        ///
-        /// Each item is a proxy server (used for every request) or a
-        /// proxy rule for some URLs (the adapter's `Proxy`: `Proxy::https(url)?`);
-        /// for each request, every rule that applies is tried in order.
-        pub fn proxies<P: Into<$crate::ProxyRule>>(mut self, proxies: impl IntoIterator<Item = P>) -> Self {
-            self.state.selector = None;
-            self.state.proxy_env = false;
-            self.state.proxies = proxies.into_iter().map(Into::into).collect();
-            self
-        }
-        /// Chooses the proxies per request URL (a function or a
-        /// [`ProxySelector`](crate::ProxySelector)); an empty list goes direct.
-        /// Replaces `proxies` and `proxy_from_env` (the last call wins).
-        pub fn proxy_selector(mut self, selector: impl $crate::ProxySelector) -> Self {
-            self.state.selector = Some($crate::__private::Arc::new(selector));
-            self.state.proxy_env = false;
-            self
-        }
-        /// Proxies from the environment, read when the client is built:
-        /// `http_proxy`/`HTTP_PROXY`, `https_proxy`/`HTTPS_PROXY`,
-        /// `all_proxy`/`ALL_PROXY`, `no_proxy`/`NO_PROXY`, in curl's precedence,
-        /// with credentials from the proxy URL (`http://user:pass@proxy:3128`)
-        /// and `socks5://` / `socks5h://` schemes
-        /// ([`ProxyEnv`](crate::ProxyEnv) has the rules). A malformed variable
-        /// makes `build` fail with an error naming it. Replaces `proxies` and
-        /// `proxy_selector` (the last call wins). **Default: on**, as in reqwest
-        /// and curl; [`no_proxy`](Self::no_proxy) turns it off.
-        pub fn proxy_from_env(mut self) -> Self {
-            self.state.proxy_env = true;
-            self.state.selector = None;
-            self.state.proxies.clear();
-            self
-        }
-        /// Every call goes direct: no proxy, and none from the environment
-        /// (`HTTP_PROXY` and the rest are not read). Replaces `proxies`,
-        /// `proxy_selector` and `proxy_from_env`.
-        pub fn no_proxy(mut self) -> Self {
-            self.state.proxy_env = false;
-            self.state.selector = None;
-            self.state.proxies.clear();
-            self
-        }
-        /// One more proxy rule after those given before (reqwest's habit:
-        /// `.proxy(Proxy::https("http://proxy:3128")?)`; a proxy server is a
-        /// rule for every request; see [`proxies`](Self::proxies) for how
-        /// proxies are used). The first call replaces the environment's proxies.
-        pub fn proxy(mut self, proxy: impl Into<$crate::ProxyRule>) -> Self {
-            self.state.selector = None;
-            self.state.proxy_env = false;
-            self.state.proxies.push(proxy.into());
-            self
-        }
-        /// reqwest's name for
-        /// [`danger_accept_invalid_certificates`](Self::danger_accept_invalid_certificates).
-        pub fn danger_accept_invalid_certs(self, accept: bool) -> Self {
-            self.danger_accept_invalid_certificates(accept)
-        }
-        /// reqwest's name for [`idle_timeout`](Self::idle_timeout). `None`
-        /// (reqwest: keep idle connections forever) is a configuration error
-        /// here: an idle connection is always closed in the end; give a duration.
-        pub fn pool_idle_timeout(mut self, d: impl Into<Option<$crate::__private::Duration>>) -> Self {
-            match d.into() {
-                Some(d) => self.idle_timeout(d),
-                None => {
-                    self.state.errors.push(
-                        "pool_idle_timeout(None): idle connections are always closed in the end; give a duration"
-                            .into(),
-                    );
-                    self
-                }
-            }
-        }
-        /// reqwest's name for [`max_idle_per_host`](Self::max_idle_per_host).
-        pub fn pool_max_idle_per_host(self, n: usize) -> Self {
-            self.max_idle_per_host(n)
-        }
-        /// Largest response head accepted, and largest trailer section (HTTP/1.1:
-        /// bytes as received; HTTP/2: the header block on the wire, and the
-        /// decoded header list as RFC 9113 counts it). Over it the call (or, for
-        /// trailers, the body) fails with an error that names the limit.
-        /// Default: 64 KiB.
-        pub fn max_response_head_size(mut self, bytes: usize) -> Self {
-            self.state.limits.max_head_size = bytes;
-            self
-        }
-        /// Retries per call (BEHAVIOUR §6). Default: 3. Zero: never retry (retries
-        /// after GOAWAY are not counted: `PoolConfig::max_free_retries` bounds them).
-        pub fn max_retries(mut self, n: u32) -> Self {
-            self.state.pool.max_retries = n;
-            self
-        }
-    };
 }
 
 /// A seed that differs per client and per process.
@@ -1400,6 +1480,7 @@ mod tests {
     struct Built;
     impl FromConfig for Built {
         type Runtime = ();
+        type Connecting = ();
         fn from_config(_: Config, (): ()) -> Result<Self, Error> {
             Ok(Built)
         }
@@ -1419,6 +1500,7 @@ mod tests {
     struct Kept(Config);
     impl FromConfig for Kept {
         type Runtime = ();
+        type Connecting = ();
         fn from_config(config: Config, (): ()) -> Result<Self, Error> {
             Ok(Kept(config))
         }

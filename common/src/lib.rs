@@ -97,6 +97,7 @@ pub mod manager;
 pub mod metrics;
 pub mod proxy_env;
 pub mod proxy_rule;
+pub mod redirect;
 mod request;
 mod resolve;
 mod shutdown;
@@ -106,8 +107,8 @@ pub mod transport;
 mod userinfo;
 
 pub use config::{
-    BuilderState, ClientBuilder, Config, FromConfig, Http2Settings, HttpVersion, ProxySelector,
-    RequestOptions, UnixSocket, DEFAULT_USER_AGENT,
+    ClientBuilder, Config, FromConfig, Http2Settings, HttpVersion, Layered, ProxySelector, RequestOptions,
+    UnixSocket, DEFAULT_USER_AGENT,
 };
 #[cfg(feature = "json")]
 pub use error::decode_json;
@@ -127,10 +128,11 @@ pub use event::{
     Recorded,
 };
 pub use hub::{Hub, HubState, Note, Watch, Watchers};
-pub use request::{BodyKind, BodyLedger, Collector, IntoUri, Notes, RequestBuilder, Sender};
+pub use request::{
+    Async, Blocking, BodyKind, BodyLedger, Collector, IntoUri, Notes, RequestBuilder, SendAsync,
+    SendBlocking, Sender,
+};
 
-#[doc(hidden)]
-pub use bytes as __bytes;
 /// What the builder and request-builder method macros name, for adapters
 /// that expand them.
 #[doc(hidden)]
@@ -148,8 +150,19 @@ pub mod __private {
         label = "the `query` feature is off"
     )]
     pub trait NeedsQueryFeature {}
+    /// As [`NeedsJsonFeature`], for `redirect`.
+    #[diagnostic::on_unimplemented(
+        message = "`redirect` needs the `redirect` feature: switchyard-tokio = {{ version = \"0.1\", features = [\"redirect\"] }} (or switchyard-smol)",
+        label = "the `redirect` feature is off"
+    )]
+    pub trait NeedsRedirectFeature {}
+    /// As [`NeedsJsonFeature`], for `gzip`, `deflate` and `brotli`.
+    #[diagnostic::on_unimplemented(
+        message = "decoding bodies needs the `decompression` feature: switchyard-tokio = {{ version = \"0.1\", features = [\"decompression\"] }} (or switchyard-smol)",
+        label = "the `decompression` feature is off"
+    )]
+    pub trait NeedsDecompressionFeature {}
     pub use crate::event::EventListener;
-    pub use crate::request::header_error;
     pub use crate::resolve::Resolve;
     pub use crate::HttpVersion;
     pub use base64;

@@ -4,6 +4,7 @@
 //! chunks ([`BodyLedger`]: counting, ending the call for listeners exactly once;
 //! [`Collector`]: gathering a whole body without copying a single chunk).
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -11,18 +12,42 @@ use switchyard_core::{CallId, Instant};
 
 use crate::{BodyError, Error, RequestOptions};
 
-/// How a client sends a built request: an async adapter returns a future, the
-/// blocking one the response.
+/// A client a [`RequestBuilder`] builds requests for: its request body type.
+/// It sends them as [`SendAsync`] (the async adapters) or [`SendBlocking`].
 pub trait Sender: Clone {
     /// The adapter's request body.
     type Body: Default;
-    /// What sending yields.
-    type Output;
-    /// Sends `request`.
-    fn send_request(&self, request: http::Request<Self::Body>) -> Self::Output;
-    /// What sending yields when the request could not even be built.
-    fn refuse(error: Error) -> Self::Output;
 }
+
+/// An async client's send: a future of the response.
+pub trait SendAsync: Sender + 'static {
+    /// What a call answers.
+    type Response;
+    /// Sends `request`, or fails at once with its building error.
+    fn send_request(
+        self,
+        request: Result<http::Request<Self::Body>, Error>,
+    ) -> impl std::future::Future<Output = Result<Self::Response, Error>> + Send + 'static;
+}
+
+/// A blocking client's send: the response, once its head has arrived.
+pub trait SendBlocking: Sender {
+    /// What a call answers.
+    type Response;
+    /// Sends `request`.
+    ///
+    /// # Errors
+    /// How the call failed.
+    fn send_request(&self, request: http::Request<Self::Body>) -> Result<Self::Response, Error>;
+}
+
+/// A [`RequestBuilder`] whose `send` returns a future ([`SendAsync`]).
+#[derive(Debug)]
+pub enum Async {}
+
+/// A [`RequestBuilder`] whose `send` blocks ([`SendBlocking`]).
+#[derive(Debug)]
+pub enum Blocking {}
 
 /// Anything a request's URL can be given as: `&str`, `String`, `&String`,
 /// [`http::Uri`] (and `&Uri`). Like `TryInto<Uri>`, except that a URL that
@@ -90,12 +115,12 @@ impl IntoUri for &http::Uri {
 /// chain of calls needs no `?` until the end.
 ///
 /// ```
-/// # use switchyard_common::{RequestBuilder, Sender, Error};
+/// # use switchyard_common::{Blocking, RequestBuilder, SendBlocking, Sender, Error};
 /// # #[derive(Clone)] struct Echo;
-/// # impl Sender for Echo { type Body = (); type Output = Result<http::Request<()>, Error>;
-/// #   fn send_request(&self, r: http::Request<()>) -> Self::Output { Ok(r) }
-/// #   fn refuse(e: Error) -> Self::Output { Err(e) } }
-/// let request = RequestBuilder::new(Echo, http::Method::POST, "https://example.com/")
+/// # impl Sender for Echo { type Body = (); }
+/// # impl SendBlocking for Echo { type Response = http::Request<()>;
+/// #   fn send_request(&self, r: http::Request<()>) -> Result<Self::Response, Error> { Ok(r) } }
+/// let request = RequestBuilder::<_, Blocking>::new(Echo, http::Method::POST, "https://example.com/")
 ///     .header(http::header::CONTENT_TYPE, "text/plain")
 ///     .header("x-trace", "abc")
 ///     .send()
@@ -103,14 +128,15 @@ impl IntoUri for &http::Uri {
 /// assert_eq!(request.headers()["content-type"], "text/plain");
 /// ```
 #[must_use]
-pub struct RequestBuilder<C: Sender> {
+pub struct RequestBuilder<C: Sender, M> {
     client: C,
     request: Result<http::Request<()>, Error>,
     body: C::Body,
     options: RequestOptions,
+    mode: PhantomData<fn() -> M>,
 }
 
-impl<C: Sender> std::fmt::Debug for RequestBuilder<C> {
+impl<C: Sender, M> std::fmt::Debug for RequestBuilder<C, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("RequestBuilder");
         if let Ok(r) = &self.request {
@@ -121,310 +147,268 @@ impl<C: Sender> std::fmt::Debug for RequestBuilder<C> {
 }
 
 /// A header that could not be made (for the request builders).
-#[doc(hidden)]
-pub fn header_error(e: impl Into<http::Error>) -> Error {
+fn header_error(e: impl Into<http::Error>) -> Error {
     Error::invalid_request(format!("invalid header: {}", e.into()))
 }
 
-impl<C: Sender> RequestBuilder<C> {
-    crate::__request_builder_methods!(C, C::Body);
+impl<C: Sender, M> RequestBuilder<C, M> {
+    /// A `method` request to `uri` on `client`.
+    pub fn new(client: C, method: http::Method, uri: impl crate::IntoUri) -> Self {
+        let request = uri.into_uri().map(|uri| {
+            let mut r = http::Request::new(());
+            *r.method_mut() = method;
+            *r.uri_mut() = uri;
+            r
+        });
+        Self {
+            client,
+            request,
+            body: C::Body::default(),
+            options: crate::RequestOptions::default(),
+            mode: PhantomData,
+        }
+    }
 
-    /// A builder that fails with `error` when sent (a handle refusing a URL).
+    fn edit(mut self, f: impl FnOnce(&mut http::Request<()>) -> Result<(), crate::Error>) -> Self {
+        if let Ok(r) = &mut self.request {
+            if let Err(e) = f(r) {
+                self.request = Err(e);
+            }
+        }
+        self
+    }
+
+    /// Adds a header field (appended: a name given twice is sent twice).
+    /// Takes what `http` converts: `&str`, `String`, `HeaderName` constants
+    /// such as `http::header::CONTENT_TYPE`, `HeaderValue`, …
+    pub fn header<K, V>(self, name: K, value: V) -> Self
+    where
+        http::HeaderName: TryFrom<K>,
+        <http::HeaderName as TryFrom<K>>::Error: Into<http::Error>,
+        http::HeaderValue: TryFrom<V>,
+        <http::HeaderValue as TryFrom<V>>::Error: Into<http::Error>,
+    {
+        self.edit(|r| {
+            let name = http::HeaderName::try_from(name).map_err(header_error)?;
+            let value = http::HeaderValue::try_from(value).map_err(header_error)?;
+            r.headers_mut().append(name, value);
+            Ok(())
+        })
+    }
+
+    /// Adds every field of `headers` (appended, as [`RequestBuilder::header`]).
+    pub fn headers(self, headers: http::HeaderMap) -> Self {
+        self.edit(|r| {
+            let mut last = None;
+            for (name, value) in headers {
+                if let Some(n) = name {
+                    last = Some(n);
+                }
+                if let Some(n) = &last {
+                    r.headers_mut().append(n.clone(), value);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// `Authorization: Bearer <token>` (marked sensitive: never logged).
+    pub fn bearer_auth(self, token: impl std::fmt::Display) -> Self {
+        self.edit(|r| {
+            let mut value = http::HeaderValue::try_from(format!("Bearer {token}"))
+                .map_err(|_| crate::Error::invalid_request("the bearer token cannot form a header value"))?;
+            value.set_sensitive(true);
+            r.headers_mut().insert(http::header::AUTHORIZATION, value);
+            Ok(())
+        })
+    }
+
+    /// `Authorization: Basic …` from a user name and an optional password
+    /// (marked sensitive: never logged).
+    pub fn basic_auth(self, user: impl std::fmt::Display, password: Option<impl std::fmt::Display>) -> Self {
+        use crate::__private::base64::Engine as _;
+        self.edit(|r| {
+            let plain = match password {
+                Some(p) => format!("{user}:{p}"),
+                None => format!("{user}:"),
+            };
+            let encoded = crate::__private::base64::engine::general_purpose::STANDARD.encode(plain);
+            let mut value = http::HeaderValue::try_from(format!("Basic {encoded}"))
+                .map_err(|_| crate::Error::invalid_request("the credentials cannot form a header value"))?;
+            value.set_sensitive(true);
+            r.headers_mut().insert(http::header::AUTHORIZATION, value);
+            Ok(())
+        })
+    }
+
+    /// Appends `query` to the URL's query string, form-encoded (feature
+    /// `query`): a struct, a map, or a slice of pairs.
+    ///
+    /// # Errors (at `send`)
+    /// A value serde cannot encode as a query string.
+    #[cfg(feature = "query")]
+    pub fn query<T: crate::__private::serde::Serialize + ?Sized>(self, query: &T) -> Self {
+        self.edit(|r| {
+            let encoded = crate::__private::serde_urlencoded::to_string(query)
+                .map_err(|e| crate::Error::invalid_request(format!("the query cannot be encoded: {e}")))?;
+            if encoded.is_empty() {
+                return Ok(());
+            }
+            let uri = r.uri().clone();
+            let mut parts = uri.into_parts();
+            let pq = parts.path_and_query.as_ref().map_or("/", |pq| pq.as_str());
+            let joined = if pq.contains('?') { format!("{pq}&{encoded}") } else { format!("{pq}?{encoded}") };
+            parts.path_and_query =
+                Some(joined.parse().map_err(|e| {
+                    crate::Error::invalid_request(format!("the query cannot be encoded: {e}"))
+                })?);
+            *r.uri_mut() = http::Uri::from_parts(parts)
+                .map_err(|e| crate::Error::invalid_request(format!("the query cannot be encoded: {e}")))?;
+            Ok(())
+        })
+    }
+
+    /// Without the `query` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "query"))]
     #[doc(hidden)]
+    pub fn query<T: crate::__private::NeedsQueryFeature + ?Sized>(self, query: &T) -> Self {
+        let _ = query;
+        self
+    }
+
+    /// Without the `json` feature: a compile error saying to turn it on.
+    #[cfg(not(feature = "json"))]
+    #[doc(hidden)]
+    pub fn json<T: crate::__private::NeedsJsonFeature + ?Sized>(self, value: &T) -> Self {
+        let _ = value;
+        self
+    }
+
+    /// Sends `value` as JSON (feature `json`): the body, and
+    /// `Content-Type: application/json` unless one is set.
+    ///
+    /// # Errors (at `send`)
+    /// A value serde_json cannot serialize.
+    #[cfg(feature = "json")]
+    pub fn json<T: crate::__private::serde::Serialize + ?Sized>(mut self, value: &T) -> Self
+    where
+        C::Body: From<Vec<u8>>,
+    {
+        match crate::__private::serde_json::to_vec(value) {
+            Ok(bytes) => {
+                self.body = C::Body::from(bytes);
+                self.edit(|r| {
+                    r.headers_mut()
+                        .entry(http::header::CONTENT_TYPE)
+                        .or_insert(http::HeaderValue::from_static("application/json"));
+                    Ok(())
+                })
+            }
+            Err(e) => {
+                self.request =
+                    Err(crate::Error::invalid_request(format!("the JSON body cannot be serialized: {e}")));
+                self
+            }
+        }
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<C::Body>) -> Self {
+        self.body = body.into();
+        self
+    }
+    /// Asks for a connection no one else will use.
+    pub fn exclusive(mut self) -> Self {
+        self.options.exclusive = true;
+        self
+    }
+    /// Sends this request to a Unix-domain socket (instead of the
+    /// client's `unix_socket`, or TCP); see the client builder's
+    /// `unix_socket`. Connections are pooled per socket path.
+    pub fn unix_socket(mut self, path: impl AsRef<crate::__private::Path>) -> Self {
+        if let Ok(request) = &mut self.request {
+            let path = crate::__private::Arc::from(path.as_ref());
+            request.extensions_mut().insert(crate::UnixSocket(path));
+        }
+        self
+    }
+    /// Marks a non-idempotent request as safe to send twice.
+    pub fn retryable(mut self) -> Self {
+        self.options.retryable = true;
+        self
+    }
+    /// This call's timeout: the whole call, its response body included
+    /// (instead of the client's `timeout`).
+    pub fn timeout(mut self, d: crate::__private::Duration) -> Self {
+        self.options.timeout = Some(d);
+        self
+    }
+    /// This call's bound until its response head (instead of the client's
+    /// `head_timeout`).
+    pub fn head_timeout(mut self, d: crate::__private::Duration) -> Self {
+        self.options.head_timeout = Some(d);
+        self
+    }
+    /// This call's body timeout: the response body must end within `d` of its head.
+    pub fn body_timeout(mut self, d: crate::__private::Duration) -> Self {
+        self.options.body_timeout = Some(d);
+        self
+    }
+    /// The request as built so far, with its body (for `send` on a client or
+    /// a tower service).
+    ///
+    /// # Errors
+    /// The first error met while building (a bad URL or header).
+    pub fn build(self) -> Result<http::Request<C::Body>, crate::Error> {
+        let (mut parts, ()) = self.request?.into_parts();
+        // The defaults travel as no extension at all: inserting one costs
+        // the request its extension map (three allocations), and the
+        // engine reads a missing one as the defaults.
+        if self.options != crate::RequestOptions::default() {
+            parts.extensions.insert(self.options);
+        }
+        Ok(http::Request::from_parts(parts, self.body))
+    }
+
+    /// A builder that fails with `error` when sent (a server handle refusing
+    /// a URL to another server, say).
     pub fn failed(client: C, error: Error) -> Self {
         RequestBuilder {
             client,
             request: Err(error),
             body: C::Body::default(),
             options: RequestOptions::default(),
+            mode: PhantomData,
         }
     }
 
-    /// Sends the request (async adapters: `.send().await`).
-    pub fn send(self) -> C::Output {
+    /// The client and the request as built so far.
+    fn finish(self) -> (C, Result<http::Request<C::Body>, Error>) {
         let client = self.client.clone();
-        match self.build() {
-            Ok(request) => client.send_request(request),
-            Err(e) => C::refuse(e),
-        }
+        (client, self.build())
     }
 }
 
-/// The request builder's methods, written once for every request builder
-/// (the generic [`RequestBuilder`] here and each adapter's own, so they
-/// render on the adapter's page): for an `impl` block of a type with the
-/// fields `client: $client`, `request: Result<http::Request<()>, Error>`,
-/// `body: $body` and `options: RequestOptions`.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __request_builder_methods {
-    ($client:ty, $body:ty) => {
-        /// A `method` request to `uri` on `client`.
-        pub fn new(client: $client, method: $crate::__http::Method, uri: impl $crate::IntoUri) -> Self {
-            let request = uri.into_uri().map(|uri| {
-                let mut r = $crate::__http::Request::new(());
-                *r.method_mut() = method;
-                *r.uri_mut() = uri;
-                r
-            });
-            Self { client, request, body: <$body>::default(), options: $crate::RequestOptions::default() }
-        }
-
-        fn edit(
-            mut self,
-            f: impl FnOnce(&mut $crate::__http::Request<()>) -> Result<(), $crate::Error>,
-        ) -> Self {
-            if let Ok(r) = &mut self.request {
-                if let Err(e) = f(r) {
-                    self.request = Err(e);
-                }
-            }
-            self
-        }
-
-        /// Adds a header field (appended: a name given twice is sent twice).
-        /// Takes what `http` converts: `&str`, `String`, `HeaderName` constants
-        /// such as `http::header::CONTENT_TYPE`, `HeaderValue`, …
-        pub fn header<K, V>(self, name: K, value: V) -> Self
-        where
-            $crate::__http::HeaderName: TryFrom<K>,
-            <$crate::__http::HeaderName as TryFrom<K>>::Error: Into<$crate::__http::Error>,
-            $crate::__http::HeaderValue: TryFrom<V>,
-            <$crate::__http::HeaderValue as TryFrom<V>>::Error: Into<$crate::__http::Error>,
-        {
-            self.edit(|r| {
-                let name =
-                    $crate::__http::HeaderName::try_from(name).map_err($crate::__private::header_error)?;
-                let value =
-                    $crate::__http::HeaderValue::try_from(value).map_err($crate::__private::header_error)?;
-                r.headers_mut().append(name, value);
-                Ok(())
-            })
-        }
-
-        /// Adds every field of `headers` (appended, as [`RequestBuilder::header`]).
-        pub fn headers(self, headers: $crate::__http::HeaderMap) -> Self {
-            self.edit(|r| {
-                let mut last = None;
-                for (name, value) in headers {
-                    if let Some(n) = name {
-                        last = Some(n);
-                    }
-                    if let Some(n) = &last {
-                        r.headers_mut().append(n.clone(), value);
-                    }
-                }
-                Ok(())
-            })
-        }
-
-        /// `Authorization: Bearer <token>` (marked sensitive: never logged).
-        pub fn bearer_auth(self, token: impl std::fmt::Display) -> Self {
-            self.edit(|r| {
-                let mut value =
-                    $crate::__http::HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
-                        $crate::Error::invalid_request("the bearer token cannot form a header value")
-                    })?;
-                value.set_sensitive(true);
-                r.headers_mut().insert($crate::__http::header::AUTHORIZATION, value);
-                Ok(())
-            })
-        }
-
-        /// `Authorization: Basic …` from a user name and an optional password
-        /// (marked sensitive: never logged).
-        pub fn basic_auth(
-            self,
-            user: impl std::fmt::Display,
-            password: Option<impl std::fmt::Display>,
-        ) -> Self {
-            use $crate::__private::base64::Engine as _;
-            self.edit(|r| {
-                let plain = match password {
-                    Some(p) => format!("{user}:{p}"),
-                    None => format!("{user}:"),
-                };
-                let encoded = $crate::__private::base64::engine::general_purpose::STANDARD.encode(plain);
-                let mut value =
-                    $crate::__http::HeaderValue::try_from(format!("Basic {encoded}")).map_err(|_| {
-                        $crate::Error::invalid_request("the credentials cannot form a header value")
-                    })?;
-                value.set_sensitive(true);
-                r.headers_mut().insert($crate::__http::header::AUTHORIZATION, value);
-                Ok(())
-            })
-        }
-
-        /// Appends `query` to the URL's query string, form-encoded (feature
-        /// `query`): a struct, a map, or a slice of pairs.
-        ///
-        /// # Errors (at `send`)
-        /// A value serde cannot encode as a query string.
-        #[cfg(feature = "query")]
-        pub fn query<T: $crate::__private::serde::Serialize + ?Sized>(self, query: &T) -> Self {
-            self.edit(|r| {
-                let encoded = $crate::__private::serde_urlencoded::to_string(query).map_err(|e| {
-                    $crate::Error::invalid_request(format!("the query cannot be encoded: {e}"))
-                })?;
-                if encoded.is_empty() {
-                    return Ok(());
-                }
-                let uri = r.uri().clone();
-                let mut parts = uri.into_parts();
-                let pq = parts.path_and_query.as_ref().map_or("/", |pq| pq.as_str());
-                let joined =
-                    if pq.contains('?') { format!("{pq}&{encoded}") } else { format!("{pq}?{encoded}") };
-                parts.path_and_query = Some(joined.parse().map_err(|e| {
-                    $crate::Error::invalid_request(format!("the query cannot be encoded: {e}"))
-                })?);
-                *r.uri_mut() = $crate::__http::Uri::from_parts(parts).map_err(|e| {
-                    $crate::Error::invalid_request(format!("the query cannot be encoded: {e}"))
-                })?;
-                Ok(())
-            })
-        }
-
-        /// Without the `query` feature: a compile error saying to turn it on.
-        #[cfg(not(feature = "query"))]
-        #[doc(hidden)]
-        pub fn query<T: $crate::__private::NeedsQueryFeature + ?Sized>(self, query: &T) -> Self {
-            let _ = query;
-            self
-        }
-
-        /// Without the `json` feature: a compile error saying to turn it on.
-        #[cfg(not(feature = "json"))]
-        #[doc(hidden)]
-        pub fn json<T: $crate::__private::NeedsJsonFeature + ?Sized>(self, value: &T) -> Self {
-            let _ = value;
-            self
-        }
-
-        /// Sends `value` as JSON (feature `json`): the body, and
-        /// `Content-Type: application/json` unless one is set.
-        ///
-        /// # Errors (at `send`)
-        /// A value serde_json cannot serialize.
-        #[cfg(feature = "json")]
-        pub fn json<T: $crate::__private::serde::Serialize + ?Sized>(mut self, value: &T) -> Self
-        where
-            $body: From<Vec<u8>>,
-        {
-            match $crate::__private::serde_json::to_vec(value) {
-                Ok(bytes) => {
-                    self.body = <$body>::from(bytes);
-                    self.edit(|r| {
-                        r.headers_mut()
-                            .entry($crate::__http::header::CONTENT_TYPE)
-                            .or_insert($crate::__http::HeaderValue::from_static("application/json"));
-                        Ok(())
-                    })
-                }
-                Err(e) => {
-                    self.request = Err($crate::Error::invalid_request(format!(
-                        "the JSON body cannot be serialized: {e}"
-                    )));
-                    self
-                }
-            }
-        }
-
-        /// Sets the body.
-        pub fn body(mut self, body: impl Into<$body>) -> Self {
-            self.body = body.into();
-            self
-        }
-        /// Asks for a connection no one else will use.
-        pub fn exclusive(mut self) -> Self {
-            self.options.exclusive = true;
-            self
-        }
-        /// Sends this request to a Unix-domain socket (instead of the
-        /// client's `unix_socket`, or TCP); see the client builder's
-        /// `unix_socket`. Connections are pooled per socket path.
-        pub fn unix_socket(mut self, path: impl AsRef<$crate::__private::Path>) -> Self {
-            if let Ok(request) = &mut self.request {
-                let path = $crate::__private::Arc::from(path.as_ref());
-                request.extensions_mut().insert($crate::UnixSocket(path));
-            }
-            self
-        }
-        /// Marks a non-idempotent request as safe to send twice.
-        pub fn retryable(mut self) -> Self {
-            self.options.retryable = true;
-            self
-        }
-        /// This call's timeout: the whole call, its response body included
-        /// (instead of the client's `timeout`).
-        pub fn timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.options.timeout = Some(d);
-            self
-        }
-        /// This call's bound until its response head (instead of the client's
-        /// `head_timeout`).
-        pub fn head_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.options.head_timeout = Some(d);
-            self
-        }
-        /// This call's body timeout: the response body must end within `d` of its head.
-        pub fn body_timeout(mut self, d: $crate::__private::Duration) -> Self {
-            self.options.body_timeout = Some(d);
-            self
-        }
-        /// The request as built so far, with its body (for `send` on a client or
-        /// a tower service).
-        ///
-        /// # Errors
-        /// The first error met while building (a bad URL or header).
-        pub fn build(self) -> Result<$crate::__http::Request<$body>, $crate::Error> {
-            let (mut parts, ()) = self.request?.into_parts();
-            // The defaults travel as no extension at all: inserting one costs
-            // the request its extension map (three allocations), and the
-            // engine reads a missing one as the defaults.
-            if self.options != $crate::RequestOptions::default() {
-                parts.extensions.insert(self.options);
-            }
-            Ok($crate::__http::Request::from_parts(parts, self.body))
-        }
-    };
+impl<C: SendAsync> RequestBuilder<C, Async> {
+    /// Sends the request: `.send().await`.
+    ///
+    /// # Errors
+    /// The first error met while building, or how the call failed.
+    pub fn send(self) -> impl std::future::Future<Output = Result<C::Response, Error>> + Send + 'static {
+        let (client, request) = self.finish();
+        client.send_request(request)
+    }
 }
 
-/// The request constructors every client has (`get`, `post`, `put`, `patch`,
-/// `delete`, `head`, `request`), for an adapter's `impl` block; `$builder` is
-/// its request builder.
-#[macro_export]
-macro_rules! request_methods {
-    ($builder:ty) => {
-        /// A GET request. The URL may be a `&str`, a `String` or an
-        /// `http::Uri` ([`IntoUri`]($crate::IntoUri)).
-        pub fn get(&self, uri: impl $crate::IntoUri) -> $builder {
-            <$builder>::new(self.clone(), $crate::__http::Method::GET, uri)
-        }
-        /// A POST request.
-        pub fn post(&self, uri: impl $crate::IntoUri) -> $builder {
-            <$builder>::new(self.clone(), $crate::__http::Method::POST, uri)
-        }
-        /// A PUT request.
-        pub fn put(&self, uri: impl $crate::IntoUri) -> $builder {
-            <$builder>::new(self.clone(), $crate::__http::Method::PUT, uri)
-        }
-        /// A PATCH request.
-        pub fn patch(&self, uri: impl $crate::IntoUri) -> $builder {
-            <$builder>::new(self.clone(), $crate::__http::Method::PATCH, uri)
-        }
-        /// A DELETE request.
-        pub fn delete(&self, uri: impl $crate::IntoUri) -> $builder {
-            <$builder>::new(self.clone(), $crate::__http::Method::DELETE, uri)
-        }
-        /// A HEAD request.
-        pub fn head(&self, uri: impl $crate::IntoUri) -> $builder {
-            <$builder>::new(self.clone(), $crate::__http::Method::HEAD, uri)
-        }
-        /// A request with any method.
-        pub fn request(&self, method: $crate::__http::Method, uri: impl $crate::IntoUri) -> $builder {
-            <$builder>::new(self.clone(), method, uri)
-        }
-    };
+impl<C: SendBlocking> RequestBuilder<C, Blocking> {
+    /// Sends the request and waits for the response head.
+    ///
+    /// # Errors
+    /// The first error met while building, or how the call failed.
+    pub fn send(self) -> Result<C::Response, Error> {
+        let (client, request) = self.finish();
+        client.send_request(request?)
+    }
 }
 
 /// What a request body is, whatever the adapter streams it from (`S`): none,
@@ -466,64 +450,6 @@ impl<S> BodyKind<S> {
     pub fn is_replayable(&self) -> bool {
         !matches!(self, BodyKind::Stream(_))
     }
-}
-
-/// What every adapter's request body offers, for a type whose fields are `kind:
-/// BodyKind<_>` and `length: Option<u64>` (a stream's declared length):
-/// `len`, `is_empty`, `is_replayable`, and `From` conversions (bytes, vectors,
-/// strings, `()`).
-#[macro_export]
-macro_rules! request_body {
-    ($body:ty) => {
-        impl $body {
-            /// The length, when known in advance (a buffer's, or the one a
-            /// stream was declared with).
-            #[must_use]
-            pub fn len(&self) -> Option<u64> {
-                self.kind.len().or(self.length)
-            }
-            /// Whether the body is known to be empty.
-            #[must_use]
-            pub fn is_empty(&self) -> bool {
-                self.kind.is_empty()
-            }
-            /// Whether the body can be sent again on a retry.
-            #[must_use]
-            pub fn is_replayable(&self) -> bool {
-                self.kind.is_replayable()
-            }
-        }
-        impl From<$crate::__bytes::Bytes> for $body {
-            fn from(b: $crate::__bytes::Bytes) -> $body {
-                Self { kind: $crate::BodyKind::full(b), length: None }
-            }
-        }
-        impl From<Vec<u8>> for $body {
-            fn from(v: Vec<u8>) -> $body {
-                <$body>::from($crate::__bytes::Bytes::from(v))
-            }
-        }
-        impl From<String> for $body {
-            fn from(s: String) -> $body {
-                <$body>::from($crate::__bytes::Bytes::from(s))
-            }
-        }
-        impl From<&'static str> for $body {
-            fn from(s: &'static str) -> $body {
-                <$body>::from($crate::__bytes::Bytes::from_static(s.as_bytes()))
-            }
-        }
-        impl From<&'static [u8]> for $body {
-            fn from(s: &'static [u8]) -> $body {
-                <$body>::from($crate::__bytes::Bytes::from_static(s))
-            }
-        }
-        impl From<()> for $body {
-            fn from((): ()) -> $body {
-                Self { kind: $crate::BodyKind::Empty, length: None }
-            }
-        }
-    };
 }
 
 /// Where a response body tells listeners how its call ended.

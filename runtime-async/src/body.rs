@@ -244,8 +244,7 @@ impl Body {
     /// Any request body a tower stack hands over: this crate's [`Body`] as
     /// it is (a buffer stays replayable), anything else through
     /// [`Body::wrap`].
-    #[doc(hidden)]
-    pub fn __from_any<B>(body: B) -> Body
+    pub(crate) fn from_any<B>(body: B) -> Body
     where
         B: http_body::Body + Send + 'static,
         B::Error: Into<BoxError>,
@@ -318,4 +317,53 @@ impl http_body::Body for Body {
     }
 }
 
-switchyard_common::request_body!(Body);
+// The same shape in every adapter's body: a buffer or a stream (`kind`), and
+// the length a stream was declared with.
+impl Body {
+    /// The length, when known in advance (a buffer's, or the one a
+    /// stream was declared with).
+    #[must_use]
+    pub fn len(&self) -> Option<u64> {
+        self.kind.len().or(self.length)
+    }
+    /// Whether the body is known to be empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.kind.is_empty()
+    }
+    /// Whether the body can be sent again on a retry.
+    #[must_use]
+    pub fn is_replayable(&self) -> bool {
+        self.kind.is_replayable()
+    }
+}
+impl From<bytes::Bytes> for Body {
+    fn from(b: bytes::Bytes) -> Body {
+        Self { kind: switchyard_common::BodyKind::full(b), length: None }
+    }
+}
+impl From<Vec<u8>> for Body {
+    fn from(v: Vec<u8>) -> Body {
+        Body::from(bytes::Bytes::from(v))
+    }
+}
+impl From<String> for Body {
+    fn from(s: String) -> Body {
+        Body::from(bytes::Bytes::from(s))
+    }
+}
+impl From<&'static str> for Body {
+    fn from(s: &'static str) -> Body {
+        Body::from(bytes::Bytes::from_static(s.as_bytes()))
+    }
+}
+impl From<&'static [u8]> for Body {
+    fn from(s: &'static [u8]) -> Body {
+        Body::from(bytes::Bytes::from_static(s))
+    }
+}
+impl From<()> for Body {
+    fn from((): ()) -> Body {
+        Self { kind: switchyard_common::BodyKind::Empty, length: None }
+    }
+}

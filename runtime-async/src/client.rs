@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use switchyard_common::call::CallOwner;
 use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
-use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, Sender};
+use switchyard_common::redirect::Layers;
+use switchyard_common::{ClientBuilder, Config, Error, FromConfig, Hub, IntoUri, SendAsync, Sender};
 use switchyard_core::{CallId, PoolStats};
 use tokio::sync::oneshot;
 
@@ -21,6 +22,7 @@ use crate::ResponseBody;
 
 impl<R: Runtime + Default> FromConfig for Client<R> {
     type Runtime = R;
+    type Connecting = crate::Connecting;
     fn from_config(config: Config, runtime: R) -> Result<Self, Error> {
         let settings = Settings {
             read_timeout: config.read_timeout,
@@ -29,7 +31,9 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             tls: config.tls_configs.clone(),
             http2: config.http2,
             tcp: (!config.tcp.is_default()).then(|| config.tcp.clone()),
-            connector: config.connector::<crate::ConnectorSlot>()?,
+            connector: config
+                .connector::<Arc<dyn crate::Connect<crate::Connecting>>>()?
+                .map(crate::ConnectorSlot),
         };
         let hub = Hub::new(
             switchyard_core::Pool::new(config.pool.clone()),
@@ -43,6 +47,7 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             config.async_resolver.clone(),
             settings,
         );
+        let layers = config.layers;
         Ok(Client {
             inner: Arc::new(ClientInner {
                 shared,
@@ -50,6 +55,7 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
                 timer_started: AtomicBool::new(false),
                 closed: Arc::new(AtomicBool::new(false)),
             }),
+            layers,
             runtime: PhantomData,
         })
     }
@@ -100,12 +106,14 @@ impl Drop for ClientInner {
 /// ```
 pub struct Client<R> {
     pub(crate) inner: Arc<ClientInner>,
+    /// Redirects followed, bodies decoded (none by default).
+    layers: Layers,
     runtime: PhantomData<fn() -> R>,
 }
 
 impl<R> Clone for Client<R> {
     fn clone(&self) -> Self {
-        Client { inner: Arc::clone(&self.inner), runtime: PhantomData }
+        Client { inner: Arc::clone(&self.inner), layers: self.layers, runtime: PhantomData }
     }
 }
 
@@ -115,20 +123,37 @@ impl<R> std::fmt::Debug for Client<R> {
     }
 }
 
-/// A request being built: [`Client::get`], [`Client::post`], … Finish with
-/// `.send().await`.
-pub type RequestBuilder<R> = switchyard_common::RequestBuilder<Client<R>>;
+/// A request being built: [`Client::get`], [`Client::post`], …,
+/// [`Client::request`]. Finish with `.send().await`. The first error (a bad
+/// URL, a header that is not a valid name or value) is kept and returned by
+/// `send`.
+pub type RequestBuilder<R> = switchyard_common::RequestBuilder<Client<R>, switchyard_common::Async>;
 
 impl<R: Runtime> Sender for Client<R> {
     type Body = Body;
-    type Output = BoxFuture<Result<crate::Response, Error>>;
-    fn send_request(&self, request: http::Request<Body>) -> Self::Output {
-        Box::pin(self.send(request))
-    }
-    fn refuse(error: Error) -> Self::Output {
-        Box::pin(async move { Err(error) })
+}
+
+impl<R: Runtime> SendAsync for Client<R> {
+    type Response = crate::Response;
+    fn send_request(
+        self,
+        request: Result<http::Request<Body>, Error>,
+    ) -> impl Future<Output = Result<crate::Response, Error>> + Send + 'static {
+        if self.layers.any() {
+            if let Ok(request) = request {
+                let future = crate::redirect::layered(self.direct(), self.layers, request);
+                return crate::redirect::SendFuture::Following { future };
+            }
+        }
+        let span = match &request {
+            Ok(r) => R::call_span(r.method(), r.uri()),
+            Err(_) => tracing::Span::none(),
+        };
+        crate::redirect::SendFuture::Direct { future: self.send_in(request, span) }
     }
 }
+
+impl<R: Runtime + Default> switchyard_common::Layered for Client<R> {}
 
 impl<R: Runtime + Default> Client<R> {
     /// A builder with every default.
@@ -146,7 +171,70 @@ impl<R: Runtime + Default> Client<R> {
 }
 
 impl<R: Runtime> Client<R> {
-    switchyard_common::request_methods!(RequestBuilder<R>);
+    /// A GET request. The URL may be a `&str`, a `String` or an `http::Uri`
+    /// ([`IntoUri`](switchyard_common::IntoUri)).
+    pub fn get(&self, uri: impl IntoUri) -> RequestBuilder<R> {
+        self.request(http::Method::GET, uri)
+    }
+    /// A POST request.
+    pub fn post(&self, uri: impl IntoUri) -> RequestBuilder<R> {
+        self.request(http::Method::POST, uri)
+    }
+    /// A PUT request.
+    pub fn put(&self, uri: impl IntoUri) -> RequestBuilder<R> {
+        self.request(http::Method::PUT, uri)
+    }
+    /// A PATCH request.
+    pub fn patch(&self, uri: impl IntoUri) -> RequestBuilder<R> {
+        self.request(http::Method::PATCH, uri)
+    }
+    /// A DELETE request.
+    pub fn delete(&self, uri: impl IntoUri) -> RequestBuilder<R> {
+        self.request(http::Method::DELETE, uri)
+    }
+    /// A HEAD request.
+    pub fn head(&self, uri: impl IntoUri) -> RequestBuilder<R> {
+        self.request(http::Method::HEAD, uri)
+    }
+    /// A request with any method.
+    pub fn request(&self, method: http::Method, uri: impl IntoUri) -> RequestBuilder<R> {
+        RequestBuilder::new(self.clone(), method, uri)
+    }
+
+    /// reqwest's name for [`send`](Self::send).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn execute<B: Into<Body>>(
+        &self,
+        request: http::Request<B>,
+    ) -> impl Future<Output = Result<crate::Response, Error>> + Send + 'static {
+        self.send(request)
+    }
+
+    /// This client as a `tower::Service<http::Request<Body>>` of one
+    /// request type, so `ServiceExt::ready` and layers infer without
+    /// naming the body type (the client itself is a `Service` for every
+    /// `http_body::Body`). Shares the pool.
+    ///
+    /// ```ignore
+    /// let mut service = tower::ServiceBuilder::new()
+    ///     .layer(tower_http::timeout::TimeoutLayer::new(Duration::from_secs(5)))
+    ///     .service(client.service());
+    /// let response = service.ready().await?.call(request).await?;
+    /// ```
+    #[must_use]
+    pub fn service(&self) -> ClientService<R> {
+        ClientService { client: self.clone() }
+    }
+
+    /// This client without its layers (each hop of a followed redirect is a
+    /// call of its own).
+    fn direct(&self) -> ClientService<R> {
+        let mut client = self.clone();
+        client.layers = Layers::default();
+        ClientService { client }
+    }
 
     /// The pool's counts and counters.
     #[must_use]
@@ -223,20 +311,18 @@ impl<R: Runtime> Client<R> {
     /// Each call is a `tracing` span named `call` (under the adapter's crate name) with
     /// the method, the URI without userinfo, the call id and, once known, the
     /// status; the call's end (or failure) is an event in it.
-    pub fn send(
+    pub fn send<B: Into<Body>>(
         &self,
-        request: http::Request<Body>,
+        request: http::Request<B>,
     ) -> impl Future<Output = Result<crate::Response, Error>> + Send + 'static {
-        let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
-        crate::redirect::SendFuture::Direct { future: self.send_in(Ok(request), span) }
+        self.clone().send_request(Ok(request.map(Into::into)))
     }
 
     /// [`Client::send`] inside `span` (an adapter's own, under its crate's
     /// target), as one future that owns what it needs: a call's state is
     /// built in place, never copied through layers of futures. A request
     /// that failed to build fails the future at once, untraced.
-    #[doc(hidden)]
-    pub fn send_in(
+    pub(crate) fn send_in(
         &self,
         request: Result<http::Request<Body>, Error>,
         span: tracing::Span,
@@ -336,6 +422,7 @@ impl<R: Runtime> Client<R> {
 }
 
 /// A raw tunnel's far side, from the pool ([`Client::open_tunnel`]).
+#[cfg(feature = "gateway")]
 pub(crate) struct Tunnelled {
     /// The stream.
     pub(crate) io: crate::Upgraded,
@@ -345,6 +432,7 @@ pub(crate) struct Tunnelled {
     pub(crate) route: Option<switchyard_core::Route>,
 }
 
+#[cfg(feature = "gateway")]
 impl<R: Runtime> Client<R> {
     /// A raw byte stream to `origin`'s host and port for a tunnel (a
     /// gateway's `CONNECT`), acquired from the pool as an exclusive
@@ -469,9 +557,35 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let request = http::Request::from_parts(parts, Body::__from_any(body));
-        let span = switchyard_common::call_span!("switchyard_async", request.method(), request.uri());
-        Box::pin(self.send_in(Ok(request), span))
+        let request = http::Request::from_parts(parts, Body::from_any(body));
+        let future = self.clone().send_request(Ok(request));
+        Box::pin(async move { future.await.map(crate::Response::into_http) })
+    }
+}
+
+/// A [`Client`] as a `tower::Service<http::Request<Body>>` (see
+/// [`Client::service`]). Cheap to clone.
+#[derive(Debug)]
+pub struct ClientService<R> {
+    client: Client<R>,
+}
+
+impl<R> Clone for ClientService<R> {
+    fn clone(&self) -> Self {
+        ClientService { client: self.client.clone() }
+    }
+}
+
+impl<R: Runtime> tower_service::Service<http::Request<Body>> for ClientService<R> {
+    type Response = http::Response<ResponseBody>;
+    type Error = Error;
+    type Future = BoxFuture<Result<http::Response<ResponseBody>, Error>>;
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let future = self.client.clone().send_request(Ok(request));
+        Box::pin(async move { future.await.map(crate::Response::into_http) })
     }
 }
 

@@ -335,6 +335,18 @@ impl<R: Runtime> Gateway<R> {
     }
 }
 
+impl<R: Listen> Manager<R> {
+    /// Serves [`Manager::gateway`] with every default on `listener` until an
+    /// error stops accepting (`gateway().serve_until` takes a shutdown
+    /// signal).
+    ///
+    /// # Errors
+    /// The listener failed (other than the transient errors of `accept`).
+    pub async fn serve(&self, listener: R::Listener) -> io::Result<()> {
+        self.gateway().serve(listener).await
+    }
+}
+
 impl<R: Listen> Gateway<R> {
     /// Serves until an error stops accepting.
     ///
@@ -356,7 +368,7 @@ impl<R: Listen> Gateway<R> {
         listener: R::Listener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> io::Result<()> {
-        let declared = self.manager.__servers();
+        let declared = self.manager.servers();
         let via = gateway::Via::new(&self.via_name).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -1357,7 +1369,7 @@ impl<R: Runtime> State<R> {
         let read = self.log.as_ref().map(|_| Arc::new(AtomicU64::new(0)));
         let admitted = {
             let rules = gateway::Rules {
-                declared: self.manager.__servers(),
+                declared: self.manager.servers(),
                 local_port: self.local_port,
                 via_name: self.via.name(),
                 status: self.status,
@@ -1422,13 +1434,13 @@ impl<R: Runtime> State<R> {
     /// the 503 for the others meanwhile.
     fn admit_down(&self, server: &Declared) -> Result<Option<(Probe<'_>, Refusal)>, Refusal> {
         // The common case (up) answers from the pool's state, with no status built.
-        if !self.manager.__is_down(server) {
+        if !self.manager.is_down(server) {
             return Ok(None);
         }
-        let Some(refusal) = self.manager.__status_of(server).as_ref().and_then(gateway::down) else {
+        let Some(refusal) = self.manager.status_of(server).as_ref().and_then(gateway::down) else {
             return Ok(None);
         };
-        let at = self.manager.__servers().iter().position(|d| std::ptr::eq(d, server));
+        let at = self.manager.servers().iter().position(|d| std::ptr::eq(d, server));
         let Some(flag) = at.map(|at| &self.probing[at]) else { return Err(refusal) };
         if flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             tracing::debug!(target: "switchyard::gateway", "{} is down: this request tries it", server.url);
@@ -1679,7 +1691,7 @@ impl<R: Runtime> State<R> {
     /// The response timeout for `server` (its own, or the gateway's).
     fn limit_for(&self, server: &Declared) -> Duration {
         self.manager
-            .__servers()
+            .servers()
             .iter()
             .position(|d| std::ptr::eq(d, server))
             .map_or(gateway::DEFAULT_RESPONSE_TIMEOUT, |at| self.response_timeouts[at])

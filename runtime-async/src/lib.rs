@@ -16,7 +16,6 @@
 //! HTTP/2 liveness PINGs, the abandoned-body drain, and the core's timers.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod adapter;
 mod body;
 mod client;
 mod connect;
@@ -33,11 +32,7 @@ mod shared;
 mod upgrade;
 
 pub use body::{Body, BodyClosed, BodySender, BoxError};
-pub use client::{Client, RequestBuilder};
-#[doc(hidden)]
-pub use http as __http;
-#[doc(hidden)]
-pub use http_body as __http_body;
+pub use client::{Client, ClientService, RequestBuilder};
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{BodyReader, Response, ResponseBody, ResponseExt};
 pub use runtime::{AsyncIo, BoxFuture, Connecting, Io, Runtime, Task};
@@ -45,11 +40,9 @@ pub use switchyard_common::transport::{by_name, Connect, TcpKeepalive, TcpOption
 pub use switchyard_core::Route;
 pub use upgrade::Upgraded;
 
-/// A connector hook as the adapters' builders store it (type-erased in the
-/// shared config, taken out by the engine).
-#[doc(hidden)]
+/// A connector hook as the engine keeps it.
 #[derive(Clone)]
-pub struct ConnectorSlot(pub std::sync::Arc<dyn Connect<Connecting>>);
+pub(crate) struct ConnectorSlot(pub(crate) std::sync::Arc<dyn Connect<Connecting>>);
 
 impl std::fmt::Debug for ConnectorSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,5 +75,3 @@ pub use switchyard_core::{
     CallId, ConnectionId, DnsSource, Event, EventKind, Family, Instant, PoolStats, ProxyCredentials,
     StreamLimitPolicy,
 };
-#[doc(hidden)]
-pub use tower_service as __tower_service;

@@ -186,26 +186,26 @@ impl<R: Runtime> Manager<R> {
     }
 
     /// The declared servers (for the adapters' gateways).
-    #[doc(hidden)]
+    #[cfg(feature = "gateway")]
     #[must_use]
-    pub fn __servers(&self) -> &[Declared] {
+    pub(crate) fn servers(&self) -> &[Declared] {
         &self.servers
     }
 
     /// Whether a declared server is reported down (for the adapters'
     /// gateways: the per-request check, with no status built).
-    #[doc(hidden)]
+    #[cfg(feature = "gateway")]
     #[must_use]
-    pub fn __is_down(&self, server: &Declared) -> bool {
+    pub(crate) fn is_down(&self, server: &Declared) -> bool {
         let shared = &self.client.inner.shared;
         let now = shared.hub.now();
         shared.lock_state().pool.warm_is_down(now, &server.address)
     }
 
     /// One declared server's status (for the adapters' gateways).
-    #[doc(hidden)]
+    #[cfg(feature = "gateway")]
     #[must_use]
-    pub fn __status_of(&self, server: &Declared) -> Option<ServerStatus> {
+    pub(crate) fn status_of(&self, server: &Declared) -> Option<ServerStatus> {
         let shared = &self.client.inner.shared;
         shared.input(|st, now| manager::statuses(&st.pool, now, std::slice::from_ref(server))).pop()
     }
@@ -239,20 +239,15 @@ impl<R: Runtime> std::fmt::Debug for ServerHandle<R> {
 }
 
 impl<R: Runtime> ServerHandle<R> {
-    /// `path` (or a URL to this server) as a full URI on it (for the adapters'
-    /// own handle types).
-    #[doc(hidden)]
-    pub fn __target(&self, path: &str) -> Result<http::Uri, Error> {
-        manager::target(&self.server, path)
-    }
-
     /// The server's URL.
     #[must_use]
     pub fn url(&self) -> &str {
         &self.server.url
     }
 
-    /// A request with `method` to `path` (or a URL to this server).
+    /// A request with `method` to `path` (or a URL to this server; a URL to
+    /// another is an [`ErrorKind::NotDeclared`](crate::ErrorKind::NotDeclared)
+    /// at `send`).
     pub fn request(&self, method: http::Method, path: &str) -> RequestBuilder<R> {
         match manager::target(&self.server, path) {
             Ok(uri) => self.client.request(method, uri),

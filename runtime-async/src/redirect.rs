@@ -21,82 +21,12 @@ use std::task::{Context, Poll};
 
 use crate::{BoxFuture, Error, ResponseBody};
 
-/// How many redirects a client follows (reqwest's `redirect::Policy`).
-///
-/// ```
-/// use switchyard_async::redirect::Policy;
-/// assert_eq!(Policy::default(), Policy::limited(10));
-/// assert_eq!(Policy::none().max_hops(), 0);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
-    max: usize,
-}
-
-impl Policy {
-    /// Follow at most `max` redirects per call.
-    #[must_use]
-    pub fn limited(max: usize) -> Policy {
-        Policy { max }
-    }
-    /// Follow none: the redirect response is the answer (the default).
-    #[must_use]
-    pub fn none() -> Policy {
-        Policy { max: 0 }
-    }
-    /// The most redirects followed per call.
-    #[must_use]
-    pub fn max_hops(&self) -> usize {
-        self.max
-    }
-}
-
-/// Ten hops, as reqwest (once `redirect` is called at all).
-impl Default for Policy {
-    fn default() -> Policy {
-        Policy::limited(10)
-    }
-}
+pub use switchyard_common::redirect::{Layers, Policy};
 
 type Answer = Result<http::Response<ResponseBody>, Error>;
 
-/// What a client layers over its calls: redirects followed, bodies decoded.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Layers {
-    /// Redirects followed per call (0: none).
-    pub redirects: usize,
-    /// Encodings decoded: [`Layers::GZIP`], [`Layers::DEFLATE`], [`Layers::BROTLI`].
-    pub decode: u8,
-}
-
-impl Layers {
-    /// gzip bodies decoded.
-    pub const GZIP: u8 = 1;
-    /// deflate bodies decoded.
-    pub const DEFLATE: u8 = 2;
-    /// br bodies decoded.
-    pub const BROTLI: u8 = 4;
-    /// Whether a call goes through any layer.
-    #[must_use]
-    pub fn any(&self) -> bool {
-        self.redirects > 0 || self.decode != 0
-    }
-    /// The same, with `encoding` decoded or not.
-    #[must_use]
-    pub fn decoding(mut self, encoding: u8, on: bool) -> Layers {
-        if on {
-            self.decode |= encoding;
-        } else {
-            self.decode &= !encoding;
-        }
-        self
-    }
-}
-
 /// A service that sends a client's calls (the client, or a layer over it).
-#[doc(hidden)]
-pub trait Call:
+pub(crate) trait Call:
     tower_service::Service<
         http::Request<crate::Body>,
         Response = http::Response<ResponseBody>,
@@ -119,8 +49,7 @@ impl<S> Call for S where
 }
 
 /// Sends `request` through `service` under `layers`.
-#[doc(hidden)]
-pub fn layered<S>(service: S, layers: Layers, request: http::Request<crate::Body>) -> BoxFuture<Answer>
+pub(crate) fn layered<S>(service: S, layers: Layers, request: http::Request<crate::Body>) -> BoxFuture<Answer>
 where
     S: Call + Clone,
 {
@@ -218,9 +147,8 @@ where
 
 pin_project_lite::pin_project! {
     /// A call's future: sent directly, or through the redirect follower.
-    #[doc(hidden)]
     #[project = SendProj]
-    pub enum SendFuture<F> {
+    pub(crate) enum SendFuture<F> {
         Direct { #[pin] future: F },
         Following { future: BoxFuture<Answer> },
     }

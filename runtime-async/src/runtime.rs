@@ -58,6 +58,17 @@ pub trait Task: Send {
 /// }
 /// ```
 pub trait Runtime: Send + Sync + 'static {
+    /// The `tracing` span of one call, under the adapter's crate name as its
+    /// target (`switchyard_tokio`, …): method, URI without userinfo, and the
+    /// `call` and `status` fields filled in later. Default: target
+    /// `switchyard_async`. An adapter names its own with
+    /// `switchyard_common::call_span!("its_crate", method, uri)`.
+    fn call_span(method: &http::Method, uri: &http::Uri) -> tracing::Span
+    where
+        Self: Sized,
+    {
+        switchyard_common::call_span!("switchyard_async", method, uri)
+    }
     /// Spawns a task; `None` when no executor is reachable from here (then the
     /// engine does without: an abandoned body is closed instead of drained).
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>>;

@@ -46,9 +46,15 @@ use tokio_util::compat::FuturesAsyncReadCompatExt;
 
 /// Pool metrics as Prometheus text (`stats_by_address()` in).
 pub use switchyard_async::metrics;
-/// Following redirects: [`ClientBuilder::redirect`] (the `redirect` feature).
-#[cfg(feature = "redirect")]
-pub use switchyard_async::redirect;
+/// Following redirects (the `redirect` feature): give a [`Policy`](redirect::Policy)
+/// to `ClientBuilder::redirect`. Not followed unless a client asks; each hop
+/// is a call of its own on the same pool; 301/302 turn a POST into a GET, 303
+/// anything but HEAD; 307/308 resend a buffered body; `Authorization`,
+/// `Cookie` and `Proxy-Authorization` are dropped on a hop to another origin;
+/// past the limit the call fails with `ErrorKind::Redirect`.
+pub mod redirect {
+    pub use switchyard_async::switchyard_common::redirect::Policy;
+}
 /// Transports: the connector hook and what it returns, the route it is
 /// given, socket options.
 pub use switchyard_async::{by_name, AsyncIo, Connect, Connecting, Io, Route, TcpKeepalive, TcpOptions};
@@ -73,7 +79,57 @@ mod hickory;
 #[cfg(feature = "hickory")]
 pub use hickory::{HickoryResolver, SmolProvider, SmolSpawner, SmolTcp, SmolTime, SmolUdp};
 
-switchyard_async::adapter_types!(Smol, "smol");
+/// An HTTP client on smol. Cheap to clone; clones share the pool. Build one
+/// with [`Client::builder`] (every knob is on [`ClientBuilder`]) or
+/// [`Client::new`]; send with [`Client::get`], [`Client::post`], …,
+/// [`Client::send`]. It is a `tower::Service<http::Request<B>>` for any
+/// `http_body::Body` `B`.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), switchyard_smol::Error> {
+/// let client = switchyard_smol::Client::new()?;
+/// let text = client.get("https://example.com/").send().await?.error_for_status()?.text().await?;
+/// # drop(text); Ok(()) }
+/// ```
+pub type Client = switchyard_async::Client<Smol>;
+/// Builds a [`Client`]; every knob has a documented default.
+pub type ClientBuilder = switchyard_async::ClientBuilder<Client>;
+/// A request being built: [`Client::get`], [`Client::post`], …,
+/// [`Client::request`]. Finish with `.send().await`. The first error (a bad
+/// URL, a header that is not a valid name or value) is kept and returned by
+/// `send`.
+pub type RequestBuilder =
+    switchyard_async::switchyard_common::RequestBuilder<Client, switchyard_async::switchyard_common::Async>;
+/// A [`Client`] as a `tower::Service<http::Request<Body>>` of one request
+/// type ([`Client::service`]).
+pub type ClientService = switchyard_async::ClientService<Smol>;
+/// Warm connections to a declared set of servers: each server's minimum is
+/// connected before the first request and kept as connections close (with
+/// backoff after failures); requests go through a server's [`ServerHandle`].
+/// Cheap to clone; clones share the pool.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), switchyard_smol::Error> {
+/// let manager = switchyard_smol::Manager::builder()
+///     .server("https://api.internal:8443", 2)
+///     .build()?;
+/// manager.ready().await?;
+/// let response = manager.connection("api.internal")?.get("/health").send().await?;
+/// # drop(response); Ok(()) }
+/// ```
+pub type Manager = switchyard_async::Manager<Smol>;
+/// Builds a [`Manager`]: servers, minimums, the client settings they share.
+pub type ManagerBuilder = switchyard_async::ManagerBuilder<Smol>;
+/// Requests to one declared server ([`Manager::connection`]): paths, or URLs
+/// to that server only.
+pub type ServerHandle = switchyard_async::ServerHandle<Smol>;
+
+/// For code written against [`ResponseExt`] (an `http::Response` from the
+/// tower `Service`): `use switchyard_smol::prelude::*;`. A [`Response`]
+/// from `send` needs no import.
+pub mod prelude {
+    pub use switchyard_async::ResponseExt as _;
+}
 
 /// smol, as the engine sees it: tasks on smol's global executor by default, or
 /// on the executor given to [`Smol::on`] (which the program must run).
@@ -134,6 +190,10 @@ impl Drop for Spawned {
 }
 
 impl Runtime for Smol {
+    fn call_span(method: &http::Method, uri: &http::Uri) -> tracing::Span {
+        switchyard_async::switchyard_common::call_span!("switchyard_smol", method, uri)
+    }
+
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
         let spawned = match &self.executor {
             Some(executor) => executor.spawn(task),

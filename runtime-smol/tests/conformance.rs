@@ -34,7 +34,7 @@ impl Adapter for SmolAdapter {
     fn client(&self, config: Config) -> Box<dyn TestClient> {
         let log = EventLog::default();
         let client = adapter::builder::<Client>(config, &log).build().expect("client");
-        Box::new(AsyncTestClient { client: client.into_generic(), log, exec: OnSmol })
+        Box::new(AsyncTestClient { client, log, exec: OnSmol })
     }
 }
 
@@ -92,7 +92,7 @@ mod from_async_std {
         fn client(&self, config: Config) -> Box<dyn TestClient> {
             let log = EventLog::default();
             let client = adapter::builder::<Client>(config, &log).build().expect("client");
-            Box::new(AsyncTestClient { client: client.into_generic(), log, exec: OnAsyncStd })
+            Box::new(AsyncTestClient { client, log, exec: OnAsyncStd })
         }
     }
 
@@ -191,11 +191,7 @@ impl switchyard_tests::manager::ManagerAdapter for SmolManagers {
             b = b.server(url, *min);
         }
         let manager = b.build().expect("manager");
-        Box::new(switchyard_tests::manager::AsyncTestManager {
-            manager: manager.into_generic(),
-            log: log.clone(),
-            exec: OnSmol,
-        })
+        Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnSmol })
     }
 
     fn h2c_manager(
@@ -214,7 +210,7 @@ impl switchyard_tests::manager::ManagerAdapter for SmolManagers {
         }
         let manager = b.build().expect("manager");
         Some(Box::new(switchyard_tests::manager::AsyncTestManager {
-            manager: manager.into_generic(),
+            manager,
             log: log.clone(),
             exec: OnSmol,
         }))

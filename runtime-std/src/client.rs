@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use switchyard_common::call::CallOwner;
 use switchyard_common::engine::{CallPlan, EngineHost, H1Exchange};
-use switchyard_common::{Config, Error, FromConfig, Hub, Sender};
+use switchyard_common::{Config, Error, FromConfig, Hub, IntoUri, SendBlocking, Sender};
 use switchyard_core::{AcquireError, CallId, PoolStats};
 
 use crate::body::Body;
@@ -15,6 +15,7 @@ use crate::{h1, ResponseBody};
 
 impl FromConfig for Client {
     type Runtime = ();
+    type Connecting = crate::Connecting;
     fn from_config(config: Config, (): ()) -> Result<Self, Error> {
         if config.async_resolver.is_some() {
             return Err(Error::config(
@@ -27,7 +28,9 @@ impl FromConfig for Client {
             handshake_timeout: config.pool.race.handshake_timeout,
             tls: config.tls_configs.clone(),
             tcp: config.tcp.clone(),
-            connector: config.connector::<crate::ConnectorSlot>()?,
+            connector: config
+                .connector::<Arc<dyn crate::Connect<crate::Connecting>>>()?
+                .map(crate::ConnectorSlot),
             http2: config.http2,
         };
         let hub = Hub::new(
@@ -80,111 +83,19 @@ impl std::fmt::Debug for Client {
 /// A request being built: [`Client::get`], [`Client::post`], …,
 /// [`Client::request`]. Finish with `.send()`. The first error (a bad URL, a
 /// header that is not a valid name or value) is kept and returned by `send`.
-#[must_use]
-pub struct RequestBuilder {
-    client: Client,
-    request: Result<http::Request<()>, Error>,
-    body: Body,
-    options: switchyard_common::RequestOptions,
-}
-
-impl std::fmt::Debug for RequestBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RequestBuilder").field("options", &self.options).finish_non_exhaustive()
-    }
-}
-
-impl RequestBuilder {
-    switchyard_common::__request_builder_methods!(Client, Body);
-
-    /// A builder that fails with `error` when sent.
-    pub(crate) fn failed(client: Client, error: Error) -> Self {
-        RequestBuilder { client, request: Err(error), body: Body::default(), options: Default::default() }
-    }
-
-    /// Sends the request.
-    ///
-    /// # Errors
-    /// The first error met while building, or how the call failed.
-    pub fn send(self) -> Result<crate::Response, Error> {
-        let client = self.client.clone();
-        client.send(self.build()?)
-    }
-}
+pub type RequestBuilder = switchyard_common::RequestBuilder<Client, switchyard_common::Blocking>;
 
 /// Builds a [`Client`]; every knob has a documented default.
-#[must_use]
-#[derive(Default)]
-pub struct ClientBuilder {
-    state: switchyard_common::BuilderState,
-}
-
-impl std::fmt::Debug for ClientBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientBuilder").field("pool", &self.state.pool).finish_non_exhaustive()
-    }
-}
-
-impl ClientBuilder {
-    /// A builder with every default.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    switchyard_common::__client_builder_methods!();
-
-    /// Opens every connection's socket with `connector` instead of a TCP (or
-    /// Unix-socket) connect: the connector hook. The route's proxy handshake,
-    /// TLS and HTTP/1.1 run on the [`Socket`](crate::Socket) it returns;
-    /// pooling, the race and events are unchanged. It runs on the attempt's
-    /// thread; like a TCP connect on this adapter it cannot be interrupted, so
-    /// bound it yourself (the race moves on after the connect timeout).
-    ///
-    /// ```no_run
-    /// use std::io::{Read, Write};
-    /// use switchyard_std::{by_name, Client, Connecting, Route};
-    /// // Firecracker's vsock: `CONNECT <port>\n` on the host's Unix socket, `OK <n>\n` back.
-    /// let vsock = by_name(|_route: &Route| -> Connecting {
-    ///     let mut s = std::os::unix::net::UnixStream::connect("/tmp/v.sock")?;
-    ///     s.write_all(b"CONNECT 52\n")?;
-    ///     let (mut line, mut byte) = (Vec::new(), [0u8; 1]);
-    ///     while s.read(&mut byte)? == 1 && byte[0] != b'\n' && line.len() < 64 {
-    ///         line.push(byte[0]);
-    ///     }
-    ///     if !line.starts_with(b"OK ") {
-    ///         return Err(std::io::ErrorKind::ConnectionRefused.into());
-    ///     }
-    ///     Ok(s.into())
-    /// });
-    /// let guest = Client::builder().connector(vsock).build()?;
-    /// let metrics = guest.get("http://guest.vm/metrics").send()?;
-    /// # Ok::<(), switchyard_std::Error>(())
-    /// ```
-    pub fn connector(mut self, connector: impl crate::Connect<crate::Connecting>) -> Self {
-        self.state.connector_by_name = !connector.uses_dns();
-        let slot = crate::ConnectorSlot(Arc::new(connector));
-        self.state.connector = Some(Arc::new(slot));
-        self
-    }
-
-    /// Validates the settings and builds the client.
-    ///
-    /// # Errors
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config): a malformed `resolve` override,
-    /// unusable TLS roots or client identity, or a setting out of range.
-    pub fn build(self) -> Result<Client, Error> {
-        let config = self.state.finish()?;
-        <Client as FromConfig>::from_config(config, ())
-    }
-}
+pub type ClientBuilder = switchyard_common::ClientBuilder<Client>;
 
 impl Sender for Client {
     type Body = Body;
-    type Output = Result<crate::Response, Error>;
-    fn send_request(&self, request: http::Request<Body>) -> Self::Output {
+}
+
+impl SendBlocking for Client {
+    type Response = crate::Response;
+    fn send_request(&self, request: http::Request<Body>) -> Result<crate::Response, Error> {
         self.send(request)
-    }
-    fn refuse(error: Error) -> Self::Output {
-        Err(error)
     }
 }
 
@@ -202,7 +113,35 @@ impl Client {
         Client::builder().build()
     }
 
-    switchyard_common::request_methods!(RequestBuilder);
+    /// A GET request. The URL may be a `&str`, a `String` or an `http::Uri`
+    /// ([`IntoUri`](switchyard_common::IntoUri)).
+    pub fn get(&self, uri: impl IntoUri) -> RequestBuilder {
+        self.request(http::Method::GET, uri)
+    }
+    /// A POST request.
+    pub fn post(&self, uri: impl IntoUri) -> RequestBuilder {
+        self.request(http::Method::POST, uri)
+    }
+    /// A PUT request.
+    pub fn put(&self, uri: impl IntoUri) -> RequestBuilder {
+        self.request(http::Method::PUT, uri)
+    }
+    /// A PATCH request.
+    pub fn patch(&self, uri: impl IntoUri) -> RequestBuilder {
+        self.request(http::Method::PATCH, uri)
+    }
+    /// A DELETE request.
+    pub fn delete(&self, uri: impl IntoUri) -> RequestBuilder {
+        self.request(http::Method::DELETE, uri)
+    }
+    /// A HEAD request.
+    pub fn head(&self, uri: impl IntoUri) -> RequestBuilder {
+        self.request(http::Method::HEAD, uri)
+    }
+    /// A request with any method.
+    pub fn request(&self, method: http::Method, uri: impl IntoUri) -> RequestBuilder {
+        RequestBuilder::new(self.clone(), method, uri)
+    }
 
     /// The route a connection of this client's pool goes over (its peer's
     /// address: [`Route::socket_addr`](switchyard_core::Route::socket_addr);

@@ -34,7 +34,7 @@ impl Adapter for SmolAdapter {
     fn client(&self, config: Config) -> Box<dyn TestClient> {
         let log = EventLog::default();
         let client = adapter::builder::<Client>(config, &log).build().expect("client");
-        Box::new(AsyncTestClient { client: client.into_generic(), log, exec: OnSmol })
+        Box::new(AsyncTestClient { client, log, exec: OnSmol })
     }
 }
 

@@ -39,7 +39,7 @@ impl Adapter for TokioAdapter {
     fn client(&self, config: Config) -> Box<dyn TestClient> {
         let log = EventLog::default();
         let client = adapter::builder::<Client>(config, &log).build().expect("client");
-        Box::new(AsyncTestClient { client: client.into_generic(), log, exec: OnTokio })
+        Box::new(AsyncTestClient { client, log, exec: OnTokio })
     }
 }
 
@@ -354,11 +354,7 @@ impl switchyard_tests::manager::ManagerAdapter for TokioManagers {
         }
         // Built inside the runtime: the warm connects are its tasks.
         let manager = runtime().block_on(async { b.build() }).expect("manager");
-        Box::new(switchyard_tests::manager::AsyncTestManager {
-            manager: manager.into_generic(),
-            log: log.clone(),
-            exec: OnTokio,
-        })
+        Box::new(switchyard_tests::manager::AsyncTestManager { manager, log: log.clone(), exec: OnTokio })
     }
 
     fn h2c_manager(
@@ -378,7 +374,7 @@ impl switchyard_tests::manager::ManagerAdapter for TokioManagers {
         // Built inside the runtime: the warm connects are its tasks.
         let manager = runtime().block_on(async { b.build() }).expect("manager");
         Some(Box::new(switchyard_tests::manager::AsyncTestManager {
-            manager: manager.into_generic(),
+            manager,
             log: log.clone(),
             exec: OnTokio,
         }))
@@ -401,7 +397,7 @@ fn a_call_future_stays_small() {
     let direct = std::mem::size_of_val(
         &c.send(http::Request::get(url).body(switchyard_tokio::Body::empty()).unwrap()),
     );
-    let generic = c.clone().into_generic();
+    let generic = c.clone();
     let general = std::mem::size_of_val(&generic.get(url).send());
     for (what, size) in [("RequestBuilder::send", built), ("Client::send", direct), ("generic send", general)]
     {
