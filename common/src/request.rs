@@ -360,14 +360,7 @@ impl<C: Sender, M> RequestBuilder<C, M> {
     /// # Errors
     /// The first error met while building (a bad URL or header).
     pub fn build(self) -> Result<http::Request<C::Body>, crate::Error> {
-        let (mut parts, ()) = self.request?.into_parts();
-        // The defaults travel as no extension at all: inserting one costs
-        // the request its extension map (three allocations), and the
-        // engine reads a missing one as the defaults.
-        if self.options != crate::RequestOptions::default() {
-            parts.extensions.insert(self.options);
-        }
-        Ok(http::Request::from_parts(parts, self.body))
+        self.finish().1
     }
 
     /// A builder that fails with `error` when sent (a server handle refusing
@@ -383,9 +376,20 @@ impl<C: Sender, M> RequestBuilder<C, M> {
     }
 
     /// The client and the request as built so far.
+    #[inline]
     fn finish(self) -> (C, Result<http::Request<C::Body>, Error>) {
-        let client = self.client.clone();
-        (client, self.build())
+        let RequestBuilder { client, request, body, options, .. } = self;
+        let request = request.map(|request| {
+            let (mut parts, ()) = request.into_parts();
+            // The defaults travel as no extension at all: inserting one costs
+            // the request its extension map (three allocations), and the
+            // engine reads a missing one as the defaults.
+            if options != RequestOptions::default() {
+                parts.extensions.insert(options);
+            }
+            http::Request::from_parts(parts, body)
+        });
+        (client, request)
     }
 }
 

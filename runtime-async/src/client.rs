@@ -135,7 +135,18 @@ impl<R: Runtime> Sender for Client<R> {
 
 impl<R: Runtime> SendAsync for Client<R> {
     type Response = crate::Response;
+    #[inline]
     fn send_request(
+        self,
+        request: Result<http::Request<Body>, Error>,
+    ) -> impl Future<Output = Result<crate::Response, Error>> + Send + 'static {
+        self.send_unboxed(request)
+    }
+}
+
+impl<R: Runtime> Client<R> {
+    #[inline]
+    fn send_unboxed(
         self,
         request: Result<http::Request<Body>, Error>,
     ) -> impl Future<Output = Result<crate::Response, Error>> + Send + 'static {
@@ -323,7 +334,7 @@ impl<R: Runtime> Client<R> {
     /// built in place, never copied through layers of futures. A request
     /// that failed to build fails the future at once, untraced.
     pub(crate) fn send_in(
-        &self,
+        self,
         request: Result<http::Request<Body>, Error>,
         span: tracing::Span,
     ) -> impl Future<Output = Result<http::Response<ResponseBody>, Error>> + Send + 'static {
@@ -334,7 +345,7 @@ impl<R: Runtime> Client<R> {
         match request {
             Ok(request) => {
                 let (parts, body) = request.into_parts();
-                Either::Left(self.clone().send_inner(parts, body, span.clone()).instrument(span))
+                Either::Left(self.send_inner(parts, body, span.clone()).instrument(span))
             }
             Err(e) => Either::Right(std::future::ready(Err(e))),
         }

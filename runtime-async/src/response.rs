@@ -517,6 +517,7 @@ impl std::fmt::Debug for Response {
 }
 
 impl From<http::Response<ResponseBody>> for Response {
+    #[inline]
     fn from(inner: http::Response<ResponseBody>) -> Response {
         Response { inner }
     }

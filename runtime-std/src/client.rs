@@ -94,6 +94,7 @@ impl Sender for Client {
 
 impl SendBlocking for Client {
     type Response = crate::Response;
+    #[inline]
     fn send_request(&self, request: http::Request<Body>) -> Result<crate::Response, Error> {
         self.send(request)
     }
