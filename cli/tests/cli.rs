@@ -552,8 +552,14 @@ fn get_metrics_prints_prometheus_text_per_server() {
         assert_eq!(value(&format!("http_client_calls_total{{{labels}}}")), 6, "{runtime}");
         let created = value(&format!("http_client_connections_created_total{{{labels}}}"));
         assert!((1..=2).contains(&created), "{runtime}: {created} connections for 2 callers");
-        assert_eq!(value(&format!("http_client_open_connections{{{labels},state=\"active\"}}")), 0);
-        assert_eq!(value(&format!("http_client_open_connections{{{labels},state=\"idle\"}}")), created);
+        assert_eq!(
+            value(&format!("http_client_open_connections{{{labels},http_connection_state=\"active\"}}")),
+            0
+        );
+        assert_eq!(
+            value(&format!("http_client_open_connections{{{labels},http_connection_state=\"idle\"}}")),
+            created
+        );
         // Each call either reused a connection or took the one its own race
         // made; a race that lost to a released connection leaves its
         // connection idle unused (how often depends on scheduling, so the

@@ -350,20 +350,23 @@ macro_rules! call_span {
     };
 }
 
-/// Records how a call's `send` ended in its span: the status, then an event
-/// (`debug` for a response, `warn` with the whole error chain for a failure).
-/// The call id is in the span from the call's start.
-pub fn call_traced<B>(span: &tracing::Span, result: &Result<http::Response<B>, Error>) {
-    match result {
-        Ok(response) => {
-            if let Some(call) = response.extensions().get::<CallId>() {
-                span.record("call", tracing::field::display(call));
+/// Records how a call's `send` ended in its span (a `&tracing::Span`) from
+/// its result (a `&Result<http::Response<_>, Error>`): the status, then an
+/// event under `target` (each adapter's crate name, as its span's), `debug`
+/// for a response and `warn` with the whole error chain for a failure. The
+/// call id is in the span from the call's start (recorded once).
+#[macro_export]
+macro_rules! call_traced {
+    ($target:expr, $span:expr, $result:expr) => {
+        match $result {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                $span.record("status", status);
+                $crate::__tracing::debug!(target: $target, parent: $span, status, "response head");
             }
-            span.record("status", response.status().as_u16());
-            tracing::debug!(target: "switchyard", parent: span, status = response.status().as_u16(), "response head");
+            Err(e) => {
+                $crate::__tracing::warn!(target: $target, parent: $span, error = %format_args!("{e:#}"), "call failed");
+            }
         }
-        Err(e) => {
-            tracing::warn!(target: "switchyard", parent: span, error = %format_args!("{e:#}"), "call failed");
-        }
-    }
+    };
 }

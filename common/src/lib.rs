@@ -124,8 +124,7 @@ pub struct Carrier {
 }
 pub use error::{BodyError, Error, ErrorKind, TimeoutPhase};
 pub use event::{
-    call_traced, describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener,
-    Recorded,
+    describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener, Recorded,
 };
 pub use hub::{Hub, HubState, Note, Watch, Watchers};
 pub use request::{

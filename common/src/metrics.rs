@@ -1,5 +1,5 @@
 //! Pool metrics as Prometheus text, named after OpenTelemetry's HTTP client
-//! semantic conventions (`http.client.open_connections` with its `state`
+//! semantic conventions (`http.client.open_connections` with its `http.connection.state`
 //! attribute, `idle` or `active`), dots as underscores, one series per
 //! server (`server_address`, `server_port`, `url_scheme`, as the
 //! conventions name them). From a client's `stats_by_address()` and
@@ -7,7 +7,7 @@
 //!
 //! | metric | kind | what |
 //! |---|---|---|
-//! | `http_client_open_connections{state="idle"\|"active"}` | gauge | idle connections, connections carrying exchanges |
+//! | `http_client_open_connections{http_connection_state="idle"\|"active"}` | gauge | idle connections, connections carrying exchanges |
 //! | `http_client_connecting` | gauge | races and kept attempts in progress |
 //! | `http_client_waiting_calls` | gauge | calls waiting for capacity |
 //! | `http_client_calls_total` | counter | calls made (retries not counted) |
@@ -46,7 +46,7 @@ use switchyard_core::{AddressMetrics, PoolStats};
 /// let gauges = AddressStats { idle: 2, in_use: 1, open: 3, ..AddressStats::default() };
 /// let metrics = AddressMetrics { address, gauges, counters: Default::default() };
 /// let text = switchyard_common::metrics::prometheus_text(&[metrics], &PoolStats::default());
-/// assert!(text.contains(r#"http_client_open_connections{server_address="api.test",server_port="443",url_scheme="https",state="idle"} 2"#));
+/// assert!(text.contains(r#"http_client_open_connections{server_address="api.test",server_port="443",url_scheme="https",http_connection_state="idle"} 2"#));
 /// ```
 #[must_use]
 pub fn prometheus_text(by_address: &[AddressMetrics], pool: &PoolStats) -> String {
@@ -67,8 +67,8 @@ pub fn prometheus_text(by_address: &[AddressMetrics], pool: &PoolStats) -> Strin
         "Open connections by state (idle, or active: carrying exchanges).",
         &mut by_address.iter().zip(&labels).flat_map(|(m, l)| {
             [
-                (format!("{l},state=\"idle\""), m.gauges.idle as u64),
-                (format!("{l},state=\"active\""), m.gauges.in_use as u64),
+                (format!("{l},http_connection_state=\"idle\""), m.gauges.idle as u64),
+                (format!("{l},http_connection_state=\"active\""), m.gauges.in_use as u64),
             ]
         }),
     );

@@ -375,7 +375,7 @@ impl<R: Runtime> Client<R> {
                 Ok(started) => started,
                 Err(e) => {
                     let result = Err(e.with_url(&original.to_string()));
-                    switchyard_common::call_traced(&span, &result);
+                    R::call_traced(&span, &result);
                     return result;
                 }
             };
@@ -412,7 +412,7 @@ impl<R: Runtime> Client<R> {
                     Err(e)
                 }
             };
-            switchyard_common::call_traced(&span, &result);
+            R::call_traced(&span, &result);
             result
         }
     }

@@ -69,6 +69,18 @@ pub trait Runtime: Send + Sync + 'static {
     {
         switchyard_common::call_span!("switchyard_async", method, uri)
     }
+    /// Records how a call's `send` ended in its span, with an event under
+    /// the same target as [`call_span`](Runtime::call_span)'s (`debug` for a
+    /// response, `warn` with the error chain for a failure). An adapter
+    /// overrides both with `switchyard_common::call_traced!("its_crate", span, result)`.
+    fn call_traced(
+        span: &tracing::Span,
+        result: &Result<http::Response<crate::ResponseBody>, switchyard_common::Error>,
+    ) where
+        Self: Sized,
+    {
+        switchyard_common::call_traced!("switchyard_async", span, result)
+    }
     /// Spawns a task; `None` when no executor is reachable from here (then the
     /// engine does without: an abandoned body is closed instead of drained).
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>>;

@@ -194,6 +194,13 @@ impl Runtime for Smol {
         switchyard_async::switchyard_common::call_span!("switchyard_smol", method, uri)
     }
 
+    fn call_traced(
+        span: &tracing::Span,
+        result: &Result<http::Response<switchyard_async::ResponseBody>, switchyard_async::Error>,
+    ) {
+        switchyard_async::switchyard_common::call_traced!("switchyard_smol", span, result)
+    }
+
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
         let spawned = match &self.executor {
             Some(executor) => executor.spawn(task),

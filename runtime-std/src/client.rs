@@ -220,7 +220,7 @@ impl Client {
         let (parts, body) = request.into_parts();
         let span = switchyard_common::call_span!("switchyard_std", &parts.method, &parts.uri);
         let result = span.in_scope(|| self.send_inner(parts, body.into()));
-        switchyard_common::call_traced(&span, &result);
+        switchyard_common::call_traced!("switchyard_std", &span, &result);
         result.map(crate::Response::from)
     }
 

@@ -250,6 +250,13 @@ impl Runtime for Tokio {
         switchyard_async::switchyard_common::call_span!("switchyard_tokio", method, uri)
     }
 
+    fn call_traced(
+        span: &tracing::Span,
+        result: &Result<http::Response<switchyard_async::ResponseBody>, switchyard_async::Error>,
+    ) {
+        switchyard_async::switchyard_common::call_traced!("switchyard_tokio", span, result)
+    }
+
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
         let handle = self.handle()?;
         Some(Box::new(Spawned(handle.spawn(task).abort_handle())))

@@ -672,6 +672,9 @@ pub async fn tracing_spans(target: &str, send: impl AsyncFn(String) -> Result<u1
     assert_eq!(get(fields, "uri"), Some(format!("http://localhost:{}/hello", server.port())), "no userinfo");
     assert_eq!(get(fields, "status").as_deref(), Some("200"));
     assert!(get(fields, "call").is_some_and(|c| !c.is_empty()), "{fields:?}");
+    // Recorded once: a formatter that appends records would print it twice.
+    let calls_recorded = |f: &FieldList| f.iter().filter(|(k, v)| k == "call" && !v.is_empty()).count();
+    assert_eq!(calls_recorded(fields), 1, "the call id recorded once: {fields:?}");
     assert!(
         get(failed_fields, "call").is_some_and(|c| !c.is_empty()),
         "a failed call has its id: {failed_fields:?}"
@@ -711,7 +714,9 @@ pub async fn tracing_spans(target: &str, send: impl AsyncFn(String) -> Result<u1
     let warned: Vec<&SeenEvent> = events
         .iter()
         .filter(|(t, level, f, p)| {
-            t == "switchyard"
+            // Under the adapter's own target, as its span: a filter on the
+            // adapter's crate name (RUST_LOG=switchyard_tokio=debug) shows it.
+            t == target
                 && *level == tracing::Level::WARN
                 && *p == Some(failed_span)
                 && f.iter().any(|(k, v)| k == "error" && v.contains(&refused) && v.contains("refused"))
