@@ -334,7 +334,7 @@ impl EventListener for EventLog {
 
 /// The `tracing` span of one call: `call`, under `target` (each adapter's
 /// crate name), with the method, the URI without userinfo, and empty `call` /
-/// `status` fields the call fills in ([`call_traced`]). The adapters' `send`
+/// `status` fields the call fills in ([`call_traced!`](crate::call_traced!)). The adapters' `send`
 /// runs inside it.
 #[macro_export]
 macro_rules! call_span {
