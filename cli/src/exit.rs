@@ -146,7 +146,9 @@ pub fn code(e: &Error) -> u8 {
         ErrorKind::Exchange(x) => match &x.kind {
             ExchangeFailureKind::Timeout => TIMEOUT,
             ExchangeFailureKind::Io { kind: std::io::ErrorKind::UnexpectedEof, .. } => EMPTY_REPLY,
-            ExchangeFailureKind::Io { .. } | ExchangeFailureKind::Misdirected => RECV,
+            ExchangeFailureKind::Io { .. }
+            | ExchangeFailureKind::Misdirected
+            | ExchangeFailureKind::Shutdown => RECV,
             ExchangeFailureKind::Protocol { .. } => WEIRD_REPLY,
             _ => HTTP2_STREAM,
         },

@@ -155,6 +155,9 @@ pub enum BodyError {
     Timeout,
     /// The connection failed.
     Io(std::sync::Arc<std::io::Error>),
+    /// The client's shutdown ended the HTTP/2 connection at the end of its
+    /// grace, before the body did ([`Error::is_shutdown`]).
+    Shutdown,
 }
 
 impl From<ErrorKind> for Error {
@@ -394,14 +397,17 @@ impl Error {
         matches!(self.kind, ErrorKind::Redirect(_))
     }
 
-    /// Whether the call was refused because the client is shutting down
-    /// (`Client::shutdown`), was waiting for a connection when it did, or
-    /// failed in a way that would have been retried while it did (no
-    /// connection is opened for a retry then).
+    /// Whether the call ended because the client is shutting down
+    /// (`Client::shutdown`): refused, or waiting for a connection when it
+    /// did; failed in a way that would have been retried while it did (no
+    /// connection is opened for a retry then); or still running on an HTTP/2
+    /// connection when the grace ended (the head or the body, on every
+    /// adapter). An HTTP/1.1 exchange is never cut short by a shutdown.
     #[must_use]
     pub fn is_shutdown(&self) -> bool {
         match &self.kind {
             ErrorKind::Connect(AcquireError::Shutdown) => true,
+            ErrorKind::Body(BodyError::Shutdown) => true,
             // A failure that would have been retried, during a shutdown.
             ErrorKind::Exchange(e) => e.why == switchyard_core::pool::NoRetry::Shutdown,
             _ => false,
@@ -656,6 +662,9 @@ impl fmt::Display for BodyError {
             }
             BodyError::Timeout => f.write_str("read timed out"),
             BodyError::Io(e) => write!(f, "connection failed: {e}"),
+            BodyError::Shutdown => {
+                f.write_str("the client's shutdown ended the connection (its grace period was over)")
+            }
         }
     }
 }

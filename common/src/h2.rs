@@ -472,6 +472,7 @@ impl H2Conn {
             Poll::Ready(Err(e)) => {
                 let reuse = self.session.body_failed(&e);
                 let error = match e {
+                    _ if self.session.ending() == Some(CloseReason::Shutdown) => crate::BodyError::Shutdown,
                     StreamError::ReadTimeout | StreamError::WriteTimeout | StreamError::Deadline => {
                         crate::BodyError::Timeout
                     }

@@ -59,6 +59,10 @@ pub enum ExchangeFailureKind {
     },
     /// The server answered `421 Misdirected Request`.
     Misdirected,
+    /// The client's shutdown ended the connection when its grace was over
+    /// ([`Pool::abort_in_use`](crate::pool::Pool::abort_in_use)): never
+    /// retried ([`NoRetry::Shutdown`]), and no mark against the route.
+    Shutdown,
 }
 
 impl ExchangeFailureKind {
@@ -84,6 +88,9 @@ impl fmt::Display for ExchangeFailureKind {
                 write!(f, "stream reset with error code {code:#x}")
             }
             ExchangeFailureKind::Misdirected => f.write_str("421 Misdirected Request"),
+            ExchangeFailureKind::Shutdown => {
+                f.write_str("ended by the client's shutdown (its grace period was over)")
+            }
         }
     }
 }
@@ -286,7 +293,7 @@ pub fn may_have_been_sent(failure: &ExchangeFailure) -> bool {
     use ExchangeFailureKind as K;
     let written = failure.progress != Progress::NothingWritten;
     let unprocessed = matches!(failure.kind, K::RefusedStream | K::GoAwayUnprocessed | K::Misdirected)
-        || (!written && matches!(failure.kind, K::Io { .. }));
+        || (!written && matches!(failure.kind, K::Io { .. } | K::Shutdown));
     !unprocessed && written
 }
 
@@ -358,6 +365,10 @@ pub fn decide(failure: &ExchangeFailure, ctx: &RetryContext) -> RetryDecision {
     let fail = |why, may_have_been_sent| RetryDecision::Fail { why, may_have_been_sent };
     // A body that was (partly) streamed and cannot be produced again rules out any retry.
     let replay_blocked = written && !failure.request.body_replayable;
+    if failure.kind == K::Shutdown {
+        // Nothing new is opened or shared during a shutdown.
+        return fail(NoRetry::Shutdown, may_have_been_sent(failure));
+    }
     let free = match &failure.kind {
         K::GoAwayUnprocessed => {
             Some(RetryDecision::NewConnection { reason: RetryReason::GoAwayUnprocessed, fresh: false })
@@ -402,6 +413,8 @@ pub fn decide(failure: &ExchangeFailure, ctx: &RetryContext) -> RetryDecision {
             RetryDecision::NewConnection { reason: RetryReason::GoAwayUnprocessed, fresh: false }
         }
         K::Misdirected => RetryDecision::NewConnection { reason: RetryReason::Misdirected, fresh: true },
+        // Decided first, above; the same verdict.
+        K::Shutdown => fail(NoRetry::Shutdown, may_have_been_sent(failure)),
         K::Io { .. } => match failure.progress {
             Progress::NothingWritten => {
                 RetryDecision::NewConnection { reason: RetryReason::NotSent, fresh: true }
@@ -468,6 +481,19 @@ mod tests {
             decide(&f(io(), ResponseStarted, true, true), &ctx(true, 0, 0, 3)),
             RetryDecision::Fail { why: NoRetry::ResponseStarted, may_have_been_sent: true }
         );
+    }
+
+    #[test]
+    fn a_shutdown_is_never_retried_and_says_whether_it_was_sent() {
+        for (p, sent) in [(NothingWritten, false), (RequestWritten, true), (ResponseStarted, true)] {
+            for (reused, retries) in [(false, 0), (true, 0), (true, 3)] {
+                assert_eq!(
+                    decide(&f(ExchangeFailureKind::Shutdown, p, true, true), &ctx(reused, 0, retries, 3)),
+                    RetryDecision::Fail { why: NoRetry::Shutdown, may_have_been_sent: sent },
+                    "{p:?} reused {reused} retries {retries}"
+                );
+            }
+        }
     }
 
     #[test]

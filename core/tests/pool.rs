@@ -1863,11 +1863,25 @@ fn shutdown_then_abort_ends_only_busy_http2_connections() {
     assert_eq!(sim.pool.abort_in_use(ms(4)), 1);
     assert_eq!(sim.drain(), [format!("abort {k3} shutdown")]);
     assert_eq!(sim.pool.connection(k3).unwrap().no_new_exchanges(), Some(CloseReason::Shutdown));
-    // The aborted stream is reported failed; the HTTP/1.1 exchange ends on its own.
-    let reset =
-        ExchangeFailure { kind: io_reset(), progress: Progress::RequestWritten, request: facts(true) };
-    assert!(matches!(sim.pool.exchange_failed(ms(5), c3, reset).unwrap(), FailureOutcome::Failed(_)));
+    // The aborted stream is reported failed as the shutdown's (the HTTP/2
+    // session says so: `ExchangeFailureKind::Shutdown`), never retried, and
+    // nothing is held against its route; the HTTP/1.1 exchange ends on its own.
+    let route3 = sim.pool.connection(k3).unwrap().route().clone();
+    let ended = ExchangeFailure {
+        kind: ExchangeFailureKind::Shutdown,
+        progress: Progress::RequestWritten,
+        request: facts(true),
+    };
+    match sim.pool.exchange_failed(ms(5), c3, ended).unwrap() {
+        FailureOutcome::Failed(e) => {
+            assert_eq!((e.why, e.may_have_been_sent), (NoRetry::Shutdown, true));
+            assert_eq!(e.kind, ExchangeFailureKind::Shutdown);
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(sim.drain(), [format!("close {k3} shutdown")]);
+    assert!(!sim.pool.route_database().should_postpone(&route3, ms(6)), "its route not marked failed");
+    assert!(sim.pool.route_database().is_empty());
     assert_eq!(sim.finish(6, c1), [format!("close {k1} shutdown")]);
     assert_eq!(sim.pool.stats().totals.open, 0);
 }

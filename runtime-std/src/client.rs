@@ -162,9 +162,21 @@ impl Client {
 
     /// Shuts the client down gracefully within `grace`, blocking: new calls
     /// are refused at once ([`Error::is_shutdown`]), idle connections
-    /// close, calls in flight finish (bodies included) until the deadline;
-    /// HTTP/1.1 exchanges still running then are not interrupted and are
-    /// counted in the report. Clones share the pool: every clone is shut down.
+    /// close, calls in flight finish (bodies included) until the deadline.
+    /// Returns what was still running then
+    /// ([`ShutdownReport`](switchyard_common::ShutdownReport)).
+    ///
+    /// At the deadline:
+    /// - an **HTTP/2** connection still carrying streams is ended: each call
+    ///   on it fails with [`Error::is_shutdown`] true, whether it waited for
+    ///   its head or was reading its body (never retried; its route is not
+    ///   held against the server);
+    /// - an **HTTP/1.1** exchange is *not* interrupted: it runs to its end
+    ///   (bounded by the call's own timeouts), then its connection closes.
+    ///   The report counts it in `in_flight`. Bound it with a call timeout
+    ///   if the process must stop at the deadline.
+    ///
+    /// Clones share the pool: every clone is shut down.
     pub fn shutdown(&self, grace: std::time::Duration) -> switchyard_common::ShutdownReport {
         let shared = &self.inner.shared;
         shared.input(|st, now| st.pool.shutdown(now));

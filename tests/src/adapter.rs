@@ -154,6 +154,9 @@ pub fn classify(e: &Error) -> Failure {
     if e.is_timeout() {
         return Failure::Timeout;
     }
+    if e.is_shutdown() {
+        return Failure::Shutdown;
+    }
     match e.kind() {
         ErrorKind::Exchange(_) => Failure::Exchange(e.may_have_been_sent()),
         _ if e.is_body() => Failure::Body,

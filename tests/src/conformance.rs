@@ -214,6 +214,9 @@ pub enum Failure {
     Exchange(bool),
     /// The response body failed mid-stream.
     Body,
+    /// The call was running when the client's shutdown ended it
+    /// (`Error::is_shutdown`, not a refusal: that one is `Connect`).
+    Shutdown,
     /// Anything else.
     Other,
 }
@@ -275,7 +278,8 @@ pub use crate::resilience::{
     dropped_calls_leave_nothing_behind_http2, http2_keepalive_ping_finds_a_dead_peer,
     many_hosts_keep_bounded_state, retry_budget_bounds_a_retry_storm,
     retry_budget_bounds_an_http2_retry_storm, rotating_dns_answers_keep_one_connection,
-    server_errors_eject_a_route, server_errors_eject_an_http2_route, shutdown_under_load_loses_no_call,
+    server_errors_eject_a_route, server_errors_eject_an_http2_route, shutdown_ends_http2_calls_as_shutdown,
+    shutdown_under_load_loses_no_call,
 };
 
 /// Waits (bounded, polling) until `cond` holds; timings never decide the verdict.
@@ -331,14 +335,14 @@ pub fn close_delimited_body(a: &dyn Adapter) {
     assert_eq!(client.stats().closed.get(&CloseReason::CloseDelimited), Some(&1));
 }
 
-fn tls_server(ca: &TestCa, names: &[&str], options: ServerOptions) -> TestServer {
+pub(crate) fn tls_server(ca: &TestCa, names: &[&str], options: ServerOptions) -> TestServer {
     let leaf = ca.leaf(names);
     let mut options = options;
     options.tls.push((names.iter().map(|s| (*s).to_owned()).collect(), leaf));
     TestServer::start(options)
 }
 
-fn tls_config(ca: &TestCa, hosts: &[&str]) -> Config {
+pub(crate) fn tls_config(ca: &TestCa, hosts: &[&str]) -> Config {
     let mut c = Config { root: Some(ca.cert.clone()), ..Config::default() };
     for h in hosts {
         c.hosts.insert((*h).to_owned(), vec!["127.0.0.1".parse().expect("ip")]);
@@ -1466,7 +1470,7 @@ macro_rules! conformance_suite {
             many_hosts_keep_bounded_state, http2_keepalive_ping_finds_a_dead_peer,
             shutdown_under_load_loses_no_call, server_errors_eject_a_route, server_errors_eject_an_http2_route,
             stalled_readers_do_not_stall_http2, an_early_answer_wins_http2,
-            uploads_larger_than_the_windows_http2);
+            uploads_larger_than_the_windows_http2, shutdown_ends_http2_calls_as_shutdown);
     };
     // An adapter without HTTP/2: its scenarios are listed as ignored, with the reason.
     ($adapter:expr, without_http2) => {
@@ -1491,7 +1495,7 @@ macro_rules! conformance_suite {
             retry_budget_bounds_an_http2_retry_storm, http2_keepalive_ping_finds_a_dead_peer,
             server_errors_eject_an_http2_route, dropped_calls_leave_nothing_behind_http2,
             stalled_readers_do_not_stall_http2, an_early_answer_wins_http2,
-            uploads_larger_than_the_windows_http2);
+            uploads_larger_than_the_windows_http2, shutdown_ends_http2_calls_as_shutdown);
     };
     (@tests $adapter:expr; $($name:ident),*) => {
         $(

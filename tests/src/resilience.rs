@@ -375,6 +375,57 @@ pub fn shutdown_under_load_loses_no_call(a: &dyn Adapter) {
     assert_eq!(client.stats().totals.open, 0);
 }
 
+/// A grace shorter than the calls, over HTTP/2 (cleartext and TLS, ALPN):
+/// the calls still running when it ends fail as ended by the shutdown
+/// (`is_shutdown`, not a reset), whether they waited for the head or were
+/// reading the body, and they are not retried; the route is not marked
+/// failed (the next client's first call goes straight through), and no
+/// connection is left open.
+pub fn shutdown_ends_http2_calls_as_shutdown(a: &dyn Adapter) {
+    use crate::server::{ServerOptions, TestServer};
+    for tls in [false, true] {
+        let ca = crate::certs::TestCa::new();
+        let (server, base) = if tls {
+            (crate::conformance::tls_server(&ca, &["a.test"], ServerOptions::default()), "https://a.test")
+        } else {
+            (
+                TestServer::start(ServerOptions { http2_only: true, ..ServerOptions::default() }),
+                "http://127.0.0.1",
+            )
+        };
+        let config =
+            || Config { version: Version::Http2, ..crate::conformance::tls_config(&ca, &["a.test"]) };
+        let client = a.client(config());
+        let head = format!("{base}:{}/sleep/5000", server.port());
+        let body = format!("{base}:{}/slow-body/5000", server.port());
+        let results = std::thread::scope(|s| {
+            let load = s.spawn(|| client.send_all(vec![Req::get(head.clone()), Req::get(body.clone())]));
+            crate::conformance::eventually("two streams in flight", Duration::from_secs(10), || {
+                client.stats().calls == 2 && server.records().len() == 2
+            });
+            let report = client.shutdown(Duration::from_millis(100));
+            assert_eq!((report.in_flight, report.aborted), (2, 1), "tls {tls}: {report}");
+            load.join().expect("load")
+        });
+        for r in results {
+            match r {
+                Err((Failure::Shutdown, m)) => assert!(m.contains("shutdown"), "tls {tls}: {m}"),
+                other => panic!("tls {tls}: not ended as a shutdown: {other:?}"),
+            }
+        }
+        crate::conformance::eventually("the connection closed", Duration::from_secs(10), || {
+            client.stats().totals.open == 0
+        });
+        assert_eq!(server.records().len(), 2, "tls {tls}: nothing retried");
+        let (kind, m) = client.send(Req::get(head.clone())).expect_err("refused after shutdown");
+        assert!(kind == Failure::Connect && m.contains("shut down"), "{m}");
+        // Nothing against the route: a new client's call is answered.
+        let fresh = a.client(config());
+        let hello = format!("{base}:{}/hello", server.port());
+        assert_eq!(fresh.send(Req::get(hello)).expect("answered").body, b"hello", "tls {tls}");
+    }
+}
+
 /// Two fault servers on one port of 127.0.0.2 (answers 503 to everything)
 /// and 127.0.0.3 (answers `ok`), one name for both.
 fn failing_and_healthy(http2: bool) -> (FaultServer, FaultServer) {

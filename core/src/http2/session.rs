@@ -345,7 +345,11 @@ impl Session {
         request: RequestFacts,
     ) -> ExchangeFailure {
         use ExchangeFailureKind as K;
-        let kind = if self.ending == Some(CloseReason::NeverUsable) && self.zero_streams && stream.is_none() {
+        let kind = if self.ending == Some(CloseReason::Shutdown) {
+            // The pool ended the connection at the end of a shutdown's grace
+            // (whatever the stream then saw: our own reset, the socket closed).
+            K::Shutdown
+        } else if self.ending == Some(CloseReason::NeverUsable) && self.zero_streams && stream.is_none() {
             // Leased before the server's SETTINGS said zero, never sent: the
             // server refuses every stream, so another connection in this
             // never-usable period would fare no better (the pool's rule: one
@@ -552,6 +556,21 @@ mod tests {
         let mut s = session_with_goaway(5, 0);
         s.read(&goaway_frame(9, 0), &mut Vec::new());
         assert_eq!(s.goaway().map(|g| g.last_stream_id), Some(5));
+    }
+
+    #[test]
+    fn a_connection_ended_by_shutdown_fails_its_streams_as_the_shutdowns() {
+        let mut s = Session::new(1000);
+        s.end(CloseReason::Shutdown);
+        let failures = [
+            StreamError::Io { message: "the pool ended the HTTP/2 connection".into() },
+            StreamError::Reset { code: code::CANCEL, by: Peer::Us },
+            StreamError::GoAway { code: 0, by: Peer::Us },
+        ];
+        for e in &failures {
+            assert_eq!(kind(&s, Some(1), e), ExchangeFailureKind::Shutdown, "{e:?}");
+            assert_eq!(kind(&s, None, e), ExchangeFailureKind::Shutdown, "{e:?}");
+        }
     }
 
     #[test]

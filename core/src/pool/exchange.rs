@@ -223,6 +223,8 @@ impl Pool {
                 twice.then_some(CloseReason::RefusedStreams)
             }
             K::StreamReset { .. } => Some(CloseReason::StreamReset),
+            // Our own doing: nothing against the route.
+            K::Shutdown => Some(CloseReason::Shutdown),
             K::GoAwayUnprocessed => Some(CloseReason::GoAway),
             K::Misdirected => {
                 self.update(conn_id, |c| c.no_coalescing = true);
