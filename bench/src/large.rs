@@ -47,19 +47,23 @@ pub struct Spec {
     pub width: usize,
     /// Upload (`POST` with the body, small answer) instead of download.
     pub upload: bool,
+    /// Download into a file (in the system's temporary directory) instead
+    /// of dropping the chunks: each client's documented fast way.
+    pub file: bool,
 }
 
 /// Every row, in report order.
 pub const SPECS: &[Spec] = &[
-    Spec { id: "s7", wire: Wire::Clear, size: LARGE, width: 1, upload: false },
-    Spec { id: "s7-1m8", wire: Wire::Clear, size: MEDIUM, width: 8, upload: false },
-    Spec { id: "s7-up", wire: Wire::Clear, size: LARGE, width: 1, upload: true },
-    Spec { id: "s7-tls", wire: Wire::Tls, size: LARGE, width: 1, upload: false },
-    Spec { id: "s7-tls-1m8", wire: Wire::Tls, size: MEDIUM, width: 8, upload: false },
-    Spec { id: "s7-tls-up", wire: Wire::Tls, size: LARGE, width: 1, upload: true },
-    Spec { id: "s7-h2", wire: Wire::H2, size: LARGE, width: 1, upload: false },
-    Spec { id: "s7-h2-1m8", wire: Wire::H2, size: MEDIUM, width: 8, upload: false },
-    Spec { id: "s7-h2-up", wire: Wire::H2, size: LARGE, width: 1, upload: true },
+    Spec { id: "s7", wire: Wire::Clear, size: LARGE, width: 1, upload: false, file: false },
+    Spec { id: "s7-1m8", wire: Wire::Clear, size: MEDIUM, width: 8, upload: false, file: false },
+    Spec { id: "s7-up", wire: Wire::Clear, size: LARGE, width: 1, upload: true, file: false },
+    Spec { id: "s7-file", wire: Wire::Clear, size: LARGE, width: 1, upload: false, file: true },
+    Spec { id: "s7-tls", wire: Wire::Tls, size: LARGE, width: 1, upload: false, file: false },
+    Spec { id: "s7-tls-1m8", wire: Wire::Tls, size: MEDIUM, width: 8, upload: false, file: false },
+    Spec { id: "s7-tls-up", wire: Wire::Tls, size: LARGE, width: 1, upload: true, file: false },
+    Spec { id: "s7-h2", wire: Wire::H2, size: LARGE, width: 1, upload: false, file: false },
+    Spec { id: "s7-h2-1m8", wire: Wire::H2, size: MEDIUM, width: 8, upload: false, file: false },
+    Spec { id: "s7-h2-up", wire: Wire::H2, size: LARGE, width: 1, upload: true, file: false },
 ];
 
 /// The row with this id.
@@ -71,7 +75,13 @@ impl Spec {
     /// The report's heading.
     pub fn title(&self) -> String {
         let mib = self.size >> 20;
-        let what = if self.upload { "uploads (POST)" } else { "GETs" };
+        let what = if self.upload {
+            "uploads (POST)"
+        } else if self.file {
+            "GETs saved to a file"
+        } else {
+            "GETs"
+        };
         let how = match self.wire {
             Wire::Clear => "HTTP/1.1 cleartext",
             Wire::Tls => "HTTP/1.1 over TLS",
@@ -96,6 +106,22 @@ impl Spec {
 
     /// The clients that apply.
     pub fn clients(&self) -> &'static [&'static str] {
+        if self.file {
+            // Into a file: switchyard's `save_to` (tokio, smol, std), tokio's
+            // `copy_to` into a `tokio::fs::File` (`-copy`), and the old
+            // documented way, `into_reader` + `tokio::io::copy` (`-reader`);
+            // reqwest's chunk loop into a `tokio::fs::File`, ureq's
+            // `io::copy` into a `std::fs::File`.
+            return &[
+                "switchyard-tokio",
+                "switchyard-tokio-copy",
+                "switchyard-tokio-reader",
+                "switchyard-smol",
+                "switchyard-std",
+                "reqwest",
+                "ureq",
+            ];
+        }
         match self.wire {
             // `-reader`: switchyard-tokio through `into_reader()` and
             // `tokio::io::copy` instead of the chunk loop.
@@ -198,6 +224,9 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
         wire => Some(tls_config_alpn(&ca()?, alpn(wire))?),
     };
     let w = spec.width;
+    if spec.file {
+        return to_file(spec, client, url, n, check);
+    }
     Some(match client {
         "raw" => match spec.wire {
             // The `h2` crate alone, with switchyard's default windows, so the
@@ -322,6 +351,97 @@ pub fn client(spec: Spec, client: &str, port: u16, n: usize) -> Option<Sample> {
         }
         _ => return None,
     })
+}
+
+/// Where a client of the file row writes (one file per client, rewritten by
+/// each request).
+fn file_for(client: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("switchyard-bench-{client}-{}.bin", std::process::id()))
+}
+
+/// The file row (cleartext HTTP/1.1, sequential downloads into a file).
+fn to_file(
+    spec: Spec,
+    client: &str,
+    url: &'static str,
+    n: usize,
+    check: impl Fn(usize) + Copy + Send + Sync + 'static,
+) -> Option<Sample> {
+    let path = file_for(client);
+    let sample = match client {
+        "switchyard-tokio" | "switchyard-tokio-copy" | "switchyard-tokio-reader" => {
+            let c = for_row!(switchyard_tokio::Client::builder(), spec, 0).build().ok()?;
+            let how = client.to_owned();
+            tokio_concurrent_with(1, n, move || {
+                let (c, path, how) = (c.clone(), path.clone(), how.clone());
+                async move {
+                    let mut r = c.get(url).send().await.expect("switchyard");
+                    let got = match how.as_str() {
+                        "switchyard-tokio" => r.save_to(&path).await.expect("body"),
+                        "switchyard-tokio-copy" => {
+                            let mut file = tokio::fs::File::create(&path).await.expect("file");
+                            r.copy_to(&mut file).await.expect("body")
+                        }
+                        _ => {
+                            let mut file = tokio::fs::File::create(&path).await.expect("file");
+                            let mut reader = r.into_reader();
+                            let got = tokio::io::copy(&mut reader, &mut file).await.expect("body");
+                            tokio::io::AsyncWriteExt::flush(&mut file).await.expect("flush");
+                            got
+                        }
+                    };
+                    check(usize::try_from(got).unwrap_or(0));
+                }
+            })
+        }
+        "switchyard-smol" => {
+            let c = for_row!(switchyard_smol::Client::builder(), spec, 0).build().ok()?;
+            smol_concurrent_with(1, n, move || {
+                let (c, path) = (c.clone(), path.clone());
+                async move {
+                    let mut r = c.get(url).send().await.expect("switchyard");
+                    check(usize::try_from(r.save_to(&path).await.expect("body")).unwrap_or(0));
+                }
+            })
+        }
+        "switchyard-std" => {
+            let c = for_row!(switchyard_std::Client::builder(), spec, 0).build().ok()?;
+            thread_concurrent_with(1, n, || {
+                let mut r = c.get(url).send().expect("switchyard-std");
+                check(usize::try_from(r.save_to(&path).expect("body")).unwrap_or(0));
+            })
+        }
+        "reqwest" => {
+            let c = reqwest::Client::builder().http1_only().build().ok()?;
+            tokio_concurrent_with(1, n, move || {
+                let (c, path) = (c.clone(), path.clone());
+                async move {
+                    use tokio::io::AsyncWriteExt;
+                    let mut r = c.get(url).send().await.expect("reqwest");
+                    let mut file = tokio::fs::File::create(&path).await.expect("file");
+                    let mut got = 0;
+                    while let Some(chunk) = r.chunk().await.expect("body") {
+                        file.write_all(&chunk).await.expect("write");
+                        got += chunk.len();
+                    }
+                    file.flush().await.expect("flush");
+                    check(got);
+                }
+            })
+        }
+        "ureq" => {
+            let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+            thread_concurrent_with(1, n, || {
+                let mut r = agent.get(url).call().expect("ureq");
+                let mut file = std::fs::File::create(&path).expect("file");
+                let got = std::io::copy(&mut r.body_mut().as_reader(), &mut file).expect("body");
+                check(usize::try_from(got).unwrap_or(0));
+            })
+        }
+        _ => return None,
+    };
+    let _ = std::fs::remove_file(file_for(client));
+    Some(sample)
 }
 
 fn local() -> IpAddr {

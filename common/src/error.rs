@@ -158,6 +158,9 @@ pub enum BodyError {
     /// The client's shutdown ended the HTTP/2 connection at the end of its
     /// grace, before the body did ([`Error::is_shutdown`]).
     Shutdown,
+    /// Writing the body out failed (`copy_to`, `save_to`: the writer's or the
+    /// file's error, the path in its text); the connection was fine.
+    Sink(std::sync::Arc<std::io::Error>),
 }
 
 impl From<ErrorKind> for Error {
@@ -665,6 +668,7 @@ impl fmt::Display for BodyError {
             BodyError::Shutdown => {
                 f.write_str("the client's shutdown ended the connection (its grace period was over)")
             }
+            BodyError::Sink(e) => write!(f, "writing the body out failed: {e}"),
         }
     }
 }

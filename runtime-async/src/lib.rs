@@ -19,6 +19,7 @@
 mod body;
 mod client;
 mod connect;
+mod copy;
 #[cfg(feature = "gateway")]
 #[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
 pub mod gateway;

@@ -38,7 +38,7 @@ use crate::shared::Shared;
 pub struct ResponseBody {
     // Dropped first: the connection is released before the call ends.
     inner: Inner,
-    ledger: BodyLedger,
+    pub(crate) ledger: BodyLedger,
     /// The trailers went out as the last `http_body` frame.
     trailers_given: bool,
 }
@@ -651,6 +651,45 @@ impl Response {
     pub async fn json<T: switchyard_common::__private::NeedsJsonFeature>(self) -> Result<T, Error> {
         drop(self);
         Err(Error::config("the json feature is off"))
+    }
+    /// Copies the rest of the body into a tokio writer, in writes of up to
+    /// 1 MiB, and flushes it (see [`ResponseBody::copy_to`]): the fast way
+    /// into a `tokio::fs::File`.
+    ///
+    /// ```no_run
+    /// # async fn run(client: switchyard_async::Client<impl switchyard_async::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut response = client.get("http://127.0.0.1:8080/big.iso").send().await?;
+    /// let mut file = tokio::fs::File::create("big.iso").await?;
+    /// response.copy_to(&mut file).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`ResponseBody::copy_to`].
+    pub async fn copy_to<W>(&mut self, out: &mut W) -> Result<u64, Error>
+    where
+        W: tokio::io::AsyncWrite + Unpin + ?Sized,
+    {
+        self.inner.body_mut().copy_to(out).await
+    }
+    /// [`copy_to`](Response::copy_to) for a futures-io writer
+    /// (`async_fs::File` with smol or async-std).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::copy_to`].
+    pub async fn copy_to_futures<W>(&mut self, out: &mut W) -> Result<u64, Error>
+    where
+        W: futures_io::AsyncWrite + Unpin + ?Sized,
+    {
+        self.inner.body_mut().copy_to_futures(out).await
+    }
+    /// Saves the rest of the body into the file at `path`, on any runtime
+    /// (see [`ResponseBody::save_to`]).
+    ///
+    /// # Errors
+    /// As [`ResponseBody::save_to`].
+    pub async fn save_to(&mut self, path: impl AsRef<std::path::Path>) -> Result<u64, Error> {
+        self.inner.body_mut().save_to(path).await
     }
     /// The body as a `Stream` of `Result<Bytes, Error>` (reqwest's
     /// `bytes_stream`; the body itself is that stream).
