@@ -370,3 +370,77 @@ macro_rules! call_traced {
         }
     };
 }
+
+/// Where switchyard's `debug` events go: each adapter's crate name as their
+/// `tracing` target (`switchyard_tokio`, …, as its call spans), so that
+/// `RUST_LOG=switchyard_tokio=debug` shows a call's connection timeline and
+/// its end. Built with [`log_sites!`](crate::log_sites!) (a target is a
+/// constant of each event's call site, hence functions made per target);
+/// [`LogSites::DEFAULT`] is target `switchyard`.
+#[derive(Clone, Copy)]
+pub struct LogSites {
+    /// The target.
+    pub target: &'static str,
+    /// Whether `debug` events of this target are wanted.
+    pub enabled: fn() -> bool,
+    /// One core event (its name and its detail), inside the call's span when
+    /// there is one.
+    pub core_event: fn(&Event, Option<&tracing::Span>, &'static str, &str),
+    /// A call's end (its body read to the end, or dropped), in its span, with
+    /// the body's length so far.
+    pub call_end: fn(&tracing::Span, u64),
+}
+
+impl std::fmt::Debug for LogSites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogSites").field("target", &self.target).finish_non_exhaustive()
+    }
+}
+
+impl LogSites {
+    /// Target `switchyard` (a hub built without an adapter's sites).
+    pub const DEFAULT: LogSites = crate::log_sites!("switchyard");
+}
+
+/// A [`LogSites`] for `target` (a string literal: each adapter's crate name).
+///
+/// ```
+/// static SITES: switchyard_common::LogSites = switchyard_common::log_sites!("my_adapter");
+/// assert_eq!(SITES.target, "my_adapter");
+/// ```
+#[macro_export]
+macro_rules! log_sites {
+    ($target:literal) => {
+        $crate::LogSites {
+            target: $target,
+            enabled: || $crate::__tracing::enabled!(target: $target, $crate::__tracing::Level::DEBUG),
+            core_event: |e, span, name, detail| match (e.call, span) {
+                (Some(call), Some(span)) => $crate::__tracing::debug!(
+                    target: $target,
+                    parent: span,
+                    event = name,
+                    call = %call,
+                    at = %e.at,
+                    unverified_tls = e.unverified_tls,
+                    "{detail}"
+                ),
+                (Some(call), None) => $crate::__tracing::debug!(
+                    target: $target,
+                    event = name,
+                    call = %call,
+                    at = %e.at,
+                    unverified_tls = e.unverified_tls,
+                    "{detail}"
+                ),
+                (None, _) => $crate::__tracing::debug!(
+                    target: $target,
+                    event = name,
+                    at = %e.at,
+                    unverified_tls = e.unverified_tls,
+                    "{detail}"
+                ),
+            },
+            call_end: |span, bytes| $crate::__tracing::debug!(target: $target, parent: span, bytes, "call end"),
+        }
+    };
+}

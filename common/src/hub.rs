@@ -65,6 +65,8 @@ pub struct Hub<S> {
     /// Whether a call's span was ever kept (when not, a call's end takes no lock
     /// to forget it).
     traced: AtomicBool,
+    /// Where the `debug` events go (the adapter's target).
+    sites: crate::LogSites,
 }
 
 impl<S> std::fmt::Debug for Hub<S> {
@@ -91,7 +93,22 @@ impl<S> Hub<S> {
             listening: listener.is_some(),
             listener: listener.unwrap_or_else(|| Arc::new(NoopListener)),
             traced: AtomicBool::new(false),
+            sites: crate::LogSites::DEFAULT,
         }
+    }
+
+    /// The hub's `debug` events (core events, calls' ends) under the
+    /// adapter's target instead of `switchyard`.
+    #[must_use]
+    pub fn with_log_sites(mut self, sites: crate::LogSites) -> Hub<S> {
+        self.sites = sites;
+        self
+    }
+
+    /// Where the hub's `debug` events go.
+    #[must_use]
+    pub fn log_sites(&self) -> &crate::LogSites {
+        &self.sites
     }
 
     /// `call` has started inside the current `tracing` span: the span records
@@ -107,7 +124,7 @@ impl<S> Hub<S> {
             return;
         }
         span.record("call", tracing::field::display(call));
-        if tracing::enabled!(tracing::Level::DEBUG) {
+        if (self.sites.enabled)() {
             st.spans.insert(call, span);
             if st.spans.len() > SPANS_KEPT {
                 st.spans.pop_first();
@@ -180,7 +197,7 @@ impl<S> Hub<S> {
         let mut st = self.lock();
         // Nobody to tell (no listener, no call traced, `debug` off): the core
         // builds and queues no events.
-        let wanted = self.listening || !st.spans.is_empty() || tracing::enabled!(tracing::Level::DEBUG);
+        let wanted = self.listening || !st.spans.is_empty() || (self.sites.enabled)();
         if st.pool.events_on() != wanted {
             st.pool.set_events(wanted);
         }
@@ -189,7 +206,7 @@ impl<S> Hub<S> {
             perform(&mut st, now, action);
         }
         then(&mut st, now);
-        let wanted = self.listening || !st.spans.is_empty() || tracing::enabled!(tracing::Level::DEBUG);
+        let wanted = self.listening || !st.spans.is_empty() || (self.sites.enabled)();
         while let Some(e) = st.pool.poll_event() {
             if !wanted {
                 continue;
@@ -199,40 +216,16 @@ impl<S> Hub<S> {
                 Some(call) if !st.spans.is_empty() => st.spans.get(&call).cloned(),
                 _ => None,
             };
+            let sites = self.sites;
             st.notes.push_back(Box::new(move |l: &dyn EventListener| {
                 // A call's events go to the subscriber its span belongs to (a
                 // thread's own default as well as the global one), whichever
                 // thread delivers them.
                 let dispatch = span.as_ref().and_then(|s| s.with_subscriber(|(_, d)| d.clone()));
                 let log = || {
-                    if tracing::enabled!(tracing::Level::DEBUG) {
+                    if (sites.enabled)() {
                         let (name, detail) = crate::event::describe(&e);
-                        match (e.call, span) {
-                            (Some(call), Some(span)) => tracing::debug!(
-                                target: "switchyard",
-                                parent: &span,
-                                event = name,
-                                call = %call,
-                                at = %e.at,
-                                unverified_tls = e.unverified_tls,
-                                "{detail}"
-                            ),
-                            (Some(call), None) => tracing::debug!(
-                                target: "switchyard",
-                                event = name,
-                                call = %call,
-                                at = %e.at,
-                                unverified_tls = e.unverified_tls,
-                                "{detail}"
-                            ),
-                            (None, _) => tracing::debug!(
-                                target: "switchyard",
-                                event = name,
-                                at = %e.at,
-                                unverified_tls = e.unverified_tls,
-                                "{detail}"
-                            ),
-                        }
+                        (sites.core_event)(&e, span.as_ref(), name, &detail);
                     }
                 };
                 match &dispatch {

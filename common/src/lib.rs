@@ -124,7 +124,8 @@ pub struct Carrier {
 }
 pub use error::{BodyError, Error, ErrorKind, TimeoutPhase};
 pub use event::{
-    describe, request_body_written, request_head_written, EventListener, EventLog, NoopListener, Recorded,
+    describe, request_body_written, request_head_written, EventListener, EventLog, LogSites, NoopListener,
+    Recorded,
 };
 pub use hub::{Hub, HubState, Note, Watch, Watchers};
 pub use request::{

@@ -475,6 +475,10 @@ pub trait Notes: Send + Sync {
     fn call_over(&self, call: CallId) {
         let _ = call;
     }
+    /// Where the call's `debug` events go (the adapter's target).
+    fn log_sites(&self) -> crate::LogSites {
+        crate::LogSites::DEFAULT
+    }
 }
 
 impl<T: crate::engine::EngineHost> Notes for T {
@@ -496,6 +500,9 @@ impl<T: crate::engine::EngineHost> Notes for T {
     fn call_over(&self, call: CallId) {
         self.hub().untrace_call(call);
     }
+    fn log_sites(&self) -> crate::LogSites {
+        *self.hub().log_sites()
+    }
 }
 
 /// What every response body does around its chunks: counts them, and ends its
@@ -511,6 +518,8 @@ pub struct BodyLedger {
     uri: Option<http::Uri>,
     /// The call's `tracing` span (the one current when `send` returned).
     span: tracing::Span,
+    /// Where its end is logged.
+    sites: crate::LogSites,
 }
 
 impl std::fmt::Debug for BodyLedger {
@@ -523,7 +532,14 @@ impl BodyLedger {
     /// A body still to be read (`ended: false`) or one with nothing to read.
     #[must_use]
     pub fn new(ended: bool) -> BodyLedger {
-        BodyLedger { received: 0, ended, owner: None, uri: None, span: tracing::Span::none() }
+        BodyLedger {
+            received: 0,
+            ended,
+            owner: None,
+            uri: None,
+            span: tracing::Span::none(),
+            sites: crate::LogSites::DEFAULT,
+        }
     }
 
     /// The body ends `call`: its end is the call's end (for listeners: with
@@ -533,6 +549,7 @@ impl BodyLedger {
     pub fn own(&mut self, notes: Arc<dyn Notes>, call: CallId, uri: &http::Uri) {
         self.uri = Some(uri.clone());
         self.span = tracing::Span::current();
+        self.sites = notes.log_sites();
         if notes.listening() {
             if !self.ended {
                 let at = notes.now();
@@ -622,7 +639,7 @@ impl BodyLedger {
                     notes.note(Box::new(move |l| l.response_body_end(call, n, at)));
                 }
                 release();
-                tracing::debug!(target: "switchyard", parent: &self.span, bytes = self.received, "call end");
+                (self.sites.call_end)(&self.span, self.received);
                 if let Some((notes, call)) = self.owner.take() {
                     notes.call_over(call);
                     let at = notes.now();
@@ -656,7 +673,7 @@ impl Drop for BodyLedger {
         if let Some((notes, call)) = self.owner.take() {
             // A body whose end was known without a last poll (its length
             // reached) ends here: its span hears the end all the same.
-            tracing::debug!(target: "switchyard", parent: &self.span, bytes = self.received, "call end");
+            (self.sites.call_end)(&self.span, self.received);
             notes.call_over(call);
             let at = notes.now();
             notes.note(Box::new(move |l| l.call_end(call, at)));

@@ -39,7 +39,8 @@ impl<R: Runtime + Default> FromConfig for Client<R> {
             switchyard_core::Pool::new(config.pool.clone()),
             Default::default(),
             config.listener.clone(),
-        );
+        )
+        .with_log_sites(R::log_sites());
         let shared = Shared::new(
             hub,
             Arc::new(runtime),

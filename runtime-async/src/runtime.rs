@@ -81,6 +81,15 @@ pub trait Runtime: Send + Sync + 'static {
     {
         switchyard_common::call_traced!("switchyard_async", span, result)
     }
+    /// Where the client's `debug` events (the connection timeline, a call's
+    /// end) go: the same target as [`call_span`](Runtime::call_span)'s.
+    /// An adapter overrides it with `switchyard_common::log_sites!("its_crate")`.
+    fn log_sites() -> switchyard_common::LogSites
+    where
+        Self: Sized,
+    {
+        switchyard_common::log_sites!("switchyard_async")
+    }
     /// Spawns a task; `None` when no executor is reachable from here (then the
     /// engine does without: an abandoned body is closed instead of drained).
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>>;

@@ -201,6 +201,10 @@ impl Runtime for Smol {
         switchyard_async::switchyard_common::call_traced!("switchyard_smol", span, result)
     }
 
+    fn log_sites() -> switchyard_async::switchyard_common::LogSites {
+        switchyard_async::switchyard_common::log_sites!("switchyard_smol")
+    }
+
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
         let spawned = match &self.executor {
             Some(executor) => executor.spawn(task),

@@ -37,7 +37,8 @@ impl FromConfig for Client {
             switchyard_core::Pool::new(config.pool.clone()),
             Default::default(),
             config.listener.clone(),
-        );
+        )
+        .with_log_sites(switchyard_common::log_sites!("switchyard_std"));
         let shared = Shared::new(hub, Arc::clone(&config.resolver), settings);
         Ok(Client { inner: Arc::new(ClientInner { shared, config }) })
     }

@@ -257,6 +257,10 @@ impl Runtime for Tokio {
         switchyard_async::switchyard_common::call_traced!("switchyard_tokio", span, result)
     }
 
+    fn log_sites() -> switchyard_async::switchyard_common::LogSites {
+        switchyard_async::switchyard_common::log_sites!("switchyard_tokio")
+    }
+
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
         let handle = self.handle()?;
         Some(Box::new(Spawned(handle.spawn(task).abort_handle())))

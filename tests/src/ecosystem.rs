@@ -570,15 +570,17 @@ impl tracing::field::Visit for Fields {
     }
 }
 
-struct Recorder(std::sync::Arc<Seen>);
+struct Recorder(std::sync::Arc<Seen>, &'static str);
 
 fn thread_key() -> String {
     format!("{:?}", std::thread::current().id())
 }
 
 impl tracing::Subscriber for Recorder {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
+    /// Only the adapter's own target, as `RUST_LOG=switchyard_tokio=debug`
+    /// asks: what the check sees is what such a filter shows.
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == self.1
     }
     fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
         let mut f = Fields(Vec::new());
@@ -641,10 +643,10 @@ impl tracing::Subscriber for Recorder {
 /// call's span, whichever task delivers it; a failure is a `warn` event with
 /// the whole error chain. `send` makes one call and says its status, or how it
 /// failed.
-pub async fn tracing_spans(target: &str, send: impl AsyncFn(String) -> Result<u16, String>) {
+pub async fn tracing_spans(target: &'static str, send: impl AsyncFn(String) -> Result<u16, String>) {
     let server = TestServer::start(ServerOptions::default());
     let seen = std::sync::Arc::new(Seen::default());
-    let _guard = tracing::subscriber::set_default(Recorder(std::sync::Arc::clone(&seen)));
+    let _guard = tracing::subscriber::set_default(Recorder(std::sync::Arc::clone(&seen), target));
     // Other tests in this process may have registered the same callsites
     // with no subscriber interested; ask every callsite again.
     tracing::callsite::rebuild_interest_cache();
@@ -685,7 +687,7 @@ pub async fn tracing_spans(target: &str, send: impl AsyncFn(String) -> Result<u1
     let named = |name: &str| -> Vec<&SeenEvent> {
         events
             .iter()
-            .filter(|(t, _, f, _)| t == "switchyard" && f.iter().any(|(k, v)| k == "event" && v == name))
+            .filter(|(t, _, f, _)| t == target && f.iter().any(|(k, v)| k == "event" && v == name))
             .collect()
     };
     for name in
@@ -705,9 +707,9 @@ pub async fn tracing_spans(target: &str, send: impl AsyncFn(String) -> Result<u1
         );
     }
     assert!(
-        events.iter().any(|(t, _, f, p)| t == "switchyard"
-            && *p == Some(ok_span)
-            && f.iter().any(|(_, v)| v == "call end")),
+        events
+            .iter()
+            .any(|(t, _, f, p)| t == target && *p == Some(ok_span) && f.iter().any(|(_, v)| v == "call end")),
         "{:?}",
         *events
     );
