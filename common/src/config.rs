@@ -143,42 +143,50 @@ impl Default for Http2Settings {
     }
 }
 
+/// A proxy server: how a connection reaches the origin (scheme, host, port,
+/// credentials) — what a [`ProxySelector`] returns. The adapters export it
+/// under this name beside `Proxy`, the rule (reqwest's `Proxy`) that also
+/// says which requests go through it.
+pub type ProxyServer = Proxy;
+
 /// Chooses the proxies for a request URL, in order (like OkHttp's
 /// `ProxySelector`): an empty list goes direct. The route planner falls back
 /// through the list and remembers failed proxy routes, as with a fixed list.
-/// Any `Fn(&http::Uri) -> Vec<Proxy>` is one; so is [`ProxyEnv`](crate::ProxyEnv).
+/// It returns [`ProxyServer`]s (a server: scheme, host, port, credentials),
+/// not proxy *rules* (`Proxy::https(url)`, which also say which requests go
+/// through). Any `Fn(&http::Uri) -> Vec<ProxyServer>` is one; so is
+/// [`ProxyEnv`](crate::ProxyEnv).
 ///
 /// ```
-/// use switchyard_common::ProxySelector;
-/// use switchyard_core::Proxy;
-/// let select = |uri: &http::Uri| -> Vec<Proxy> {
-///     if uri.host() == Some("internal.test") { vec![] } else { vec![Proxy::http("10.0.0.1", 3128).unwrap()] }
+/// use switchyard_common::{ProxySelector, ProxyServer};
+/// let select = |uri: &http::Uri| -> Vec<ProxyServer> {
+///     if uri.host() == Some("internal.test") { vec![] } else { vec![ProxyServer::http("10.0.0.1", 3128).unwrap()] }
 /// };
 /// assert!(select.select(&"http://internal.test/".parse().unwrap()).is_empty());
 /// assert_eq!(select.select(&"http://example.com/".parse().unwrap()).len(), 1);
 /// ```
 pub trait ProxySelector: Send + Sync + 'static {
     /// The proxies for `uri`, in the order to try them.
-    fn select(&self, uri: &http::Uri) -> Vec<Proxy>;
+    fn select(&self, uri: &http::Uri) -> Vec<ProxyServer>;
 
     /// The proxies and why, in words (the call's `proxy_select_end` event
     /// carries the reason). Default: [`ProxySelector::select`], no reason.
-    fn select_explained(&self, uri: &http::Uri) -> (Vec<Proxy>, Option<String>) {
+    fn select_explained(&self, uri: &http::Uri) -> (Vec<ProxyServer>, Option<String>) {
         (self.select(uri), None)
     }
 }
 
-impl<F: Fn(&http::Uri) -> Vec<Proxy> + Send + Sync + 'static> ProxySelector for F {
-    fn select(&self, uri: &http::Uri) -> Vec<Proxy> {
+impl<F: Fn(&http::Uri) -> Vec<ProxyServer> + Send + Sync + 'static> ProxySelector for F {
+    fn select(&self, uri: &http::Uri) -> Vec<ProxyServer> {
         self(uri)
     }
 }
 
 impl ProxySelector for crate::ProxyEnv {
-    fn select(&self, uri: &http::Uri) -> Vec<Proxy> {
+    fn select(&self, uri: &http::Uri) -> Vec<ProxyServer> {
         self.proxies_for(uri)
     }
-    fn select_explained(&self, uri: &http::Uri) -> (Vec<Proxy>, Option<String>) {
+    fn select_explained(&self, uri: &http::Uri) -> (Vec<ProxyServer>, Option<String>) {
         let (proxies, why) = self.explain(uri);
         (proxies, Some(why))
     }

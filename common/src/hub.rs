@@ -66,7 +66,7 @@ pub struct Hub<S> {
     /// to forget it).
     traced: AtomicBool,
     /// Where the `debug` events go (the adapter's target).
-    sites: crate::LogSites,
+    sites: &'static crate::LogSites,
 }
 
 impl<S> std::fmt::Debug for Hub<S> {
@@ -93,22 +93,28 @@ impl<S> Hub<S> {
             listening: listener.is_some(),
             listener: listener.unwrap_or_else(|| Arc::new(NoopListener)),
             traced: AtomicBool::new(false),
-            sites: crate::LogSites::DEFAULT,
+            sites: &crate::LogSites::DEFAULT,
         }
     }
 
     /// The hub's `debug` events (core events, calls' ends) under the
     /// adapter's target instead of `switchyard`.
     #[must_use]
-    pub fn with_log_sites(mut self, sites: crate::LogSites) -> Hub<S> {
+    pub fn with_log_sites(mut self, sites: &'static crate::LogSites) -> Hub<S> {
         self.sites = sites;
         self
     }
 
     /// Where the hub's `debug` events go.
     #[must_use]
-    pub fn log_sites(&self) -> &crate::LogSites {
-        &self.sites
+    pub fn log_sites(&self) -> &'static crate::LogSites {
+        self.sites
+    }
+
+    /// Whether `debug` events of the adapter's target are wanted (the
+    /// global level first, inline: with `debug` off no call is made).
+    fn debug_wanted(&self) -> bool {
+        tracing::level_enabled!(tracing::Level::DEBUG) && (self.sites.enabled)()
     }
 
     /// `call` has started inside the current `tracing` span: the span records
@@ -124,7 +130,7 @@ impl<S> Hub<S> {
             return;
         }
         span.record("call", tracing::field::display(call));
-        if (self.sites.enabled)() {
+        if self.debug_wanted() {
             st.spans.insert(call, span);
             if st.spans.len() > SPANS_KEPT {
                 st.spans.pop_first();
@@ -197,7 +203,7 @@ impl<S> Hub<S> {
         let mut st = self.lock();
         // Nobody to tell (no listener, no call traced, `debug` off): the core
         // builds and queues no events.
-        let wanted = self.listening || !st.spans.is_empty() || (self.sites.enabled)();
+        let wanted = self.listening || !st.spans.is_empty() || self.debug_wanted();
         if st.pool.events_on() != wanted {
             st.pool.set_events(wanted);
         }
@@ -206,7 +212,7 @@ impl<S> Hub<S> {
             perform(&mut st, now, action);
         }
         then(&mut st, now);
-        let wanted = self.listening || !st.spans.is_empty() || (self.sites.enabled)();
+        let wanted = self.listening || !st.spans.is_empty() || self.debug_wanted();
         while let Some(e) = st.pool.poll_event() {
             if !wanted {
                 continue;

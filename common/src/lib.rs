@@ -107,8 +107,8 @@ pub mod transport;
 mod userinfo;
 
 pub use config::{
-    ClientBuilder, Config, FromConfig, Http2Settings, HttpVersion, Layered, ProxySelector, RequestOptions,
-    UnixSocket, DEFAULT_USER_AGENT,
+    ClientBuilder, Config, FromConfig, Http2Settings, HttpVersion, Layered, ProxySelector, ProxyServer,
+    RequestOptions, UnixSocket, DEFAULT_USER_AGENT,
 };
 #[cfg(feature = "json")]
 pub use error::decode_json;

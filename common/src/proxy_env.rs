@@ -331,7 +331,7 @@ impl ProxyEnv {
     /// The proxies for `uri`: none (direct) when `no_proxy` matches or no
     /// variable applies.
     #[must_use]
-    pub fn proxies_for(&self, uri: &http::Uri) -> Vec<Proxy> {
+    pub fn proxies_for(&self, uri: &http::Uri) -> Vec<crate::ProxyServer> {
         self.explain(uri).0
     }
 
@@ -354,7 +354,7 @@ impl ProxyEnv {
     /// assert_eq!((proxies.len(), why.as_str()), (1, "from https_proxy"));
     /// ```
     #[must_use]
-    pub fn explain(&self, uri: &http::Uri) -> (Vec<Proxy>, String) {
+    pub fn explain(&self, uri: &http::Uri) -> (Vec<crate::ProxyServer>, String) {
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
         let (proxy, from) = if https { (&self.https, self.https_from) } else { (&self.http, self.http_from) };
         let Some(proxy) = proxy else {

@@ -140,11 +140,11 @@ impl From<Proxy> for ProxyRule {
 pub(crate) struct Rules(pub(crate) Vec<ProxyRule>);
 
 impl crate::ProxySelector for Rules {
-    fn select(&self, uri: &http::Uri) -> Vec<Proxy> {
+    fn select(&self, uri: &http::Uri) -> Vec<crate::ProxyServer> {
         self.0.iter().filter(|r| r.applies_to(uri)).map(|r| r.server.clone()).collect()
     }
 
-    fn select_explained(&self, uri: &http::Uri) -> (Vec<Proxy>, Option<String>) {
+    fn select_explained(&self, uri: &http::Uri) -> (Vec<crate::ProxyServer>, Option<String>) {
         let mut chosen = Vec::new();
         let mut why = Vec::new();
         for (i, rule) in self.0.iter().enumerate() {

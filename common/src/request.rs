@@ -476,8 +476,8 @@ pub trait Notes: Send + Sync {
         let _ = call;
     }
     /// Where the call's `debug` events go (the adapter's target).
-    fn log_sites(&self) -> crate::LogSites {
-        crate::LogSites::DEFAULT
+    fn log_sites(&self) -> &'static crate::LogSites {
+        &crate::LogSites::DEFAULT
     }
 }
 
@@ -500,8 +500,8 @@ impl<T: crate::engine::EngineHost> Notes for T {
     fn call_over(&self, call: CallId) {
         self.hub().untrace_call(call);
     }
-    fn log_sites(&self) -> crate::LogSites {
-        *self.hub().log_sites()
+    fn log_sites(&self) -> &'static crate::LogSites {
+        self.hub().log_sites()
     }
 }
 
@@ -519,7 +519,7 @@ pub struct BodyLedger {
     /// The call's `tracing` span (the one current when `send` returned).
     span: tracing::Span,
     /// Where its end is logged.
-    sites: crate::LogSites,
+    sites: &'static crate::LogSites,
 }
 
 impl std::fmt::Debug for BodyLedger {
@@ -538,7 +538,7 @@ impl BodyLedger {
             owner: None,
             uri: None,
             span: tracing::Span::none(),
-            sites: crate::LogSites::DEFAULT,
+            sites: &crate::LogSites::DEFAULT,
         }
     }
 
@@ -549,7 +549,10 @@ impl BodyLedger {
     pub fn own(&mut self, notes: Arc<dyn Notes>, call: CallId, uri: &http::Uri) {
         self.uri = Some(uri.clone());
         self.span = tracing::Span::current();
-        self.sites = notes.log_sites();
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            // Only read when `debug` may be logged (its end's event).
+            self.sites = notes.log_sites();
+        }
         if notes.listening() {
             if !self.ended {
                 let at = notes.now();

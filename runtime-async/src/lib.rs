@@ -70,7 +70,8 @@ pub use switchyard_core;
 /// [`ProxySelector`] returns, and a [`Proxy`] rule for every request).
 pub use switchyard_core::Proxy as ProxyServer;
 pub use switchyard_core::{
-    AddressStats, Backoff, CloseReason, Host, OutlierPolicy, Readiness, RetryBudget, WarmPolicy,
+    AddressCounters, AddressMetrics, AddressStats, Backoff, CloseReason, Host, OutlierPolicy, Readiness,
+    RetryBudget, WarmPolicy,
 };
 pub use switchyard_core::{
     CallId, ConnectionId, DnsSource, Event, EventKind, Family, Instant, PoolStats, ProxyCredentials,

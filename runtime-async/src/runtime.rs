@@ -83,12 +83,14 @@ pub trait Runtime: Send + Sync + 'static {
     }
     /// Where the client's `debug` events (the connection timeline, a call's
     /// end) go: the same target as [`call_span`](Runtime::call_span)'s.
-    /// An adapter overrides it with `switchyard_common::log_sites!("its_crate")`.
-    fn log_sites() -> switchyard_common::LogSites
+    /// An adapter overrides it with a `static` made by
+    /// `switchyard_common::log_sites!("its_crate")`.
+    fn log_sites() -> &'static switchyard_common::LogSites
     where
         Self: Sized,
     {
-        switchyard_common::log_sites!("switchyard_async")
+        static SITES: switchyard_common::LogSites = switchyard_common::log_sites!("switchyard_async");
+        &SITES
     }
     /// Spawns a task; `None` when no executor is reachable from here (then the
     /// engine does without: an abandoned body is closed instead of drained).

@@ -38,7 +38,7 @@ impl FromConfig for Client {
             Default::default(),
             config.listener.clone(),
         )
-        .with_log_sites(switchyard_common::log_sites!("switchyard_std"));
+        .with_log_sites(&LOG_SITES);
         let shared = Shared::new(hub, Arc::clone(&config.resolver), settings);
         Ok(Client { inner: Arc::new(ClientInner { shared, config }) })
     }
@@ -57,9 +57,9 @@ impl Drop for ClientInner {
     }
 }
 
-/// A blocking HTTP/1.1 client whose connection decisions come from
-/// `switchyard-core`. Cheap to clone; clones share the pool; usable from many
-/// threads at once.
+/// A blocking HTTP/1.1 and HTTP/2 client whose connection decisions come
+/// from the core every adapter shares. Cheap to clone; clones share the pool;
+/// usable from many threads at once.
 ///
 /// ```no_run
 /// # fn run() -> Result<(), switchyard_std::Error> {
@@ -86,7 +86,16 @@ impl std::fmt::Debug for Client {
 /// header that is not a valid name or value) is kept and returned by `send`.
 pub type RequestBuilder = switchyard_common::RequestBuilder<Client, switchyard_common::Blocking>;
 
+/// Where the client's `debug` events go: this crate's name, as its call spans.
+static LOG_SITES: switchyard_common::LogSites = switchyard_common::log_sites!("switchyard_std");
+
 /// Builds a [`Client`]; every knob has a documented default.
+///
+/// Following redirects and decoding compressed bodies (`redirect`, `gzip`,
+/// `deflate`, `brotli`) are the async adapters' (tower layers): rustdoc
+/// lists those methods below under `impl<C: Layered>`, but they do not apply
+/// here — this client is not `Layered`, and calling one does not compile.
+/// Follow a redirect by reading `Location` from the 3xx response.
 pub type ClientBuilder = switchyard_common::ClientBuilder<Client>;
 
 impl Sender for Client {

@@ -1,8 +1,35 @@
 //! # switchyard-std
 //!
+//! A blocking HTTP/1.1 and HTTP/2 client — no async runtime anywhere in its
+//! tree — with reqwest's blocking shape:
+//!
+//! ```no_run
+//! let client = switchyard_std::Client::new()?;
+//! let mut response = client.get("https://example.com/").send()?.error_for_status()?;
+//! response.copy_to(&mut std::io::stdout())?; // or save_to("page.html"); a Response is an io::Read
+//! # Ok::<(), switchyard_std::Error>(())
+//! ```
+//!
+//! The pieces, in the order you meet them:
+//! - [`Client`] — cheap to clone, one connection pool; [`Client::builder`]
+//!   gives a [`ClientBuilder`] (timeouts, TLS roots, proxies, DNS, limits,
+//!   HTTP versions, retries, listeners).
+//! - [`RequestBuilder`] — `client.get(url)`, `.post(url)`, …: headers, body,
+//!   `json`/`query` (features), per-request timeouts; `.send()`.
+//! - [`Response`] — status, headers, `url()`, `text()`, `bytes`, `json`,
+//!   `chunk`, `save_to(path)`, `copy_to(writer)`, `error_for_status`.
+//! - [`Error`] — what failed and where ([`ErrorKind`]), with reqwest's
+//!   predicates (`is_timeout`, `is_connect`, `is_status`, `is_shutdown`, …).
+//! - [`Manager`] — declared servers kept warm.
+//! - Events ([`EventListener`], [`EventLog`]) and metrics
+//!   (`stats()`, `stats_by_address()` as [`AddressMetrics`]).
+//!
+//! ## How it works
+//!
 //! A blocking HTTP/1.1 and HTTP/2 client on `std::net` and rustls whose every connection
 //! decision — reuse, route planning, the Happy Eyeballs race, limits, eviction,
-//! retries — comes from `switchyard-core`. No async runtime anywhere in its tree.
+//! retries — comes from the core, a state machine with no I/O
+//! that every adapter shares. No async runtime anywhere in its tree.
 //!
 //! How it runs without one:
 //! - **The race**: a call's first TCP connect starts on the calling thread,
@@ -24,7 +51,7 @@
 //! - **HTTP/2** by ALPN over TLS (`h2` is offered first, as on the async
 //!   adapters) and with prior knowledge over cleartext
 //!   ([`HttpVersion::Http2Only`]): the
-//!   core's sans-IO driver (`switchyard_core::http2::Driver`) with the same
+//!   core's sans-IO HTTP/2 driver with the same
 //!   rules as every adapter (stream limits, GOAWAY retries, coalescing, 421,
 //!   PING keep-alive, windows, trailers). Each HTTP/2 connection has one
 //!   reader thread for its life; calls write their own frames and park until
@@ -66,7 +93,7 @@
 //! What it guarantees against hostile servers and careless callers (no
 //! response smuggling, no leaked URL credentials, deadlines that hold, early
 //! responses, bounded idle sockets, …) is listed in
-//! [`switchyard_common`'s docs](switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
+//! [the guarantees every adapter keeps](switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
@@ -128,7 +155,8 @@ pub use switchyard_core;
 /// [`ProxySelector`] returns, and a [`Proxy`] rule for every request).
 pub use switchyard_core::Proxy as ProxyServer;
 pub use switchyard_core::{
-    AddressStats, Backoff, CloseReason, Host, OutlierPolicy, Readiness, RetryBudget, WarmPolicy,
+    AddressCounters, AddressMetrics, AddressStats, Backoff, CloseReason, Host, OutlierPolicy, Readiness,
+    RetryBudget, WarmPolicy,
 };
 pub use switchyard_core::{CallId, ConnectionId, Event, EventKind, Instant, PoolStats, ProxyCredentials};
 pub use upgrade::Upgraded;

@@ -1,15 +1,42 @@
 //! # switchyard-tokio
 //!
+//! An HTTP/1.1 and HTTP/2 client for tokio programs, with reqwest's shape:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), switchyard_tokio::Error> {
+//! let client = switchyard_tokio::Client::new()?;
+//! let body = client.get("https://example.com/").send().await?.error_for_status()?.text().await?;
+//! println!("{body}");
+//! # Ok(()) }
+//! ```
+//!
+//! The pieces, in the order you meet them:
+//! - [`Client`] — cheap to clone, one connection pool; [`Client::builder`]
+//!   gives a [`ClientBuilder`] (timeouts, TLS roots, proxies, DNS, limits,
+//!   HTTP versions, retries, listeners).
+//! - [`RequestBuilder`] — `client.get(url)`, `.post(url)`, …: headers, body,
+//!   `json`/`query` (features), per-request timeouts; `.send()`.
+//! - [`Response`] — status, headers, `url()`, `text().await`, `bytes`, `json`,
+//!   `chunk`, `save_to(path)`, `copy_to(writer)`, `error_for_status`.
+//! - [`Error`] — what failed and where ([`ErrorKind`]), with reqwest's
+//!   predicates (`is_timeout`, `is_connect`, `is_status`, `is_shutdown`, …).
+//! - [`Manager`] — declared servers kept warm, and the gateway that hooks incoming requests up to them (feature `gateway`).
+//! - Events ([`EventListener`], [`EventLog`]) and metrics
+//!   (`stats()`, `stats_by_address()` as [`AddressMetrics`]).
+//!
+//! ## How it works
+//!
 //! An HTTP/1.1 and HTTP/2 client on tokio whose every connection decision —
 //! reuse, HTTP/2 sharing and coalescing, route planning, the Happy Eyeballs race,
-//! limits, eviction, retries — comes from [`switchyard_core`]. This crate only
+//! limits, eviction, retries — comes from the core, a state machine with no I/O
+//! that every adapter shares (re-exported as [`switchyard_core`] for embedders). This crate only
 //! performs the I/O the core asks for: DNS, TCP, TLS (rustls, ring provider),
 //! the bytes of HTTP/1.1 and HTTP/2 (framed by the core's drivers), timers.
 //!
 //! What it guarantees against hostile servers and careless callers (no
 //! response smuggling, no leaked URL credentials, deadlines that hold, early
 //! responses, bounded idle sockets, …) is listed in
-//! [`switchyard_common`'s docs](switchyard_async::switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
+//! [the guarantees every adapter keeps](switchyard_async::switchyard_common#what-every-adapter-guarantees-against-hostile-peers-and-careless-callers).
 //!
 //! ```
 //! # use switchyard_tests::server::{ServerOptions, TestServer};
@@ -131,8 +158,8 @@ pub use switchyard_async::{
     SystemResolver, TimeoutPhase, Upgraded, DEFAULT_USER_AGENT,
 };
 pub use switchyard_async::{
-    AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family, Host, OutlierPolicy, Readiness,
-    Resolved, RetryBudget, ServerStatus, ShutdownReport, WarmPolicy,
+    AddressCounters, AddressMetrics, AddressStats, AsyncResolve, Backoff, CloseReason, DnsSource, Family,
+    Host, OutlierPolicy, Readiness, Resolved, RetryBudget, ServerStatus, ShutdownReport, WarmPolicy,
 };
 
 #[cfg(feature = "gateway")]
@@ -257,8 +284,10 @@ impl Runtime for Tokio {
         switchyard_async::switchyard_common::call_traced!("switchyard_tokio", span, result)
     }
 
-    fn log_sites() -> switchyard_async::switchyard_common::LogSites {
-        switchyard_async::switchyard_common::log_sites!("switchyard_tokio")
+    fn log_sites() -> &'static switchyard_async::switchyard_common::LogSites {
+        static SITES: switchyard_async::switchyard_common::LogSites =
+            switchyard_async::switchyard_common::log_sites!("switchyard_tokio");
+        &SITES
     }
 
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>> {
