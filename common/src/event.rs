@@ -31,8 +31,9 @@ use crate::Error;
 /// ones you need. Keep them fast: they run on the task that made the progress.
 ///
 /// ```
-/// use switchyard_common::EventListener;
-/// use switchyard_core::{CallId, Event, Instant};
+/// # use switchyard_common::EventListener;
+/// # use switchyard_core::{CallId, Event, Instant};
+/// // `use switchyard_tokio::{CallId, Event, EventListener, Instant};` (or your adapter's)
 /// struct Printer;
 /// impl EventListener for Printer {
 ///     fn core_event(&self, event: &Event) {
@@ -43,8 +44,8 @@ use crate::Error;
 ///     }
 /// }
 /// // Then: `Client::builder().event_listener(Printer)` on any adapter.
-/// let call = switchyard_core::IdAllocator::default().next_call();
-/// Printer.call_end(call, Instant::ZERO);
+/// # let call = switchyard_core::IdAllocator::default().next_call();
+/// # Printer.call_end(call, Instant::ZERO);
 /// ```
 #[allow(unused_variables)]
 pub trait EventListener: Send + Sync + 'static {
@@ -169,12 +170,16 @@ pub struct Recorded {
 /// A listener that records every event in order, for tests and timelines.
 ///
 /// ```
-/// use switchyard_common::{EventListener, EventLog};
-/// use switchyard_core::{CallId, Instant};
+/// # use switchyard_common::{EventListener, EventLog};
+/// # use switchyard_core::{CallId, Instant};
 /// let log = EventLog::default(); // give a clone to `ClientBuilder::event_listener`
-/// let call: CallId = switchyard_core::IdAllocator::default().next_call();
-/// log.call_end(call, Instant::ZERO);
+/// # let call: CallId = switchyard_core::IdAllocator::default().next_call();
+/// // … calls …
+/// # log.call_end(call, Instant::ZERO);
 /// assert_eq!(log.events()[0].name, "call_end");
+/// for e in log.events() {
+///     println!("{:?} {} {}", e.call, e.name, e.detail);
+/// }
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct EventLog {

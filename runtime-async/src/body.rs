@@ -43,7 +43,7 @@ impl Stream {
 /// A request body.
 ///
 /// ```
-/// use switchyard_async::Body;
+/// # use switchyard_async::Body;
 /// let empty = Body::empty();
 /// let full = Body::from("hello");
 /// assert_eq!(full.len(), Some(5));
@@ -125,7 +125,8 @@ impl Body {
     /// the body's error; it is never retried.
     ///
     /// ```
-    /// let body = switchyard_async::Body::wrap(http_body_util::Full::new(bytes::Bytes::from("hi")));
+    /// # use switchyard_async::Body;
+    /// let body = Body::wrap(http_body_util::Full::new(bytes::Bytes::from("hi")));
     /// assert!(!body.is_replayable());
     /// ```
     pub fn wrap<B>(body: B) -> Body
@@ -164,6 +165,7 @@ impl Body {
     /// exchange and fails the call).
     ///
     /// ```
+    /// # use switchyard_async::Body;
     /// # struct Two(u8);
     /// # impl futures_core::Stream for Two {
     /// #     type Item = Result<&'static str, std::io::Error>;
@@ -172,7 +174,7 @@ impl Body {
     /// #         std::task::Poll::Ready(match self.0 { 1 => Some(Ok("a")), 2 => Some(Ok("b")), _ => None })
     /// #     }
     /// # }
-    /// let body = switchyard_async::Body::from_stream(Two(0));
+    /// let body = Body::from_stream(Two(0));
     /// assert_eq!(body.len(), None);
     /// ```
     pub fn from_stream<S, T, E>(stream: S) -> Body
@@ -209,10 +211,11 @@ impl Body {
     /// once, never replayed; a read error fails the call.
     ///
     /// ```no_run
+    /// # use switchyard_async::Body;
     /// # async fn f() -> std::io::Result<()> {
     /// let file = tokio::fs::File::open("upload.bin").await?;
     /// let length = file.metadata().await?.len();
-    /// let body = switchyard_async::Body::from_reader(file, Some(length));
+    /// let body = Body::from_reader(file, Some(length));
     /// assert_eq!(body.len(), Some(length));
     /// # Ok(()) }
     /// ```
@@ -227,10 +230,11 @@ impl Body {
     /// async-std's files, pipes and sockets).
     ///
     /// ```no_run
+    /// # use switchyard_async::Body;
     /// # async fn f() -> std::io::Result<()> {
     /// # let file = futures_io_file();
     /// # fn futures_io_file() -> &'static [u8] { b"" } // any futures_io::AsyncRead
-    /// let body = switchyard_async::Body::from_futures_reader(file, None);
+    /// let body = Body::from_futures_reader(file, None);
     /// # drop(body); Ok(()) }
     /// ```
     pub fn from_futures_reader<R>(reader: R, length: Option<u64>) -> Body

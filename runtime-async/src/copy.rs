@@ -36,11 +36,13 @@ struct Batcher {
     buf: BytesMut,
     /// A chunk held whole (nothing gathered beside it): written without a copy.
     whole: Option<Bytes>,
+    /// The body ended: what is gathered is the last batch.
+    ended: bool,
 }
 
 impl Batcher {
     fn new() -> Batcher {
-        Batcher { buf: BytesMut::new(), whole: None }
+        Batcher { buf: BytesMut::new(), whole: None, ended: false }
     }
 
     fn len(&self) -> usize {
@@ -88,6 +90,25 @@ impl ResponseBody {
         .await
     }
 
+    /// The next batch to write: full, or all there is while the network has
+    /// nothing more at hand, or the last; `None` once all was handed out.
+    async fn next_batch(&mut self, batch: &mut Batcher) -> Result<Option<Bytes>, Error> {
+        loop {
+            if batch.ended {
+                return Ok((!batch.is_empty()).then(|| batch.take()));
+            }
+            match self.step(!batch.is_empty()).await? {
+                Step::Chunk(chunk) => {
+                    if batch.push(chunk) {
+                        return Ok(Some(batch.take()));
+                    }
+                }
+                Step::Idle => return Ok(Some(batch.take())),
+                Step::End => batch.ended = true,
+            }
+        }
+    }
+
     /// Copies the rest of the body into `out`, a tokio writer (a
     /// `tokio::fs::File`, a socket, a `Vec<u8>`), flushes it, and returns
     /// how many bytes were written. Chunks already received are written
@@ -107,25 +128,14 @@ impl ResponseBody {
     {
         let mut batch = Batcher::new();
         let mut written = 0u64;
-        loop {
-            let step = self.step(!batch.is_empty()).await?;
-            let (full, end) = match step {
-                Step::Chunk(chunk) => (batch.push(chunk), false),
-                Step::Idle => (true, false),
-                Step::End => (true, true),
-            };
-            if full && !batch.is_empty() {
-                let bytes = batch.take();
-                if let Err(e) = out.write_all(&bytes).await {
-                    return Err(self.sink_failed(e));
-                }
-                written += bytes.len() as u64;
+        while let Some(bytes) = self.next_batch(&mut batch).await? {
+            if let Err(e) = out.write_all(&bytes).await {
+                return Err(self.sink_failed(e));
             }
-            if end {
-                out.flush().await.map_err(|e| self.sink_failed(e))?;
-                return Ok(written);
-            }
+            written += bytes.len() as u64;
         }
+        out.flush().await.map_err(|e| self.sink_failed(e))?;
+        Ok(written)
     }
 
     /// [`copy_to`](ResponseBody::copy_to) for a futures-io writer
@@ -186,21 +196,13 @@ impl ResponseBody {
         }
         let mut batch = Batcher::new();
         let outcome: Result<(), Error> = async {
-            loop {
-                let step = self.step(!batch.is_empty()).await?;
-                let (full, end) = match step {
-                    Step::Chunk(chunk) => (batch.push(chunk), false),
-                    Step::Idle => (true, false),
-                    Step::End => (true, true),
-                };
+            while let Some(bytes) = self.next_batch(&mut batch).await? {
                 // The writer gone: its failure comes back below.
-                if full && !batch.is_empty() && tx.send(batch.take()).await.is_err() {
-                    return Ok(());
-                }
-                if end {
-                    return Ok(());
+                if tx.send(bytes).await.is_err() {
+                    break;
                 }
             }
+            Ok(())
         }
         .await;
         drop(tx);
