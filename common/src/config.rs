@@ -158,7 +158,7 @@ pub type ProxyServer = Proxy;
 /// [`ProxyEnv`](crate::ProxyEnv).
 ///
 /// ```
-/// use switchyard_common::{ProxySelector, ProxyServer};
+/// # use switchyard_common::{ProxySelector, ProxyServer};
 /// let select = |uri: &http::Uri| -> Vec<ProxyServer> {
 ///     if uri.host() == Some("internal.test") { vec![] } else { vec![ProxyServer::http("10.0.0.1", 3128).unwrap()] }
 /// };
@@ -433,7 +433,7 @@ pub trait Layered: FromConfig {}
 ///
 /// ```
 /// use std::time::Duration;
-/// use switchyard_common::{ClientBuilder, Config, Error, FromConfig};
+/// # use switchyard_common::{ClientBuilder, Config, Error, FromConfig};
 /// // Any adapter's client; here a stand-in that keeps the validated settings.
 /// struct Settings(Config);
 /// impl FromConfig for Settings {

@@ -7,7 +7,7 @@
 //! prints the whole chain on one line:
 //!
 //! ```
-//! use switchyard_common::{Error, ErrorKind, TimeoutPhase};
+//! # use switchyard_common::{Error, ErrorKind, TimeoutPhase};
 //! let e = Error::timeout(TimeoutPhase::ResponseHead).with_url("https://example.com/x");
 //! assert_eq!(e.to_string(), "timed out waiting for the response head from https://example.com/x");
 //! assert!(e.is_timeout() && !e.is_connect());

@@ -149,7 +149,7 @@ pub enum Admission<'a> {
 ///
 /// ```
 /// use http::{HeaderMap, Method, StatusCode};
-/// use switchyard_common::gateway::{admit, Rules, Shape, StatusAccess};
+/// # use switchyard_common::gateway::{admit, Rules, Shape, StatusAccess};
 ///
 /// let rules = Rules { declared: &[], local_port: Some(8080), via_name: "switchyard-1", status: StatusAccess::Loopback };
 /// let mut headers = HeaderMap::new();
@@ -417,7 +417,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// each protocol version a message may arrive with.
 ///
 /// ```
-/// use switchyard_common::gateway::Via;
+/// # use switchyard_common::gateway::Via;
 /// let via = Via::new("switchyard-1a2b3c4d").unwrap();
 /// assert_eq!(via.value(http::Version::HTTP_2), "2 switchyard-1a2b3c4d");
 /// assert!(Via::new("two words").is_none());
@@ -536,8 +536,9 @@ pub fn listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpList
 /// others on the port it got.
 ///
 /// ```
-/// let first = switchyard_common::gateway::shared_listener("127.0.0.1:0".parse().unwrap()).unwrap();
-/// let second = switchyard_common::gateway::shared_listener(first.local_addr().unwrap()).unwrap();
+/// # use switchyard_common::gateway::shared_listener;
+/// let first = shared_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+/// let second = shared_listener(first.local_addr().unwrap()).unwrap();
 /// assert_eq!(first.local_addr().unwrap(), second.local_addr().unwrap());
 /// ```
 ///

@@ -41,11 +41,12 @@ use switchyard_core::{AddressMetrics, PoolStats};
 /// The metrics in Prometheus' text exposition format (version 0.0.4).
 ///
 /// ```
-/// use switchyard_core::{Address, AddressMetrics, AddressStats, PoolStats};
+/// # use switchyard_core::{Address, AddressMetrics, AddressStats, PoolStats};
+/// # use switchyard_common::metrics;
 /// let address = Address::from_uri(&"https://api.test/".parse().unwrap()).unwrap().build().unwrap();
 /// let gauges = AddressStats { idle: 2, in_use: 1, open: 3, ..AddressStats::default() };
 /// let metrics = AddressMetrics { address, gauges, counters: Default::default() };
-/// let text = switchyard_common::metrics::prometheus_text(&[metrics], &PoolStats::default());
+/// let text = metrics::prometheus_text(&[metrics], &PoolStats::default());
 /// assert!(text.contains(r#"http_client_open_connections{server_address="api.test",server_port="443",url_scheme="https",http_connection_state="idle"} 2"#));
 /// ```
 #[must_use]

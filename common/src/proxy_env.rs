@@ -28,7 +28,7 @@
 //!   the variable — never silently ignored. An empty variable is unset.
 //!
 //! ```
-//! use switchyard_common::ProxyEnv;
+//! # use switchyard_common::ProxyEnv;
 //! let env = ProxyEnv::from_vars(|name| match name {
 //!     "https_proxy" => Some("http://ann:s%40cret@proxy.internal:3128".into()),
 //!     "no_proxy" => Some("localhost,.internal,10.0.0.0/8".into()),
@@ -158,7 +158,7 @@ impl NoProxy {
     /// `None` when it is empty or malformed.
     ///
     /// ```
-    /// use switchyard_common::NoProxy;
+    /// # use switchyard_common::NoProxy;
     /// assert!(NoProxy::from_string("localhost, 10.0.0.0/8").is_some());
     /// assert!(NoProxy::from_string(" ").is_none());
     /// ```
@@ -340,7 +340,7 @@ impl ProxyEnv {
     /// variable for http URLs"`.
     ///
     /// ```
-    /// use switchyard_common::ProxyEnv;
+    /// # use switchyard_common::ProxyEnv;
     /// let env = ProxyEnv::from_vars(|name| match name {
     ///     "https_proxy" => Some("http://10.0.0.1:3128".into()),
     ///     "no_proxy" => Some("internal.test".into()),

@@ -9,7 +9,7 @@
 //! to the next (reqwest uses only the first that applies).
 //!
 //! ```
-//! use switchyard_common::{NoProxy, ProxyRule};
+//! # use switchyard_common::{NoProxy, ProxyRule};
 //! let rule = ProxyRule::https("http://ann:s3cret@10.0.0.1:3128")
 //!     .unwrap()
 //!     .no_proxy(NoProxy::from_string("internal.test"));

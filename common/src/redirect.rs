@@ -7,7 +7,7 @@
 /// to `ClientBuilder::redirect` (the `redirect` feature).
 ///
 /// ```
-/// use switchyard_common::redirect::Policy;
+/// # use switchyard_common::redirect::Policy;
 /// assert_eq!(Policy::default(), Policy::limited(10));
 /// assert_eq!(Policy::none().max_hops(), 0);
 /// ```

@@ -55,7 +55,7 @@ pub enum Blocking {}
 /// [`ErrorKind::InvalidUrl`](crate::ErrorKind::InvalidUrl) that names it.
 ///
 /// ```
-/// use switchyard_common::IntoUri;
+/// # use switchyard_common::IntoUri;
 /// assert_eq!("https://example.com/x".into_uri().unwrap().path(), "/x");
 /// let e = "example.com/x".into_uri().unwrap_err();
 /// assert_eq!(format!("{e:#}"), "invalid URL \"example.com/x\": the URL has no scheme (expected http:// or https://)");

@@ -28,7 +28,7 @@ use switchyard_core::Family;
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use switchyard_common::Resolve;
+/// # use switchyard_common::Resolve;
 /// struct Fixed(Vec<IpAddr>);
 /// impl Resolve for Fixed {
 ///     fn resolve(&self, _host: &str, _port: u16) -> std::io::Result<Vec<IpAddr>> {
@@ -90,8 +90,8 @@ impl<R: Resolve + ?Sized> Resolve for Arc<R> {
 /// exist at all fails as the A lookup says ("Name or service not known").
 ///
 /// ```
-/// use switchyard_common::{Resolve, SystemResolver};
-/// use switchyard_core::Family;
+/// # use switchyard_common::{Resolve, SystemResolver};
+/// # use switchyard_core::Family;
 /// let v4 = SystemResolver.resolve_family("127.0.0.1", 80, Family::V4).unwrap();
 /// assert_eq!(v4, vec![std::net::IpAddr::from([127, 0, 0, 1])]);
 /// ```
@@ -186,7 +186,7 @@ impl Resolved {
 /// ```
 /// use std::net::IpAddr;
 /// use std::time::Duration;
-/// use switchyard_common::{AsyncResolve, BoxFuture, Resolved};
+/// # use switchyard_common::{AsyncResolve, BoxFuture, Resolved};
 /// struct Fixed(Vec<IpAddr>);
 /// impl AsyncResolve for Fixed {
 ///     fn resolve(&self, _host: &str, _port: u16) -> BoxFuture<std::io::Result<Resolved>> {

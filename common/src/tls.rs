@@ -156,8 +156,8 @@ fn own_config(settings: &TlsSettings) -> Result<ClientConfig, String> {
 /// no config (and no root store) is ever built under the pool's lock.
 ///
 /// ```
-/// use switchyard_common::tls::{TlsConfigs, TlsSettings};
-/// use switchyard_core::Protocol;
+/// # use switchyard_common::tls::{TlsConfigs, TlsSettings};
+/// # use switchyard_core::Protocol;
 /// let configs = TlsConfigs::build(&TlsSettings::default())?;
 /// let both = configs.get(&[Protocol::Http2, Protocol::Http1]);
 /// assert_eq!(both.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);

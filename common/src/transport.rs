@@ -29,7 +29,7 @@ pub struct TcpKeepalive {
 /// keeps the runtime's own connect (the fast path).
 ///
 /// ```
-/// use switchyard_common::transport::TcpOptions;
+/// # use switchyard_common::transport::TcpOptions;
 /// assert!(TcpOptions::default().is_default());
 /// let bound = TcpOptions { local_address: Some([127, 0, 0, 1].into()), ..TcpOptions::default() };
 /// assert!(!bound.is_default());
@@ -201,8 +201,9 @@ impl<T, F: Fn(&Route) -> T + Send + Sync + 'static> Connect<T> for F {
 /// ([`Connect::uses_dns`] is `false`).
 ///
 /// ```
-/// use switchyard_common::transport::{by_name, Connect};
-/// let hook = by_name(|_route: &switchyard_core::Route| ());
+/// # use switchyard_common::transport::{by_name, Connect};
+/// # use switchyard_core::Route;
+/// let hook = by_name(|_route: &Route| ());
 /// assert!(!hook.uses_dns());
 /// ```
 pub fn by_name<T, F: Fn(&Route) -> T + Send + Sync + 'static>(connect: F) -> ByName<F> {

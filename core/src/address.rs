@@ -58,7 +58,7 @@ impl Host {
     /// IPv6 literal with or without brackets.
     ///
     /// ```
-    /// use switchyard_core::Host;
+    /// # use switchyard_core::Host;
     /// use std::net::{IpAddr, Ipv6Addr};
     /// assert_eq!(Host::parse("Example.COM").unwrap(), Host::Domain("example.com".into()));
     /// assert_eq!(Host::parse("[::1]").unwrap(), Host::Ip(IpAddr::V6(Ipv6Addr::LOCALHOST)));
@@ -131,7 +131,7 @@ impl fmt::Display for Host {
 /// they never show: `Debug` and `Display` print `***`.
 ///
 /// ```
-/// use switchyard_core::{Proxy, ProxyCredentials};
+/// # use switchyard_core::{Proxy, ProxyCredentials};
 /// let p = Proxy::http("10.0.0.1", 3128).unwrap().with_credentials(ProxyCredentials::new("ann", "s3cret"));
 /// assert_eq!(p.to_string(), "http://10.0.0.1:3128");
 /// assert!(!format!("{p:?}").contains("s3cret") && !format!("{p:?}").contains("ann"));
@@ -223,7 +223,7 @@ impl Proxy {
     /// An HTTP proxy at `host:port`.
     ///
     /// ```
-    /// use switchyard_core::Proxy;
+    /// # use switchyard_core::Proxy;
     /// assert_eq!(Proxy::http("10.0.0.1", 3128).unwrap().to_string(), "http://10.0.0.1:3128");
     /// assert!(Proxy::http("10.0.0.1", 0).is_err());
     /// ```
@@ -237,7 +237,7 @@ impl Proxy {
     /// environment variables mean it).
     ///
     /// ```
-    /// use switchyard_core::Proxy;
+    /// # use switchyard_core::Proxy;
     /// let p = Proxy::socks5("127.0.0.1", 1080).unwrap();
     /// assert_eq!(p.to_string(), "socks5://127.0.0.1:1080");
     /// assert!(p.resolves_origin_locally());
@@ -251,7 +251,7 @@ impl Proxy {
     /// (`socks5h://`): the name goes to the proxy unresolved.
     ///
     /// ```
-    /// use switchyard_core::Proxy;
+    /// # use switchyard_core::Proxy;
     /// let p = Proxy::socks5h("127.0.0.1", 1080).unwrap();
     /// assert_eq!(p.to_string(), "socks5h://127.0.0.1:1080");
     /// assert!(!p.resolves_origin_locally());
@@ -464,7 +464,7 @@ fn host_and_port(host: &str, port: u32) -> Result<(Host, u16), AddressError> {
 /// [`Address::from_uri`], which validate every field.
 ///
 /// ```
-/// use switchyard_core::{Address, Protocol};
+/// # use switchyard_core::{Address, Protocol};
 /// let uri: http::Uri = "https://Example.com:8443/path".parse().unwrap();
 /// let address = Address::from_uri(&uri).unwrap().build().unwrap();
 /// assert_eq!(address.to_string(), "https://example.com:8443");
@@ -710,7 +710,7 @@ impl AddressBuilder {
     /// another socket, or over TCP, are other connections.
     ///
     /// ```
-    /// use switchyard_core::{Address, Scheme};
+    /// # use switchyard_core::{Address, Scheme};
     /// let a = Address::builder(Scheme::Http, "localhost", 80)
     ///     .unix_socket("/run/docker.sock")
     ///     .build()
@@ -729,7 +729,7 @@ impl AddressBuilder {
     /// whose socket address is a placeholder. Never coalesced.
     ///
     /// ```
-    /// use switchyard_core::{Address, Scheme};
+    /// # use switchyard_core::{Address, Scheme};
     /// let a = Address::builder(Scheme::Http, "guest.vm", 80).without_dns().build().unwrap();
     /// assert!(a.skips_dns());
     /// ```
@@ -748,7 +748,7 @@ impl AddressBuilder {
     /// ([exclusive](crate::AcquireOptions::exclusive)) and never coalesced.
     ///
     /// ```
-    /// use switchyard_core::{Address, Scheme};
+    /// # use switchyard_core::{Address, Scheme};
     /// let a = Address::builder(Scheme::Https, "api.test", 8443).tunnel().build().unwrap();
     /// assert!(a.is_tunnel() && a.is_https());
     /// assert_eq!(a.to_string(), "https://api.test:8443 (tunnel)");

@@ -35,7 +35,7 @@ impl Backoff {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use switchyard_core::Backoff;
+    /// # use switchyard_core::Backoff;
     /// let b = Backoff::default();
     /// assert_eq!(b.delay(1, 0.0), Duration::from_secs(1));
     /// assert_eq!(b.delay(2, 0.0), Duration::from_millis(1600));

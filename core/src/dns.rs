@@ -102,7 +102,7 @@ impl fmt::Display for DnsSource {
 ///
 /// ```
 /// use std::time::Duration;
-/// use switchyard_core::{DnsAnswer, Family};
+/// # use switchyard_core::{DnsAnswer, Family};
 /// // getaddrinfo: every address at once, no time to live.
 /// let all = DnsAnswer::all(Ok(vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]));
 /// assert_eq!(all.family, None);

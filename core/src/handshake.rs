@@ -16,8 +16,8 @@
 //!
 //! ```
 //! use bytes::BytesMut;
-//! use switchyard_core::handshake::{Handshake, ProxyHandshake};
-//! use switchyard_core::Address;
+//! # use switchyard_core::handshake::{Handshake, ProxyHandshake};
+//! # use switchyard_core::Address;
 //!
 //! let address = Address::from_uri(&"https://example.test/".parse()?)?.build()?;
 //! let mut socks = ProxyHandshake::socks5(&address)?;

@@ -6,7 +6,7 @@
 //! waiter, a connection's socket), for the same reason.
 //!
 //! ```
-//! use switchyard_core::hash::FastMap;
+//! # use switchyard_core::hash::FastMap;
 //!
 //! let mut sockets: FastMap<u64, &str> = FastMap::default();
 //! sockets.insert(7, "the seventh connection's socket");

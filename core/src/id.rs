@@ -58,7 +58,7 @@ impl QueryId {
 /// running races by hand). Ids from different allocators may be equal.
 ///
 /// ```
-/// use switchyard_core::IdAllocator;
+/// # use switchyard_core::IdAllocator;
 /// let mut ids = IdAllocator::default();
 /// let (a, b) = (ids.next_call(), ids.next_call());
 /// assert_ne!(a, b);

@@ -24,7 +24,7 @@ use crate::time::Instant;
 /// When routes are ejected, and for how long.
 ///
 /// ```
-/// use switchyard_core::OutlierPolicy;
+/// # use switchyard_core::OutlierPolicy;
 /// let p = OutlierPolicy::default();
 /// assert_eq!(p.consecutive_failures, 5);
 /// assert!(!p.server_errors);

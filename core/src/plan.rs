@@ -35,7 +35,7 @@ use crate::time::Instant;
 /// > families" — [RFC 8305 §4](https://www.rfc-editor.org/rfc/rfc8305#section-4)
 ///
 /// ```
-/// use switchyard_core::{interleave, Family};
+/// # use switchyard_core::{interleave, Family};
 /// use std::net::IpAddr;
 /// let ip = |s: &str| s.parse::<IpAddr>().unwrap();
 /// let (a4, b4, c4, a6, b6) = (ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3"), ip("fd00::1"), ip("fd00::2"));

@@ -121,7 +121,7 @@ impl RequestFacts {
     /// (e.g. a POST with an idempotency key).
     ///
     /// ```
-    /// use switchyard_core::pool::RequestFacts;
+    /// # use switchyard_core::pool::RequestFacts;
     /// assert!(RequestFacts::new(&http::Method::PUT, false, true).idempotent);
     /// assert!(!RequestFacts::new(&http::Method::POST, false, true).idempotent);
     /// assert!(RequestFacts::new(&http::Method::POST, true, true).idempotent);
@@ -153,7 +153,7 @@ impl ExchangeFailure {
     /// replay.
     ///
     /// ```
-    /// use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
+    /// # use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
     /// let f = ExchangeFailure::call_deadline(RequestFacts { idempotent: false, body_replayable: true });
     /// assert_eq!((f.kind, f.progress), (ExchangeFailureKind::Timeout, Progress::RequestWritten));
     /// ```
@@ -341,7 +341,7 @@ impl RetryContext {
 /// Decides what to do about `failure` on a connection, given `ctx`.
 ///
 /// ```
-/// use switchyard_core::pool::*;
+/// # use switchyard_core::pool::*;
 /// let get = RequestFacts::new(&http::Method::GET, false, true);
 /// let post = RequestFacts::new(&http::Method::POST, false, true);
 /// let reset = ExchangeFailureKind::Io { kind: std::io::ErrorKind::ConnectionReset, message: "reset".into() };

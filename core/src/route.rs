@@ -44,7 +44,7 @@ impl Route {
     /// resolved addresses, so the race tries them one per attempt).
     ///
     /// ```
-    /// use switchyard_core::{Address, Proxy, Route, Scheme};
+    /// # use switchyard_core::{Address, Proxy, Route, Scheme};
     /// let a = Address::builder(Scheme::Http, "example.com", 80).build().unwrap();
     /// let socks = Proxy::socks5("10.0.0.9", 1080).unwrap();
     /// let r = Route::new(a, socks, "10.0.0.9:1080".parse().unwrap()).with_target("10.1.1.1".parse().unwrap());
@@ -122,7 +122,7 @@ impl Route {
 /// differs from the socket's (`example.com:8443 via proxy 10.0.0.1:3128`).
 ///
 /// ```
-/// use switchyard_core::{Address, Proxy, Route, Scheme};
+/// # use switchyard_core::{Address, Proxy, Route, Scheme};
 /// let a = Address::builder(Scheme::Https, "example.com", 443).build().unwrap();
 /// let direct = Route::new(a.clone(), Proxy::Direct, "[2001:db8::1]:443".parse().unwrap());
 /// assert_eq!(direct.to_string(), "example.com at [2001:db8::1]:443");

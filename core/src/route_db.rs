@@ -19,7 +19,7 @@ use crate::time::Instant;
 /// bounded: past `capacity` entries, expired ones are dropped, then the oldest.
 ///
 /// ```
-/// use switchyard_core::{Address, Instant, Proxy, Route, RouteDatabase, Scheme};
+/// # use switchyard_core::{Address, Instant, Proxy, Route, RouteDatabase, Scheme};
 /// use std::time::Duration;
 /// let a = Address::builder(Scheme::Http, "example.com", 80).build().unwrap();
 /// let route = Route::new(a, Proxy::Direct, "127.0.0.1:80".parse().unwrap());

@@ -7,7 +7,7 @@
 //! driver converts its runtime clock once per input:
 //!
 //! ```
-//! use switchyard_core::Instant;
+//! # use switchyard_core::Instant;
 //! # fn driver_example() {
 //! let origin = std::time::Instant::now(); // kept by the embedder, never by the core
 //! // ... later, on every input:

@@ -394,7 +394,8 @@ impl futures_io::AsyncRead for BodyReader {
 ///
 /// ```no_run
 /// # async fn run<R: switchyard_async::Runtime>(client: switchyard_async::Client<R>) -> Result<(), switchyard_common::Error> {
-/// use switchyard_async::ResponseExt;
+/// # use switchyard_async::ResponseExt;
+/// // use switchyard_tokio::ResponseExt; (or smol's)
 /// let text = client.get("https://example.com/").send().await?.error_for_status()?.text().await?;
 /// # Ok(()) }
 /// ```

@@ -164,7 +164,8 @@ impl Client {
     }
 
     /// Every server's gauges and counters, in the order of their names
-    /// (Prometheus text: [`switchyard_common::metrics::prometheus_text`]).
+    /// (Prometheus text: the `metrics` module's
+    /// [`prometheus_text`](switchyard_common::metrics::prometheus_text)).
     #[must_use]
     pub fn stats_by_address(&self) -> Vec<switchyard_core::AddressMetrics> {
         self.inner.shared.input(|st, _| st.pool.stats_by_address())

@@ -28,9 +28,11 @@ use crate::{Error, EventListener};
 ///
 /// ```
 /// # fn f() -> Result<(), switchyard_common::Error> {
-/// // Then: `Client::builder().event_listener(switchyard_common::metrics::MetricsListener::new())`
-/// // on any adapter, with a recorder installed (`metrics::set_global_recorder`).
-/// let listener = switchyard_common::metrics::MetricsListener::new();
+/// # use switchyard_common::metrics;
+/// // Then: `Client::builder().event_listener(metrics::MetricsListener::new())`
+/// // on any adapter (its `metrics` module), with a recorder installed
+/// // (the `metrics` crate's `set_global_recorder`).
+/// let listener = metrics::MetricsListener::new();
 /// # let _ = listener; Ok(()) }
 /// ```
 #[derive(Debug, Default)]

@@ -81,8 +81,8 @@
 //! A GET on a fresh connection, driven by hand:
 //!
 //! ```
-//! use switchyard_core::http1::{Conn, DriverConfig, Event, Request, RequestBody, TargetForm};
-//! use switchyard_core::{Instant, Reuse};
+//! # use switchyard_core::http1::{Conn, DriverConfig, Event, Request, RequestBody, TargetForm};
+//! # use switchyard_core::{Instant, Reuse};
 //!
 //! let (parts, ()) = http::Request::get("http://example.com/").body(()).unwrap().into_parts();
 //! let conn = Conn::new(DriverConfig::default());
@@ -244,8 +244,8 @@ impl Conn {
     /// never asked for and are never read as another response.
     ///
     /// ```
-    /// use switchyard_core::http1::{Conn, DriverConfig, Peek};
-    /// use switchyard_core::CloseReason;
+    /// # use switchyard_core::http1::{Conn, DriverConfig, Peek};
+    /// # use switchyard_core::CloseReason;
     /// let conn = Conn::new(DriverConfig::default());
     /// assert_eq!(conn.check(Peek::Quiet), Ok(()));
     /// assert_eq!(conn.check(Peek::Eof), Err(CloseReason::ServerClose));
@@ -692,8 +692,8 @@ impl Driver {
     /// [`Driver::handle_appended`].
     ///
     /// ```
-    /// use switchyard_core::http1::{Conn, DriverConfig, Event, Request, RequestBody, TargetForm};
-    /// use switchyard_core::Instant;
+    /// # use switchyard_core::http1::{Conn, DriverConfig, Event, Request, RequestBody, TargetForm};
+    /// # use switchyard_core::Instant;
     /// let (parts, ()) = http::Request::get("http://example.com/").body(()).unwrap().into_parts();
     /// let request = Request::new(&parts, TargetForm::Origin, RequestBody::None);
     /// let mut driver = Conn::new(DriverConfig::default()).start(Instant::ZERO, request).map_err(|r| r.error)?;
@@ -856,8 +856,8 @@ impl Driver {
     /// gives next. `None` when the exchange did not upgrade.
     ///
     /// ```
-    /// use switchyard_core::http1::{Conn, DriverConfig, Request, RequestBody, TargetForm};
-    /// use switchyard_core::Instant;
+    /// # use switchyard_core::http1::{Conn, DriverConfig, Request, RequestBody, TargetForm};
+    /// # use switchyard_core::Instant;
     /// let parts = http::Request::get("http://a.test/chat")
     ///     .header("connection", "upgrade")
     ///     .header("upgrade", "websocket")

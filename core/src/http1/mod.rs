@@ -28,8 +28,8 @@
 //!
 //! ```
 //! use bytes::BytesMut;
-//! use switchyard_core::http1::{Exchange, Frame, Limits, RequestBody, TargetForm};
-//! use switchyard_core::Reuse;
+//! # use switchyard_core::http1::{Exchange, Frame, Limits, RequestBody, TargetForm};
+//! # use switchyard_core::Reuse;
 //!
 //! let (parts, ()) = http::Request::get("http://example.com/").body(()).unwrap().into_parts();
 //! let (mut exchange, head) = Exchange::new(&parts, TargetForm::Origin, RequestBody::None, Limits::default())?;

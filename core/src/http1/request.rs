@@ -36,7 +36,7 @@ pub enum RequestBody {
 /// or a `Content-Length` that disagrees with `body`, is an error.
 ///
 /// ```
-/// use switchyard_core::http1::{encode_head, RequestBody, TargetForm};
+/// # use switchyard_core::http1::{encode_head, RequestBody, TargetForm};
 /// let req = http::Request::post("http://example.com:8080/upload?x=1").body(()).unwrap();
 /// let (parts, ()) = req.into_parts();
 /// let mut out = Vec::new();
@@ -346,7 +346,7 @@ fn write_hex(mut n: u64, out: &mut Vec<u8>) {
 /// same counter, in the same words.
 ///
 /// ```
-/// use switchyard_core::http1::{BodyCounter, Http1Error};
+/// # use switchyard_core::http1::{BodyCounter, Http1Error};
 /// let mut c = BodyCounter::new(Some(5));
 /// c.add(3).unwrap();
 /// assert_eq!(c.finish(), Err(Http1Error::BodyTooShort { declared: 5, sent: 3 }));

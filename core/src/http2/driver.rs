@@ -44,7 +44,7 @@
 //! handshake timeout, PONGs) are the pool's; a call's are its own.
 //!
 //! ```
-//! use switchyard_core::http2::{Driver, DriverConfig, Event};
+//! # use switchyard_core::http2::{Driver, DriverConfig, Event};
 //!
 //! let mut driver = Driver::new(DriverConfig::default());
 //! // The preface and our SETTINGS wait to be written.

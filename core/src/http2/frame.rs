@@ -62,7 +62,7 @@ impl FrameScanner {
     /// on the wire ([`FrameNote::HeaderBlockTooLarge`]).
     ///
     /// ```
-    /// use switchyard_core::http2::{FrameNote, FrameScanner};
+    /// # use switchyard_core::http2::{FrameNote, FrameScanner};
     /// let mut scanner = FrameScanner::with_header_block_limit(10);
     /// let mut notes = Vec::new();
     /// // HEADERS on stream 1, 12 payload bytes, END_HEADERS.
@@ -86,7 +86,7 @@ impl FrameScanner {
     /// included): what an adaptive window measures per round trip.
     ///
     /// ```
-    /// use switchyard_core::http2::FrameScanner;
+    /// # use switchyard_core::http2::FrameScanner;
     /// let mut scanner = FrameScanner::default();
     /// // DATA on stream 1, 3 payload bytes, in two reads.
     /// scanner.feed(&[0, 0, 3, 0, 0, 0, 0, 0, 1, b'a'], &mut Vec::new());

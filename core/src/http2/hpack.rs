@@ -453,7 +453,7 @@ const ENCODER_TABLE: usize = 4096;
 ///
 /// ```
 /// use bytes::{Bytes, BytesMut};
-/// use switchyard_core::http2::hpack::{Decoder, TableEncoder};
+/// # use switchyard_core::http2::hpack::{Decoder, TableEncoder};
 /// let mut e = TableEncoder::default();
 /// let mut d = Decoder::default();
 /// for _ in 0..2 {

@@ -16,7 +16,7 @@
 //! payload, and never rejects anything.
 //!
 //! ```
-//! use switchyard_core::http2::{FrameNote, FrameScanner};
+//! # use switchyard_core::http2::{FrameNote, FrameScanner};
 //! let mut scanner = FrameScanner::default();
 //! let mut notes = Vec::new();
 //! // SETTINGS (type 4) with one entry: MAX_CONCURRENT_STREAMS (3) = 10.

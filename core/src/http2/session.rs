@@ -24,8 +24,8 @@
 //! for [`PoolAction::Abort`].
 //!
 //! ```
-//! use switchyard_core::http2::{Peer, Report, Session, StreamError};
-//! use switchyard_core::pool::{ExchangeFailureKind, Progress, RequestFacts};
+//! # use switchyard_core::http2::{Peer, Report, Session, StreamError};
+//! # use switchyard_core::pool::{ExchangeFailureKind, Progress, RequestFacts};
 //!
 //! let mut session = Session::new(64 * 1024);
 //! let mut reports = Vec::new();

@@ -12,8 +12,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use switchyard_core::http2::{Expired, StreamLimits, StreamTimer, Wait};
-//! use switchyard_core::Instant;
+//! # use switchyard_core::http2::{Expired, StreamLimits, StreamTimer, Wait};
+//! # use switchyard_core::Instant;
 //!
 //! let limits = StreamLimits {
 //!     read_timeout: Some(Duration::from_secs(5)),

@@ -22,8 +22,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use switchyard_core::http2::WindowEstimator;
-//! use switchyard_core::Instant;
+//! # use switchyard_core::http2::WindowEstimator;
+//! # use switchyard_core::Instant;
 //! let mut e = WindowEstimator::new(16 << 20, 32 << 20);
 //! assert_eq!(e.windows(), (65_535, 65_535));
 //! let t = Instant::from_millis(0);

@@ -21,7 +21,7 @@ use crate::time::Instant;
 /// How many retries an Address may spend ([`PoolConfig::retry_budget`]).
 ///
 /// ```
-/// use switchyard_core::pool::RetryBudget;
+/// # use switchyard_core::pool::RetryBudget;
 /// let b = RetryBudget::default();
 /// assert_eq!((b.ratio, b.min_per_second, b.window.as_secs()), (0.2, 10, 10));
 /// // 50 calls in the window: 20 % of them plus the 10/s floor over 10 s.

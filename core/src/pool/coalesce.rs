@@ -16,7 +16,7 @@ use crate::connection::TlsFacts;
 /// label and never matches an IP literal).
 ///
 /// ```
-/// use switchyard_core::{Host, TlsFacts, pool::certificate_covers};
+/// # use switchyard_core::{Host, TlsFacts, pool::certificate_covers};
 /// let facts = TlsFacts { dns_names: vec!["*.example.com".into()], ..TlsFacts::default() };
 /// assert!(certificate_covers(&facts, &Host::parse("api.example.com").unwrap()));
 /// assert!(!certificate_covers(&facts, &Host::parse("a.b.example.com").unwrap()));
@@ -59,7 +59,7 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 /// `*.suffix` (one label). Hosts without pins always pass.
 ///
 /// ```
-/// use switchyard_core::{Host, TlsFacts, pool::CertificatePins};
+/// # use switchyard_core::{Host, TlsFacts, pool::CertificatePins};
 /// let mut pins = CertificatePins::default();
 /// pins.add("api.example.com", [7u8; 32]);
 /// let good = TlsFacts { spki_sha256: vec![[7u8; 32]], ..TlsFacts::default() };

@@ -108,7 +108,7 @@
 //! # Example: a new connection, a reuse, and keep-alive eviction on time
 //!
 //! ```
-//! use switchyard_core::*;
+//! # use switchyard_core::*;
 //!
 //! let ms = Instant::from_millis;
 //! let mut pool = Pool::new(PoolConfig::default()); // keep-alive 90 s
@@ -521,8 +521,8 @@ impl Pool {
     /// A call still connecting is left for [`Pool::cancel`], with its stage.
     ///
     /// ```
-    /// use switchyard_core::{Address, AcquireOptions, CallTimeout, Instant, Pool, PoolConfig};
-    /// use switchyard_core::pool::RequestFacts;
+    /// # use switchyard_core::{Address, AcquireOptions, CallTimeout, Instant, Pool, PoolConfig};
+    /// # use switchyard_core::pool::RequestFacts;
     /// let mut pool = Pool::new(PoolConfig::default());
     /// let now = Instant::from_millis(0);
     /// let address = Address::from_uri(&"http://example.com/".parse()?)?.build()?;
@@ -581,7 +581,7 @@ impl Pool {
     /// same either way. Turning them off drops any still queued.
     ///
     /// ```
-    /// use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolConfig, Scheme};
+    /// # use switchyard_core::{AcquireOptions, Address, Instant, Pool, PoolConfig, Scheme};
     /// let mut pool = Pool::new(PoolConfig::default());
     /// pool.set_events(false);
     /// let address = Address::builder(Scheme::Http, "localhost", 80).build().unwrap();

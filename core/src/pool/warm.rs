@@ -44,7 +44,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use switchyard_core::{Address, Instant, Pool, PoolAction, PoolConfig, Readiness, Scheme, WarmPolicy};
+//! # use switchyard_core::{Address, Instant, Pool, PoolAction, PoolConfig, Readiness, Scheme, WarmPolicy};
 //!
 //! let mut pool = Pool::new(PoolConfig::default());
 //! let a = Address::builder(Scheme::Http, "127.0.0.1", 8080).build().unwrap();
