@@ -175,15 +175,16 @@ pub enum Dns {
 #[derive(Args, Debug)]
 #[command(after_help = EXIT_CODES)]
 pub struct GetArgs {
-    /// URLs to fetch (http:// or https://). Every URL is tried; the exit code
-    /// is the first failure's.
+    /// URLs to fetch (http:// or https://; without a scheme, http:// as
+    /// curl assumes). Every URL is tried; the exit code is the first
+    /// failure's.
     #[arg(required = true)]
     pub urls: Vec<String>,
     /// Print the connection timeline (to stderr): every hop of a redirect, and
     /// with -n/-c the first call and every call that opened a connection.
     #[arg(short, long)]
     pub verbose: bool,
-    /// Write the body to this file instead of stdout.
+    /// Write the body to this file instead of stdout (`-o -`: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Send each URL this many times, then print a summary.
@@ -193,7 +194,8 @@ pub struct GetArgs {
     #[arg(short = 'c', long = "concurrency", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub concurrency: u64,
     /// Add a request header, `Name: value` (repeatable). `Name:` with nothing
-    /// after the colon removes a header switchyard would send (User-Agent).
+    /// after the colon removes a header switchyard would send (User-Agent,
+    /// Accept: */* by default, as curl). `Name;` sends it empty.
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     pub headers: Vec<String>,
     /// The request method (default GET; POST with -d; HEAD with -I).

@@ -54,6 +54,9 @@ fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C,
     if let Some(resolver) = dns {
         b = b.async_resolver(resolver);
     }
+    if ctx.spec.no_user_agent {
+        b = b.user_agent("");
+    }
     // --http2 is the default: HTTP/2 by ALPN over TLS, HTTP/1.1 on http://.
     if args.http1 {
         b = b.http_version(HttpVersion::Http1Only);
@@ -112,7 +115,15 @@ fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C,
 ///
 /// # Errors
 /// A bad option, or the first failed transfer.
-pub fn run(args: GetArgs) -> Result<(), Failed> {
+pub fn run(mut args: GetArgs) -> Result<(), Failed> {
+    // curl's default scheme: `localhost:8080/health` is http://localhost:8080/health.
+    for url in &mut args.urls {
+        *url = with_default_scheme(url);
+    }
+    if args.output.as_deref() == Some(std::path::Path::new("-")) {
+        // `-o -`: stdout, as curl.
+        args.output = None;
+    }
     let spec = Spec::from_args(&args)?;
     if args.insecure {
         eprintln!(
@@ -170,6 +181,17 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
             let client: switchyard_std::Client = client(&ctx, None::<Arc<dyn AsyncResolve>>)?;
             run_std(&client, &ctx)
         }
+    }
+}
+
+/// `url` with `http://` in front when it names no scheme (curl's guess for a
+/// URL without one; switchyard speaks only http and https).
+#[must_use]
+pub fn with_default_scheme(url: &str) -> String {
+    if url.contains("://") {
+        url.to_owned()
+    } else {
+        format!("http://{url}")
     }
 }
 
@@ -365,7 +387,10 @@ impl Ctx {
             let _ = writeln!(out, "{}", serde_json::json!({ "result": result }));
         }
         if let (Some(format), Some(vars)) = (&args.write_out, &vars) {
-            let _ = write!(out, "{}", crate::write_out::render(format, vars));
+            for name in crate::write_out::unknown(format, vars) {
+                eprintln!("switchyard: unknown --write-out variable: '{name}'");
+            }
+            let _ = write!(out, "{}", crate::write_out::render(format, vars, t.last().map(|h| &h.headers)));
         }
         let _ = out.flush();
     }
@@ -804,12 +829,14 @@ fn summary(
     }
     if let Some(format) = &args.write_out {
         let mut out = std::io::stdout().lock();
-        for t in &transfers {
-            let _ = write!(
-                out,
-                "{}",
-                crate::write_out::render(format, &crate::write_out::variables(t, &ctx.recorder))
-            );
+        for (i, t) in transfers.iter().enumerate() {
+            let vars = crate::write_out::variables(t, &ctx.recorder);
+            if i == 0 {
+                for name in crate::write_out::unknown(format, &vars) {
+                    eprintln!("switchyard: unknown --write-out variable: '{name}'");
+                }
+            }
+            let _ = write!(out, "{}", crate::write_out::render(format, &vars, t.last().map(|h| &h.headers)));
         }
     }
     latencies.sort();

@@ -3,7 +3,7 @@
 use std::io::Read as _;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, Method};
 
 use crate::args::GetArgs;
@@ -18,6 +18,9 @@ pub struct Spec {
     pub headers: HeaderMap,
     /// The `-d` / `--data-binary` body.
     pub body: Option<Bytes>,
+    /// `-H "User-Agent:"`: send no `User-Agent` (curl's way to remove a
+    /// header it would add).
+    pub no_user_agent: bool,
 }
 
 impl Spec {
@@ -28,11 +31,20 @@ impl Spec {
     /// that cannot be read (26).
     pub fn from_args(args: &GetArgs) -> Result<Spec, Failed> {
         let mut headers = HeaderMap::new();
+        let mut removed = Vec::new();
         for h in &args.headers {
-            if let Some((name, value)) = parse_header(h)? {
-                headers.append(name, value);
+            match parse_header(h)? {
+                Header::Set(name, value) => {
+                    headers.append(name, value);
+                }
+                Header::Remove(name) => removed.push(name),
             }
         }
+        // curl's default `Accept: */*`, unless given or removed.
+        if !headers.contains_key(ACCEPT) && !removed.contains(&ACCEPT) {
+            headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+        }
+        let no_user_agent = removed.contains(&USER_AGENT) && !headers.contains_key(USER_AGENT);
         let mut parts = Vec::new();
         for d in &args.data {
             parts.push(data(d, true)?);
@@ -54,19 +66,27 @@ impl Spec {
         if body.is_some() && !headers.contains_key(CONTENT_TYPE) {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
         }
-        Ok(Spec { method, headers, body })
+        Ok(Spec { method, headers, body, no_user_agent })
     }
 }
 
-/// `Name: value` (curl's `Name;` sends an empty value; `Name:` with nothing
-/// after it is skipped: switchyard adds no header it could remove, but
-/// `User-Agent`, which `-H "User-Agent: x"` replaces).
-fn parse_header(h: &str) -> Result<Option<(HeaderName, HeaderValue)>, Failed> {
+/// One `-H`, as curl reads it.
+enum Header {
+    /// `Name: value`, and curl's `Name;` (an empty value).
+    Set(HeaderName, HeaderValue),
+    /// `Name:` with nothing after the colon: a header the client would add
+    /// (`User-Agent`, `Accept`) is not sent.
+    Remove(HeaderName),
+}
+
+fn parse_header(h: &str) -> Result<Header, Failed> {
     let bad = |why: &str| Failed::config(format!("-H {h:?}: {why}"));
     let (name, value) = if let Some((name, value)) = h.split_once(':') {
         let value = value.trim();
         if value.is_empty() {
-            return Ok(None);
+            let name =
+                HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| bad("not a valid header name"))?;
+            return Ok(Header::Remove(name));
         }
         (name.trim(), value)
     } else if let Some(name) = h.strip_suffix(';') {
@@ -76,7 +96,7 @@ fn parse_header(h: &str) -> Result<Option<(HeaderName, HeaderValue)>, Failed> {
     };
     let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad("not a valid header name"))?;
     let value = HeaderValue::from_str(value).map_err(|_| bad("not a valid header value"))?;
-    Ok(Some((name, value)))
+    Ok(Header::Set(name, value))
 }
 
 /// One `-d` (`ascii`: CR and LF dropped from a file, as curl) or
@@ -126,6 +146,13 @@ mod tests {
         assert_eq!(h.headers.get_all("x-a").iter().count(), 2);
         assert_eq!(h.headers["x-empty"], "");
         assert!(!h.headers.contains_key("x-skip"));
+        // curl's defaults: Accept */* unless given or removed; `User-Agent:` sends none.
+        assert_eq!(h.headers[ACCEPT], "*/*");
+        assert!(!h.no_user_agent);
+        assert_eq!(spec(&["-H", "Accept: text/plain"]).unwrap().headers[ACCEPT], "text/plain");
+        assert!(!spec(&["-H", "accept:"]).unwrap().headers.contains_key(ACCEPT));
+        assert!(spec(&["-H", "User-Agent:"]).unwrap().no_user_agent);
+        assert!(!spec(&["-H", "User-Agent:", "-H", "User-Agent: mine"]).unwrap().no_user_agent);
         for bad in [&["-H", "no colon"][..], &["-X", "BAD METHOD"], &["-I", "-d", "x"]] {
             assert_eq!(spec(bad).unwrap_err().code, exit::CONFIG, "{bad:?}");
         }

@@ -52,14 +52,65 @@ pub fn variables(t: &Transfer, recorder: &Recorder) -> Vec<(&'static str, serde_
         ("connection_id", json!(last.and_then(|h| h.connection).map_or(String::new(), |c| c.to_string()))),
         ("connection_source", json!(last.and_then(|h| h.source).map_or("", source_words))),
         ("attempts", json!(record.map_or(0, |r| r.tries))),
+        ("response_code", json!(last.map_or(0, |h| h.status.as_u16()))),
+        ("method", json!(last.map_or("GET", |h| h.method.as_str()))),
+        ("scheme", json!(scheme(last.map_or(t.url.as_str(), |h| h.url.as_str())))),
+        (
+            "content_type",
+            json!(last
+                .and_then(|h| h.headers.get(http::header::CONTENT_TYPE))
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()),
+        ),
+        ("num_headers", json!(last.map_or(0, |h| h.headers.len()))),
+        ("speed_download", json!(speed(last.map_or(0, |h| h.bytes), t.elapsed.as_secs_f64()))),
+        ("exitcode", json!(t.result.as_ref().map_or_else(|f| f.code, |()| 0))),
+        ("errormsg", json!(t.result.as_ref().map_or_else(|f| f.text(false).to_owned(), |()| String::new()))),
     ]
 }
 
-/// `format` with its variables and escapes replaced (`\n`, `\r`, `\t`, `\\`,
-/// `%%`); an unknown `%{name}` is left as it is. Times print with six
-/// decimals, as curl's.
+/// The URL's scheme as curl prints it (`HTTP`, `HTTPS`).
+fn scheme(url: &str) -> String {
+    url.split_once("://").map_or(String::new(), |(s, _)| s.to_ascii_uppercase())
+}
+
+/// Bytes per second, whole, as curl's `speed_download`.
+fn speed(bytes: u64, seconds: f64) -> u64 {
+    if seconds > 0.0 {
+        (bytes as f64 / seconds) as u64
+    } else {
+        0
+    }
+}
+
+/// The `%{name}`s in `format` that [`render`] does not know (curl warns about
+/// each, on stderr, and prints nothing in its place).
 #[must_use]
-pub fn render(format: &str, vars: &[(&'static str, serde_json::Value)]) -> String {
+pub fn unknown(format: &str, vars: &[(&'static str, serde_json::Value)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = format;
+    while let Some(i) = rest.find("%{") {
+        let after = &rest[i + 2..];
+        let Some(end) = after.find('}') else { break };
+        let name = &after[..end];
+        if !vars.iter().any(|(n, _)| *n == name) {
+            out.push(name.to_owned());
+        }
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+/// `format` with its variables and escapes replaced (`\n`, `\r`, `\t`, `\\`,
+/// `%%`); an unknown `%{name}` prints nothing (as curl; [`unknown`] lists
+/// them for the warning). `%header{name}` is that response header's value
+/// (`headers`: the last response's). Times print with six decimals, as curl's.
+#[must_use]
+pub fn render(
+    format: &str,
+    vars: &[(&'static str, serde_json::Value)],
+    headers: Option<&http::HeaderMap>,
+) -> String {
     let mut out = String::new();
     let mut rest = format;
     while let Some(i) = rest.find(['%', '\\']) {
@@ -68,10 +119,19 @@ pub fn render(format: &str, vars: &[(&'static str, serde_json::Value)]) -> Strin
         if let Some(after) = tail.strip_prefix("%{") {
             if let Some(end) = after.find('}') {
                 let name = &after[..end];
-                match vars.iter().find(|(n, _)| *n == name) {
-                    Some((n, v)) => out.push_str(&value_text(n, v)),
-                    None => out.push_str(&tail[..end + 3]),
+                if let Some((n, v)) = vars.iter().find(|(n, _)| *n == name) {
+                    out.push_str(&value_text(n, v));
                 }
+                rest = &after[end + 1..];
+                continue;
+            }
+        }
+        if let Some(after) = tail.strip_prefix("%header{") {
+            if let Some(end) = after.find('}') {
+                let values: Vec<&str> = headers
+                    .map(|h| h.get_all(&after[..end]).iter().filter_map(|v| v.to_str().ok()).collect())
+                    .unwrap_or_default();
+                out.push_str(&values.join(", "));
                 rest = &after[end + 1..];
                 continue;
             }
@@ -110,11 +170,15 @@ mod tests {
     fn formats_as_curl() {
         let vars = vec![("http_code", json!("200")), ("time_total", json!(0.5)), ("num_connects", json!(1))];
         assert_eq!(
-            render("%{http_code} %{time_total}s %{num_connects}\\n100%% %{nope} \\t\\\\", &vars),
-            "200 0.500000s 1\n100% %{nope} \t\\"
+            render("%{http_code} %{time_total}s %{num_connects}\\n100%% %{nope} \\t\\\\", &vars, None),
+            "200 0.500000s 1\n100%  \t\\"
         );
-        assert_eq!(render("%{unclosed", &vars), "%{unclosed");
-        assert_eq!(render("trailing %", &vars), "trailing %");
-        assert_eq!(render("ünï %{http_code}", &vars), "ünï 200");
+        assert_eq!(unknown("%{http_code} %{nope} %{also}", &vars), ["nope", "also"]);
+        assert_eq!(render("%{unclosed", &vars, None), "%{unclosed");
+        assert_eq!(render("trailing %", &vars, None), "trailing %");
+        assert_eq!(render("ünï %{http_code}", &vars, None), "ünï 200");
+        let mut h = http::HeaderMap::new();
+        h.insert("x-a", http::HeaderValue::from_static("1"));
+        assert_eq!(render("[%header{X-A}][%header{x-b}]", &vars, Some(&h)), "[1][]");
     }
 }

@@ -929,3 +929,60 @@ fn har_records_every_call() {
     assert_eq!(log["log"]["entries"].as_array().unwrap().len(), 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Side by side with curl (required in CI, as the interop suite's servers):
+/// the same argument vectors against the same loopback server, comparing exit
+/// codes, stdout bytes and what the server saw (its `/headers` route echoes
+/// the request's fields). Each case is a curl habit: a URL without a scheme,
+/// `-o -`, `Accept: */*` by default, `-H "Name:"` removing a header the
+/// client would add, `Name;` sending it empty.
+#[test]
+fn matches_curl_on_everyday_invocations() {
+    let server = TestServer::start(ServerOptions::default());
+    let port = server.port();
+    let at = |path: &str| format!("127.0.0.1:{port}{path}");
+    let http = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let cases: Vec<Vec<String>> = vec![
+        vec![at("/hello")],
+        vec![format!("localhost:{port}/hello")],
+        vec!["-s".into(), "-o".into(), "-".into(), http("/hello")],
+        vec!["-H".into(), "User-Agent: same".into(), http("/headers")],
+        vec!["-H".into(), "User-Agent:".into(), http("/headers")],
+        vec!["-H".into(), "User-Agent: same".into(), "-H".into(), "Accept:".into(), at("/headers")],
+        vec![
+            "-H".into(),
+            "User-Agent: same".into(),
+            "-H".into(),
+            "Accept: text/plain".into(),
+            http("/headers"),
+        ],
+        vec!["-H".into(), "User-Agent: same".into(), "-H".into(), "X-Empty;".into(), http("/headers")],
+        vec!["-H".into(), "User-Agent: same".into(), "-d".into(), "a=1".into(), http("/headers")],
+        // -w: curl's variables that need no clock, and an unknown one (nothing in its place).
+        vec![
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}|%{response_code}|%{method}|%{scheme}|%{content_type}|%{exitcode}|%{errormsg}|[%{nope}]|%header{content-length}\\n".into(),
+            http("/hello"),
+        ],
+        vec!["-o".into(), "/dev/null".into(), "-w".into(), "%{method} %{response_code} %{exitcode}".into(), "-I".into(), http("/status/404")],
+    ];
+    let curl_there = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(curl_there, "curl is needed for this comparison (CI installs it)");
+    for args in cases {
+        let curl = Command::new("curl").arg("-s").args(&args).output().unwrap();
+        let ours = bin().args(&args).output().unwrap();
+        assert_eq!(
+            ours.status.code(),
+            curl.status.code(),
+            "{args:?}: exit code; ours: {}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&curl.stdout),
+            "{args:?}: stdout (what the server saw, for /headers)"
+        );
+    }
+}
