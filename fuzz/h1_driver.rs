@@ -69,7 +69,13 @@ const SCRIPTS: &[&[u8]] = &[
 ];
 
 fn limits() -> Limits {
-    Limits { max_head_size: 512, max_headers: 16, max_chunk_line: 64, max_informational: 3 }
+    Limits {
+        max_head_size: 512,
+        max_headers: 16,
+        max_chunk_line: 64,
+        max_informational: 3,
+        keep_raw_head: true,
+    }
 }
 
 /// Checks what the driver has said so far, in order.

@@ -104,7 +104,13 @@ pub fn check_split_invariance(data: &[u8]) {
     .clone();
     let eof = data[1] & 1 == 1;
     let limits = if data[1] & 2 == 2 {
-        Limits { max_head_size: 256, max_headers: 4, max_chunk_line: 16, max_informational: 2 }
+        Limits {
+            max_head_size: 256,
+            max_headers: 4,
+            max_chunk_line: 16,
+            max_informational: 2,
+            keep_raw_head: false,
+        }
     } else {
         Limits::default()
     };

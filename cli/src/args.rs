@@ -150,9 +150,10 @@ pub struct WarmArgs {
 }
 
 /// Which runtime adapter performs the I/O.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Runtime {
     /// switchyard-tokio.
+    #[default]
     Tokio,
     /// switchyard-smol.
     Smol,
@@ -172,49 +173,150 @@ pub enum Dns {
 }
 
 /// `switchyard get` (also `switchyard URL…`: `get` is the default command).
+///
+/// The flags are curl's, with curl's meaning; the ones of switchyard's own
+/// (`--requests`, `--concurrency`, `--json-events`, …) have names curl does
+/// not use.
 #[derive(Args, Debug)]
 #[command(after_help = EXIT_CODES)]
 pub struct GetArgs {
     /// URLs to fetch (http:// or https://; without a scheme, http:// as
-    /// curl assumes). Every URL is tried; the exit code is the first
-    /// failure's.
-    #[arg(required = true)]
+    /// curl assumes). `{a,b}` and `[1-9]` ranges are expanded (see -g).
+    /// Every URL is tried; the exit code is the last one's, as curl's.
     pub urls: Vec<String>,
+    /// Another URL to fetch (curl's --url; repeatable).
+    #[arg(long = "url", value_name = "URL")]
+    pub more_urls: Vec<String>,
+    /// Do not expand `{}` and `[]` in URLs (curl's --globoff).
+    #[arg(short = 'g', long = "globoff")]
+    pub globoff: bool,
+    /// Read more arguments from this file, curl's config format: one option
+    /// per line, `--flag value`, `flag = "value"` or `flag value`; `#`
+    /// comments; `-` reads stdin. Expanded before the rest is parsed.
+    #[arg(short = 'K', long = "config", value_name = "FILE")]
+    pub config: Vec<String>,
     /// Print the connection timeline (to stderr): every hop of a redirect, and
-    /// with -n/-c the first call and every call that opened a connection.
+    /// with --requests/--concurrency the first call and every call that opened
+    /// a connection.
     #[arg(short, long)]
     pub verbose: bool,
-    /// Write the body to this file instead of stdout (`-o -`: stdout).
-    #[arg(short, long)]
-    pub output: Option<PathBuf>,
-    /// Send each URL this many times, then print a summary.
-    #[arg(short = 'n', long = "requests", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Write the body to this file instead of stdout (`-o -`: stdout). One
+    /// per URL, in order, as curl; `#1`, `#2` are the glob's values.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Vec<String>,
+    /// Write the body to a file named as the URL's last path segment (curl's
+    /// -O; one per URL, in order with -o).
+    #[arg(short = 'O', long = "remote-name", action = clap::ArgAction::Count)]
+    pub remote_name: u8,
+    /// -O for every URL.
+    #[arg(long = "remote-name-all")]
+    pub remote_name_all: bool,
+    /// The directory -o and -O write into.
+    #[arg(long = "output-dir", value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Create the directories -o and -O name.
+    #[arg(long = "create-dirs")]
+    pub create_dirs: bool,
+    /// Write the response heads (every hop's) to this file (`-`: stdout).
+    #[arg(short = 'D', long = "dump-header", value_name = "FILE")]
+    pub dump_header: Option<String>,
+    /// Send each URL this many times, then print a summary (switchyard's; curl
+    /// has no such flag).
+    #[arg(long = "requests", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub requests: u64,
-    /// Run this many requests at a time.
-    #[arg(short = 'c', long = "concurrency", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Run this many requests at a time (switchyard's).
+    #[arg(long = "concurrency", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub concurrency: u64,
-    /// Add a request header, `Name: value` (repeatable). `Name:` with nothing
-    /// after the colon removes a header switchyard would send (User-Agent,
-    /// Accept: */* by default, as curl). `Name;` sends it empty.
+    /// Add a request header, `Name: value` (repeatable; `@FILE` reads one per
+    /// line). `Name:` with nothing after the colon removes a header switchyard
+    /// would send (User-Agent, Accept: */*, Host is not removable). `Name;`
+    /// sends it empty.
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     pub headers: Vec<String>,
-    /// The request method (default GET; POST with -d; HEAD with -I).
+    /// The User-Agent to send.
+    #[arg(short = 'A', long = "user-agent", value_name = "NAME")]
+    pub user_agent: Option<String>,
+    /// The Referer to send (`URL;auto`: also on each redirect, the URL it
+    /// came from; `;auto` alone: only there).
+    #[arg(short = 'e', long = "referer", value_name = "URL")]
+    pub referer: Option<String>,
+    /// `USER:PASSWORD` for Basic authentication (`USER` alone: an empty
+    /// password is not assumed — give it; switchyard does not prompt).
+    #[arg(short = 'u', long = "user", value_name = "USER:PASSWORD")]
+    pub user: Option<String>,
+    /// Basic authentication (the default for -u).
+    #[arg(long = "basic")]
+    pub basic: bool,
+    /// Digest authentication: not supported (an error says so).
+    #[arg(long = "digest", hide = true)]
+    pub digest: bool,
+    /// NTLM authentication: not supported (an error says so).
+    #[arg(long = "ntlm", hide = true)]
+    pub ntlm: bool,
+    /// Negotiate (SPNEGO) authentication: not supported (an error says so).
+    #[arg(long = "negotiate", hide = true)]
+    pub negotiate: bool,
+    /// Read credentials for the URL's host from ~/.netrc.
+    #[arg(short = 'n', long = "netrc")]
+    pub netrc: bool,
+    /// --netrc, but no error when the file is missing.
+    #[arg(long = "netrc-optional")]
+    pub netrc_optional: bool,
+    /// --netrc with this file.
+    #[arg(long = "netrc-file", value_name = "FILE")]
+    pub netrc_file: Option<PathBuf>,
+    /// Cookies to send: `NAME=VALUE[; NAME=VALUE]`, or a file of them (curl's
+    /// cookie-jar format or `Set-Cookie` lines), which also turns on the
+    /// cookie engine (cookies set by a redirect are sent on the next hop).
+    #[arg(short = 'b', long = "cookie", value_name = "DATA|FILE")]
+    pub cookie: Vec<String>,
+    /// Write every cookie known at the end to this file in curl's format
+    /// (`-`: stdout); turns on the cookie engine.
+    #[arg(short = 'c', long = "cookie-jar", value_name = "FILE")]
+    pub cookie_jar: Option<String>,
+    /// The request method (default GET; POST with -d; HEAD with -I; PUT with
+    /// -T). Kept on every hop of -L, as curl.
     #[arg(short = 'X', long = "request", value_name = "METHOD")]
     pub method: Option<String>,
     /// Send this body, as curl's -d: `@FILE` reads a file (CR and LF removed),
     /// `@-` reads stdin; several are joined with `&`. Makes the request a POST
     /// with `Content-Type: application/x-www-form-urlencoded` unless -X / -H
-    /// say otherwise. (curl's `--json BODY` is not this tool's `--json`, which
-    /// switches the output to JSON.)
-    #[arg(short = 'd', long = "data", value_name = "DATA")]
+    /// say otherwise.
+    #[arg(short = 'd', long = "data", visible_alias = "data-ascii", value_name = "DATA")]
     pub data: Vec<String>,
     /// Send this body exactly as given (`@FILE` and `@-` kept byte for byte).
     #[arg(long = "data-binary", value_name = "DATA")]
     pub data_binary: Vec<String>,
+    /// As -d, with no `@` meaning (a leading `@` is sent).
+    #[arg(long = "data-raw", value_name = "DATA")]
+    pub data_raw: Vec<String>,
+    /// As -d, URL-encoded: `content`, `=content`, `name=content`, `@file`,
+    /// `name@file` (curl's forms).
+    #[arg(long = "data-urlencode", value_name = "DATA")]
+    pub data_urlencode: Vec<String>,
+    /// A JSON body (curl's --json): as --data-binary, with `Content-Type` and
+    /// `Accept` of `application/json` unless -H gives them; several are
+    /// joined as they are.
+    #[arg(long = "json", value_name = "DATA")]
+    pub json_body: Vec<String>,
+    /// Put the -d data in the URL's query and send GET (HEAD with -I).
+    #[arg(short = 'G', long = "get")]
+    pub get: bool,
+    /// A multipart/form-data part: `name=value`, `name=@file` (uploaded as a
+    /// file), `name=<file` (its text as the value); `;type=`, `;filename=`.
+    #[arg(short = 'F', long = "form", value_name = "NAME=CONTENT")]
+    pub form: Vec<String>,
+    /// As -F, the value taken literally (no `@` or `<`).
+    #[arg(long = "form-string", value_name = "NAME=STRING")]
+    pub form_string: Vec<String>,
+    /// Upload this file with PUT (`-`: stdin); a URL ending in `/` gets the
+    /// file's name appended.
+    #[arg(short = 'T', long = "upload-file", value_name = "FILE")]
+    pub upload_file: Option<String>,
     /// Send HEAD and print the response head to stdout.
     #[arg(short = 'I', long = "head")]
     pub head: bool,
-    /// Print the response head (status line and headers) to stdout before the
+    /// Print the response head (as the server sent it) to stdout before the
     /// body; with -L, every hop's.
     #[arg(short = 'i', long = "include")]
     pub include: bool,
@@ -228,23 +330,51 @@ pub struct GetArgs {
     /// not printed).
     #[arg(short = 'f', long = "fail")]
     pub fail: bool,
+    /// As -f, but the body is still written.
+    #[arg(long = "fail-with-body", conflicts_with = "fail")]
+    pub fail_with_body: bool,
     /// The most time the whole transfer may take, redirects included (e.g.
     /// 10s, 500ms; a bare number is seconds).
     #[arg(short = 'm', long = "max-time", value_parser = parse_duration)]
     pub max_time: Option<Duration>,
+    /// Retry a transfer that failed transiently (a timeout, a refused
+    /// connection with --retry-connrefused, HTTP 408, 429, 500, 502, 503,
+    /// 504) this many times, curl's way: after `Retry-After`, else 1 s
+    /// doubling up to 10 minutes.
+    #[arg(long = "retry", value_name = "NUM", default_value_t = 0)]
+    pub retry: u32,
+    /// With --retry: wait this long between tries instead.
+    #[arg(long = "retry-delay", value_parser = parse_duration)]
+    pub retry_delay: Option<Duration>,
+    /// With --retry: no retry starts after this long.
+    #[arg(long = "retry-max-time", value_parser = parse_duration)]
+    pub retry_max_time: Option<Duration>,
+    /// With --retry: a refused connection is transient too.
+    #[arg(long = "retry-connrefused")]
+    pub retry_connrefused: bool,
+    /// With --retry: every failure is retried.
+    #[arg(long = "retry-all-errors")]
+    pub retry_all_errors: bool,
+    /// Resume at this byte offset (`-`: the size of the -o file).
+    #[arg(short = 'C', long = "continue-at", value_name = "OFFSET")]
+    pub continue_at: Option<String>,
+    /// Read the body at most this fast (bytes per second; K, M, G suffixes).
+    #[arg(long = "limit-rate", value_parser = parse_rate)]
+    pub limit_rate: Option<u64>,
     /// After each transfer, print this on stdout with its `%{variable}`s
-    /// filled in: http_code, http_version, remote_ip, remote_port,
-    /// num_connects, num_redirects, url_effective, time_namelookup,
-    /// time_connect, time_appconnect, time_starttransfer, time_total,
-    /// size_download, and switchyard's connection_id, connection_source (new,
-    /// pooled, shared, coalesced) and attempts; `\n`, `\t`, `\r` and `%%`
-    /// as curl. Times are seconds from the start of the transfer.
+    /// filled in, every variable curl 7.88 has (`%{json}` all of them,
+    /// `%header{name}` a response header, `%{stderr}` / `%{stdout}` switch
+    /// where the rest goes) and switchyard's connection_id,
+    /// connection_source (new, pooled, shared, coalesced) and attempts;
+    /// `@FILE` reads the format from a file. Times are seconds from the start
+    /// of the transfer.
     #[arg(short = 'w', long = "write-out", value_name = "FORMAT")]
     pub write_out: Option<String>,
     /// Follow redirects (3xx with a Location), each hop a call on the same
     /// pool: a same-origin hop reuses the connection. 301, 302 and 303 turn a
-    /// POST into a GET; 307 and 308 keep the method and body. Authorization,
-    /// Cookie and Proxy-Authorization are dropped on a hop to another origin.
+    /// POST into a GET (an -X method is kept, without the body); 307 and 308
+    /// keep the method and body. Authorization and Cookie headers given are
+    /// dropped on a hop to another host.
     #[arg(short = 'L', long = "location")]
     pub location: bool,
     /// With -L: the most redirects followed (exit 47 past it).
@@ -255,7 +385,7 @@ pub struct GetArgs {
     #[arg(short = 'k', long = "insecure")]
     pub insecure: bool,
     /// Write the calls as an HTTP Archive (HAR 1.2) to FILE, for browser
-    /// devtools and HAR viewers: every hop, and with -n/-c every call.
+    /// devtools and HAR viewers: every hop, and with --requests every call.
     #[arg(long, value_name = "FILE")]
     pub har: Option<PathBuf>,
     /// `HOST:PORT:ADDR[,ADDR]`: answer DNS for HOST:PORT with these addresses.
@@ -264,6 +394,16 @@ pub struct GetArgs {
     /// Trust the CA certificates in this PEM file.
     #[arg(long)]
     pub cacert: Option<PathBuf>,
+    /// Resolve names to IPv4 addresses only.
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Resolve names to IPv6 addresses only.
+    #[arg(short = '6', long = "ipv6")]
+    pub ipv6: bool,
+    /// Ask for a compressed body (`Accept-Encoding: deflate, gzip, br`) and
+    /// decode it.
+    #[arg(long = "compressed")]
+    pub compressed: bool,
     /// HTTP/1.1 only.
     #[arg(long = "http1.1", conflicts_with_all = ["http2", "h2_prior_knowledge"])]
     pub http1: bool,
@@ -288,6 +428,19 @@ pub struct GetArgs {
     /// `socks5h://`); instead of the environment.
     #[arg(long, short = 'x')]
     pub proxy: Option<String>,
+    /// `USER:PASSWORD` for the proxy.
+    #[arg(short = 'U', long = "proxy-user", value_name = "USER:PASSWORD")]
+    pub proxy_user: Option<String>,
+    /// A SOCKS5 proxy, `HOST:PORT`; names resolved here.
+    #[arg(long = "socks5", value_name = "HOST:PORT")]
+    pub socks5: Option<String>,
+    /// A SOCKS5 proxy, `HOST:PORT`; names resolved by the proxy.
+    #[arg(long = "socks5-hostname", value_name = "HOST:PORT")]
+    pub socks5_hostname: Option<String>,
+    /// Hosts that are reached without the proxy (comma-separated, curl's
+    /// `no_proxy` syntax; `*`: every host).
+    #[arg(long = "noproxy", value_name = "LIST")]
+    pub noproxy: Option<String>,
     /// Ignore the proxy environment variables (`http_proxy`, `https_proxy`,
     /// `all_proxy`, `no_proxy`), which are honoured by default, as curl does.
     #[arg(long)]
@@ -309,9 +462,9 @@ pub struct GetArgs {
     /// no DNS, no proxy; the URL's host goes in `Host` (and TLS for https).
     #[arg(long = "unix-socket", value_name = "PATH")]
     pub unix_socket: Option<PathBuf>,
-    /// Send through this network interface (`SO_BINDTODEVICE`, Linux; usually
-    /// needs root or CAP_NET_RAW).
-    #[arg(long, value_name = "NAME")]
+    /// Send from this interface name (`SO_BINDTODEVICE`, Linux; usually
+    /// needs root or CAP_NET_RAW) or this local IP address, as curl.
+    #[arg(long, value_name = "NAME|IP")]
     pub interface: Option<String>,
     /// Bind each TCP connection to this local IP first.
     #[arg(long = "local-address", value_name = "IP")]
@@ -320,16 +473,107 @@ pub struct GetArgs {
     /// seconds, or a duration such as 30s).
     #[arg(long = "keepalive-time", value_parser = parse_duration)]
     pub keepalive_time: Option<Duration>,
-    /// With -n/-c: after the summary, print the pool's metrics per server in
-    /// Prometheus text on stdout (OpenTelemetry's names:
+    /// With --requests: after the summary, print the pool's metrics per
+    /// server in Prometheus text on stdout (OpenTelemetry's names:
     /// http_client_open_connections{state}, connections created and closed
     /// by reason, retries, …).
     #[arg(long)]
     pub metrics: bool,
-    /// Machine-readable output: one JSON object per event (and a summary) on
-    /// stdout; the body goes only to --output.
-    #[arg(long)]
+    /// Machine-readable output (switchyard's): one JSON object per event (and
+    /// a result or summary) on stdout; the body goes only to -o.
+    #[arg(long = "json-events")]
     pub json: bool,
+    /// Where each URL's body goes, from -o / -O in their order (filled in
+    /// from the parsed command line, not a flag).
+    #[arg(skip)]
+    pub outputs: Vec<OutputTo>,
+    /// The body parts in the order given (-d, --data-*, --json), filled in
+    /// from the parsed command line.
+    #[arg(skip)]
+    pub data_in_order: Vec<(DataKind, String)>,
+}
+
+/// Where one URL's body is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputTo {
+    /// `-o FILE` (`-`: stdout).
+    File(String),
+    /// `-O`: the URL's last path segment.
+    RemoteName,
+}
+
+/// Which body flag gave a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataKind {
+    /// `-d` / `--data-ascii`.
+    Ascii,
+    /// `--data-binary`.
+    Binary,
+    /// `--data-raw`.
+    Raw,
+    /// `--data-urlencode`.
+    UrlEncode,
+    /// `--json`.
+    Json,
+}
+
+impl GetArgs {
+    /// Fills in what needs the order of the flags on the command line
+    /// ([`outputs`](Self::outputs), [`data_in_order`](Self::data_in_order)),
+    /// from clap's matches for `get`.
+    pub fn order_from(&mut self, matches: &clap::ArgMatches) {
+        // Only what the command line gave (a default has an index too).
+        let at = |id: &str| -> Vec<usize> {
+            if matches.value_source(id) != Some(clap::parser::ValueSource::CommandLine) {
+                return Vec::new();
+            }
+            matches.indices_of(id).map(Iterator::collect).unwrap_or_default()
+        };
+        let mut outputs: Vec<(usize, OutputTo)> = at("output")
+            .into_iter()
+            .zip(self.output.iter())
+            .map(|(i, o)| (i, OutputTo::File(o.clone())))
+            .collect();
+        outputs.extend(
+            at("remote_name")
+                .into_iter()
+                .take(usize::from(self.remote_name))
+                .map(|i| (i, OutputTo::RemoteName)),
+        );
+        outputs.sort_by_key(|(i, _)| *i);
+        self.outputs = outputs.into_iter().map(|(_, o)| o).collect();
+        let mut data: Vec<(usize, DataKind, String)> = Vec::new();
+        for (id, kind, values) in [
+            ("data", DataKind::Ascii, &self.data),
+            ("data_binary", DataKind::Binary, &self.data_binary),
+            ("data_raw", DataKind::Raw, &self.data_raw),
+            ("data_urlencode", DataKind::UrlEncode, &self.data_urlencode),
+            ("json_body", DataKind::Json, &self.json_body),
+        ] {
+            data.extend(at(id).into_iter().zip(values.iter()).map(|(i, v)| (i, kind, v.clone())));
+        }
+        data.sort_by_key(|(i, _, _)| *i);
+        self.data_in_order = data.into_iter().map(|(_, k, v)| (k, v)).collect();
+    }
+}
+
+/// Parses curl's rates: `100`, `200K`, `1.5M`, `1G` (bytes per second).
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (number, unit) = s.split_at(s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len()));
+    let n: f64 = number.parse().map_err(|_| format!("bad rate {s:?}"))?;
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" => 1024.0,
+        "m" => 1024.0 * 1024.0,
+        "g" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(format!("bad rate unit {unit:?} in {s:?} (K, M or G)")),
+    };
+    let rate = n * scale;
+    if !(1.0..1e15).contains(&rate) {
+        return Err(format!("rate {s:?} out of range"));
+    }
+    Ok(rate as u64)
 }
 
 /// The exit codes, as curl's for the same failures (`--help`'s last lines).
@@ -435,4 +679,39 @@ pub fn with_default_command(args: impl IntoIterator<Item = std::ffi::OsString>) 
         }
     }
     args
+}
+
+/// The command line as switchyard reads it: `get` in front when no
+/// subcommand is named ([`with_default_command`]), `-K` config files
+/// expanded, clap's parse, and what needs the flags' order filled in
+/// ([`GetArgs::order_from`]).
+///
+/// # Errors
+/// A config file that cannot be read or parsed (exit 2). Clap's own usage
+/// errors, `--help` and `--version` print and exit as clap does.
+pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, crate::exit::Failed> {
+    use clap::{CommandFactory, FromArgMatches};
+    let argv = with_default_command(args);
+    let command = Cli::command();
+    let get = command.find_subcommand("get").cloned().unwrap_or_default();
+    let takes_value = |long: &str| {
+        get.get_arguments()
+            .find(|a| a.get_long() == Some(long) || a.get_all_aliases().is_some_and(|al| al.contains(&long)))
+            .map(|a| a.get_action().takes_values())
+    };
+    let short_to_long = |c: char| {
+        get.get_arguments().find(|a| a.get_short() == Some(c)).and_then(|a| a.get_long()).map(str::to_owned)
+    };
+    let is_get = argv.get(1).is_some_and(|a| a == "get");
+    let argv = if is_get {
+        crate::config::expand(argv, &takes_value, &short_to_long).map_err(crate::exit::Failed::config)?
+    } else {
+        argv
+    };
+    let matches = command.get_matches_from(argv);
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| crate::exit::Failed::config(e.to_string()))?;
+    if let (Command::Get(args), Some(m)) = (&mut cli.command, matches.subcommand_matches("get")) {
+        args.order_from(m);
+    }
+    Ok(cli)
 }

@@ -33,6 +33,8 @@ pub const WRITE: u8 = 23;
 pub const READ: u8 = 26;
 /// A timeout.
 pub const TIMEOUT: u8 = 28;
+/// `-C`: the server does not resume (answered the whole body).
+pub const RANGE: u8 = 33;
 /// The TLS handshake failed.
 pub const TLS: u8 = 35;
 /// More redirects than `--max-redirs`.
@@ -149,6 +151,11 @@ pub fn code(e: &Error) -> u8 {
             ExchangeFailureKind::Io { .. }
             | ExchangeFailureKind::Misdirected
             | ExchangeFailureKind::Shutdown => RECV,
+            // An answer that is not HTTP at all is curl's "HTTP/0.9 not
+            // allowed" (1); a broken HTTP head is its "weird reply" (8).
+            ExchangeFailureKind::Protocol { message } if message.starts_with("not an HTTP/1.x response") => {
+                GENERIC
+            }
             ExchangeFailureKind::Protocol { .. } => WEIRD_REPLY,
             _ => HTTP2_STREAM,
         },

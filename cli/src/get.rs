@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use switchyard_common::{AsyncResolve, ClientBuilder, Error, EventLog, FromConfig, HttpVersion};
 use switchyard_core::{CallId, ConnectionId, PoolStats, Route, Source};
 
-use crate::args::{Dns, GetArgs, Runtime};
+use crate::args::{Dns, GetArgs, OutputTo, Runtime};
+use crate::cookie::Jar;
 pub use crate::exit::Failed;
 use crate::exit::{self};
 use crate::record::Recorder;
@@ -24,6 +25,117 @@ struct Ctx {
     spec: Spec,
     log: EventLog,
     recorder: Recorder,
+    /// The cookie engine (`-b FILE`, `-c FILE`).
+    jar: Option<std::sync::Mutex<Jar>>,
+    /// `-n`: the netrc file's text.
+    netrc: Option<String>,
+    /// `-D FILE`: where heads are dumped (`-D -` goes through the output).
+    dump: std::sync::Mutex<Option<std::fs::File>>,
+}
+
+/// One URL to fetch, and where its body goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The URL (glob expanded, -G's query and -T's name added).
+    pub url: String,
+    /// Where the body goes.
+    pub output: Out,
+    /// Its place among the command's URLs, from 0.
+    pub index: usize,
+}
+
+/// Where a body goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Out {
+    /// stdout (or nowhere with --json-events).
+    Stdout,
+    /// A file.
+    File(std::path::PathBuf),
+}
+
+/// Sleeps on the transfer's runtime (--retry's waits).
+type Sleep<'s> =
+    &'s (dyn Fn(Duration) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Sync);
+
+/// The URLs to fetch with their outputs: every URL argument and --url in
+/// order, globs expanded (unless -g), each paired with its -o / -O.
+///
+/// # Errors
+/// No URL (exit 2), a bad glob (3), -O on a URL with no file name (23).
+pub fn jobs(args: &GetArgs, spec: &Spec) -> Result<Vec<Job>, Failed> {
+    let urls: Vec<&String> = args.urls.iter().chain(&args.more_urls).collect();
+    if urls.is_empty() {
+        return Err(Failed::config("no URL specified"));
+    }
+    if args.outputs.len() > urls.len() && !args.silent {
+        eprintln!("Warning: Got more output options than URLs");
+    }
+    let place = |name: String| {
+        let path = std::path::PathBuf::from(name);
+        match &args.output_dir {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path,
+        }
+    };
+    let mut jobs = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        let expanded = if args.globoff {
+            vec![crate::glob::Expanded { url: (*url).clone(), values: Vec::new() }]
+        } else {
+            crate::glob::expand(url).map_err(|why| {
+                Failed::with_code(exit::MALFORMED_URL, format!("({}) {url}: {why}", exit::MALFORMED_URL))
+            })?
+        };
+        let slot = args.outputs.get(i).cloned().or(args.remote_name_all.then_some(OutputTo::RemoteName));
+        for e in expanded {
+            let url = spec.url_for(&with_default_scheme(&e.url));
+            let output = match &slot {
+                None => Out::Stdout,
+                Some(OutputTo::File(f)) if f == "-" => Out::Stdout,
+                Some(OutputTo::File(f)) => Out::File(place(crate::glob::output_name(f, &e.values))),
+                Some(OutputTo::RemoteName) => Out::File(place(remote_name(&url)?)),
+            };
+            jobs.push(Job { url, output, index: jobs.len() });
+        }
+    }
+    Ok(jobs)
+}
+
+/// -O's file name: the URL path's last segment.
+fn remote_name(url: &str) -> Result<String, Failed> {
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let name = path.split_once('/').map_or("", |(_, p)| p).rsplit('/').next().unwrap_or_default();
+    if name.is_empty() {
+        return Err(Failed::with_code(
+            exit::WRITE,
+            format!(
+                "({}) {url}: Remote file name has no length (-O needs a URL that ends in a file name)",
+                exit::WRITE
+            ),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+/// A resolver that answers with one address family only (-4, -6).
+struct OneFamily(switchyard_common::SystemResolver, switchyard_core::Family);
+
+impl switchyard_common::Resolve for OneFamily {
+    fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<std::net::IpAddr>> {
+        let mut all = self.0.resolve(host, port)?;
+        all.retain(|ip| switchyard_core::Family::of(ip) == self.1);
+        if all.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "{host} has no {} address",
+                    if self.1 == switchyard_core::Family::V4 { "IPv4" } else { "IPv6" }
+                ),
+            ));
+        }
+        Ok(all)
+    }
 }
 
 /// The async resolver `--dns` asks for (`None`: the system resolver), built by
@@ -44,15 +156,38 @@ fn async_dns<R: AsyncResolve>(
 
 /// The client for any adapter, from the command line's settings.
 fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C, Failed> {
+    builder(ctx, dns)?.build().map_err(|e| Failed::with_code(exit::code(&e), format!("{e:#}")))
+}
+
+/// An async client: [`client`]'s settings and --compressed's decoding.
+fn async_client<C: FromConfig + switchyard_common::Layered>(
+    ctx: &Ctx,
+    dns: Option<impl AsyncResolve>,
+) -> Result<C, Failed> {
+    let mut b = builder::<C>(ctx, dns)?;
+    if ctx.args.compressed {
+        b = b.gzip(true).deflate(true).brotli(true);
+    }
+    b.build().map_err(|e| Failed::with_code(exit::code(&e), format!("{e:#}")))
+}
+
+/// The builder with the command line's settings.
+fn builder<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<ClientBuilder<C>, Failed> {
     let args = &ctx.args;
     let mut b = ClientBuilder::<C>::new()
         .event_listener(ctx.log.clone())
         .event_listener(ctx.recorder.clone())
         .connect_timeout(args.connect_timeout)
         .attempt_delay(args.attempt_delay)
-        .dns_cache_ttl(args.dns_cache_ttl);
+        .dns_cache_ttl(args.dns_cache_ttl)
+        // -i / -I print heads as the server wrote them.
+        .keep_raw_head(args.include || args.head || args.dump_header.is_some() || args.write_out.is_some());
     if let Some(resolver) = dns {
         b = b.async_resolver(resolver);
+    }
+    if args.ipv4 || args.ipv6 {
+        let family = if args.ipv4 { switchyard_core::Family::V4 } else { switchyard_core::Family::V6 };
+        b = b.resolver(OneFamily(switchyard_common::SystemResolver, family));
     }
     if ctx.spec.no_user_agent {
         b = b.user_agent("");
@@ -73,7 +208,11 @@ fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C,
         b = b.unix_socket(path);
     }
     if let Some(name) = &args.interface {
-        b = b.interface(name);
+        // curl's --interface takes an interface's name or a local address.
+        match name.trim_start_matches("host!").trim_start_matches("if!").parse::<std::net::IpAddr>() {
+            Ok(ip) => b = b.local_address(ip),
+            Err(_) => b = b.interface(name.trim_start_matches("if!")),
+        }
     }
     if let Some(ip) = args.local_address {
         b = b.local_address(ip);
@@ -81,11 +220,34 @@ fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C,
     if let Some(idle) = args.keepalive_time {
         b = b.tcp_keepalive(idle);
     }
-    if let Some(url) = &args.proxy {
-        let proxy = switchyard_common::parse_proxy_url(url)
+    let proxy_url = match (&args.proxy, &args.socks5, &args.socks5_hostname) {
+        (Some(url), _, _) => Some(url.clone()),
+        (None, Some(hp), _) => Some(format!("socks5://{hp}")),
+        (None, None, Some(hp)) => Some(format!("socks5h://{hp}")),
+        _ => None,
+    };
+    let proxy_url = match (&proxy_url, &args.proxy_user) {
+        (Some(url), Some(user)) => {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            let (u, p) = user.split_once(':').unwrap_or((user, ""));
+            Some(format!(
+                "{scheme}://{}:{}@{rest}",
+                crate::form::urlencode(u.as_bytes()),
+                crate::form::urlencode(p.as_bytes())
+            ))
+        }
+        _ => proxy_url,
+    };
+    if let Some(url) = proxy_url.filter(|_| args.noproxy.as_deref() != Some("*")) {
+        let proxy = switchyard_common::parse_proxy_url(&url)
             .map_err(|why| Failed::config(format!("--proxy: {why}")))?;
-        b = b.proxies([proxy]);
-    } else if args.no_proxy_env {
+        let mut rule = switchyard_common::ProxyRule::from(proxy);
+        if let Some(list) = &args.noproxy {
+            rule = rule.no_proxy(switchyard_common::NoProxy::from_string(list));
+        }
+        b = b.proxies([rule]);
+    } else if args.no_proxy_env || args.noproxy.as_deref() == Some("*") {
         b = b.no_proxy();
     } else {
         b = b.proxy_from_env();
@@ -106,7 +268,7 @@ fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C,
             b = b.add_root_certificate(c.to_vec());
         }
     }
-    b.build().map_err(|e| Failed::with_code(exit::code(&e), format!("{e:#}")))
+    Ok(b)
 }
 
 /// Runs `switchyard get` on the runtime `--runtime` names. A transfer's
@@ -115,22 +277,80 @@ fn client<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C,
 ///
 /// # Errors
 /// A bad option, or the first failed transfer.
-pub fn run(mut args: GetArgs) -> Result<(), Failed> {
-    // curl's default scheme: `localhost:8080/health` is http://localhost:8080/health.
-    for url in &mut args.urls {
-        *url = with_default_scheme(url);
-    }
-    if args.output.as_deref() == Some(std::path::Path::new("-")) {
-        // `-o -`: stdout, as curl.
-        args.output = None;
-    }
+pub fn run(args: GetArgs) -> Result<(), Failed> {
     let spec = Spec::from_args(&args)?;
+    let jobs = jobs(&args, &spec)?;
+    if args.compressed && args.runtime == Runtime::Std {
+        return Err(Failed::config(
+            "--compressed needs --runtime tokio or smol (switchyard-std does not decode bodies)",
+        ));
+    }
+    if (args.ipv4 || args.ipv6) && args.dns == Dns::Hickory {
+        return Err(Failed::config("-4/-6 work with the system resolver; with --dns hickory, use --resolve"));
+    }
+    if args.continue_at.as_deref() == Some("-") && jobs.iter().any(|j| j.output == Out::Stdout) {
+        return Err(Failed::config("-C - needs -o FILE or -O (the size of the file is where it resumes)"));
+    }
     if args.insecure {
         eprintln!(
             "switchyard: warning: --insecure: server certificates are NOT verified; anyone on the path can read and change this traffic"
         );
     }
-    let ctx = Arc::new(Ctx { args, spec, log: EventLog::default(), recorder: Recorder::default() });
+    // The cookie engine: -b FILE reads a jar (a missing file is an empty
+    // jar, as curl), -c writes one.
+    let jar_files: Vec<&String> = args.cookie.iter().filter(|c| !c.contains('=')).collect();
+    let jar = (!jar_files.is_empty() || args.cookie_jar.is_some()).then(|| {
+        let mut text = String::new();
+        for f in jar_files {
+            if let Ok(t) = std::fs::read_to_string(f) {
+                text.push_str(&t);
+                text.push('\n');
+            }
+        }
+        let host = jobs
+            .first()
+            .and_then(|j| url::Url::parse(&j.url).ok())
+            .and_then(|u| u.host_str().map(str::to_owned));
+        std::sync::Mutex::new(Jar::read(&text, &host.unwrap_or_default()))
+    });
+    let netrc = if args.netrc || args.netrc_optional || args.netrc_file.is_some() {
+        let path = args.netrc_file.clone().unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".netrc")
+        });
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text),
+            Err(_) if args.netrc_optional => None,
+            Err(e) => {
+                return Err(Failed::with_code(
+                    exit::READ,
+                    format!("({}) cannot read the netrc file {}: {e}", exit::READ, path.display()),
+                ))
+            }
+        }
+    } else {
+        None
+    };
+    let dump = match args.dump_header.as_deref() {
+        Some(f) if f != "-" => Some(std::fs::File::create(f).map_err(|e| {
+            Failed::with_code(exit::WRITE, format!("({}) cannot write -D {f}: {e}", exit::WRITE))
+        })?),
+        _ => None,
+    };
+    let ctx = Arc::new(Ctx {
+        args,
+        spec,
+        log: EventLog::default(),
+        recorder: Recorder::default(),
+        jar,
+        netrc,
+        dump: std::sync::Mutex::new(dump),
+    });
+    let result = run_on_runtime(&ctx, &jobs);
+    ctx.write_jar()?;
+    result
+}
+
+fn run_on_runtime(ctx: &Arc<Ctx>, jobs: &[Job]) -> Result<(), Failed> {
     let args = &ctx.args;
     match args.runtime {
         Runtime::Tokio => {
@@ -151,11 +371,20 @@ pub fn run(mut args: GetArgs) -> Result<(), Failed> {
                     switchyard_tokio::HickoryResolver::with_servers(servers)
                 }
             })?;
-            let client: switchyard_tokio::Client = client(&ctx, dns)?;
-            let done = rt.block_on(run_async(client, Arc::clone(&ctx), |f| {
-                let task = tokio::spawn(f);
-                Box::pin(async move { task.await.map_err(|e| e.to_string())? })
-            }));
+            let client: switchyard_tokio::Client = async_client(ctx, dns)?;
+            let sleep = |d: Duration| -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+                Box::pin(tokio::time::sleep(d))
+            };
+            let done = rt.block_on(run_async(
+                client,
+                Arc::clone(ctx),
+                jobs,
+                |f| {
+                    let task = tokio::spawn(f);
+                    Box::pin(async move { task.await.map_err(|e| e.to_string())? })
+                },
+                &sleep,
+            ));
             // A lookup still running on the blocking pool (a slow AAAA answer the
             // race did not wait for) must not hold the exit up.
             rt.shutdown_background();
@@ -169,8 +398,13 @@ pub fn run(mut args: GetArgs) -> Result<(), Failed> {
                     switchyard_smol::HickoryResolver::with_servers(servers)
                 }
             })?;
-            let client: switchyard_smol::Client = client(&ctx, dns)?;
-            smol::block_on(run_async(client, Arc::clone(&ctx), |f| Box::pin(smol::spawn(f))))
+            let client: switchyard_smol::Client = async_client(ctx, dns)?;
+            let sleep = |d: Duration| -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+                Box::pin(async move {
+                    smol::Timer::after(d).await;
+                })
+            };
+            smol::block_on(run_async(client, Arc::clone(ctx), jobs, |f| Box::pin(smol::spawn(f)), &sleep))
         }
         Runtime::Std => {
             if args.dns == Dns::Hickory {
@@ -178,8 +412,8 @@ pub fn run(mut args: GetArgs) -> Result<(), Failed> {
                     "--dns hickory needs --runtime tokio or smol (switchyard-std resolves with the system)",
                 ));
             }
-            let client: switchyard_std::Client = client(&ctx, None::<Arc<dyn AsyncResolve>>)?;
-            run_std(&client, &ctx)
+            let client: switchyard_std::Client = client(ctx, None::<Arc<dyn AsyncResolve>>)?;
+            run_std(&client, ctx, jobs)
         }
     }
 }
@@ -225,12 +459,178 @@ impl Ctx {
     }
 
     /// The first hop of `url`.
-    fn first_hop(&self, url: &str) -> Hop {
+    fn first_hop(&self, url: &str, offset: u64) -> Hop {
+        let mut headers = self.spec.headers.clone();
+        if offset > 0 {
+            if let Ok(range) = http::HeaderValue::from_str(&format!("bytes={offset}-")) {
+                headers.insert(http::header::RANGE, range);
+            }
+        }
         Hop {
             method: self.spec.method.clone(),
             url: url.to_owned(),
-            headers: self.spec.headers.clone(),
+            headers,
             body: self.spec.body.clone(),
+            method_forced: self.spec.method_forced,
+            posts_data: self.spec.posts_data,
+        }
+    }
+
+    /// The headers `hop` is sent with: its own, the jar's cookies for its
+    /// URL, and -n's credentials for its host.
+    fn hop_headers(&self, hop: &Hop) -> http::HeaderMap {
+        let mut headers = hop.headers.clone();
+        let parsed = url::Url::parse(&hop.url).ok();
+        let Some(u) = parsed else { return headers };
+        let host = u.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+        if let Some(jar) = &self.jar {
+            let jar = jar.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(cookies) = jar.header(host, u.path(), u.scheme() == "https") {
+                let value = match headers.get(http::header::COOKIE).and_then(|v| v.to_str().ok()) {
+                    Some(given) => format!("{given}; {cookies}"),
+                    None => cookies,
+                };
+                if let Ok(v) = http::HeaderValue::from_str(&value) {
+                    headers.insert(http::header::COOKIE, v);
+                }
+            }
+        }
+        if let Some(text) = &self.netrc {
+            if !self.spec.has_user && !headers.contains_key(http::header::AUTHORIZATION) {
+                if let Some((login, password)) = crate::netrc::lookup(text, host) {
+                    if let Ok(v) =
+                        http::HeaderValue::from_str(&crate::request::basic(&format!("{login}:{password}")))
+                    {
+                        headers.insert(http::header::AUTHORIZATION, v);
+                    }
+                }
+            }
+        }
+        headers
+    }
+
+    /// A head arrived for `done`: the jar learns its cookies; -D dumps it.
+    fn saw_head(&self, done: &HopDone, sink: &mut Option<Sink>, job: &Job) -> Result<(), Failed> {
+        if let Some(jar) = &self.jar {
+            if let Ok(u) = url::Url::parse(&done.url) {
+                let mut jar = jar.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let host = u.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+                for v in done.headers.get_all(http::header::SET_COOKIE) {
+                    jar.set(&String::from_utf8_lossy(v.as_bytes()), host, u.path(), u.scheme() == "https");
+                }
+            }
+        }
+        match self.args.dump_header.as_deref() {
+            Some("-") => {
+                // -D -: stdout, wherever the body goes.
+                let _ = job;
+                if let Some(s) = sink.as_mut() {
+                    s.flush_stdout()?;
+                }
+                let mut out = std::io::stdout().lock();
+                out.write_all(&crate::transfer::head_text(done)).and_then(|()| out.flush()).map_err(|e| {
+                    Failed::with_code(exit::WRITE, format!("({}) cannot write stdout: {e}", exit::WRITE))
+                })?;
+            }
+            Some(path) => {
+                let mut dump = self.dump.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(f) = dump.as_mut() {
+                    f.write_all(&crate::transfer::head_text(done)).map_err(|e| {
+                        Failed::with_code(
+                            exit::WRITE,
+                            format!("({}) cannot write -D {path}: {e}", exit::WRITE),
+                        )
+                    })?;
+                }
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// -c: the jar, written at the end.
+    fn write_jar(&self) -> Result<(), Failed> {
+        let (Some(path), Some(jar)) = (&self.args.cookie_jar, &self.jar) else { return Ok(()) };
+        let text = jar.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write();
+        if path == "-" {
+            print!("{text}");
+            return Ok(());
+        }
+        std::fs::write(path, text).map_err(|e| {
+            Failed::with_code(
+                exit::WRITE,
+                format!("({}) cannot write the cookie jar {path}: {e}", exit::WRITE),
+            )
+        })
+    }
+
+    /// --retry: how long to wait before trying `t` again, or `None` (not
+    /// transient, no retries left, --retry-max-time passed).
+    fn retry_wait(
+        &self,
+        t: &Transfer,
+        left: u32,
+        started: Instant,
+        backoff: &mut Duration,
+    ) -> Option<Duration> {
+        let args = &self.args;
+        if left == 0 {
+            return None;
+        }
+        let status = t.last().map(|h| h.status.as_u16());
+        let http_transient = matches!(status, Some(408 | 429 | 500 | 502 | 503 | 504));
+        let why = match &t.result {
+            _ if http_transient => "HTTP error",
+            Err(f) if f.code == exit::TIMEOUT || f.code == exit::DNS || f.code == exit::PROXY_DNS => {
+                "timeout"
+            }
+            Err(f) if f.code == exit::CONNECT && args.retry_connrefused => "connection refused",
+            Err(_) if args.retry_all_errors => "error",
+            _ => return None,
+        };
+        if args.retry_max_time.is_some_and(|max| started.elapsed() >= max) {
+            return None;
+        }
+        let retry_after = t
+            .last()
+            .and_then(|h| h.headers.get(http::header::RETRY_AFTER))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs);
+        let wait = match (args.retry_delay, retry_after) {
+            (Some(d), _) => d,
+            (None, Some(after)) => after,
+            (None, None) => {
+                let w = *backoff;
+                *backoff = (*backoff * 2).min(Duration::from_secs(600));
+                w
+            }
+        };
+        let wait = match args.retry_max_time {
+            Some(max) => wait.min(max.saturating_sub(started.elapsed())),
+            None => wait,
+        };
+        if !args.silent || args.show_error {
+            eprintln!(
+                "Warning: Problem : {why}. Will retry in {} seconds. {left} retries left.",
+                wait.as_secs()
+            );
+        }
+        Some(wait)
+    }
+
+    /// The resume offset for `job` (-C).
+    fn offset(&self, job: &Job) -> Result<u64, Failed> {
+        match self.args.continue_at.as_deref() {
+            None => Ok(0),
+            Some("-") => Ok(match &job.output {
+                Out::File(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
+                Out::Stdout => 0,
+            }),
+            Some(n) => {
+                n.parse().map_err(|_| Failed::config(format!("-C {n:?}: expected a byte offset or -")))
+            }
         }
     }
 
@@ -252,6 +652,9 @@ impl Ctx {
             status: head.status,
             version: head.version,
             headers: head.headers.clone(),
+            raw: head.extensions.get::<switchyard_core::http1::RawHead>().cloned(),
+            request_headers: hop.headers.clone(),
+            request_body: hop.body.as_ref().map_or(0, |b| b.len() as u64),
             peer,
             connection,
             source,
@@ -281,6 +684,12 @@ impl Ctx {
                     ));
                 }
                 done.redirect = Some(next.url.clone());
+                let mut next = next;
+                if self.spec.referer_auto {
+                    if let Ok(v) = http::HeaderValue::from_str(&hop.url) {
+                        next.headers.insert(http::header::REFERER, v);
+                    }
+                }
                 Ok(Some(next))
             }
             Err(why) => Err(Failed::new(format!(
@@ -292,12 +701,18 @@ impl Ctx {
     }
 
     /// A redirect followed: its head with -i, its timeline with -v.
-    fn followed(&self, print: bool, done: &HopDone, sink: &mut Option<Sink>) -> Result<(), Failed> {
+    fn followed(
+        &self,
+        print: bool,
+        done: &HopDone,
+        sink: &mut Option<Sink>,
+        job: &Job,
+    ) -> Result<(), Failed> {
         if !print {
             return Ok(());
         }
-        if self.args.include {
-            open(sink, &self.args)?.head(done)?;
+        if self.args.include || self.args.head {
+            open(sink, &self.args, job)?.head(done)?;
         }
         self.timeline(done.call);
         if self.args.verbose && !self.args.json {
@@ -312,30 +727,51 @@ impl Ctx {
 
     /// The answer: -f's verdict, then its head (stderr, or the output with
     /// -i / -I); whether its body is to be read.
-    fn answer(&self, print: bool, done: &HopDone, sink: &mut Option<Sink>) -> Result<bool, Failed> {
+    fn answer(
+        &self,
+        print: bool,
+        done: &HopDone,
+        sink: &mut Option<Sink>,
+        job: &Job,
+    ) -> Result<bool, Failed> {
         let args = &self.args;
         if args.fail && done.status.as_u16() >= 400 {
-            return Err(Failed::with_code(
-                exit::HTTP_STATUS,
-                format!(
-                    "({}) {}: the server answered {}",
-                    exit::HTTP_STATUS,
-                    switchyard_common::redact(&done.url),
-                    status_line(done.version, done.status)
-                ),
-            ));
+            return Err(self.status_failed(done));
         }
         if print {
             if args.include || args.head {
-                open(sink, args)?.head(done)?;
-            } else if !args.silent && !args.json {
+                open(sink, args, job)?.head(done)?;
+            } else if !args.silent && !args.json && args.dump_header.is_none() {
                 eprintln!("{}", status_line(done.version, done.status));
             }
             if !args.head && done.method != http::Method::HEAD {
-                open(sink, args)?;
+                open(sink, args, job)?;
             }
         }
         Ok(done.method != http::Method::HEAD)
+    }
+
+    /// -f's and --fail-with-body's failure for `done`'s status.
+    fn status_failed(&self, done: &HopDone) -> Failed {
+        Failed::with_code(
+            exit::HTTP_STATUS,
+            format!(
+                "({}) {}: The requested URL returned error: {}",
+                exit::HTTP_STATUS,
+                switchyard_common::redact(&done.url),
+                done.status.as_u16()
+            ),
+        )
+    }
+
+    /// After the body: --fail-with-body's verdict, and -C's check that the
+    /// server resumed (206) rather than sent the whole body again.
+    fn after_body(&self, done: &HopDone, offset: u64) -> Result<(), Failed> {
+        if self.args.fail_with_body && done.status.as_u16() >= 400 {
+            return Err(self.status_failed(done));
+        }
+        let _ = offset;
+        Ok(())
     }
 
     /// -v: one call's timeline.
@@ -386,13 +822,15 @@ impl Ctx {
             }
             let _ = writeln!(out, "{}", serde_json::json!({ "result": result }));
         }
+        let _ = out.flush();
+        drop(out);
         if let (Some(format), Some(vars)) = (&args.write_out, &vars) {
-            for name in crate::write_out::unknown(format, vars) {
+            let format = crate::write_out::format_text(format);
+            for name in crate::write_out::unknown(&format, vars) {
                 eprintln!("switchyard: unknown --write-out variable: '{name}'");
             }
-            let _ = write!(out, "{}", crate::write_out::render(format, vars, t.last().map(|h| &h.headers)));
+            crate::write_out::write(&format, vars, t.last().map(|h| &h.headers));
         }
-        let _ = out.flush();
     }
 
     /// --har: every call recorded.
@@ -407,16 +845,17 @@ impl Ctx {
 }
 
 /// Opens the transfer's output on first use.
-fn open<'s>(sink: &'s mut Option<Sink>, args: &GetArgs) -> Result<&'s mut Sink, Failed> {
+fn open<'s>(sink: &'s mut Option<Sink>, args: &GetArgs, job: &Job) -> Result<&'s mut Sink, Failed> {
     if sink.is_none() {
-        *sink = Some(Sink::open(args)?);
+        *sink = Some(Sink::open(args, job, false)?);
     }
     sink.as_mut().ok_or_else(|| Failed::new("no output"))
 }
 
-/// The first failure's exit code, as the command's error (already printed).
-fn first_failure<'t>(transfers: impl IntoIterator<Item = &'t Transfer>) -> Result<(), Failed> {
-    match transfers.into_iter().find_map(|t| t.result.as_ref().err()) {
+/// The last transfer's exit code (curl's rule for several URLs), as the
+/// command's error (already printed).
+fn last_result<'t>(transfers: impl IntoIterator<Item = &'t Transfer>) -> Result<(), Failed> {
+    match transfers.into_iter().last().and_then(|t| t.result.as_ref().err()) {
         Some(f) => Err(Failed::with_code(f.code, String::new())),
         None => Ok(()),
     }
@@ -424,24 +863,99 @@ fn first_failure<'t>(transfers: impl IntoIterator<Item = &'t Transfer>) -> Resul
 
 type Spawned = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Transfer, String>> + Send>>;
 
+/// What a hop's answer leads to, decided the same way on every client.
+enum Step {
+    /// Follow the redirect: drain the body, then this hop.
+    Follow(Hop),
+    /// The answer: read its body (when `true`) into the sink.
+    Read(bool),
+    /// The transfer ends with this.
+    End(Result<(), Failed>),
+}
+
+impl Ctx {
+    /// The request for `hop`, on any client.
+    fn timeout_for(&self, t: &Transfer, hop: &Hop) -> Result<Option<Duration>, Failed> {
+        self.remaining(t, &hop.url)
+    }
+
+    /// Decides what an answered hop leads to (and prints heads, -D, the
+    /// jar), the shared half of both transfer loops.
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        hop: &Hop,
+        done: &mut HopDone,
+        t: &Transfer,
+        sink: &mut Option<Sink>,
+        job: &Job,
+        print: bool,
+        offset: u64,
+    ) -> Step {
+        if let Err(f) = self.saw_head(done, sink, job) {
+            return Step::End(Err(f));
+        }
+        match self.next_hop(hop, done, t) {
+            Err(f) => Step::End(Err(f)),
+            Ok(Some(next)) => match self.followed(print, done, sink, job) {
+                Ok(()) => Step::Follow(next),
+                Err(f) => Step::End(Err(f)),
+            },
+            Ok(None) => {
+                if offset > 0 && sink.is_none() && print {
+                    match done.status.as_u16() {
+                        206 => match Sink::open(&self.args, job, true) {
+                            Ok(s) => *sink = Some(s),
+                            Err(f) => return Step::End(Err(f)),
+                        },
+                        200 => return Step::End(Err(Failed::with_code(
+                            exit::RANGE,
+                            format!(
+                                "({}) {}: HTTP server doesn't seem to support byte ranges. Cannot resume.",
+                                exit::RANGE,
+                                switchyard_common::redact(&done.url)
+                            ),
+                        ))),
+                        _ => {}
+                    }
+                }
+                match self.answer(print, done, sink, job) {
+                    Ok(read) => Step::Read(read),
+                    Err(f) => Step::End(Err(f)),
+                }
+            }
+        }
+    }
+}
+
 /// One URL's transfer on an async client: each hop a call, redirects
 /// followed with -L; `print`: the head, body and timelines go out (a
-/// single fetch), else the body is only counted (-n/-c).
+/// single fetch), else the body is only counted (--requests).
 async fn transfer_async<R: switchyard_async::Runtime>(
     client: &switchyard_async::Client<R>,
     ctx: &Ctx,
-    url: &str,
+    job: &Job,
     print: bool,
 ) -> Transfer {
-    let mut t = Transfer::start(url);
-    let mut hop = ctx.first_hop(url);
+    let mut t = Transfer::start(&job.url);
+    t.index = job.index;
+    t.filename = match &job.output {
+        Out::File(path) => Some(path.display().to_string()),
+        Out::Stdout => None,
+    };
+    let offset = match ctx.offset(job) {
+        Ok(o) => o,
+        Err(f) => return t.end(Err(f)),
+    };
+    let mut hop = ctx.first_hop(&job.url, offset);
     let mut sink = None;
     let result = loop {
-        let timeout = match ctx.remaining(&t, &hop.url) {
+        let timeout = match ctx.timeout_for(&t, &hop) {
             Ok(d) => d,
             Err(f) => break Err(f),
         };
-        let mut request = client.request(hop.method.clone(), hop.url.as_str()).headers(hop.headers.clone());
+        let sent = ctx.hop_headers(&hop);
+        let mut request = client.request(hop.method.clone(), hop.url.as_str()).headers(sent.clone());
         if let Some(body) = &hop.body {
             request = request.body(body.clone());
         }
@@ -459,27 +973,24 @@ async fn transfer_async<R: switchyard_async::Runtime>(
             (response.call_id(), response.connection_id(), response.connection_source());
         let (head, mut body) = response.into_parts();
         let mut done = Ctx::answered(&hop, &head, call, connection, source, |id| client.connection_route(id));
-        match ctx.next_hop(&hop, &mut done, &t) {
-            Err(f) => {
+        done.request_headers = sent;
+        match ctx.step(&hop, &mut done, &t, &mut sink, job, print, offset) {
+            Step::End(r) => {
                 t.hops.push(done);
-                break Err(f);
+                break r;
             }
-            Ok(Some(next)) => {
+            Step::Follow(next) => {
                 // The redirect's body is read to its end, so its connection
                 // goes back to the pool for a same-origin hop.
                 while let Ok(Some(chunk)) = body.chunk().await {
                     done.bytes += chunk.len() as u64;
                 }
-                let shown = ctx.followed(print, &done, &mut sink);
                 t.hops.push(done);
-                if let Err(f) = shown {
-                    break Err(f);
-                }
                 hop = next;
             }
-            Ok(None) => {
+            Step::Read(read) => {
                 let read = async {
-                    if !ctx.answer(print, &done, &mut sink)? {
+                    if !read {
                         return Ok(());
                     }
                     while let Some(chunk) = body.chunk().await.map_err(|e| Failed::call(&hop.url, &e))? {
@@ -491,7 +1002,9 @@ async fn transfer_async<R: switchyard_async::Runtime>(
                     Ok(())
                 }
                 .await;
-                let read = read.and_then(|()| sink.take().map_or(Ok(()), Sink::finish));
+                let read = read
+                    .and_then(|()| sink.take().map_or(Ok(()), Sink::finish))
+                    .and_then(|()| ctx.after_body(&done, offset));
                 if print {
                     ctx.timeline(done.call);
                 }
@@ -503,36 +1016,62 @@ async fn transfer_async<R: switchyard_async::Runtime>(
     t.end(result)
 }
 
+/// [`transfer_async`], again after --retry's wait while the failure is
+/// transient and retries are left.
+async fn transfer_async_retrying<R: switchyard_async::Runtime>(
+    client: &switchyard_async::Client<R>,
+    ctx: &Ctx,
+    job: &Job,
+    print: bool,
+    sleep: Sleep<'_>,
+) -> Transfer {
+    let started = Instant::now();
+    let mut backoff = Duration::from_secs(1);
+    let mut left = ctx.args.retry;
+    loop {
+        let t = transfer_async(client, ctx, job, print).await;
+        match ctx.retry_wait(&t, left, started, &mut backoff) {
+            Some(wait) => {
+                left -= 1;
+                sleep(wait).await;
+            }
+            None => return t,
+        }
+    }
+}
+
 async fn run_async<R: switchyard_async::Runtime>(
     client: switchyard_async::Client<R>,
     ctx: Arc<Ctx>,
+    jobs: &[Job],
     spawn: impl Fn(Spawned) -> Spawned,
+    sleep: Sleep<'_>,
 ) -> Result<(), Failed> {
     let args = &ctx.args;
     if args.requests == 1 && args.concurrency == 1 {
         let mut transfers = Vec::new();
-        for url in &args.urls {
+        for job in jobs {
             ctx.log.clear();
-            ctx.announce(url);
-            let t = transfer_async(&client, &ctx, url, true).await;
+            ctx.announce(&job.url);
+            let t = transfer_async_retrying(&client, &ctx, job, true, sleep).await;
             ctx.finish(&t);
             transfers.push(t);
         }
         ctx.write_har(&transfers)?;
-        return first_failure(&transfers);
+        return last_result(&transfers);
     }
-    let total = args.requests * args.urls.len() as u64;
+    let total = args.requests * jobs.len() as u64;
     let progress = Progress::new(total, args);
     let limit =
         Arc::new(tokio::sync::Semaphore::new(usize::try_from(args.concurrency).unwrap_or(usize::MAX)));
     let mut tasks = Vec::new();
     for i in 0..total {
-        let url = args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()].clone();
+        let job = jobs[usize::try_from(i).unwrap_or(0) % jobs.len()].clone();
         let (client, limit, bar, ctx) =
             (client.clone(), Arc::clone(&limit), progress.bar.clone(), Arc::clone(&ctx));
         tasks.push(spawn(Box::pin(async move {
             let _permit = limit.acquire_owned().await.ok();
-            let t = transfer_async(&client, &ctx, &url, false).await;
+            let t = transfer_async(&client, &ctx, &job, false).await;
             bar.inc(1);
             Ok(t)
         })));
@@ -551,16 +1090,26 @@ async fn run_async<R: switchyard_async::Runtime>(
 }
 
 /// One URL's transfer on the blocking client (as [`transfer_async`]).
-fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, url: &str, print: bool) -> Transfer {
-    let mut t = Transfer::start(url);
-    let mut hop = ctx.first_hop(url);
+fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, job: &Job, print: bool) -> Transfer {
+    let mut t = Transfer::start(&job.url);
+    t.index = job.index;
+    t.filename = match &job.output {
+        Out::File(path) => Some(path.display().to_string()),
+        Out::Stdout => None,
+    };
+    let offset = match ctx.offset(job) {
+        Ok(o) => o,
+        Err(f) => return t.end(Err(f)),
+    };
+    let mut hop = ctx.first_hop(&job.url, offset);
     let mut sink = None;
     let result = loop {
-        let timeout = match ctx.remaining(&t, &hop.url) {
+        let timeout = match ctx.timeout_for(&t, &hop) {
             Ok(d) => d,
             Err(f) => break Err(f),
         };
-        let mut request = client.request(hop.method.clone(), hop.url.as_str()).headers(hop.headers.clone());
+        let sent = ctx.hop_headers(&hop);
+        let mut request = client.request(hop.method.clone(), hop.url.as_str()).headers(sent.clone());
         if let Some(body) = &hop.body {
             request = request.body(body.clone());
         }
@@ -578,25 +1127,22 @@ fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, url: &str, print: bo
             (response.call_id(), response.connection_id(), response.connection_source());
         let (head, mut body) = response.into_parts();
         let mut done = Ctx::answered(&hop, &head, call, connection, source, |id| client.connection_route(id));
-        match ctx.next_hop(&hop, &mut done, &t) {
-            Err(f) => {
+        done.request_headers = sent;
+        match ctx.step(&hop, &mut done, &t, &mut sink, job, print, offset) {
+            Step::End(r) => {
                 t.hops.push(done);
-                break Err(f);
+                break r;
             }
-            Ok(Some(next)) => {
+            Step::Follow(next) => {
                 while let Ok(Some(chunk)) = body.chunk() {
                     done.bytes += chunk.len() as u64;
                 }
-                let shown = ctx.followed(print, &done, &mut sink);
                 t.hops.push(done);
-                if let Err(f) = shown {
-                    break Err(f);
-                }
                 hop = next;
             }
-            Ok(None) => {
+            Step::Read(read) => {
                 let read = (|| {
-                    if !ctx.answer(print, &done, &mut sink)? {
+                    if !read {
                         return Ok(());
                     }
                     while let Some(chunk) = body.chunk().map_err(|e| Failed::call(&hop.url, &e))? {
@@ -607,7 +1153,9 @@ fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, url: &str, print: bo
                     }
                     Ok(())
                 })();
-                let read = read.and_then(|()| sink.take().map_or(Ok(()), Sink::finish));
+                let read = read
+                    .and_then(|()| sink.take().map_or(Ok(()), Sink::finish))
+                    .and_then(|()| ctx.after_body(&done, offset));
                 if print {
                     ctx.timeline(done.call);
                 }
@@ -619,22 +1167,39 @@ fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, url: &str, print: bo
     t.end(result)
 }
 
-/// The blocking client: `-c` threads share the requests.
-fn run_std(client: &switchyard_std::Client, ctx: &Ctx) -> Result<(), Failed> {
+/// [`transfer_std`] with --retry.
+fn transfer_std_retrying(client: &switchyard_std::Client, ctx: &Ctx, job: &Job, print: bool) -> Transfer {
+    let started = Instant::now();
+    let mut backoff = Duration::from_secs(1);
+    let mut left = ctx.args.retry;
+    loop {
+        let t = transfer_std(client, ctx, job, print);
+        match ctx.retry_wait(&t, left, started, &mut backoff) {
+            Some(wait) => {
+                left -= 1;
+                std::thread::sleep(wait);
+            }
+            None => return t,
+        }
+    }
+}
+
+/// The blocking client: --concurrency threads share the requests.
+fn run_std(client: &switchyard_std::Client, ctx: &Ctx, jobs: &[Job]) -> Result<(), Failed> {
     let args = &ctx.args;
     if args.requests == 1 && args.concurrency == 1 {
         let mut transfers = Vec::new();
-        for url in &args.urls {
+        for job in jobs {
             ctx.log.clear();
-            ctx.announce(url);
-            let t = transfer_std(client, ctx, url, true);
+            ctx.announce(&job.url);
+            let t = transfer_std_retrying(client, ctx, job, true);
             ctx.finish(&t);
             transfers.push(t);
         }
         ctx.write_har(&transfers)?;
-        return first_failure(&transfers);
+        return last_result(&transfers);
     }
-    let total = args.requests * args.urls.len() as u64;
+    let total = args.requests * jobs.len() as u64;
     let progress = Progress::new(total, args);
     let next = std::sync::atomic::AtomicU64::new(0);
     let results = std::sync::Mutex::new(Vec::new());
@@ -645,8 +1210,8 @@ fn run_std(client: &switchyard_std::Client, ctx: &Ctx) -> Result<(), Failed> {
                 if i >= total {
                     return;
                 }
-                let url = &args.urls[usize::try_from(i).unwrap_or(0) % args.urls.len()];
-                let t = transfer_std(client, ctx, url, false);
+                let job = &jobs[usize::try_from(i).unwrap_or(0) % jobs.len()];
+                let t = transfer_std(client, ctx, job, false);
                 progress.bar.inc(1);
                 results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Ok(t));
             });
@@ -701,28 +1266,46 @@ struct Sink {
     what: String,
     progress: Option<indicatif::ProgressBar>,
     started: Instant,
+    /// --limit-rate, bytes per second.
+    rate: Option<u64>,
+    /// Bytes written so far (for --limit-rate).
+    written: u64,
 }
 
 impl Sink {
-    fn open(args: &GetArgs) -> Result<Sink, Failed> {
+    /// The output `job` names (`append`: -C resumes a file).
+    fn open(args: &GetArgs, job: &Job, append: bool) -> Result<Sink, Failed> {
         let cannot = |what: &str, e: std::io::Error| {
             Failed::with_code(exit::WRITE, format!("({}) cannot write {what}: {e}", exit::WRITE))
         };
-        let (out, what): (Option<Box<dyn Write + Send>>, String) = match &args.output {
-            Some(path) => {
-                let file = std::fs::File::create(path).map_err(|e| cannot(&path.display().to_string(), e))?;
+        let to_file = matches!(job.output, Out::File(_));
+        let (out, what): (Option<Box<dyn Write + Send>>, String) = match &job.output {
+            Out::File(path) => {
+                if args.create_dirs {
+                    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                        std::fs::create_dir_all(parent)
+                            .map_err(|e| cannot(&parent.display().to_string(), e))?;
+                    }
+                }
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .append(append)
+                    .truncate(!append)
+                    .open(path)
+                    .map_err(|e| cannot(&path.display().to_string(), e))?;
                 (
                     Some(Box::new(std::io::BufWriter::with_capacity(256 * 1024, file))),
                     path.display().to_string(),
                 )
             }
-            None if !args.json => (
+            Out::Stdout if !args.json => (
                 Some(Box::new(std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout()))),
                 "stdout".into(),
             ),
-            None => (None, String::new()),
+            Out::Stdout => (None, String::new()),
         };
-        let progress = (args.output.is_some() && std::io::stderr().is_terminal()).then(|| {
+        let progress = (to_file && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::hidden());
             if let Ok(style) = indicatif::ProgressStyle::with_template(
                 "{bytes}/{total_bytes} {binary_bytes_per_sec} {elapsed} {wide_bar}",
@@ -731,7 +1314,7 @@ impl Sink {
             }
             bar
         });
-        Ok(Sink { out, what, progress, started: Instant::now() })
+        Ok(Sink { out, what, progress, started: Instant::now(), rate: args.limit_rate, written: 0 })
     }
 
     fn failed(&self, e: &std::io::Error) -> Failed {
@@ -740,11 +1323,7 @@ impl Sink {
 
     /// A response head, as curl's -i prints it (CRLF line ends).
     fn head(&mut self, done: &HopDone) -> Result<(), Failed> {
-        let mut text = format!("{}\r\n", status_line(done.version, done.status));
-        for (name, value) in &done.headers {
-            text.push_str(&format!("{name}: {}\r\n", String::from_utf8_lossy(value.as_bytes())));
-        }
-        text.push_str("\r\n");
+        let text = crate::transfer::head_text(done);
         if let Some(bar) = &self.progress {
             if let Some(n) = done
                 .headers
@@ -756,12 +1335,32 @@ impl Sink {
             }
         }
         match &mut self.out {
-            Some(out) => out.write_all(text.as_bytes()).map_err(|e| self.failed(&e)),
+            Some(out) => out.write_all(&text).map_err(|e| self.failed(&e)),
             None => Ok(()),
         }
     }
 
+    /// Flushes what is buffered for stdout (before something else is
+    /// written there).
+    fn flush_stdout(&mut self) -> Result<(), Failed> {
+        if self.what == "stdout" {
+            if let Some(out) = &mut self.out {
+                out.flush().map_err(|e| self.failed(&e))?;
+            }
+        }
+        Ok(())
+    }
+
     fn write(&mut self, chunk: &[u8]) -> Result<(), Failed> {
+        if let Some(rate) = self.rate {
+            // --limit-rate: never ahead of `rate` bytes per second (the socket's
+            // buffers and TCP's window hold the rest back meanwhile).
+            self.written += chunk.len() as u64;
+            let due = Duration::from_secs_f64(self.written as f64 / rate as f64);
+            if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(ahead);
+            }
+        }
         if let Some(out) = &mut self.out {
             if let Err(e) = out.write_all(chunk) {
                 return Err(self.failed(&e));
@@ -828,15 +1427,15 @@ fn summary(
         }
     }
     if let Some(format) = &args.write_out {
-        let mut out = std::io::stdout().lock();
+        let format = crate::write_out::format_text(format);
         for (i, t) in transfers.iter().enumerate() {
             let vars = crate::write_out::variables(t, &ctx.recorder);
             if i == 0 {
-                for name in crate::write_out::unknown(format, &vars) {
+                for name in crate::write_out::unknown(&format, &vars) {
                     eprintln!("switchyard: unknown --write-out variable: '{name}'");
                 }
             }
-            let _ = write!(out, "{}", crate::write_out::render(format, &vars, t.last().map(|h| &h.headers)));
+            crate::write_out::write(&format, &vars, t.last().map(|h| &h.headers));
         }
     }
     latencies.sort();

@@ -4,11 +4,16 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod args;
+pub mod config;
+pub mod cookie;
 pub mod demo;
 pub mod exit;
+pub mod form;
 pub mod gateway;
 pub mod get;
+pub mod glob;
 pub mod har;
+pub mod netrc;
 pub mod record;
 pub mod redirect;
 pub mod request;

@@ -4,12 +4,15 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use switchyard_cli::args::{Cli, Command};
+use switchyard_cli::args::Command;
 use switchyard_cli::exit::Failed;
 
 fn main() -> ExitCode {
-    match Cli::parse_from(switchyard_cli::args::with_default_command(std::env::args_os())).command {
+    let cli = match switchyard_cli::args::parse(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(e) => return exit(Err(e)),
+    };
+    match cli.command {
         // `get` starts the runtime its --runtime names.
         Command::Get(args) => exit(switchyard_cli::get::run(*args)),
         Command::Warm(args) => exit(switchyard_cli::warm::run(&args)),
@@ -29,7 +32,10 @@ fn exit(result: Result<(), Failed>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            if !e.message.is_empty() {
+            if e.message.starts_with('(') {
+                // A failure that names its exit code, as a transfer's does.
+                eprintln!("switchyard: {}", e.message);
+            } else if !e.message.is_empty() {
                 eprintln!("switchyard: error: {}", e.message);
             }
             ExitCode::from(e.code.max(1))

@@ -68,6 +68,8 @@ pub struct Phases {
     pub connect: f64,
     /// TLS done (0 without TLS or on a reused connection).
     pub appconnect: f64,
+    /// The request was about to be sent (curl's pretransfer).
+    pub pretransfer: f64,
     /// The response head arrived.
     pub starttransfer: f64,
     /// The body ended (or the call did).
@@ -153,6 +155,7 @@ impl CallRecord {
             namelookup: since(self.dns_end),
             connect: since(tcp),
             appconnect: since(w.and_then(|a| a.tls_end)),
+            pretransfer: since(self.request_start),
             starttransfer: since(self.response_head),
             total: since(Some(self.last())),
         }

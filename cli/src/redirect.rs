@@ -16,6 +16,12 @@ pub struct Hop {
     pub headers: HeaderMap,
     /// The body, if any.
     pub body: Option<Bytes>,
+    /// `-X` named the method: a hop that turns into a GET keeps the method's
+    /// name (without the body), as curl does.
+    pub method_forced: bool,
+    /// The body is form data (`-d`, `-F`, …): curl treats the request as a
+    /// POST for redirects whatever `-X` says (a 301 or 302 drops the body).
+    pub posts_data: bool,
 }
 
 /// Where a redirect leads, or why it cannot be followed.
@@ -33,7 +39,8 @@ pub enum Next {
 ///   Location is resolved against the hop's URL, its fragment dropped.
 /// - 303 turns any method but HEAD into a GET without a body; 301 and 302
 ///   turn a POST into a GET without a body (curl's and browsers' habit); 307
-///   and 308 keep the method and body.
+///   and 308 keep the method and body. A method given with `-X` keeps its
+///   name where the hop would become a GET (the body is still dropped).
 /// - A hop to another origin (scheme, host or port) drops `Authorization`,
 ///   `Cookie` and `Proxy-Authorization`.
 ///
@@ -55,13 +62,16 @@ pub fn next(hop: &Hop, status: StatusCode, headers: &HeaderMap) -> Result<Next, 
     target.set_fragment(None);
     let becomes_get = match status.as_u16() {
         303 => hop.method != Method::HEAD,
-        301 | 302 => hop.method == Method::POST,
+        301 | 302 => hop.method == Method::POST || (hop.method_forced && hop.posts_data),
         _ => false,
     };
     let mut next = hop.clone();
     next.url = target.to_string();
     if becomes_get {
-        next.method = Method::GET;
+        if !hop.method_forced {
+            next.method = Method::GET;
+        }
+        next.posts_data = false;
         next.body = None;
         next.headers.remove(CONTENT_TYPE);
         next.headers.remove(CONTENT_LENGTH);
@@ -84,7 +94,14 @@ mod tests {
         headers.insert(COOKIE, "a=b".parse().unwrap());
         headers.insert(CONTENT_TYPE, "text/plain".parse().unwrap());
         headers.insert("x-kept", "1".parse().unwrap());
-        Hop { method, url: url.into(), headers, body: Some(Bytes::from_static(b"body")) }
+        Hop {
+            method,
+            url: url.into(),
+            headers,
+            body: Some(Bytes::from_static(b"body")),
+            method_forced: false,
+            posts_data: true,
+        }
     }
 
     fn to(location: &str) -> HeaderMap {
@@ -120,6 +137,18 @@ mod tests {
         assert_eq!(follow(&put, 302, "/y").method, Method::PUT);
         assert_eq!(follow(&put, 303, "/y").method, Method::GET);
         assert_eq!(follow(&hop(Method::HEAD, "http://a.test/"), 303, "/y").method, Method::HEAD);
+        // -X POST: the name is kept, the body is not (curl's rule).
+        let forced = Hop { method_forced: true, ..hop(Method::POST, "http://a.test/x") };
+        for status in [301, 302, 303] {
+            let n = follow(&forced, status, "/y");
+            assert_eq!((n.method, n.body), (Method::POST, None), "{status}");
+        }
+        assert_eq!(follow(&forced, 307, "/y").body.as_deref(), Some(&b"body"[..]));
+        // -X PUT -d: a form post to curl, so 302 drops the body too; -T's PUT keeps it.
+        let put_form = Hop { method_forced: true, ..hop(Method::PUT, "http://a.test/x") };
+        assert_eq!(follow(&put_form, 302, "/y").body, None);
+        let upload = Hop { method_forced: false, posts_data: false, ..hop(Method::PUT, "http://a.test/x") };
+        assert_eq!(follow(&upload, 302, "/y").body.as_deref(), Some(&b"body"[..]));
     }
 
     #[test]

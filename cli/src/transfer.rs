@@ -24,6 +24,13 @@ pub struct HopDone {
     pub version: Version,
     /// The response headers.
     pub headers: HeaderMap,
+    /// The head's bytes as received (HTTP/1.1), for `-i` / `-I`.
+    pub raw: Option<switchyard_core::http1::RawHead>,
+    /// The header fields sent (the client adds `Host` and its
+    /// `User-Agent`), for `-w`'s `size_request` and `referer`.
+    pub request_headers: HeaderMap,
+    /// Request body bytes sent.
+    pub request_body: u64,
     /// The peer's address (a proxy's, through one); `None` over a Unix socket
     /// or once the connection closed.
     pub peer: Option<SocketAddr>,
@@ -53,6 +60,10 @@ pub struct Transfer {
     pub elapsed: Duration,
     /// How it ended.
     pub result: Result<(), Failed>,
+    /// Its place among the command's URLs (from 0; curl's `urlnum`).
+    pub index: usize,
+    /// The file its body went to, as named (curl's `filename_effective`).
+    pub filename: Option<String>,
 }
 
 impl Transfer {
@@ -66,6 +77,8 @@ impl Transfer {
             started: std::time::Instant::now(),
             elapsed: Duration::ZERO,
             result: Ok(()),
+            index: 0,
+            filename: None,
         }
     }
 
@@ -109,6 +122,27 @@ pub fn status_line(v: Version, s: StatusCode) -> String {
         Some(reason) => format!("{} {} {reason}", version_words(v), s.as_u16()),
         None => format!("{} {}", version_words(v), s.as_u16()),
     }
+}
+
+/// A response head as curl's `-i` prints it: on HTTP/1.1 the bytes as the
+/// server sent them (its case, its reason phrase), on HTTP/2 and later
+/// `HTTP/2 200 ` (curl prints no reason phrase there) and the fields in the
+/// lower case they arrive in; CRLF line ends and the blank line.
+#[must_use]
+pub fn head_text(done: &HopDone) -> Vec<u8> {
+    if let Some(raw) = &done.raw {
+        return raw.as_bytes().to_vec();
+    }
+    let mut text = if done.version >= Version::HTTP_2 {
+        format!("{} {} \r\n", version_words(done.version), done.status.as_u16())
+    } else {
+        format!("{}\r\n", status_line(done.version, done.status))
+    };
+    for (name, value) in &done.headers {
+        text.push_str(&format!("{name}: {}\r\n", String::from_utf8_lossy(value.as_bytes())));
+    }
+    text.push_str("\r\n");
+    text.into_bytes()
 }
 
 /// The lower-case name of a source (`new`, `pooled`, `shared`, `coalesced`).

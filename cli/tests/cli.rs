@@ -32,14 +32,26 @@ fn argument_parsing() {
     assert!(parse_duration("5h").is_err());
     assert!(parse_duration("-1s").is_err());
 
-    let cli =
-        Cli::try_parse_from(["switchyard", "get", "-v", "-n", "3", "-c", "2", "--http1.1", "http://a/"])
-            .unwrap();
+    let cli = Cli::try_parse_from([
+        "switchyard",
+        "get",
+        "-v",
+        "--requests",
+        "3",
+        "--concurrency",
+        "2",
+        "--http1.1",
+        "http://a/",
+    ])
+    .unwrap();
     let Sub::Get(g) = cli.command else { panic!() };
     assert!(g.verbose && g.http1 && g.requests == 3 && g.concurrency == 2);
     assert!(Cli::try_parse_from(["switchyard", "get", "--http1.1", "--http2", "http://a/"]).is_err());
-    assert!(Cli::try_parse_from(["switchyard", "get", "-n", "0", "http://a/"]).is_err());
-    assert!(Cli::try_parse_from(["switchyard", "get"]).is_err(), "a URL is required");
+    assert!(Cli::try_parse_from(["switchyard", "get", "--requests", "0", "http://a/"]).is_err());
+    // A URL is required (at run time: -K files and --url may give it).
+    let none = bin().arg("get").output().unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no URL specified"));
 }
 
 #[test]
@@ -55,7 +67,7 @@ fn get_prints_the_body_and_status() {
 fn get_json_has_one_event_per_line() {
     let server = TestServer::start(ServerOptions::default());
     let out = bin()
-        .args(["get", "--json", "--resolve", &format!("local.test:{}:127.0.0.1", server.port())])
+        .args(["get", "--json-events", "--resolve", &format!("local.test:{}:127.0.0.1", server.port())])
         .arg(format!("http://local.test:{}/hello", server.port()))
         .output()
         .unwrap();
@@ -84,7 +96,7 @@ fn get_json_has_one_event_per_line() {
 fn repeated_runs_print_a_summary() {
     let server = TestServer::start(ServerOptions::default());
     let out = bin()
-        .args(["get", "--json", "-n", "20", "-c", "4", "--max-per-host", "2"])
+        .args(["get", "--json-events", "--requests", "20", "--concurrency", "4", "--max-per-host", "2"])
         .arg(format!("http://127.0.0.1:{}/hello", server.port()))
         .output()
         .unwrap();
@@ -170,7 +182,17 @@ fn every_runtime_fetches_and_reuses() {
         assert!(out.status.success(), "{runtime}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(out.stdout, b"hello", "{runtime}");
         let out = bin()
-            .args(["get", "--json", "--runtime", runtime, "-n", "20", "-c", "4", &url])
+            .args([
+                "get",
+                "--json-events",
+                "--runtime",
+                runtime,
+                "--requests",
+                "20",
+                "--concurrency",
+                "4",
+                &url,
+            ])
             .output()
             .unwrap();
         assert!(out.status.success(), "{runtime}: {}", String::from_utf8_lossy(&out.stderr));
@@ -268,7 +290,7 @@ fn get_never_prints_url_credentials() {
     let url = format!("http://ann:hunter2@127.0.0.1:{}/hello", server.port());
     let out = bin().args(["get", "-v", &url]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let json = bin().args(["get", "--json", &url]).output().unwrap();
+    let json = bin().args(["get", "--json-events", &url]).output().unwrap();
     assert_eq!(server.records()[0].authorization.as_deref(), Some("Basic YW5uOmh1bnRlcjI="));
     // Nothing listens on port 1: the error names the URL, without the password.
     let failed =
@@ -537,7 +559,7 @@ fn get_metrics_prints_prometheus_text_per_server() {
     let url = format!("http://127.0.0.1:{}/hello", server.port());
     for runtime in ["tokio", "smol", "std"] {
         let out = bin()
-            .args(["get", "--runtime", runtime, "-n", "6", "-c", "2", "--metrics", &url])
+            .args(["get", "--runtime", runtime, "--requests", "6", "--concurrency", "2", "--metrics", &url])
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -621,8 +643,10 @@ fn curl_request_flags_reach_the_server() {
     drop(child.stdin.take());
     let piped = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&piped.stdout), "from=stdin");
-    let (code, _, err) = run(&["-d", "@/no/such/file", &format!("{base}/echo")]);
-    assert_eq!(code, 26, "{err}");
+    // curl's way: a warning, and an empty body is posted.
+    let (code, out, err) = run(&["-d", "@/no/such/file", &format!("{base}/echo")]);
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    assert!(err.contains("Couldn't read data from file"), "{err}");
 
     let (code, out, err) = run(&["-I", &format!("{base}/hello")]);
     assert_eq!(code, 0, "{err}");
@@ -662,8 +686,9 @@ fn exit_codes_are_curls() {
         (vec![&refused], 7, "cannot connect to 127.0.0.1"),
         (vec!["-m", "0.3", &slow], 28, "timed out"),
         (vec!["--resolve", &resolve, &untrusted], 60, "certificate"),
-        (vec!["-f", &missing], 22, "404 Not Found"),
-        (vec!["http://[::1/"], 3, "not a URL"),
+        (vec!["-f", &missing], 22, "returned error: 404"),
+        (vec!["http://[::1/"], 3, "(3)"),
+        (vec!["-g", "http://[::1/"], 3, "not a URL"),
         (vec!["ftp://x/"], 1, "unsupported URL scheme"),
     ];
     for (args, expected, words) in cases {
@@ -698,18 +723,21 @@ fn exit_codes_are_curls() {
     assert_eq!(run(&["-L", "--max-redirs", "6", &chain]).0, 0);
 }
 
-/// Several URLs: every one is tried, the exit code is the first failure's.
+/// Several URLs: every one is tried, the exit code is the last one's (curl's
+/// rule: a failure followed by a success exits 0).
 #[test]
-fn every_url_is_tried_and_the_first_failure_decides() {
+fn every_url_is_tried_and_the_last_decides() {
     let server = TestServer::start(ServerOptions::default());
     let ok = format!("http://127.0.0.1:{}/hello", server.port());
     let refused = format!("http://127.0.0.1:{}/", switchyard_tests::net::refused_port());
     let (code, out, err) = run(&[&refused, &ok, "http://nowhere.invalid/", &ok]);
-    assert_eq!(code, 7, "{err}");
+    assert_eq!(code, 0, "{err}");
     assert_eq!(out, "hellohello");
     assert!(err.contains("(7)") && err.contains("(6)"), "{err}");
     assert_eq!(server.records().len(), 2);
     let (code, _, _) = run(&["http://nowhere.invalid/", &refused]);
+    assert_eq!(code, 7);
+    let (code, _, _) = run(&[&refused, "http://nowhere.invalid/"]);
     assert_eq!(code, 6);
 }
 
@@ -852,7 +880,7 @@ fn insecure_and_http_versions() {
 fn runs_show_timelines_and_json_ends_with_a_result() {
     let server = TestServer::start(ServerOptions::default());
     let url = format!("http://127.0.0.1:{}/hello", server.port());
-    let (code, _, err) = run(&["-v", "-n", "6", "-c", "2", &url]);
+    let (code, _, err) = run(&["-v", "--requests", "6", "--concurrency", "2", &url]);
     assert_eq!(code, 0, "{err}");
     let opened = err.matches("(opened a connection)").count();
     assert!((1..=2).contains(&opened), "{err}");
@@ -864,14 +892,14 @@ fn runs_show_timelines_and_json_ends_with_a_result() {
     assert!((opened..=2).contains(&server.connections()), "{} connections: {err}", server.connections());
     assert!(err.contains("call_start") && err.contains("6 requests: 6 ok"), "{err}");
 
-    let out = bin().args(["--no-proxy-env", "--json", &url]).output().unwrap();
+    let out = bin().args(["--no-proxy-env", "--json-events", &url]).output().unwrap();
     let lines = json_lines(&out.stdout);
     let result = &lines.last().unwrap()["result"];
     assert_eq!(result["http_code"], "200", "{result}");
     assert_eq!(result["connection_source"], "new");
     assert!(result["time_total"].as_f64().unwrap() > 0.0);
     let refused = format!("http://127.0.0.1:{}/", switchyard_tests::net::refused_port());
-    let out = bin().args(["--no-proxy-env", "--json", &refused]).output().unwrap();
+    let out = bin().args(["--no-proxy-env", "--json-events", &refused]).output().unwrap();
     assert_eq!(out.status.code(), Some(7));
     let lines = json_lines(&out.stdout);
     assert_eq!(lines.last().unwrap()["result"]["error"]["exit_code"], 7);
@@ -916,9 +944,9 @@ fn har_records_every_call() {
     );
     assert!(entries[3]["_error"].as_str().unwrap().contains("refused"), "{}", entries[3]);
     let (code, _, err) = run(&[
-        "-n",
+        "--requests",
         "5",
-        "-c",
+        "--concurrency",
         "2",
         "--har",
         har.to_str().unwrap(),

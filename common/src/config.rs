@@ -1180,6 +1180,16 @@ impl<C: FromConfig> ClientBuilder<C> {
         self.state.limits.max_head_size = bytes;
         self
     }
+    /// Keep each HTTP/1.1 response head's bytes as they arrived, as a
+    /// [`RawHead`](switchyard_core::http1::RawHead) in the response's
+    /// extensions: header names in the server's case and its reason phrase,
+    /// for printing a head as the server wrote it (curl's `-i`). HTTP/2 heads
+    /// have no such bytes (HPACK), so none is kept for them. Costs a copy of
+    /// each head. Default: off.
+    pub fn keep_raw_head(mut self, keep: bool) -> Self {
+        self.state.limits.keep_raw_head = keep;
+        self
+    }
     /// Retries per call (BEHAVIOUR §6). Default: 3. Zero: never retry (retries
     /// after GOAWAY are not counted: `PoolConfig::max_free_retries` bounds them).
     pub fn max_retries(mut self, n: u32) -> Self {

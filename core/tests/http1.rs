@@ -281,7 +281,13 @@ fn framing_errors() {
 
 #[test]
 fn limits() {
-    let limits = Limits { max_head_size: 64, max_headers: 3, max_chunk_line: 8, max_informational: 5 };
+    let limits = Limits {
+        max_head_size: 64,
+        max_headers: 3,
+        max_chunk_line: 8,
+        max_informational: 5,
+        keep_raw_head: false,
+    };
     let big = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(100));
     let o = decode_in_splits(&Method::GET, big.as_bytes(), &[], false, limits);
     assert_eq!(o.error, Some(Http1Error::HeadTooLarge { limit: 64 }));
@@ -669,4 +675,46 @@ proptest! {
             }
         }
     }
+}
+
+/// `keep_raw_head`: the final head's bytes as they arrived (names in the
+/// server's case, its reason phrase, odd spacing), whatever the pieces the
+/// bytes come in; informational heads' too; off by default.
+#[test]
+fn the_raw_head_is_kept_only_when_asked_and_whatever_the_split() {
+    use switchyard_core::http1::{RawHead, ResponseDecoder};
+    let head =
+        "HTTP/1.1 307 Redirect Now\r\nX-Mixed-Case:  odd \r\nLOCATION: /there\r\ncontent-length: 2\r\n\r\n";
+    let input = format!("HTTP/1.1 100 Continue\r\n\r\n{head}ok");
+    let raw_of = |limits: Limits, split: usize| {
+        let mut decoder = ResponseDecoder::new(&Method::GET, limits);
+        let mut buf = BytesMut::new();
+        let mut found = None;
+        for piece in input.as_bytes().chunks(split) {
+            buf.extend_from_slice(piece);
+            while let Some(frame) = decoder.decode(&mut buf, false).unwrap() {
+                match frame {
+                    Frame::Informational(r) => assert_eq!(
+                        r.extensions().get::<RawHead>().map(RawHead::as_bytes),
+                        limits.keep_raw_head.then_some(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
+                    ),
+                    Frame::Head(r) => {
+                        assert_eq!(r.headers()["x-mixed-case"], "odd");
+                        found = Some(r.extensions().get::<RawHead>().cloned());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        found.expect("a final head")
+    };
+    let on = Limits { keep_raw_head: true, ..Limits::default() };
+    for split in [1, 2, 3, 7, 64, input.len()] {
+        let raw = raw_of(on, split).expect("kept");
+        assert_eq!(raw.as_bytes(), head.as_bytes(), "split {split}");
+        assert_eq!(raw.reason(), "Redirect Now");
+        assert_eq!(raw.lines().nth(2), Some("LOCATION: /there"));
+        assert_eq!(raw_of(Limits::default(), split), None, "off by default");
+    }
+    assert_eq!(RawHead::new(bytes::Bytes::from_static(b"HTTP/1.1 200\r\n\r\n")).reason(), "");
 }

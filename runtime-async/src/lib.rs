@@ -66,6 +66,8 @@ pub use switchyard_common::{
     SystemResolver, TimeoutPhase, DEFAULT_USER_AGENT,
 };
 pub use switchyard_core;
+/// A response head's bytes as received ([`ClientBuilder::keep_raw_head`]).
+pub use switchyard_core::http1::RawHead;
 /// A proxy server: how a connection reaches the origin (what a
 /// [`ProxySelector`] returns, and a [`Proxy`] rule for every request).
 pub use switchyard_core::Proxy as ProxyServer;

@@ -153,7 +153,7 @@ pub use switchyard_async::{by_name, AsyncIo, Connect, Connecting, Io, Route, Tcp
 pub use switchyard_async::{
     describe, switchyard_core, Body, BodyClosed, BodyError, BodyReader, BodySender, BoxError, CallId,
     ConnectionId, Error, ErrorKind, Event, EventKind, EventListener, EventLog, HttpVersion, Instant, IntoUri,
-    NoProxy, NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, ProxyServer,
+    NoProxy, NoopListener, PoolStats, Proxy, ProxyCredentials, ProxyEnv, ProxySelector, ProxyServer, RawHead,
     Recorded, RequestOptions, Resolve, Response, ResponseBody, ResponseExt, StreamLimitPolicy,
     SystemResolver, TimeoutPhase, Upgraded, DEFAULT_USER_AGENT,
 };

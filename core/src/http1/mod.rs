@@ -57,7 +57,7 @@ mod response;
 pub use driver::{BodyFailure, Conn, Driver, DriverConfig, Event, Failure, Peek, Refused, Request};
 pub use error::Http1Error;
 pub use request::{encode_head, BodyCounter, BodyEncoder, RequestBody, TargetForm};
-pub use response::{Frame, Limits, ResponseDecoder};
+pub use response::{Frame, Limits, RawHead, ResponseDecoder};
 
 use bytes::BytesMut;
 

@@ -23,11 +23,65 @@ pub struct Limits {
     /// Most informational (1xx) responses before the final one; one more is
     /// [`Http1Error::TooManyInformational`]. Default: 5 (as Go's client).
     pub max_informational: usize,
+    /// Also keep each head's bytes as they arrived (informational ones too), as a [`RawHead`] in
+    /// the response's extensions: header names in the server's case, its
+    /// reason phrase, the fields' order and spacing — what a tool that prints
+    /// heads as received needs (curl's `-i`). Costs one copy of the head per
+    /// response. Default: off.
+    pub keep_raw_head: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_head_size: 64 * 1024, max_headers: 100, max_chunk_line: 4096, max_informational: 5 }
+        Limits {
+            max_head_size: 64 * 1024,
+            max_headers: 100,
+            max_chunk_line: 4096,
+            max_informational: 5,
+            keep_raw_head: false,
+        }
+    }
+}
+
+/// A response head's bytes as they arrived (status line, header lines, the
+/// blank line), kept in the response's extensions when
+/// [`Limits::keep_raw_head`] is on. The parsed head (the `http` types) is
+/// what the client acts on; this is for showing it as the server wrote it.
+///
+/// ```
+/// use switchyard_core::http1::RawHead;
+/// let raw = RawHead::new(bytes::Bytes::from_static(b"HTTP/1.1 200 Fine\r\nX-Mixed-Case: 1\r\n\r\n"));
+/// assert_eq!(raw.reason(), "Fine");
+/// assert_eq!(raw.lines().collect::<Vec<_>>(), ["HTTP/1.1 200 Fine", "X-Mixed-Case: 1"]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawHead(Bytes);
+
+impl RawHead {
+    /// A raw head from its bytes.
+    #[must_use]
+    pub fn new(bytes: Bytes) -> RawHead {
+        RawHead(bytes)
+    }
+    /// The bytes, blank line included.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+    /// The status line and each header line, without their line ends (a
+    /// line folded onto the one before is its own line here, as sent).
+    pub fn lines(&self) -> impl Iterator<Item = &str> {
+        std::str::from_utf8(&self.0)
+            .unwrap_or_default()
+            .split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+            .filter(|l| !l.is_empty())
+    }
+    /// The status line's reason phrase as sent (may be empty).
+    #[must_use]
+    pub fn reason(&self) -> &str {
+        let line = self.lines().next().unwrap_or_default();
+        line.splitn(3, ' ').nth(2).unwrap_or_default()
     }
 }
 
@@ -352,9 +406,13 @@ impl ResponseDecoder {
             other => other?,
         };
         let Head { len: n, status, version, headers: map, fields } = parsed;
+        let raw = self.limits.keep_raw_head.then(|| RawHead(Bytes::copy_from_slice(&buf[..n])));
         buf.advance(n);
         self.state = State::Head { scanned: 0 };
         let mut response = http::Response::new(());
+        if let Some(raw) = raw {
+            response.extensions_mut().insert(raw);
+        }
         *response.status_mut() = status;
         *response.version_mut() = version;
         *response.headers_mut() = map;
