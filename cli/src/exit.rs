@@ -60,23 +60,26 @@ pub struct Failed {
     pub message: String,
     /// The whole chain, printed with `-v` (else the message).
     pub detail: Option<String>,
+    /// The status an HTTP proxy answered a `CONNECT` with, when it refused
+    /// (`-w %{http_connect}`).
+    pub http_connect: Option<u16>,
 }
 
 impl Failed {
     /// A failure with the generic exit code (1).
     #[must_use]
     pub fn new(message: impl Into<String>) -> Failed {
-        Failed { code: GENERIC, message: message.into(), detail: None }
+        Failed { code: GENERIC, message: message.into(), detail: None, http_connect: None }
     }
     /// A bad option or configuration (exit 2).
     #[must_use]
     pub fn config(message: impl Into<String>) -> Failed {
-        Failed { code: CONFIG, message: message.into(), detail: None }
+        Failed { code: CONFIG, message: message.into(), detail: None, http_connect: None }
     }
     /// A failure with this exit code.
     #[must_use]
     pub fn with_code(code: u8, message: impl Into<String>) -> Failed {
-        Failed { code, message: message.into(), detail: None }
+        Failed { code, message: message.into(), detail: None, http_connect: None }
     }
     /// A call's failure, for `url`: curl's exit code for it, a short line,
     /// and the whole chain as the detail.
@@ -87,6 +90,7 @@ impl Failed {
             code: code(e),
             message: format!("({}) {url}: {}", code(e), short(e)),
             detail: Some(format!("({}) {e:#}", code(e))),
+            http_connect: connect_status(e),
         }
     }
     /// What to print: the detail with `-v`, else the message.
@@ -101,6 +105,21 @@ impl Failed {
 
 /// An HTTP/2 framing-layer problem (curl's CURLE_HTTP2): a server that allows no streams.
 pub const HTTP2: u8 = 16;
+
+/// The status of a refused `CONNECT` (407 included), if that is how `e`
+/// failed.
+fn connect_status(e: &Error) -> Option<u16> {
+    let ErrorKind::Connect(AcquireError::Connect(race)) = e.kind() else { return None };
+    race.failures.iter().find_map(|f| match f {
+        Failure::Connect { error: ConnectError::TunnelRefused { status, .. }, .. } => Some(status.as_u16()),
+        Failure::Connect { error: ConnectError::ProxyAuth { proxy, .. }, .. }
+            if proxy.starts_with("http") =>
+        {
+            Some(407)
+        }
+        _ => None,
+    })
+}
 
 /// curl's exit code for a call's failure.
 #[must_use]
@@ -131,6 +150,15 @@ pub fn code(e: &Error) -> u8 {
                 None => {}
             }
             if e.is_proxy_auth() {
+                return RECV;
+            }
+            // An HTTP proxy that answers CONNECT with a refusal is curl's
+            // "CONNECT tunnel failed" (56); a broken handshake is 97.
+            let refused = race
+                .failures
+                .iter()
+                .any(|f| matches!(f, Failure::Connect { error: ConnectError::TunnelRefused { .. }, .. }));
+            if refused {
                 return RECV;
             }
             let proxy_failed = race

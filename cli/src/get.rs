@@ -356,8 +356,8 @@ fn run_on_runtime(ctx: &Arc<Ctx>, jobs: &[Job]) -> Result<(), Failed> {
         Runtime::Tokio => {
             // One fetch at a time: one thread, so the connection's task and the
             // body's reader never wake each other across cores (a large HTTP/2
-            // download spends its time there otherwise). Runs of -n/-c use both.
-            let one_at_a_time = args.requests == 1 && args.concurrency == 1;
+            // download spends its time there otherwise). --concurrency uses both.
+            let one_at_a_time = args.concurrency == 1;
             let rt = if one_at_a_time {
                 tokio::runtime::Builder::new_current_thread().enable_all().build()
             } else {
@@ -908,14 +908,16 @@ impl Ctx {
                             Ok(s) => *sink = Some(s),
                             Err(f) => return Step::End(Err(f)),
                         },
-                        200 => return Step::End(Err(Failed::with_code(
-                            exit::RANGE,
-                            format!(
+                        200 => {
+                            return Step::End(Err(Failed::with_code(
+                                exit::RANGE,
+                                format!(
                                 "({}) {}: HTTP server doesn't seem to support byte ranges. Cannot resume.",
                                 exit::RANGE,
                                 switchyard_common::redact(&done.url)
                             ),
-                        ))),
+                            )))
+                        }
                         _ => {}
                     }
                 }
@@ -1062,6 +1064,22 @@ async fn run_async<R: switchyard_async::Runtime>(
     }
     let total = args.requests * jobs.len() as u64;
     let progress = Progress::new(total, args);
+    if args.concurrency == 1 {
+        // One at a time: each call in turn on this task, as a list of URLs
+        // runs (no task, permit or wake-up per request).
+        let mut results = Vec::new();
+        for i in 0..total {
+            let job = &jobs[usize::try_from(i).unwrap_or(0) % jobs.len()];
+            results.push(Ok(transfer_async(&client, &ctx, job, false).await));
+            progress.bar.inc(1);
+            progress.tick();
+        }
+        progress.done();
+        let metrics = args.metrics.then(|| {
+            switchyard_common::metrics::prometheus_text(&client.stats_by_address(), &client.stats())
+        });
+        return summary(&ctx, total, results, &client.stats(), progress.started, metrics);
+    }
     let limit =
         Arc::new(tokio::sync::Semaphore::new(usize::try_from(args.concurrency).unwrap_or(usize::MAX)));
     let mut tasks = Vec::new();

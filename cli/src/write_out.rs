@@ -77,7 +77,7 @@ pub fn variables(t: &Transfer, recorder: &Recorder) -> Vec<(&'static str, serde_
         ("connection_source", json!(last.and_then(|h| h.source).map_or("", source_words))),
         ("attempts", json!(record.map_or(0, |r| r.tries))),
         ("response_code", json!(last.map_or(0, |h| h.status.as_u16()))),
-        ("http_connect", json!("000")),
+        ("http_connect", json!(format!("{:03}", http_connect(t, recorder)))),
         ("method", json!(last.map_or("GET", |h| h.method.as_str()))),
         ("scheme", json!(scheme(last.map_or(t.url.as_str(), |h| h.url.as_str())))),
         (
@@ -96,6 +96,25 @@ pub fn variables(t: &Transfer, recorder: &Recorder) -> Vec<(&'static str, serde_
         ("exitcode", json!(t.result.as_ref().map_or_else(|f| f.code, |()| 0))),
         ("errormsg", json!(t.result.as_ref().map_or_else(|f| f.text(false).to_owned(), |()| String::new()))),
     ]
+}
+
+/// curl's `http_connect`: a refused `CONNECT`'s status; 200 for a tunnel
+/// this transfer opened (the proxy's exact 2xx is not kept); else 0.
+fn http_connect(t: &Transfer, recorder: &Recorder) -> u16 {
+    if let Err(f) = &t.result {
+        if let Some(status) = f.http_connect {
+            return status;
+        }
+    }
+    let tunnelled = t.calls().iter().filter_map(|c| recorder.get(*c)).any(|r| {
+        r.connection.is_some_and(|(_, s)| s == switchyard_core::Source::New)
+            && r.new_route().is_some_and(switchyard_core::Route::requires_tunnel)
+    });
+    if tunnelled {
+        200
+    } else {
+        0
+    }
 }
 
 /// Where a redirect answer points (curl's `redirect_url`: also when -L did

@@ -1014,3 +1014,60 @@ fn matches_curl_on_everyday_invocations() {
         );
     }
 }
+
+/// HTTP/2 heads as curl prints them: `HTTP/2 200 ` (no reason phrase), the
+/// fields lower-case as they arrive, CRLF — the same bytes as curl's against
+/// nghttpd over TLS with ALPN h2 (its `date` field aside).
+#[test]
+fn http2_heads_print_as_curl_prints_them() {
+    let server = switchyard_tests::interop::Nghttpd::start(true, None)
+        .expect("nghttpd (nghttp2-server; CI installs it)");
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-h2heads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &server.ca.cert_pem).unwrap();
+    let base = format!("https://localhost:{}", server.port);
+    let resolve = format!("localhost:{}:127.0.0.1", server.port);
+    let without_date = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .split_inclusive('\n')
+            .filter(|l| !l.starts_with("date:"))
+            .collect::<String>()
+    };
+    for args in [
+        vec!["-sI".to_owned(), format!("{base}/hello")],
+        vec!["-si".to_owned(), format!("{base}/hello")],
+        vec!["-si".to_owned(), format!("{base}/missing")],
+        vec![
+            "-s".to_owned(),
+            "-D".to_owned(),
+            "-".to_owned(),
+            "-o".to_owned(),
+            "/dev/null".to_owned(),
+            format!("{base}/hello"),
+        ],
+        vec![
+            "-s".to_owned(),
+            "-o".to_owned(),
+            "/dev/null".to_owned(),
+            "-w".to_owned(),
+            "%{http_version} %{response_code} %{size_download} %{num_headers}".to_owned(),
+            format!("{base}/hello"),
+        ],
+    ] {
+        let mut all = vec![
+            "--http2".to_owned(),
+            "--cacert".to_owned(),
+            ca_file.display().to_string(),
+            "--resolve".to_owned(),
+            resolve.clone(),
+        ];
+        all.extend(args);
+        let ours = bin().args(&all).output().unwrap();
+        let curl = Command::new("curl").args(&all).output().unwrap();
+        assert_eq!(ours.status.code(), curl.status.code(), "{all:?}");
+        let (ours, theirs) = (without_date(&ours.stdout), without_date(&curl.stdout));
+        assert_eq!(ours, theirs, "{all:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

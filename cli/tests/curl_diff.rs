@@ -127,7 +127,17 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
             *n += 1;
             *n
         };
-        let (path, query) = target.split_once('?').unwrap_or((target.as_str(), ""));
+        if method == "CONNECT" {
+            // As a proxy: no tunnels here.
+            let _ = out.write_all(b"HTTP/1.1 403 Tunnels Forbidden\r\nContent-Length: 0\r\n\r\n");
+            continue;
+        }
+        // As a proxy for http:// URLs: the absolute form's path.
+        let origin_form = match target.split_once("://") {
+            Some((_, rest)) => rest.find('/').map_or("/".to_owned(), |i| rest[i..].to_owned()),
+            None => target.clone(),
+        };
+        let (path, query) = origin_form.split_once('?').unwrap_or((origin_form.as_str(), ""));
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let head_only = method == "HEAD";
         let respond = |out: &mut TcpStream, status: &str, extra: &[String], body: &[u8]| {
@@ -271,10 +281,11 @@ fn normalize_text(text: &str) -> String {
     normalize_boundaries(text)
         .replace("accept-encoding: deflate, gzip, br, zstd", "accept-encoding: deflate, gzip, br")
         .replace("content-length: 0\n", "")
+        .replace("proxy-connection: Keep-Alive\n", "")
 }
 
 fn normalize_seen(mut s: Seen) -> Seen {
-    s.headers.retain(|h| h != "content-length: 0");
+    s.headers.retain(|h| h != "content-length: 0" && !h.eq_ignore_ascii_case("proxy-connection: keep-alive"));
     for h in &mut s.headers {
         if h == "accept-encoding: deflate, gzip, br, zstd" {
             *h = "accept-encoding: deflate, gzip, br".into();
@@ -453,6 +464,71 @@ fn cases(port: u16) -> Vec<Vec<String>> {
         c.push(args);
     }
     c.push(v(&["-s", "-T", "input.txt", &u("/")]));
+    // "Copy as cURL" from browsers' devtools (Chrome, Firefox), with -s added.
+    c.push(v(&[
+        "-s", &seen, "-H", "accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        "-H", "accept-language: en-US,en;q=0.9", "-H", "cache-control: no-cache", "-H", "pragma: no-cache",
+        "-H", "sec-fetch-mode: navigate", "-H", "upgrade-insecure-requests: 1",
+        "-H", "user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36",
+        "--compressed",
+    ]));
+    c.push(v(&[
+        "-s",
+        &seen,
+        "-H",
+        "accept: application/json, text/plain, */*",
+        "-H",
+        "content-type: application/json",
+        "-H",
+        "origin: http://127.0.0.1",
+        "-H",
+        "referer: http://127.0.0.1/app",
+        "--data-raw",
+        "{\"query\":\"a b\",\"n\":1}",
+        "--compressed",
+    ]));
+    c.push(v(&[
+        "-s",
+        &seen,
+        "-X",
+        "PUT",
+        "-H",
+        "Accept: */*",
+        "-H",
+        "Content-Type: text/plain;charset=UTF-8",
+        "-H",
+        "Cookie: session=abc; theme=dark",
+        "--data-raw",
+        "@not-a-file",
+    ]));
+    c.push(v(&[
+        "-s",
+        &seen,
+        "-H",
+        "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0",
+        "-H",
+        "Accept: */*",
+        "-H",
+        "Accept-Language: en-US,en;q=0.5",
+        "-H",
+        "Accept-Encoding: gzip, deflate, br",
+        "-H",
+        "Connection: keep-alive",
+        "-H",
+        "Sec-Fetch-Dest: empty",
+        "-H",
+        "TE: trailers",
+    ]));
+    c.push(v(&[
+        "-s",
+        &seen,
+        "-H",
+        "authorization: Bearer eyJhbGciOi.x.y",
+        "-H",
+        "x-requested-with: XMLHttpRequest",
+    ]));
+    c.push(v(&["-s", &u("/gzip"), "--compressed"]));
+    c.push(v(&["-s", &u("/gzip")]));
     // Output: files, names, directories, dumps.
     c.push(v(&["-s", "-o", "out.txt", &hello]));
     c.push(v(&["-s", "-o", "-", &hello]));
@@ -502,6 +578,13 @@ fn cases(port: u16) -> Vec<Vec<String>> {
     c.push(v(&["-s", "--noproxy", "127.0.0.1", "-x", "http://127.0.0.1:1", &hello]));
     c.push(v(&["-s", "-x", "http://127.0.0.1:1", &hello]));
     c.push(v(&["-s", "--socks5", "127.0.0.1:1", &hello]));
+    // Through an HTTP proxy: absolute form, credentials, a refused tunnel.
+    let proxy = format!("http://127.0.0.1:{port}");
+    c.push(v(&["-s", "-x", &proxy, "http://proxied.test/seen"]));
+    c.push(v(&["-s", "-x", &proxy, "-U", "pu:pp", "http://proxied.test/seen?q=1"]));
+    c.push(v(&["-s", "-x", &format!("http://pu:pp@127.0.0.1:{port}"), "http://proxied.test/seen"]));
+    c.push(v(&["-s", "-x", &proxy, "https://tunnel.test/"]));
+    c.push(v(&["-s", "-w", "%{http_connect}", "-x", &proxy, "https://tunnel.test/"]));
     c.push(v(&["-s", "--socks5-hostname", "127.0.0.1:1", &hello]));
     c.push(v(&["-s", "nosuch://127.0.0.1/"]));
     c.push(v(&["-s", "-d", &"x".repeat(2000), &seen]));

@@ -32,6 +32,10 @@ pub struct HubState<S> {
     /// Notes ever queued, and ever delivered (for [`Hub::flush`]).
     queued: u64,
     delivered: u64,
+    /// Threads in [`Hub::flush`] waiting for another's delivery: deliveries
+    /// wake them only when there are some (a wake-all is a system call even
+    /// with nobody waiting: two per delivery, ~16 per call with a listener).
+    flush_waiting: u32,
     /// The `tracing` span of each call in flight, while `debug` is on: the
     /// core's events for a call are logged inside it, on whichever task
     /// delivers them.
@@ -86,6 +90,7 @@ impl<S> Hub<S> {
                 delivering: false,
                 queued: 0,
                 delivered: 0,
+                flush_waiting: 0,
                 spans: BTreeMap::new(),
             }),
             delivered: Condvar::new(),
@@ -279,7 +284,9 @@ impl<S> Hub<S> {
             if left.is_zero() {
                 return;
             }
+            st.flush_waiting += 1;
             st = self.delivered.wait_timeout(st, left).map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            st.flush_waiting -= 1;
         }
     }
 
@@ -305,7 +312,9 @@ impl<S> Hub<S> {
             if batch.is_empty() {
                 st.delivering = false;
                 DELIVERING.with(|d| d.set(false));
-                self.delivered.notify_all();
+                if st.flush_waiting > 0 {
+                    self.delivered.notify_all();
+                }
                 return;
             }
             drop(st);
@@ -316,7 +325,9 @@ impl<S> Hub<S> {
             }
             st = self.lock();
             st.delivered += n;
-            self.delivered.notify_all();
+            if st.flush_waiting > 0 {
+                self.delivered.notify_all();
+            }
         }
     }
 }

@@ -101,6 +101,15 @@ pub enum ConnectError {
         /// What the proxy said or did.
         message: String,
     },
+    /// An HTTP proxy answered the `CONNECT` with a status other than 2xx and
+    /// 407 (which is [`ConnectError::ProxyAuth`]): it works, and will not
+    /// open this tunnel.
+    TunnelRefused {
+        /// The host and port the tunnel was asked for.
+        authority: String,
+        /// The proxy's answer.
+        status: http::StatusCode,
+    },
     /// The proxy asked for authentication (HTTP 407; SOCKS5 refusing every
     /// method offered, or the username/password). Never retried with the same
     /// credentials.
@@ -174,6 +183,9 @@ impl fmt::Display for ConnectError {
                 write!(f, "{what}: {message}")
             }
             ConnectError::Proxy { message } => write!(f, "proxy handshake failed: {message}"),
+            ConnectError::TunnelRefused { authority, status } => {
+                write!(f, "proxy handshake failed: the proxy refused the tunnel to {authority}: {status}")
+            }
             ConnectError::ProxyAuth { proxy, credentials_refused } => {
                 // A proxy's URL, or (a handshake made without its route) its kind.
                 let the = if proxy.contains("://") { "the proxy" } else { "the" };

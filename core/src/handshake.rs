@@ -237,11 +237,10 @@ impl ProxyHandshake {
                         return Err(self.auth_error())
                     }
                     Ok(Some(Frame::Head(r))) => {
-                        return Err(proxy_error(format!(
-                            "the proxy refused the tunnel to {}: {}",
-                            self.authority,
-                            r.status()
-                        )))
+                        return Err(ConnectError::TunnelRefused {
+                            authority: self.authority.clone(),
+                            status: r.status(),
+                        })
                     }
                     Ok(Some(_)) => {}
                     Ok(None) => return Ok(Handshake::NeedMore),
@@ -482,6 +481,10 @@ mod tests {
         let mut hs = ProxyHandshake::connect_tunnel(&a).unwrap();
         let e = feed(&mut hs, b"HTTP/1.1 403 Forbidden\r\n\r\n").unwrap_err();
         assert!(e.to_string().contains("refused the tunnel to example.test:443: 403"), "{e}");
+        assert!(
+            matches!(&e, ConnectError::TunnelRefused { authority, status } if authority == "example.test:443" && status.as_u16() == 403),
+            "{e:?}"
+        );
         let mut hs = ProxyHandshake::connect_tunnel(&a).unwrap();
         let e = feed(&mut hs, b"HTTP/1.1 200 OK\r\n\r\nsurprise").unwrap_err();
         assert!(e.to_string().contains("bytes before the tunnel"), "{e}");
