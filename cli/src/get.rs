@@ -852,6 +852,23 @@ fn open<'s>(sink: &'s mut Option<Sink>, args: &GetArgs, job: &Job) -> Result<&'s
     sink.as_mut().ok_or_else(|| Failed::new("no output"))
 }
 
+impl Transfer {
+    /// `job`'s transfer, starting now, and where it resumes (-C); `None`
+    /// when that is already its failure (the transfer ended with it).
+    fn of(job: &Job, ctx: &Ctx) -> (Transfer, Option<u64>) {
+        let mut t = Transfer::start(&job.url);
+        t.index = job.index;
+        t.filename = match &job.output {
+            Out::File(path) => Some(path.display().to_string()),
+            Out::Stdout => None,
+        };
+        match ctx.offset(job) {
+            Ok(o) => (t, Some(o)),
+            Err(f) => (t.end(Err(f)), None),
+        }
+    }
+}
+
 /// The last transfer's exit code (curl's rule for several URLs), as the
 /// command's error (already printed).
 fn last_result<'t>(transfers: impl IntoIterator<Item = &'t Transfer>) -> Result<(), Failed> {
@@ -939,16 +956,9 @@ async fn transfer_async<R: switchyard_async::Runtime>(
     job: &Job,
     print: bool,
 ) -> Transfer {
-    let mut t = Transfer::start(&job.url);
-    t.index = job.index;
-    t.filename = match &job.output {
-        Out::File(path) => Some(path.display().to_string()),
-        Out::Stdout => None,
-    };
-    let offset = match ctx.offset(job) {
-        Ok(o) => o,
-        Err(f) => return t.end(Err(f)),
-    };
+    let (t, offset) = Transfer::of(job, ctx);
+    let Some(offset) = offset else { return t };
+    let mut t = t;
     let mut hop = ctx.first_hop(&job.url, offset);
     let mut sink = None;
     let result = loop {
@@ -1109,16 +1119,9 @@ async fn run_async<R: switchyard_async::Runtime>(
 
 /// One URL's transfer on the blocking client (as [`transfer_async`]).
 fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, job: &Job, print: bool) -> Transfer {
-    let mut t = Transfer::start(&job.url);
-    t.index = job.index;
-    t.filename = match &job.output {
-        Out::File(path) => Some(path.display().to_string()),
-        Out::Stdout => None,
-    };
-    let offset = match ctx.offset(job) {
-        Ok(o) => o,
-        Err(f) => return t.end(Err(f)),
-    };
+    let (t, offset) = Transfer::of(job, ctx);
+    let Some(offset) = offset else { return t };
+    let mut t = t;
     let mut hop = ctx.first_hop(&job.url, offset);
     let mut sink = None;
     let result = loop {

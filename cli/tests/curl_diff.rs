@@ -631,26 +631,10 @@ fn cases(port: u16) -> Vec<Vec<String>> {
         "nope",
     ] {
         // The same User-Agent on both sides, so the request sizes compare.
-        c.push(v(&[
-            "-s",
-            "-A",
-            "same/1",
-            "-o",
-            "out.bin",
-            "-w",
-            &format!("[%{{{var}}}]\\n"),
-            &u("/goto/302?/hello"),
-        ]));
-        c.push(v(&[
-            "-sL",
-            "-A",
-            "same/1",
-            "-o",
-            "out.bin",
-            "-w",
-            &format!("[%{{{var}}}]\\n"),
-            &u("/goto/302?/hello"),
-        ]));
+        for follow in ["-s", "-sL"] {
+            let format = format!("[%{{{var}}}]\\n");
+            c.push(v(&[follow, "-A", "same/1", "-o", "out.bin", "-w", &format, &u("/goto/302?/hello")]));
+        }
     }
     c.push(v(&[
         "-s",
