@@ -231,7 +231,7 @@ pub struct GetArgs {
     /// line). `Name:` with nothing after the colon removes a header switchyard
     /// would send (User-Agent, Accept: */*, Host is not removable). `Name;`
     /// sends it empty.
-    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    #[arg(short = 'H', long = "header", value_name = "HEADER", allow_hyphen_values = true)]
     pub headers: Vec<String>,
     /// The User-Agent to send.
     #[arg(short = 'A', long = "user-agent", value_name = "NAME")]
@@ -282,29 +282,35 @@ pub struct GetArgs {
     /// `@-` reads stdin; several are joined with `&`. Makes the request a POST
     /// with `Content-Type: application/x-www-form-urlencoded` unless -X / -H
     /// say otherwise.
-    #[arg(short = 'd', long = "data", visible_alias = "data-ascii", value_name = "DATA")]
+    #[arg(
+        short = 'd',
+        long = "data",
+        visible_alias = "data-ascii",
+        value_name = "DATA",
+        allow_hyphen_values = true
+    )]
     pub data: Vec<String>,
     /// Send this body exactly as given (`@FILE` and `@-` kept byte for byte).
-    #[arg(long = "data-binary", value_name = "DATA")]
+    #[arg(long = "data-binary", value_name = "DATA", allow_hyphen_values = true)]
     pub data_binary: Vec<String>,
     /// As -d, with no `@` meaning (a leading `@` is sent).
-    #[arg(long = "data-raw", value_name = "DATA")]
+    #[arg(long = "data-raw", value_name = "DATA", allow_hyphen_values = true)]
     pub data_raw: Vec<String>,
     /// As -d, URL-encoded: `content`, `=content`, `name=content`, `@file`,
     /// `name@file` (curl's forms).
-    #[arg(long = "data-urlencode", value_name = "DATA")]
+    #[arg(long = "data-urlencode", value_name = "DATA", allow_hyphen_values = true)]
     pub data_urlencode: Vec<String>,
     /// A JSON body (curl's --json): as --data-binary, with `Content-Type` and
     /// `Accept` of `application/json` unless -H gives them; several are
     /// joined as they are.
-    #[arg(long = "json", value_name = "DATA")]
+    #[arg(long = "json", value_name = "DATA", allow_hyphen_values = true)]
     pub json_body: Vec<String>,
     /// Put the -d data in the URL's query and send GET (HEAD with -I).
     #[arg(short = 'G', long = "get")]
     pub get: bool,
     /// A multipart/form-data part: `name=value`, `name=@file` (uploaded as a
     /// file), `name=<file` (its text as the value); `;type=`, `;filename=`.
-    #[arg(short = 'F', long = "form", value_name = "NAME=CONTENT")]
+    #[arg(short = 'F', long = "form", value_name = "NAME=CONTENT", allow_hyphen_values = true)]
     pub form: Vec<String>,
     /// As -F, the value taken literally (no `@` or `<`).
     #[arg(long = "form-string", value_name = "NAME=STRING")]
@@ -356,7 +362,7 @@ pub struct GetArgs {
     #[arg(long = "retry-all-errors")]
     pub retry_all_errors: bool,
     /// Resume at this byte offset (`-`: the size of the -o file).
-    #[arg(short = 'C', long = "continue-at", value_name = "OFFSET")]
+    #[arg(short = 'C', long = "continue-at", value_name = "OFFSET", allow_hyphen_values = true)]
     pub continue_at: Option<String>,
     /// Read the body at most this fast (bytes per second; K, M, G suffixes).
     #[arg(long = "limit-rate", value_parser = parse_rate)]
@@ -368,7 +374,7 @@ pub struct GetArgs {
     /// connection_source (new, pooled, shared, coalesced) and attempts;
     /// `@FILE` reads the format from a file. Times are seconds from the start
     /// of the transfer.
-    #[arg(short = 'w', long = "write-out", value_name = "FORMAT")]
+    #[arg(short = 'w', long = "write-out", value_name = "FORMAT", allow_hyphen_values = true)]
     pub write_out: Option<String>,
     /// Follow redirects (3xx with a Location), each hop a call on the same
     /// pool: a same-origin hop reuses the connection. 301, 302 and 303 turn a
@@ -479,6 +485,85 @@ pub struct GetArgs {
     /// by reason, retries, …).
     #[arg(long)]
     pub metrics: bool,
+    /// Ask for this byte range (`0-99`, `100-`, `-50`: curl's -r).
+    #[arg(short = 'r', long = "range", value_name = "RANGE", allow_hyphen_values = true)]
+    pub range: Option<String>,
+    /// As -L, and credentials given (`-u`, `Authorization`, `Cookie`) go to
+    /// every host the redirects lead to.
+    #[arg(long = "location-trusted")]
+    pub location_trusted: bool,
+    /// Keep a POST a POST after a 301 (curl's --post301).
+    #[arg(long = "post301")]
+    pub post301: bool,
+    /// Keep a POST a POST after a 302.
+    #[arg(long = "post302")]
+    pub post302: bool,
+    /// Keep a POST a POST after a 303.
+    #[arg(long = "post303")]
+    pub post303: bool,
+    /// With -b FILE: leave out the file's session cookies (no expiry).
+    #[arg(short = 'j', long = "junk-session-cookies")]
+    pub junk_session_cookies: bool,
+    /// Fail with exit 63 when the body is larger than this (K, M, G
+    /// suffixes): at once when its Content-Length says so, else when it
+    /// passes it.
+    #[arg(long = "max-filesize", value_parser = parse_rate)]
+    pub max_filesize: Option<u64>,
+    /// Give -o / -O files the server's Last-Modified time.
+    #[arg(short = 'R', long = "remote-time")]
+    pub remote_time: bool,
+    /// How long a body with `Expect: 100-continue` waits for the server's
+    /// 100 before it is sent anyway (seconds).
+    #[arg(long = "expect100-timeout", value_parser = parse_duration)]
+    pub expect100_timeout: Option<Duration>,
+    /// A client certificate chain (PEM) for TLS (`FILE`; a key in the same
+    /// file, or --key).
+    #[arg(short = 'E', long = "cert", value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long = "key", value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// Trust the CA certificates in the PEM files of this directory.
+    #[arg(long = "capath", value_name = "DIR")]
+    pub capath: Option<PathBuf>,
+    /// Happy Eyeballs: how long the first address family goes alone (ms).
+    #[arg(long = "happy-eyeballs-timeout-ms", value_name = "MS")]
+    pub happy_eyeballs_timeout_ms: Option<u64>,
+    /// The schemes allowed (curl's syntax: `=https`, `-all,https`, `+http`).
+    #[arg(long = "proto", value_name = "PROTOCOLS", allow_hyphen_values = true)]
+    pub proto: Option<String>,
+    /// The schemes a redirect may go to (the same syntax).
+    #[arg(long = "proto-redir", value_name = "PROTOCOLS", allow_hyphen_values = true)]
+    pub proto_redir: Option<String>,
+    /// Send `Authorization: Bearer TOKEN`.
+    #[arg(long = "oauth2-bearer", value_name = "TOKEN")]
+    pub oauth2_bearer: Option<String>,
+    /// With several URLs: stop at the first that fails.
+    #[arg(long = "fail-early")]
+    pub fail_early: bool,
+    /// Send the URL's path as given (switchyard never merges `/../`).
+    #[arg(long = "path-as-is")]
+    pub path_as_is: bool,
+    /// curl's progress meter switches: switchyard draws no curl meter, so
+    /// these change nothing (`-#`, `--progress-bar`, `--no-progress-meter`,
+    /// `-q`).
+    #[arg(short = '#', long = "progress-bar")]
+    pub progress_bar: bool,
+    /// See `--progress-bar`.
+    #[arg(long = "no-progress-meter")]
+    pub no_progress_meter: bool,
+    /// Do not read ~/.curlrc (switchyard never does).
+    #[arg(short = 'q', long = "disable")]
+    pub disable: bool,
+    /// TCP_NODELAY is always on; accepted as curl's no-op.
+    #[arg(long = "tcp-nodelay")]
+    pub tcp_nodelay: bool,
+    /// TCP keep-alive is off unless --keepalive-time; accepted.
+    #[arg(long = "no-keepalive")]
+    pub no_keepalive: bool,
+    /// HTTP/1.0: not spoken (an error says so).
+    #[arg(short = '0', long = "http1.0", hide = true)]
+    pub http1_0: bool,
     /// Machine-readable output (switchyard's): one JSON object per event (and
     /// a result or summary) on stdout; the body goes only to -o.
     #[arg(long = "json-events")]

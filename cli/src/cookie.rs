@@ -168,7 +168,7 @@ impl Jar {
 
     /// The `Cookie` header for a request to `host` and `path` (`secure`:
     /// over https), in curl's order: longest path first, then longest
-    /// domain, then longest name, then oldest. `None`: no cookie matches.
+    /// domain, then longest name, then newest. `None`: no cookie matches.
     #[must_use]
     pub fn header(&self, host: &str, path: &str, secure: bool) -> Option<String> {
         let host = host.to_ascii_lowercase();
@@ -192,7 +192,7 @@ impl Jar {
                 .cmp(&a.path.len())
                 .then(b.domain.len().cmp(&a.domain.len()))
                 .then(b.name.len().cmp(&a.name.len()))
-                .then(a.created.cmp(&b.created))
+                .then(b.created.cmp(&a.created))
         });
         Some(matching.iter().map(|c| format!("{}={}", c.name, c.value)).collect::<Vec<_>>().join("; "))
     }
@@ -220,6 +220,11 @@ impl Jar {
             ));
         }
         out
+    }
+
+    /// Drops the session cookies (no expiry): `-j`.
+    pub fn drop_session_cookies(&mut self) {
+        self.cookies.retain(|c| c.expires != 0);
     }
 
     /// How many cookies it holds.
@@ -274,7 +279,7 @@ mod tests {
         jar.set("gone=6; Max-Age=0", "example.com", "/", false);
         jar.set("s2=7; Secure", "example.com", "/", false);
         assert_eq!(jar.len(), 4);
-        assert_eq!(jar.header("example.com", "/dir/x", false).as_deref(), Some("a=1; c=3; bb=2"));
+        assert_eq!(jar.header("example.com", "/dir/x", false).as_deref(), Some("c=3; a=1; bb=2"));
         assert_eq!(jar.header("example.com", "/", true).as_deref(), Some("bb=2; s=4"));
         assert_eq!(jar.header("sub.example.com", "/dir", false).as_deref(), Some("c=3"));
         assert_eq!(jar.header("example.org", "/", true), None);

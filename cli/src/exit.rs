@@ -33,6 +33,8 @@ pub const WRITE: u8 = 23;
 pub const READ: u8 = 26;
 /// A timeout.
 pub const TIMEOUT: u8 = 28;
+/// `--max-filesize` exceeded.
+pub const FILESIZE: u8 = 63;
 /// `-C`: the server does not resume (answered the whole body).
 pub const RANGE: u8 = 33;
 /// The TLS handshake failed.

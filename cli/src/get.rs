@@ -88,7 +88,10 @@ pub fn jobs(args: &GetArgs, spec: &Spec) -> Result<Vec<Job>, Failed> {
         };
         let slot = args.outputs.get(i).cloned().or(args.remote_name_all.then_some(OutputTo::RemoteName));
         for e in expanded {
-            let url = spec.url_for(&with_default_scheme(&e.url));
+            let mut url = spec.url_for(&with_default_scheme(&e.url));
+            if !args.path_as_is {
+                url = without_dot_segments(&url);
+            }
             let output = match &slot {
                 None => Out::Stdout,
                 Some(OutputTo::File(f)) if f == "-" => Out::Stdout,
@@ -99,6 +102,40 @@ pub fn jobs(args: &GetArgs, spec: &Spec) -> Result<Vec<Job>, Failed> {
         }
     }
     Ok(jobs)
+}
+
+/// `url` with `.` and `..` segments of its path merged away (RFC 3986
+/// §5.2.4), as curl sends it unless --path-as-is.
+#[must_use]
+pub fn without_dot_segments(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let Some(slash) = rest.find('/') else { return url.to_owned() };
+    let (authority, target) = rest.split_at(slash);
+    let end = target.find(['?', '#']).unwrap_or(target.len());
+    let (path, tail) = target.split_at(end);
+    if !path.split('/').any(|s| s == "." || s == "..") {
+        return url.to_owned();
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    for (i, seg) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *seg {
+            "." => {
+                if last {
+                    out.push("");
+                }
+            }
+            ".." => {
+                out.pop();
+                if last {
+                    out.push("");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    format!("{scheme}://{authority}/{}{tail}", out.join("/"))
 }
 
 /// -O's file name: the URL path's last segment.
@@ -116,6 +153,43 @@ fn remote_name(url: &str) -> Result<String, Failed> {
         ));
     }
     Ok(name.to_owned())
+}
+
+/// Whether curl's `--proto` list (`=https`, `-all,https`, `+http`,
+/// `-http`, `all`) lets `url`'s scheme through; curl's exit 1 when not.
+fn protocol_allowed(list: &str, url: &str, flag: &str) -> Result<(), Failed> {
+    let scheme = url.split_once("://").map_or("http", |(s, _)| s).to_ascii_lowercase();
+    let all = ["http", "https"];
+    let mut allowed: Vec<&str> = all.to_vec();
+    for item in list.split(',').map(str::trim) {
+        let (op, name) = match item.chars().next() {
+            Some(c @ ('=' | '+' | '-')) => (c, &item[1..]),
+            _ => ('+', item),
+        };
+        if op == '=' {
+            allowed.clear();
+        }
+        let names: Vec<&str> = if name == "all" { all.to_vec() } else { vec![name] };
+        for n in names {
+            if op == '-' {
+                allowed.retain(|a| !a.eq_ignore_ascii_case(n));
+            } else if !allowed.iter().any(|a| a.eq_ignore_ascii_case(n)) {
+                allowed.push(n);
+            }
+        }
+    }
+    if allowed.iter().any(|a| a.eq_ignore_ascii_case(&scheme)) {
+        Ok(())
+    } else {
+        Err(Failed::with_code(
+            exit::GENERIC,
+            format!(
+                "({}) {}: Protocol \"{scheme}\" disabled ({flag} {list})",
+                exit::GENERIC,
+                switchyard_common::redact(url)
+            ),
+        ))
+    }
 }
 
 /// A resolver that answers with one address family only (-4, -6).
@@ -255,6 +329,41 @@ fn builder<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C
     for r in &args.resolve {
         b = b.resolve(&format!("{}:{}", r.host, r.port), r.addrs.iter().copied());
     }
+    if let Some(d) = args.expect100_timeout {
+        b = b.expect_continue_timeout(d);
+    }
+    if let Some(ms) = args.happy_eyeballs_timeout_ms {
+        b = b.attempt_delay(Duration::from_millis(ms));
+    }
+    if let Some(cert) = &args.cert {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).map_err(|e| {
+                Failed::with_code(exit::READ, format!("({}) cannot read {}: {e}", exit::READ, p.display()))
+            })
+        };
+        let chain = read(cert)?;
+        let key = match &args.key {
+            Some(k) => read(k)?,
+            None => chain.clone(),
+        };
+        b = b.client_identity_pem(&chain, &key);
+    }
+    if let Some(dir) = &args.capath {
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| Failed::config(format!("cannot read --capath {}: {e}", dir.display())))?;
+        let mut found = 0;
+        for entry in entries.flatten() {
+            use rustls::pki_types::pem::PemObject;
+            let Ok(iter) = rustls::pki_types::CertificateDer::pem_file_iter(entry.path()) else { continue };
+            for c in iter.flatten() {
+                b = b.add_root_certificate(c.to_vec());
+                found += 1;
+            }
+        }
+        if found == 0 {
+            return Err(Failed::config(format!("no certificates in --capath {}", dir.display())));
+        }
+    }
     if let Some(path) = &args.cacert {
         use rustls::pki_types::pem::PemObject;
         let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(path)
@@ -280,6 +389,11 @@ fn builder<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C
 pub fn run(args: GetArgs) -> Result<(), Failed> {
     let spec = Spec::from_args(&args)?;
     let jobs = jobs(&args, &spec)?;
+    if let Some(list) = &args.proto {
+        if let Some(refused) = jobs.iter().find_map(|j| protocol_allowed(list, &j.url, "--proto").err()) {
+            return Err(refused);
+        }
+    }
     if args.compressed && args.runtime == Runtime::Std {
         return Err(Failed::config(
             "--compressed needs --runtime tokio or smol (switchyard-std does not decode bodies)",
@@ -311,7 +425,11 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
             .first()
             .and_then(|j| url::Url::parse(&j.url).ok())
             .and_then(|u| u.host_str().map(str::to_owned));
-        std::sync::Mutex::new(Jar::read(&text, &host.unwrap_or_default()))
+        let mut jar = Jar::read(&text, &host.unwrap_or_default());
+        if args.junk_session_cookies {
+            jar.drop_session_cookies();
+        }
+        std::sync::Mutex::new(jar)
     });
     let netrc = if args.netrc || args.netrc_optional || args.netrc_file.is_some() {
         let path = args.netrc_file.clone().unwrap_or_else(|| {
@@ -665,10 +783,15 @@ impl Ctx {
 
     /// Where the answer leads: another hop (with -L), or nowhere.
     fn next_hop(&self, hop: &Hop, done: &mut HopDone, t: &Transfer) -> Result<Option<Hop>, Failed> {
-        if !self.args.location {
+        let args = &self.args;
+        if !args.location && !args.location_trusted {
             return Ok(None);
         }
-        match redirect::next(hop, done.status, &done.headers) {
+        let rules = redirect::Rules {
+            keep_credentials: args.location_trusted,
+            keep_post: [args.post301, args.post302, args.post303],
+        };
+        match redirect::next_with(hop, done.status, &done.headers, rules) {
             Ok(Next::Answer) => Ok(None),
             Ok(Next::Follow(next)) => {
                 let followed = t.hops.len() as u64;
@@ -682,6 +805,9 @@ impl Ctx {
                             self.args.max_redirs
                         ),
                     ));
+                }
+                if let Some(list) = &self.args.proto_redir {
+                    protocol_allowed(list, &next.url, "--proto-redir")?;
                 }
                 done.redirect = Some(next.url.clone());
                 let mut next = next;
@@ -766,12 +892,37 @@ impl Ctx {
 
     /// After the body: --fail-with-body's verdict, and -C's check that the
     /// server resumed (206) rather than sent the whole body again.
-    fn after_body(&self, done: &HopDone, offset: u64) -> Result<(), Failed> {
+    fn after_body(&self, done: &HopDone, job: &Job) -> Result<(), Failed> {
         if self.args.fail_with_body && done.status.as_u16() >= 400 {
             return Err(self.status_failed(done));
         }
-        let _ = offset;
+        if let (true, Out::File(path)) = (self.args.remote_time, &job.output) {
+            // -R: the file gets the server's Last-Modified time.
+            let modified = done
+                .headers
+                .get(http::header::LAST_MODIFIED)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| httpdate::parse_http_date(v).ok());
+            if let Some(time) = modified {
+                let _ = std::fs::File::options().write(true).open(path).and_then(|f| f.set_modified(time));
+            }
+        }
         Ok(())
+    }
+
+    /// --max-filesize: `bytes` of the body (announced or read) are too many.
+    fn too_large(&self, done: &HopDone, bytes: u64) -> Result<(), Failed> {
+        match self.args.max_filesize {
+            Some(max) if bytes > max => Err(Failed::with_code(
+                exit::FILESIZE,
+                format!(
+                    "({}) {}: Maximum file size exceeded (--max-filesize {max})",
+                    exit::FILESIZE,
+                    switchyard_common::redact(&done.url)
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// -v: one call's timeline.
@@ -938,6 +1089,14 @@ impl Ctx {
                         _ => {}
                     }
                 }
+                let announced = done
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if let Err(f) = self.too_large(done, announced.unwrap_or(0)) {
+                    return Step::End(Err(f));
+                }
                 match self.answer(print, done, sink, job) {
                     Ok(read) => Step::Read(read),
                     Err(f) => Step::End(Err(f)),
@@ -1007,6 +1166,7 @@ async fn transfer_async<R: switchyard_async::Runtime>(
                     }
                     while let Some(chunk) = body.chunk().await.map_err(|e| Failed::call(&hop.url, &e))? {
                         done.bytes += chunk.len() as u64;
+                        ctx.too_large(&done, done.bytes)?;
                         if let Some(s) = &mut sink {
                             s.write(&chunk)?;
                         }
@@ -1016,7 +1176,7 @@ async fn transfer_async<R: switchyard_async::Runtime>(
                 .await;
                 let read = read
                     .and_then(|()| sink.take().map_or(Ok(()), Sink::finish))
-                    .and_then(|()| ctx.after_body(&done, offset));
+                    .and_then(|()| ctx.after_body(&done, job));
                 if print {
                     ctx.timeline(done.call);
                 }
@@ -1067,7 +1227,11 @@ async fn run_async<R: switchyard_async::Runtime>(
             ctx.announce(&job.url);
             let t = transfer_async_retrying(&client, &ctx, job, true, sleep).await;
             ctx.finish(&t);
+            let failed = t.result.is_err();
             transfers.push(t);
+            if failed && args.fail_early {
+                break;
+            }
         }
         ctx.write_har(&transfers)?;
         return last_result(&transfers);
@@ -1168,6 +1332,7 @@ fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, job: &Job, print: bo
                     }
                     while let Some(chunk) = body.chunk().map_err(|e| Failed::call(&hop.url, &e))? {
                         done.bytes += chunk.len() as u64;
+                        ctx.too_large(&done, done.bytes)?;
                         if let Some(s) = &mut sink {
                             s.write(&chunk)?;
                         }
@@ -1176,7 +1341,7 @@ fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, job: &Job, print: bo
                 })();
                 let read = read
                     .and_then(|()| sink.take().map_or(Ok(()), Sink::finish))
-                    .and_then(|()| ctx.after_body(&done, offset));
+                    .and_then(|()| ctx.after_body(&done, job));
                 if print {
                     ctx.timeline(done.call);
                 }
@@ -1215,7 +1380,11 @@ fn run_std(client: &switchyard_std::Client, ctx: &Ctx, jobs: &[Job]) -> Result<(
             ctx.announce(&job.url);
             let t = transfer_std_retrying(client, ctx, job, true);
             ctx.finish(&t);
+            let failed = t.result.is_err();
             transfers.push(t);
+            if failed && args.fail_early {
+                break;
+            }
         }
         ctx.write_har(&transfers)?;
         return last_result(&transfers);
@@ -1528,5 +1697,22 @@ fn summary(
             Err(Failed::with_code(first.code, String::new()))
         }
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_dot_segments as merged;
+
+    #[test]
+    fn dot_segments_merge_as_rfc_3986_says() {
+        assert_eq!(merged("http://a/x/../seen"), "http://a/seen");
+        assert_eq!(merged("http://a/b/c/./../../g?q=/../#f"), "http://a/g?q=/../#f");
+        assert_eq!(merged("http://a/b/.."), "http://a/");
+        assert_eq!(merged("http://a/b/."), "http://a/b/");
+        assert_eq!(merged("http://a/../../x"), "http://a/x");
+        assert_eq!(merged("http://a/plain/path"), "http://a/plain/path");
+        assert_eq!(merged("http://a"), "http://a");
+        assert_eq!(merged("http://a/..x/y.."), "http://a/..x/y..");
     }
 }

@@ -47,6 +47,24 @@ pub enum Next {
 /// # Errors
 /// A Location that is not a URL, or not an http(s) one.
 pub fn next(hop: &Hop, status: StatusCode, headers: &HeaderMap) -> Result<Next, String> {
+    next_with(hop, status, headers, Rules::default())
+}
+
+/// curl's switches that change [`next`]'s rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// `--location-trusted`: credentials go to other origins too.
+    pub keep_credentials: bool,
+    /// `--post301`, `--post302`, `--post303`: a POST stays a POST (with its
+    /// body) on that status.
+    pub keep_post: [bool; 3],
+}
+
+/// [`next`] with curl's switches.
+///
+/// # Errors
+/// As [`next`].
+pub fn next_with(hop: &Hop, status: StatusCode, headers: &HeaderMap, rules: Rules) -> Result<Next, String> {
     if !matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
         return Ok(Next::Answer);
     }
@@ -60,9 +78,12 @@ pub fn next(hop: &Hop, status: StatusCode, headers: &HeaderMap) -> Result<Next, 
         return Err(format!("the redirect goes to {target}, which is not an http or https URL"));
     }
     target.set_fragment(None);
+    let posting = hop.method == Method::POST || (hop.method_forced && hop.posts_data);
     let becomes_get = match status.as_u16() {
+        303 if posting && rules.keep_post[2] => false,
         303 => hop.method != Method::HEAD,
-        301 | 302 => hop.method == Method::POST || (hop.method_forced && hop.posts_data),
+        301 => posting && !rules.keep_post[0],
+        302 => posting && !rules.keep_post[1],
         _ => false,
     };
     let mut next = hop.clone();
@@ -76,7 +97,7 @@ pub fn next(hop: &Hop, status: StatusCode, headers: &HeaderMap) -> Result<Next, 
         next.headers.remove(CONTENT_TYPE);
         next.headers.remove(CONTENT_LENGTH);
     }
-    if base.origin() != target.origin() {
+    if base.origin() != target.origin() && !rules.keep_credentials {
         for h in [AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION] {
             next.headers.remove(h);
         }
@@ -162,6 +183,27 @@ mod tests {
             assert!(!n.headers.contains_key(AUTHORIZATION) && !n.headers.contains_key(COOKIE), "{other}");
             assert!(n.headers.contains_key("x-kept"), "{other}");
         }
+    }
+
+    #[test]
+    fn curls_switches_change_the_rules() {
+        let post = hop(Method::POST, "http://a.test/x");
+        let rules = Rules { keep_credentials: true, keep_post: [true, false, true] };
+        let go = |status: u16| match next_with(
+            &post,
+            StatusCode::from_u16(status).unwrap(),
+            &to("http://b.test/y"),
+            rules,
+        )
+        .unwrap()
+        {
+            Next::Follow(n) => n,
+            Next::Answer => panic!(),
+        };
+        assert_eq!((go(301).method, go(301).body.is_some()), (Method::POST, true));
+        assert_eq!((go(302).method, go(302).body.is_some()), (Method::GET, false));
+        assert_eq!(go(303).method, Method::POST);
+        assert!(go(302).headers.contains_key(AUTHORIZATION) && go(302).headers.contains_key(COOKIE));
     }
 
     #[test]

@@ -107,6 +107,17 @@ impl Spec {
         if !literal_cookies.is_empty() {
             set_default(&mut headers, COOKIE, &literal_cookies.join("; "))?;
         }
+        if let Some(range) = &args.range {
+            set_default(&mut headers, http::header::RANGE, &format!("bytes={range}"))?;
+        }
+        if let Some(token) = &args.oauth2_bearer {
+            set_default(&mut headers, AUTHORIZATION, &format!("Bearer {token}"))?;
+        }
+        if args.http1_0 {
+            return Err(Failed::config(
+                "-0/--http1.0: switchyard speaks HTTP/1.1 (which HTTP/1.0 servers answer); drop the flag",
+            ));
+        }
         if args.compressed {
             set_default(&mut headers, ACCEPT_ENCODING, "deflate, gzip, br")?;
         }

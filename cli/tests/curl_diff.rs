@@ -338,7 +338,7 @@ fn fresh_dir(root: &Path, name: &str) -> PathBuf {
     std::fs::write(dir.join("input.cfg"), "silent\nheader = \"X-From-Config: yes\"\n# a comment\n").unwrap();
     std::fs::write(
         dir.join("input.jar"),
-        "# Netscape HTTP Cookie File\n127.0.0.1\tFALSE\t/\tFALSE\t0\tfromjar\tv1\n127.0.0.1\tFALSE\t/other\tFALSE\t0\tnotsent\tv2\n",
+        "# Netscape HTTP Cookie File\n127.0.0.1\tFALSE\t/\tFALSE\t0\tfromjar\tv1\n127.0.0.1\tFALSE\t/other\tFALSE\t0\tnotsent\tv2\n127.0.0.1\tFALSE\t/\tFALSE\t4102444800\tlasting\tv3\n",
     )
     .unwrap();
     std::fs::write(dir.join("input.netrc"), "machine 127.0.0.1 login ann password s3cret\n").unwrap();
@@ -528,6 +528,42 @@ fn cases(port: u16) -> Vec<Vec<String>> {
         "x-requested-with: XMLHttpRequest",
     ]));
     c.push(v(&["-s", &u("/gzip"), "--compressed"]));
+    // More of curl's switches.
+    let other_host = format!("http://localhost:{port}/seen");
+    c.push(v(&["-s", "-r", "0-9", &seen]));
+    c.push(v(&["-s", "-r", "-5", &seen]));
+    c.push(v(&["-s", "-L", "-u", "a:b", &u(&format!("/goto/302?{other_host}"))]));
+    c.push(v(&["-s", "--location-trusted", "-u", "a:b", &u(&format!("/goto/302?{other_host}"))]));
+    c.push(v(&[
+        "-s",
+        "-L",
+        "-H",
+        "Authorization: Bearer t",
+        "-H",
+        "Cookie: c=1",
+        &u(&format!("/goto/301?{other_host}")),
+    ]));
+    for (flag, code) in [("--post301", "301"), ("--post302", "302"), ("--post303", "303")] {
+        c.push(v(&["-sL", flag, "-d", "x=1", &u(&format!("/goto/{code}?/seen"))]));
+    }
+    c.push(v(&["-sL", "-b", "input.jar", "-j", &u("/seen")]));
+    c.push(v(&["-s", "--max-filesize", "50", &u("/bytes/100")]));
+    c.push(v(&["-s", "--max-filesize", "100", &u("/bytes/100")]));
+    c.push(v(&["-s", "--proto", "=https", &hello]));
+    c.push(v(&["-s", "--proto", "-all,http", &hello]));
+    c.push(v(&["-sL", "--proto-redir", "=https", &u("/goto/302?/hello")]));
+    c.push(v(&["-s", "--oauth2-bearer", "tok.en", &seen]));
+    c.push(v(&["-s", "--fail-early", "-f", &u("/status/500"), &hello]));
+    c.push(v(&["-s", "-f", &u("/status/500"), &hello]));
+    c.push(v(&["-s", "--path-as-is", &u("/x/../seen")]));
+    c.push(v(&["-s", &u("/x/../seen")]));
+    c.push(v(&["-s", &u("/seen?q=a%20b&r=%2F")]));
+    c.push(v(&["-s#", &hello]));
+    c.push(v(&["-s", "--no-progress-meter", "--progress-bar", &hello]));
+    c.push(v(&["-q", "-s", &hello]));
+    c.push(v(&["-s", "--expect100-timeout", "2", "-T", "input.txt", &seen]));
+    c.push(v(&["-s", "--happy-eyeballs-timeout-ms", "100", "--tcp-nodelay", "--no-keepalive", &hello]));
+    c.push(v(&["-s", "-R", "-o", "r.txt", &hello]));
     c.push(v(&["-s", &u("/gzip")]));
     // Output: files, names, directories, dumps.
     c.push(v(&["-s", "-o", "out.txt", &hello]));
