@@ -131,7 +131,10 @@ pub fn status_line(v: Version, s: StatusCode) -> String {
 #[must_use]
 pub fn head_text(done: &HopDone) -> Vec<u8> {
     if let Some(raw) = &done.raw {
-        return raw.as_bytes().to_vec();
+        // The informational heads first (a 100 Continue), as curl prints them.
+        let mut text: Vec<u8> = raw.interim().iter().flat_map(|h| h.iter().copied()).collect();
+        text.extend_from_slice(raw.as_bytes());
+        return text;
     }
     let mut text = if done.version >= Version::HTTP_2 {
         format!("{} {} \r\n", version_words(done.version), done.status.as_u16())

@@ -562,6 +562,8 @@ fn cases(port: u16) -> Vec<Vec<String>> {
     c.push(v(&["-s", "--no-progress-meter", "--progress-bar", &hello]));
     c.push(v(&["-q", "-s", &hello]));
     c.push(v(&["-s", "--expect100-timeout", "2", "-T", "input.txt", &seen]));
+    c.push(v(&["-si", "-T", "input.txt", &seen]));
+    c.push(v(&["-s", "-D", "-", "-o", "/dev/null", "-T", "input.txt", &seen]));
     c.push(v(&["-s", "--happy-eyeballs-timeout-ms", "100", "--tcp-nodelay", "--no-keepalive", &hello]));
     c.push(v(&["-s", "-R", "-o", "r.txt", &hello]));
     c.push(v(&["-s", &u("/gzip")]));

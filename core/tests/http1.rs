@@ -714,6 +714,7 @@ fn the_raw_head_is_kept_only_when_asked_and_whatever_the_split() {
         assert_eq!(raw.as_bytes(), head.as_bytes(), "split {split}");
         assert_eq!(raw.reason(), "Redirect Now");
         assert_eq!(raw.lines().nth(2), Some("LOCATION: /there"));
+        assert_eq!(raw.interim(), [bytes::Bytes::from_static(b"HTTP/1.1 100 Continue\r\n\r\n")]);
         assert_eq!(raw_of(Limits::default(), split), None, "off by default");
     }
     assert_eq!(RawHead::new(bytes::Bytes::from_static(b"HTTP/1.1 200\r\n\r\n")).reason(), "");

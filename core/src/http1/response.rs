@@ -55,23 +55,33 @@ impl Default for Limits {
 /// assert_eq!(raw.lines().collect::<Vec<_>>(), ["HTTP/1.1 200 Fine", "X-Mixed-Case: 1"]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawHead(Bytes);
+pub struct RawHead {
+    head: Bytes,
+    interim: Vec<Bytes>,
+}
 
 impl RawHead {
     /// A raw head from its bytes.
     #[must_use]
     pub fn new(bytes: Bytes) -> RawHead {
-        RawHead(bytes)
+        RawHead { head: bytes, interim: Vec::new() }
     }
     /// The bytes, blank line included.
     #[must_use]
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        &self.head
+    }
+    /// On a final head: the informational heads (`100 Continue`, `103 Early
+    /// Hints`, …) that came before it, each as received, in order (at most
+    /// [`Limits::max_informational`]).
+    #[must_use]
+    pub fn interim(&self) -> &[Bytes] {
+        &self.interim
     }
     /// The status line and each header line, without their line ends (a
     /// line folded onto the one before is its own line here, as sent).
     pub fn lines(&self) -> impl Iterator<Item = &str> {
-        std::str::from_utf8(&self.0)
+        std::str::from_utf8(&self.head)
             .unwrap_or_default()
             .split('\n')
             .map(|l| l.strip_suffix('\r').unwrap_or(l))
@@ -164,6 +174,8 @@ pub struct ResponseDecoder {
     got_final: bool,
     /// Bytes were left (or arrived) past the end of the response.
     excess: bool,
+    /// With `keep_raw_head`: the informational heads so far, as received.
+    interim: Vec<Bytes>,
 }
 
 impl ResponseDecoder {
@@ -185,6 +197,7 @@ impl ResponseDecoder {
             informational: 0,
             got_final: false,
             excess: false,
+            interim: Vec::new(),
         }
     }
 
@@ -406,12 +419,21 @@ impl ResponseDecoder {
             other => other?,
         };
         let Head { len: n, status, version, headers: map, fields } = parsed;
-        let raw = self.limits.keep_raw_head.then(|| RawHead(Bytes::copy_from_slice(&buf[..n])));
+        let raw = self.limits.keep_raw_head.then(|| Bytes::copy_from_slice(&buf[..n]));
         buf.advance(n);
         self.state = State::Head { scanned: 0 };
         let mut response = http::Response::new(());
         if let Some(raw) = raw {
-            response.extensions_mut().insert(raw);
+            let informational = status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS;
+            let interim = if informational {
+                if self.interim.len() < self.limits.max_informational {
+                    self.interim.push(raw.clone());
+                }
+                Vec::new()
+            } else {
+                std::mem::take(&mut self.interim)
+            };
+            response.extensions_mut().insert(RawHead { head: raw, interim });
         }
         *response.status_mut() = status;
         *response.version_mut() = version;
