@@ -1071,3 +1071,99 @@ fn http2_heads_print_as_curl_prints_them() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Side by side with curl against a real nginx (Debian's nginx-light, as
+/// the interop suite starts it): plain HTTP/1.1 and TLS with ALPN (HTTP/2),
+/// heads as nginx writes them, ranges, resume, uploads to its echo module,
+/// `-w`, and through squid and microsocks — the same exit code and stdout
+/// bytes (the `Date` field aside).
+#[test]
+fn matches_curl_against_nginx() {
+    let nginx = switchyard_tests::interop::Nginx::start(switchyard_tests::interop::NginxOptions::default())
+        .expect("nginx (nginx-light; CI installs it)");
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-nginx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &nginx.ca.cert_pem).unwrap();
+    std::fs::write(dir.join("up.txt"), "uploaded\n").unwrap();
+    let plain = |p: &str| format!("http://127.0.0.1:{}{p}", nginx.plain_port);
+    let tls = |p: &str| format!("https://localhost:{}{p}", nginx.tls_port);
+    let resolve = format!("localhost:{}:127.0.0.1", nginx.tls_port);
+    let ca = ca_file.display().to_string();
+    let with_tls = |mut a: Vec<String>| {
+        a.splice(0..0, ["--cacert".to_owned(), ca.clone(), "--resolve".to_owned(), resolve.clone()]);
+        a
+    };
+    let s = |a: &[&str]| a.iter().map(|x| (*x).to_owned()).collect::<Vec<String>>();
+    let w = "%{http_code} %{http_version} %{size_download} %{content_type} %{num_headers} %{scheme}\\n";
+    let cases = vec![
+        s(&["-s", &plain("/hello")]),
+        s(&["-sI", &plain("/hello")]),
+        s(&["-si", &plain("/hello")]),
+        s(&["-si", &plain("/missing")]),
+        s(&["-sf", &plain("/missing")]),
+        s(&["-s", "-r", "1-3", &plain("/hello")]),
+        s(&["-si", "-r", "1-3", &plain("/hello")]),
+        s(&["-s", "-o", "/dev/null", "-w", w, &plain("/big")]),
+        s(&["-s", "-d", "a=1&b=2", &plain("/echo")]),
+        s(&["-s", "-T", "up.txt", &plain("/echo")]),
+        s(&["-s", "--json", "{\"k\":1}", &plain("/echo")]),
+        s(&["-s", "--data-urlencode", "q=a b", &plain("/echo")]),
+        s(&["-s", "-X", "DELETE", &plain("/hello")]),
+        s(&["-s", "--http1.1", "-D", "-", "-o", "/dev/null", &plain("/hello")]),
+        with_tls(s(&["-s", &tls("/hello")])),
+        with_tls(s(&["-sI", &tls("/hello")])),
+        with_tls(s(&["-si", "--http1.1", &tls("/hello")])),
+        with_tls(s(&["-s", "-o", "/dev/null", "-w", w, &tls("/big")])),
+        with_tls(s(&["-s", "-o", "/dev/null", "-w", w, "--http1.1", &tls("/big")])),
+        with_tls(s(&["-s", "-d", "over=h2", &tls("/echo")])),
+        s(&["-s", "https://localhost:1/"]),
+    ];
+    // Through squid (CONNECT tunnels, absolute form) and microsocks (SOCKS5).
+    let squid = switchyard_tests::interop::Squid::start().expect("squid (CI installs it)");
+    let socks = switchyard_tests::interop::Microsocks::start().expect("microsocks (CI installs it)");
+    let squid_url = format!("http://127.0.0.1:{}", squid.port);
+    let socks_at = format!("127.0.0.1:{}", socks.port);
+    let mut cases = cases;
+    cases.extend([
+        with_tls(s(&["-s", "-x", &squid_url, "-w", "[%{http_connect}]", &tls("/hello")])),
+        with_tls(s(&["-s", "-x", &squid_url, &tls("/missing")])),
+        s(&["-s", "-x", &squid_url, "-w", "[%{http_connect} %{http_code}]", &plain("/hello")]),
+        s(&["-s", "-x", &squid_url, "-d", "via=squid", &plain("/echo")]),
+        s(&["-s", "--noproxy", "127.0.0.1", "-x", &squid_url, &plain("/hello")]),
+        s(&["-s", "--socks5", &socks_at, &plain("/hello")]),
+        s(&["-s", "--socks5-hostname", &socks_at, &plain("/hello")]),
+        with_tls(s(&["-s", "--socks5-hostname", &socks_at, "-w", "[%{http_version}]", &tls("/hello")])),
+    ]);
+    let without_date = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .split_inclusive('\n')
+            .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+            .collect::<String>()
+    };
+    for args in cases {
+        let ours = bin().current_dir(&dir).args(&args).output().unwrap();
+        let curl = Command::new("curl").current_dir(&dir).args(&args).output().unwrap();
+        assert_eq!(
+            ours.status.code(),
+            curl.status.code(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        assert_eq!(without_date(&ours.stdout), without_date(&curl.stdout), "{args:?}");
+    }
+    // -C -: a file that holds the first two bytes is completed.
+    for program in [Command::new("curl"), bin()] {
+        let mut program = program;
+        std::fs::write(dir.join("part.txt"), "he").unwrap();
+        let out = program
+            .current_dir(&dir)
+            .args(["-s", "-C", "-", "-o", "part.txt", &plain("/hello")])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(std::fs::read_to_string(dir.join("part.txt")).unwrap(), "hello");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
