@@ -774,6 +774,7 @@ impl Ctx {
             request_headers: hop.headers.clone(),
             request_body: hop.body.as_ref().map_or(0, |b| b.len() as u64),
             peer,
+            local: None,
             connection,
             source,
             bytes: 0,
@@ -1145,6 +1146,7 @@ async fn transfer_async<R: switchyard_async::Runtime>(
         let (head, mut body) = response.into_parts();
         let mut done = Ctx::answered(&hop, &head, call, connection, source, |id| client.connection_route(id));
         done.request_headers = sent;
+        done.local = connection.and_then(|id| client.connection_local_addr(id));
         match ctx.step(&hop, &mut done, &t, &mut sink, job, print, offset) {
             Step::End(r) => {
                 t.hops.push(done);
@@ -1313,6 +1315,7 @@ fn transfer_std(client: &switchyard_std::Client, ctx: &Ctx, job: &Job, print: bo
         let (head, mut body) = response.into_parts();
         let mut done = Ctx::answered(&hop, &head, call, connection, source, |id| client.connection_route(id));
         done.request_headers = sent;
+        done.local = connection.and_then(|id| client.connection_local_addr(id));
         match ctx.step(&hop, &mut done, &t, &mut sink, job, print, offset) {
             Step::End(r) => {
                 t.hops.push(done);

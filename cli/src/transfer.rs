@@ -36,6 +36,8 @@ pub struct HopDone {
     pub peer: Option<SocketAddr>,
     /// The connection that carried it.
     pub connection: Option<ConnectionId>,
+    /// That connection's own address (curl's `local_ip`, `local_port`).
+    pub local: Option<SocketAddr>,
     /// How the pool found that connection.
     pub source: Option<Source>,
     /// Body bytes read (0 for a body not read: -I, -f on an error, a

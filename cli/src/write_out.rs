@@ -51,6 +51,8 @@ pub fn variables(t: &Transfer, recorder: &Recorder) -> Vec<(&'static str, serde_
         ("http_version", json!(http_version)),
         ("remote_ip", json!(last.and_then(|h| h.peer).map_or(String::new(), |a| a.ip().to_string()))),
         ("remote_port", json!(last.and_then(|h| h.peer).map_or(String::new(), |a| a.port().to_string()))),
+        ("local_ip", json!(last.and_then(|h| h.local).map_or(String::new(), |a| a.ip().to_string()))),
+        ("local_port", json!(last.and_then(|h| h.local).map_or(String::new(), |a| a.port().to_string()))),
         (
             "num_connects",
             json!(t.hops.iter().filter(|h| h.source == Some(switchyard_core::Source::New)).count()),

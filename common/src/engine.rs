@@ -55,6 +55,14 @@ pub trait Adapter: Sized {
         socket: Self::Socket,
     ) -> Option<Installed<Self>>;
 
+    /// The local address of an established socket (its own end), for the
+    /// pool's record ([`Pool::set_local_addr`]); `None` when the adapter
+    /// cannot tell (a Unix socket, a connector hook's stream). Runs under the
+    /// lock: a `getsockname`, nothing that waits.
+    fn local_addr(&self, _socket: &Self::Socket) -> Option<std::net::SocketAddr> {
+        None
+    }
+
     /// The handle a call gets when the pool hands it a stream of this HTTP/2
     /// connection, and how the pool found it (`source`: the 421 rule needs to
     /// know a coalesced share). Runs under the lock, in the order the pool
@@ -306,6 +314,9 @@ impl<A: Adapter> Engine<A> {
                     tracing::warn!("{connection} established without a socket");
                     return None;
                 };
+                if let Some(local) = adapter.local_addr(&socket) {
+                    pool.set_local_addr(connection, local);
+                }
                 match adapter.install(connection, protocol, socket) {
                     Some(Installed::Http1(conn)) => {
                         self.conns.insert(connection, Conn::H1Idle(conn));

@@ -45,6 +45,15 @@ impl Adapter for Shared {
         })
     }
 
+    fn local_addr(&self, socket: &Io) -> Option<std::net::SocketAddr> {
+        // Over TLS, the TCP stream inside; else the runtime's own stream.
+        let any: &dyn std::any::Any = &**socket;
+        match any.downcast_ref::<tokio_rustls::client::TlsStream<Io>>() {
+            Some(tls) => self.rt.local_addr(tls.get_ref().0),
+            None => self.rt.local_addr(socket),
+        }
+    }
+
     fn lease_h2(&self, handle: &H2Handle, source: switchyard_core::Source) -> H2Handle {
         handle.leased(source)
     }

@@ -15,7 +15,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// Any bidirectional byte stream (TCP, or TLS over TCP), with tokio's I/O traits
 /// (which `tokio-rustls` speaks; it needs no tokio runtime).
-pub trait AsyncIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+pub trait AsyncIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + std::any::Any {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> AsyncIo for T {}
 
 /// A connection's byte stream.
@@ -97,6 +97,11 @@ pub trait Runtime: Send + Sync + 'static {
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>>;
     /// Completes at `at`.
     fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()>;
+    /// The local address of a stream this runtime's `connect` made (`None`
+    /// for another kind of stream: the client then reports none).
+    fn local_addr(&self, _io: &Io) -> Option<SocketAddr> {
+        None
+    }
     /// Opens a TCP connection to `addr`, with `TCP_NODELAY` set.
     fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>>;
     /// Opens a TCP connection to `addr` with the client's socket options

@@ -252,6 +252,11 @@ impl Runtime for Smol {
         })
     }
 
+    fn local_addr(&self, io: &Io) -> Option<SocketAddr> {
+        let any: &dyn std::any::Any = &**io;
+        any.downcast_ref::<tokio_util::compat::Compat<smol::net::TcpStream>>()?.get_ref().local_addr().ok()
+    }
+
     fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>> {
         Box::pin(async move {
             let tcp = smol::net::TcpStream::connect(addr).await?;

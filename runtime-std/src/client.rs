@@ -163,6 +163,17 @@ impl Client {
         self.inner.shared.input(|st, _| st.pool.connection(id).map(|c| c.route().clone()))
     }
 
+    /// A connection's local address (its socket's own end: curl's
+    /// `local_ip` and `local_port`) while the pool holds it: pass a
+    /// response's `connection_id()`. `None` once it closed, over a Unix
+    /// socket, or for a stream a connector hook made.
+    #[must_use]
+    pub fn connection_local_addr(&self, id: switchyard_core::ConnectionId) -> Option<std::net::SocketAddr> {
+        self.inner
+            .shared
+            .input(|st, _| st.pool.connection(id).and_then(switchyard_core::pool::Connection::local_addr))
+    }
+
     /// Every server's gauges and counters, in the order of their names
     /// (Prometheus text: the `metrics` module's
     /// [`prometheus_text`](switchyard_common::metrics::prometheus_text)).

@@ -185,6 +185,10 @@ impl Adapter for Shared {
     type Waiter = mpsc::Sender<Msg>;
     type Local = Keeper;
 
+    fn local_addr(&self, socket: &Stream) -> Option<std::net::SocketAddr> {
+        socket.local_addr()
+    }
+
     fn install(
         &self,
         connection: ConnectionId,

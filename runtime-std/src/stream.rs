@@ -103,6 +103,19 @@ pub(crate) enum Stream {
 }
 
 impl Stream {
+    /// The TCP socket's own address (`None` over a Unix socket).
+    pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        let sock = match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(t) => &t.sock,
+        };
+        match sock {
+            Sock::Tcp(t) => t.local_addr().ok(),
+            #[cfg(unix)]
+            Sock::Unix(_) => None,
+        }
+    }
+
     /// Whether TLS holds records not yet written to the socket.
     pub(crate) fn wants_flush(&self) -> bool {
         matches!(self, Stream::Tls(s) if s.conn.wants_write())

@@ -307,6 +307,11 @@ impl Runtime for Tokio {
         }
     }
 
+    fn local_addr(&self, io: &Io) -> Option<SocketAddr> {
+        let any: &dyn std::any::Any = &**io;
+        any.downcast_ref::<tokio::net::TcpStream>()?.local_addr().ok()
+    }
+
     fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>> {
         Box::pin(async move {
             let tcp = tokio::net::TcpStream::connect(addr).await?;

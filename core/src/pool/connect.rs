@@ -495,6 +495,7 @@ impl Pool {
             lifetime_deadline,
             goaway: None,
             dns_seen: now,
+            local: None,
         };
         self.conns.insert(id, conn);
         if !self.warm.is_empty() {

@@ -554,6 +554,15 @@ impl Pool {
         self.conns.get(&id)
     }
 
+    /// The adapter reports `connection`'s local address (its socket's own
+    /// end), kept for observers ([`Connection::local_addr`]); the pool
+    /// decides nothing by it. An unknown connection is ignored.
+    pub fn set_local_addr(&mut self, connection: ConnectionId, addr: std::net::SocketAddr) {
+        if let Some(c) = self.conns.get_mut(&connection) {
+            c.local = Some(addr);
+        }
+    }
+
     /// The connection a call holds, if it holds one.
     #[must_use]
     pub fn call_connection(&self, call: CallId) -> Option<ConnectionId> {
