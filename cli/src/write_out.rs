@@ -161,16 +161,22 @@ fn request_size(h: &crate::transfer::HopDone) -> u64 {
 /// `curl_version` (here switchyard's).
 #[must_use]
 pub fn json(vars: &[(&'static str, serde_json::Value)]) -> String {
+    // Numbers curl keeps as numbers (ports and codes too); times with six
+    // decimals, as curl writes them.
+    let numeric = ["http_code", "http_connect", "remote_port", "local_port"];
     let mut map = std::collections::BTreeMap::new();
     for (name, v) in vars {
-        let v = match v {
-            serde_json::Value::String(s) if s.is_empty() => serde_json::Value::Null,
-            serde_json::Value::String(s) if *name == "http_code" || *name == "http_connect" => {
-                serde_json::json!(s.parse::<u64>().unwrap_or(0))
+        let text = match v {
+            serde_json::Value::String(s) if numeric.contains(name) => {
+                s.parse::<u64>().map_or_else(|_| "null".to_owned(), |n| n.to_string())
             }
-            other => other.clone(),
+            serde_json::Value::String(s) if s.is_empty() => "null".to_owned(),
+            serde_json::Value::Number(n) if name.starts_with("time_") => {
+                format!("{:.6}", n.as_f64().unwrap_or(0.0))
+            }
+            other => other.to_string(),
         };
-        map.insert(*name, v);
+        map.insert(*name, text);
     }
     let mut out = String::from("{");
     for (name, v) in &map {
@@ -353,6 +359,23 @@ fn value_text(name: &str, v: &serde_json::Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_as_curl_writes_it() {
+        let vars = vec![
+            ("http_code", json!("200")),
+            ("remote_port", json!("8080")),
+            ("local_port", json!("")),
+            ("time_total", json!(0.000097)),
+            ("content_type", json!("")),
+            ("num_connects", json!(1)),
+            ("url", json!("http://a/")),
+        ];
+        let text = json(&vars);
+        assert!(text.starts_with("{\"content_type\":null,\"http_code\":200,\"local_port\":null,\"num_connects\":1,\"remote_port\":8080,\"time_total\":0.000097,\"url\":\"http://a/\",\"curl_version\":\"switchyard/"), "{text}");
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["remote_port"], 8080);
+    }
 
     #[test]
     fn formats_as_curl() {

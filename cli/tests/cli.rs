@@ -1167,3 +1167,43 @@ fn matches_curl_against_nginx() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `-w '%{json}'`: every key curl 7.88 writes (but `certs` and `num_certs`,
+/// which need the certificate chain) with a value of the same JSON type,
+/// and the values that need no clock equal.
+#[test]
+fn write_out_json_has_curls_keys_and_types() {
+    let server = TestServer::start(ServerOptions::default());
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    let args = ["-s", "-o", "/dev/null", "-w", "%{json}", url.as_str()];
+    let parse = |out: std::process::Output| -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap().as_object().unwrap().clone()
+    };
+    let theirs = parse(Command::new("curl").args(args).output().unwrap());
+    let ours = parse(bin().args(args).output().unwrap());
+    let kind = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "bool",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    };
+    for (key, value) in &theirs {
+        if key == "certs" || key == "num_certs" {
+            continue;
+        }
+        let mine = ours.get(key).unwrap_or_else(|| panic!("{key} missing: {ours:?}"));
+        if key != "curl_version" {
+            assert_eq!(kind(mine), kind(value), "{key}: ours {mine}, curl {value}");
+        }
+        if !key.starts_with("time_")
+            && !key.starts_with("speed_")
+            && key != "local_port"
+            && key != "curl_version"
+            && key != "size_request"
+        {
+            assert_eq!(mine, value, "{key}");
+        }
+    }
+}

@@ -49,7 +49,7 @@ impl Default for Limits {
 /// what the client acts on; this is for showing it as the server wrote it.
 ///
 /// ```
-/// use switchyard_core::http1::RawHead;
+/// # use switchyard_core::http1::RawHead;
 /// let raw = RawHead::new(bytes::Bytes::from_static(b"HTTP/1.1 200 Fine\r\nX-Mixed-Case: 1\r\n\r\n"));
 /// assert_eq!(raw.reason(), "Fine");
 /// assert_eq!(raw.lines().collect::<Vec<_>>(), ["HTTP/1.1 200 Fine", "X-Mixed-Case: 1"]);
