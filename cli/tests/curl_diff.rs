@@ -28,6 +28,8 @@ struct Seen {
 struct State {
     seen: Vec<Seen>,
     hits: BTreeMap<String, usize>,
+    /// Requests whose first line arrived and that are not recorded yet.
+    reading: usize,
 }
 
 struct OddServer {
@@ -52,8 +54,30 @@ impl OddServer {
     fn reset(&self) {
         *self.state.lock().unwrap() = State::default();
     }
+    /// Every request recorded, once none is half read (a client that
+    /// exited may have left one on the wire; bounded at 5 s).
     fn seen(&self) -> Vec<Seen> {
-        self.state.lock().unwrap().seen.clone()
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let s = self.state.lock().unwrap();
+            if s.reading == 0 || std::time::Instant::now() > deadline {
+                return s.seen.clone();
+            }
+            drop(s);
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A request being read: it stops counting when dropped unrecorded.
+struct Reading<'a>(&'a Mutex<State>, bool);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if !self.1 {
+            let mut s = self.0.lock().unwrap();
+            s.reading = s.reading.saturating_sub(1);
+        }
     }
 }
 
@@ -65,6 +89,9 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
+        // Counted until recorded; a request cut short stops counting.
+        let mut reading = Reading(state, false);
+        state.lock().unwrap().reading += 1;
         let mut parts = line.trim_end().splitn(3, ' ');
         let (method, target) = (parts.next().unwrap_or("").to_owned(), parts.next().unwrap_or("").to_owned());
         let mut headers = Vec::new();
@@ -122,6 +149,8 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
                 headers: lines.clone(),
                 body: body.clone(),
             });
+            s.reading = s.reading.saturating_sub(1);
+            reading.1 = true;
             let path = target.split('?').next().unwrap_or("").to_owned();
             let n = s.hits.entry(path).or_default();
             *n += 1;
@@ -356,8 +385,6 @@ fn fresh_dir(root: &Path, name: &str) -> PathBuf {
 fn run(program: &mut Command, dir: &Path, args: &[String], server: &OddServer) -> Run {
     server.reset();
     let out = program.current_dir(dir).args(args).stdin(std::process::Stdio::null()).output().unwrap();
-    // Let the server record a request whose client has already exited.
-    std::thread::sleep(std::time::Duration::from_millis(20));
     let mut files = files(dir);
     files.remove("partial.bin").map(|b| files.insert("partial.bin".into(), b));
     Run {
