@@ -789,7 +789,11 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, 
     };
     let is_get = argv.get(1).is_some_and(|a| a == "get");
     let argv = if is_get {
-        crate::config::expand(argv, &takes_value, &short_to_long).map_err(crate::exit::Failed::config)?
+        crate::config::expand(argv, &takes_value, &short_to_long).map_err(|why| {
+            // A file that cannot be read is curl's 26; a bad line is a usage error.
+            let code = if why.starts_with("cannot read") { crate::exit::READ } else { crate::exit::CONFIG };
+            crate::exit::Failed::with_code(code, why)
+        })?
     } else {
         argv
     };

@@ -265,10 +265,19 @@ enum Header {
 /// `-H @FILE`: one header per line; else the one given.
 fn header_lines(h: &str) -> Result<Vec<String>, Failed> {
     match h.strip_prefix('@') {
-        Some(file) => {
-            let text = String::from_utf8_lossy(&read_source(file, "-H")?).into_owned();
-            Ok(text.lines().map(str::trim_end).filter(|l| !l.is_empty()).map(str::to_owned).collect())
-        }
+        Some(file) => match read_source(file, "-H") {
+            Ok(bytes) => Ok(String::from_utf8_lossy(&bytes)
+                .lines()
+                .map(str::trim_end)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect()),
+            // curl's way: a warning, and no header from it.
+            Err(f) => {
+                eprintln!("Warning: {}", f.message);
+                Ok(Vec::new())
+            }
+        },
         None => Ok(vec![h.to_owned()]),
     }
 }

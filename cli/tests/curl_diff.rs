@@ -376,6 +376,7 @@ fn fresh_dir(root: &Path, name: &str) -> PathBuf {
         "# Netscape HTTP Cookie File\n127.0.0.1\tFALSE\t/\tFALSE\t0\tfromjar\tv1\n127.0.0.1\tFALSE\t/other\tFALSE\t0\tnotsent\tv2\n127.0.0.1\tFALSE\t/\tFALSE\t4102444800\tlasting\tv3\n",
     )
     .unwrap();
+    std::fs::write(dir.join("input.headers"), "X-One: 1\r\nX-Two: two words\n\n").unwrap();
     std::fs::write(dir.join("input.netrc"), "machine 127.0.0.1 login ann password s3cret\n").unwrap();
     std::fs::write(dir.join("partial.bin"), "0123456789").unwrap();
     std::fs::write(dir.join("input.big"), vec![b'y'; 1024 * 1024 + 1]).unwrap();
@@ -482,6 +483,9 @@ fn cases(port: u16) -> Vec<Vec<String>> {
         &["-T", "input.json", "-X", "POST"],
         &["--compressed"],
         &["-K", "input.cfg"],
+        &["-K", "no-such.cfg"],
+        &["-H", "@no-such-file", "-H", "X-After: 1"],
+        &["-H", "@input.headers"],
         &["--url"],
         &["-d", "@missing-file"],
     ] {
