@@ -628,7 +628,7 @@ impl Ctx {
     }
 
     /// A head arrived for `done`: the jar learns its cookies; -D dumps it.
-    fn saw_head(&self, done: &HopDone, sink: &mut Option<Sink>, job: &Job) -> Result<(), Failed> {
+    fn saw_head(&self, done: &HopDone, sink: &mut Option<Sink>) -> Result<(), Failed> {
         if let Some(jar) = &self.jar {
             if let Ok(u) = url::Url::parse(&done.url) {
                 let mut jar = jar.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -641,7 +641,6 @@ impl Ctx {
         match self.args.dump_header.as_deref() {
             Some("-") => {
                 // -D -: stdout, wherever the body goes.
-                let _ = job;
                 if let Some(s) = sink.as_mut() {
                     s.flush_stdout()?;
                 }
@@ -1061,7 +1060,7 @@ impl Ctx {
         print: bool,
         offset: u64,
     ) -> Step {
-        if let Err(f) = self.saw_head(done, sink, job) {
+        if let Err(f) = self.saw_head(done, sink) {
             return Step::End(Err(f));
         }
         match self.next_hop(hop, done, t) {

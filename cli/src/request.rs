@@ -151,13 +151,11 @@ impl Spec {
         if args.get {
             query = body.take().map(|b| String::from_utf8_lossy(&b).into_owned());
         }
-        let mut content_type = None;
-        if let Some(json_body) = body.as_ref().filter(|_| json) {
-            let _ = json_body;
-            content_type = Some("application/json".to_owned());
-        } else if body.is_some() {
-            content_type = Some("application/x-www-form-urlencoded".to_owned());
-        }
+        let mut content_type = match (&body, json) {
+            (Some(_), true) => Some("application/json".to_owned()),
+            (Some(_), false) => Some("application/x-www-form-urlencoded".to_owned()),
+            (None, _) => None,
+        };
         if !args.form.is_empty() || !args.form_string.is_empty() {
             let boundary = boundary();
             body = Some(crate::form::multipart(&args.form, &args.form_string, &boundary)?);
