@@ -280,12 +280,7 @@ impl<R: Runtime> Client<R> {
     /// socket, or for a stream a connector hook made.
     #[must_use]
     pub fn connection_local_addr(&self, id: switchyard_core::ConnectionId) -> Option<std::net::SocketAddr> {
-        self.inner
-            .shared
-            .lock_state()
-            .pool
-            .connection(id)
-            .and_then(switchyard_core::pool::Connection::local_addr)
+        self.inner.shared.lock_state().pool.local_addr(id)
     }
 
     /// Every server's gauges and counters, in the order of their names

@@ -169,9 +169,7 @@ impl Client {
     /// socket, or for a stream a connector hook made.
     #[must_use]
     pub fn connection_local_addr(&self, id: switchyard_core::ConnectionId) -> Option<std::net::SocketAddr> {
-        self.inner
-            .shared
-            .input(|st, _| st.pool.connection(id).and_then(switchyard_core::pool::Connection::local_addr))
+        self.inner.shared.input(|st, _| st.pool.local_addr(id))
     }
 
     /// Every server's gauges and counters, in the order of their names

@@ -495,7 +495,6 @@ impl Pool {
             lifetime_deadline,
             goaway: None,
             dns_seen: now,
-            local: None,
         };
         self.conns.insert(id, conn);
         if !self.warm.is_empty() {

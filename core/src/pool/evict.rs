@@ -129,6 +129,7 @@ impl Pool {
 
     pub(super) fn close(&mut self, now: Instant, conn: ConnectionId, reason: CloseReason) {
         self.unindex(conn);
+        self.locals.remove(&conn);
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };

@@ -38,9 +38,6 @@ pub struct Connection {
     /// When a DNS answer for its name last gave its address (at first: when
     /// it was established from one). See [`crate::pool::refresh`].
     pub(super) dns_seen: Instant,
-    /// Its own end's address, when the adapter told it
-    /// ([`Pool::set_local_addr`](super::Pool::set_local_addr)).
-    pub(super) local: Option<std::net::SocketAddr>,
 }
 
 impl Connection {
@@ -58,13 +55,6 @@ impl Connection {
     #[must_use]
     pub fn route(&self) -> &Route {
         &self.route
-    }
-    /// Its own end's address (the local IP and port of its socket), when the
-    /// adapter reported it: curl's `local_ip` and `local_port`. `None` over a
-    /// Unix socket or a stream a connector hook made.
-    #[must_use]
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.local
     }
     /// The protocol it speaks.
     #[must_use]
