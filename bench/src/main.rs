@@ -41,8 +41,16 @@ const SEQUENTIAL: &[&str] = &[
     "reqwest",
     "ureq",
 ];
-const CONCURRENT: &[&str] =
-    &["raw-tokio", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
+const CONCURRENT: &[&str] = &[
+    "raw-tokio",
+    "raw-smol",
+    "switchyard-tokio",
+    "switchyard-smol",
+    "switchyard-std",
+    "hyper-util",
+    "reqwest",
+    "ureq",
+];
 const HTTP2: &[&str] =
     &["h2", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
 const IDLE: &[&str] = &["switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];

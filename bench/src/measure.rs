@@ -389,6 +389,22 @@ async fn raw_tokio(port: u16, count: usize) {
     }
 }
 
+async fn raw_smol(port: u16, count: usize) {
+    use smol::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = smol::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    let req = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into_bytes();
+    let expected = response(false).len();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..count {
+        s.write_all(&req).await.expect("write");
+        let mut got = 0;
+        while got < expected {
+            got += s.read(&mut buf[got..]).await.expect("read");
+        }
+    }
+}
+
 type Hyper = hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector,
     http_body_util::Empty<bytes::Bytes>,
@@ -719,6 +735,20 @@ pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Opti
                 }
             });
             // No per-request latencies: the loop is the limit, not a client.
+            summarize(Vec::new(), t0.elapsed(), cpu() - c0, per * CONCURRENCY)
+        }
+        // The same loop on smol's own sockets and a local executor: what the
+        // runtime itself allows, the ceiling of the `switchyard-smol` row.
+        "raw-smol" if !http2 => {
+            let per = n / CONCURRENCY;
+            let ex = smol::LocalExecutor::new();
+            let (c0, t0) = (cpu(), Instant::now());
+            smol::block_on(ex.run(async {
+                let tasks: Vec<_> = (0..CONCURRENCY).map(|_| ex.spawn(raw_smol(port, per))).collect();
+                for t in tasks {
+                    t.await;
+                }
+            }));
             summarize(Vec::new(), t0.elapsed(), cpu() - c0, per * CONCURRENCY)
         }
         "h2" if http2 => h2_limit(n, uri, SocketAddr::from(([127, 0, 0, 1], port)), None),
