@@ -35,6 +35,7 @@ const SEQUENTIAL: &[&str] = &[
     "raw",
     "switchyard-tokio",
     "switchyard-smol",
+    "switchyard-smol-main",
     "switchyard-smol-local",
     "switchyard-std",
     "hyper-util",

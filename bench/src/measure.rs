@@ -481,6 +481,14 @@ pub fn sequential_client(client: &str, port: u16, n: usize, close: bool) -> Opti
             let c = switchyard_smol(false);
             sequential(n, || smol::block_on(switchyard_get(&c, &url)))
         }
+        // A smol program as most are written: one `smol::block_on` in `main`
+        // around all its calls, the client on its default runtime (tasks on
+        // smol's global executor). The row above runs each call in a
+        // `block_on` of its own, as a blocking wrapper would.
+        "switchyard-smol-main" => {
+            let c = switchyard_smol(false);
+            smol::block_on(sequential_async(n, || switchyard_get(&c, &url)))
+        }
         // smol as a single-thread program runs: one executor, driven by the
         // thread that makes the calls (in one `block_on`), with the client's
         // tasks on it (`Smol::on`). The row above has the client's tasks on

@@ -392,7 +392,7 @@ impl<R: Runtime> Client<R> {
             let shared = Arc::clone(&self.inner.shared);
             // As given (credentials and all): errors show it redacted.
             let original = parts.uri.clone();
-            let Started { call, rx, owner, timeout } = match self.start(&shared, &mut parts, &body) {
+            let Started { call, rx, owner, timeout, adopted } = match self.start(&shared, &mut parts, &body) {
                 Ok(started) => started,
                 Err(e) => {
                     let result = Err(e.with_url(&original.to_string()));
@@ -405,7 +405,7 @@ impl<R: Runtime> Client<R> {
             // Boxed: the exchange's state is built once on the heap, not moved
             // through this future and the timeout's.
             let run = {
-                let run = run_call(&shared, &owner, rx, &parts, &mut body);
+                let run = run_call(&shared, &owner, (rx, adopted), &parts, &mut body);
                 // Within glibc's per-thread cache of small blocks (requests
                 // up to 1 032 bytes), like the call's own future (a test).
                 debug_assert!(std::mem::size_of_val(&run) <= 1024, "{}", std::mem::size_of_val(&run));
@@ -448,8 +448,10 @@ impl<R: Runtime> Client<R> {
     ) -> Result<Started, Error> {
         let mut plan = CallPlan::new(&self.inner.config, parts, true, body.is_replayable())?;
         let (tx, rx) = oneshot::channel();
-        let call = shared.start_call(parts, &mut plan, tx);
-        Ok(Started { call, rx, owner: CallOwner::new(call, &plan), timeout: plan.timeout })
+        // The connect attempts this acquisition starts (if nothing idle
+        // serves it) are this call's to drive (`adopt`).
+        let (call, adopted) = crate::adopt::adopting(|| shared.start_call(parts, &mut plan, tx));
+        Ok(Started { call, rx, owner: CallOwner::new(call, &plan), timeout: plan.timeout, adopted })
     }
 }
 
@@ -556,6 +558,8 @@ struct Started {
     rx: oneshot::Receiver<Result<Lease, switchyard_core::AcquireError>>,
     owner: CallOwner,
     timeout: Option<std::time::Duration>,
+    /// Connect attempts the call drives itself until it is answered.
+    adopted: Option<crate::adopt::Collected>,
 }
 
 /// A client is a [`tower_service::Service`], so tower and tower-http
@@ -654,16 +658,24 @@ async fn yield_once() {
     .await;
 }
 
+/// Where a call's connection (or the reason it has none) comes.
+type Answer = oneshot::Receiver<Result<Lease, switchyard_core::AcquireError>>;
+
 async fn run_call(
     shared: &Arc<Shared>,
     owner: &CallOwner,
-    mut rx: oneshot::Receiver<Result<Lease, switchyard_core::AcquireError>>,
+    (mut rx, adopted): (Answer, Option<crate::adopt::Collected>),
     parts: &http::request::Parts,
     body: &mut Body,
 ) -> Result<http::Response<ResponseBody>, Error> {
     let call = owner.call();
+    let mut adoptions = crate::adopt::Adoptions::new(shared, adopted);
     loop {
-        let lease = match rx.await {
+        let answer = match adoptions.as_deref_mut() {
+            None => (&mut rx).await,
+            Some(adoptions) => crate::adopt::wait(&mut rx, adoptions).await,
+        };
+        let lease = match answer {
             Ok(Ok(lease)) => lease,
             Ok(Err(e)) => return Err(Error::connect(e)),
             Err(_) => return Err(Error::connect(switchyard_core::AcquireError::Shutdown)),
@@ -718,7 +730,10 @@ async fn run_call(
         // The pool hears every failure first (route memory, the connection's
         // verdict); its verdict says whether the call's deadline passed.
         let (tx, next) = oneshot::channel();
-        owner.after_failure(shared.exchange_failed(call, failure, tx))?;
+        // A retry's new attempts are this call's to drive too.
+        let (outcome, more) = crate::adopt::adopting(|| shared.exchange_failed(call, failure, tx));
+        crate::adopt::Adoptions::extend(&mut adoptions, shared, more);
+        owner.after_failure(outcome)?;
         rx = next;
     }
 }

@@ -207,6 +207,16 @@ impl Shared {
     /// when the attempt was cancelled meanwhile); without an executor, the
     /// attempt fails.
     fn start_attempt(self: &Arc<Self>, attempt: switchyard_core::AttemptId, task: BoxFuture<()>) {
+        // A call collecting on this thread drives it itself (`adopt`).
+        let task = match crate::adopt::offer(attempt, task, || self.rt.drives_inline()) {
+            Ok(handle) => {
+                if let Some(orphan) = self.attempt_running(attempt, handle) {
+                    orphan.abort();
+                }
+                return;
+            }
+            Err(task) => task,
+        };
         match self.rt.spawn(task) {
             Some(task) => {
                 if let Some(orphan) = self.attempt_running(attempt, task) {
@@ -215,6 +225,14 @@ impl Shared {
             }
             None => self.attempt_not_started(attempt, ConnectError::from_io(&no_executor())),
         }
+    }
+}
+
+impl Shared {
+    /// An adopted attempt its caller left and the runtime could not take:
+    /// it fails, as an attempt that could not be started.
+    pub(crate) fn attempt_failed_to_start(self: &Arc<Self>, attempt: switchyard_core::AttemptId) {
+        self.attempt_not_started(attempt, ConnectError::from_io(&no_executor()));
     }
 }
 

@@ -16,6 +16,7 @@
 //! HTTP/2 liveness PINGs, the abandoned-body drain, and the core's timers.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod adopt;
 mod body;
 mod client;
 mod connect;

@@ -164,15 +164,20 @@ pub mod prelude {
 /// smol, as the engine sees it: tasks on smol's global executor by default, or
 /// on the executor given to [`Smol::on`] (which the program must run).
 ///
-/// **Which to choose.** On the global executor, the client's tasks (connects,
-/// connections) run on smol's own thread, so each call's wake-ups cross
-/// threads, and a program that makes each call in its own `block_on` also
-/// wakes async-io's reactor thread, which takes over between `block_on`s.
-/// A program that runs one executor itself — `Smol::on(ex)`, and its calls
-/// inside one `block_on(ex.run(...))` — keeps everything on its thread: with
-/// a new connection per call (`Connection: close`) that was twice the
-/// calls per second at half the CPU per call on the project's benchmark
-/// (scenario 4, `switchyard-smol-local` against `switchyard-smol`).
+/// **Which to choose.** Either works without thought: a call that has to
+/// dial drives its own connect attempts (and TLS handshake) in the calling
+/// future, on the caller's thread, and hands to the executor only what is
+/// left when it is answered or dropped; the client's other tasks (HTTP/2
+/// connections, the pool's timer) run on the executor. With the default (smol's global
+/// executor), a program that makes its calls inside one `smol::block_on`
+/// runs a new connection per call (`Connection: close`) level with
+/// switchyard-tokio on the project's benchmark (scenario 4,
+/// `switchyard-smol-main`: 0.98×), and so does one that runs an executor of
+/// its own and gives it here (`Smol::on(ex)`, calls inside
+/// `block_on(ex.run(...))`, `switchyard-smol-local`). A program that wraps
+/// each call in a `block_on` of its own pays async-io's hand-over of the
+/// reactor to its helper thread at every `block_on`'s end (0.69×,
+/// `switchyard-smol`).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -243,6 +248,12 @@ impl Runtime for Smol {
             None => smol::spawn(task),
         };
         Some(Box::new(Spawned(Some(spawned))))
+    }
+
+    /// Always: smol's sockets and timers belong to async-io's one reactor,
+    /// which serves every thread and executor.
+    fn drives_inline(&self) -> bool {
+        true
     }
 
     fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()> {

@@ -295,6 +295,12 @@ impl Runtime for Tokio {
         Some(Box::new(Spawned(handle.spawn(task).abort_handle())))
     }
 
+    /// Only a client on the runtime of the caller's context: a client
+    /// pinned to a runtime ([`Tokio::on`]) keeps its sockets on that one.
+    fn drives_inline(&self) -> bool {
+        self.handle.is_none() && tokio::runtime::Handle::try_current().is_ok()
+    }
+
     fn sleep_until(&self, at: std::time::Instant) -> BoxFuture<()> {
         match self.handle() {
             Some(handle) => {

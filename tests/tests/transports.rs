@@ -267,3 +267,99 @@ fn a_request_may_go_to_its_own_unix_socket() {
     assert_eq!(tcp.connections(), 2, "the TCP calls kept their own connection per client");
     let _ = std::fs::remove_file(path);
 }
+
+// A call that has to dial drives its own connect (the attempt is polled by
+// the calling future, not spawned): on smol's default runtime the connector's
+// future runs on the caller's thread, not on smol's executor thread.
+#[test]
+fn a_call_that_dials_runs_its_connect_on_its_own_thread() {
+    use std::sync::{Arc, Mutex};
+    use tokio_util::compat::FuturesAsyncReadCompatExt;
+    let server = TestServer::start(ServerOptions::default());
+    let polled_on: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+    let seen = Arc::clone(&polled_on);
+    let client = switchyard_smol::Client::builder()
+        .connector(move |route: &switchyard_smol::Route| -> switchyard_smol::Connecting {
+            let (addr, seen) = (route.socket_addr(), Arc::clone(&seen));
+            Box::pin(async move {
+                seen.lock().unwrap().push(std::thread::current().id());
+                let tcp = smol::net::TcpStream::connect(addr).await?;
+                Ok(Box::new(tcp.compat()) as switchyard_smol::Io)
+            })
+        })
+        .build()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}/hello", server.port());
+    smol::block_on(async {
+        let r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "hello");
+    });
+    assert_eq!(*polled_on.lock().unwrap(), [std::thread::current().id()], "polled by the call itself");
+    // A pooled call dials nothing.
+    smol::block_on(async { client.get(&url).send().await.unwrap().text().await.unwrap() });
+    assert_eq!(polled_on.lock().unwrap().len(), 1);
+    assert_eq!(client.stats().reused, 1);
+}
+
+// What a call leaves unfinished goes on without it. A call answered by
+// another connection (one released while its own connect was under way)
+// hands its attempt to the runtime, and the connection joins the pool. A
+// call dropped mid-connect ends its attempt with it (the pool's rule for a
+// call that goes away): nothing is left open or connecting.
+#[test]
+fn an_attempt_outlives_the_call_that_no_longer_needs_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let server = TestServer::start(ServerOptions::default());
+    let dials = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&dials);
+    let client = switchyard_tokio::Client::builder()
+        .connector(move |route: &switchyard_tokio::Route| -> switchyard_tokio::Connecting {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let addr = route.socket_addr();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as switchyard_tokio::Io)
+            })
+        })
+        .build()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{}", server.port());
+    let until = |what: &'static str, done: &dyn Fn(&switchyard_tokio::PoolStats) -> bool| {
+        let stats = client.stats();
+        assert!(done(&stats), "{what}: {stats:?}");
+    };
+    tokio_rt().block_on(async {
+        // B holds the only connection for 200 ms; A dials meanwhile and is
+        // answered by B's connection when B is done, before its own connect.
+        let slow = tokio::spawn({
+            let (client, url) = (client.clone(), format!("{base}/sleep/200"));
+            async move { client.get(&url).send().await.unwrap().text().await.unwrap() }
+        });
+        while client.stats().totals.in_use == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let r = client.get(format!("{base}/hello")).send().await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "hello");
+        slow.await.unwrap();
+        for _ in 0..100 {
+            if client.stats().totals.idle == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        until("A's own connection joined the pool", &|s| {
+            (s.totals.idle, s.joined_idle, s.created, s.reused) == (2, 1, 2, 1)
+        });
+        assert_eq!(dials.load(Ordering::SeqCst), 2);
+
+        // Dropped mid-connect, on a new host (nothing pooled for it).
+        let other = client.get(format!("http://localhost:{}/hello", server.port())).send();
+        assert!(tokio::time::timeout(Duration::from_millis(50), other).await.is_err());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        until("the dropped call's attempt ended with it", &|s| {
+            (s.totals.connecting, s.totals.open, s.calls, s.created) == (0, 2, 0, 2)
+        });
+        assert_eq!(dials.load(Ordering::SeqCst), 3);
+    });
+}
