@@ -172,11 +172,11 @@ pub mod prelude {
 /// executor), a program that makes its calls inside one `smol::block_on`
 /// runs a new connection per call (`Connection: close`) level with
 /// switchyard-tokio on the project's benchmark (scenario 4,
-/// `switchyard-smol-main`: 0.98×), and so does one that runs an executor of
+/// `switchyard-smol-main`: 0.98–1.06×), and so does one that runs an executor of
 /// its own and gives it here (`Smol::on(ex)`, calls inside
 /// `block_on(ex.run(...))`, `switchyard-smol-local`). A program that wraps
 /// each call in a `block_on` of its own pays async-io's hand-over of the
-/// reactor to its helper thread at every `block_on`'s end (0.69×,
+/// reactor to its helper thread at every `block_on`'s end (0.65–0.79×,
 /// `switchyard-smol`).
 ///
 /// ```
