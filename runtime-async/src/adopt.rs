@@ -1,7 +1,7 @@
-//! A call drives the connect attempts it started itself.
+//! A call drives the connect attempts (and DNS lookups) it started itself.
 //!
 //! When a call's acquisition makes the pool dial (nothing idle to reuse), the
-//! attempts it starts are not spawned: the calling future polls them beside
+//! lookups and attempts it starts are not spawned: the calling future polls them beside
 //! its wait for an answer, on whatever thread and executor run it. A new
 //! connection per call then costs no task hand-over (spawn, wake-up across
 //! threads, the answer back) — on smol's global executor, which runs spawned
@@ -11,9 +11,10 @@
 //! finishes for the pool, as a spawned attempt would have; an attempt the
 //! engine aborts is dropped where it is (its socket closes).
 //!
-//! Attempts are collected for a caller while [`adopting`] runs on its thread:
-//! the start of the call, and each poll of what it adopted (so the TLS
-//! handshake that follows an adopted connect is adopted too).
+//! Work is collected for a caller while [`adopting`] runs on its thread:
+//! the start of the call, and each poll of what it adopted (so the connect
+//! that follows an adopted lookup, and the TLS handshake that follows an
+//! adopted connect, are adopted too).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use switchyard_core::AttemptId;
+use switchyard_core::{AttemptId, QueryId};
 
 use crate::runtime::{BoxFuture, Task};
 use crate::shared::Shared;
@@ -55,13 +56,24 @@ pub(crate) fn adopting<T>(f: impl FnOnce() -> T) -> (T, Option<Collected>) {
     (result, Some(COLLECTED.with(|c| c.borrow_mut().split_off(start))))
 }
 
-/// Gives an attempt's future to the caller collecting on this thread, if any:
-/// the handle the engine aborts it with, or the future back to be spawned.
+/// What an adopted future does for the pool, so that one the runtime cannot
+/// take when the caller leaves fails as it would have failed to start.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Work {
+    /// A connect attempt (TCP, then TLS and proxies).
+    Attempt(AttemptId),
+    /// A DNS lookup (every call waiting on the name shares it).
+    Lookup(QueryId),
+}
+
+/// Gives a lookup's or an attempt's future to the caller collecting on this
+/// thread, if any: the handle the engine aborts it with, or the future back
+/// to be spawned.
 /// `here` says whether the runtime lets a future of its own run in the
 /// caller's context ([`Runtime::drives_inline`](crate::Runtime::drives_inline)),
 /// asked only when a caller collects.
 pub(crate) fn offer(
-    attempt: AttemptId,
+    what: Work,
     task: BoxFuture<()>,
     here: impl FnOnce() -> bool,
 ) -> Result<Box<dyn Task>, BoxFuture<()>> {
@@ -69,7 +81,7 @@ pub(crate) fn offer(
         return Err(task);
     }
     let cell = Arc::new(Adopted {
-        attempt,
+        what,
         aborted: AtomicBool::new(false),
         slot: Mutex::new(Slot { future: Some(task), spawned: None }),
     });
@@ -78,9 +90,9 @@ pub(crate) fn offer(
     Ok(Box::new(Handle(cell)))
 }
 
-/// An attempt a caller drives.
+/// A lookup or attempt a caller drives.
 pub(crate) struct Adopted {
-    attempt: AttemptId,
+    what: Work,
     /// Aborted by the engine (checked by the caller after each poll: an
     /// abort that comes while the caller polls it cannot take the slot).
     aborted: AtomicBool,
@@ -179,7 +191,10 @@ impl Adoptions {
                 Some(task) => slot.spawned = Some(task),
                 None => {
                     drop(slot);
-                    shared.attempt_failed_to_start(cell.attempt);
+                    match cell.what {
+                        Work::Attempt(attempt) => shared.attempt_failed_to_start(attempt),
+                        Work::Lookup(query) => shared.lookup_failed_to_start(query),
+                    }
                 }
             }
         }

@@ -188,19 +188,32 @@ impl Shared {
     /// spawn is a failed lookup, never a call left waiting).
     fn spawn_lookup(self: &Arc<Self>, query: QueryId, lookup: BoxFuture<DnsAnswer>) {
         let me = Arc::clone(self);
-        let spawned = self.rt.spawn(Box::pin(async move {
+        let task: BoxFuture<()> = Box::pin(async move {
             let answer = lookup.await;
             me.input(|st, now| {
                 if let Err(misuse) = st.pool.handle_dns_answer(now, query, answer) {
                     tracing::warn!("{misuse}");
                 }
             });
-        }));
-        if spawned.is_none() {
-            self.input(|st, now| {
-                let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_executor())));
-            });
+        });
+        // A call collecting on this thread drives it itself (`adopt`); the
+        // engine never aborts a lookup, so its handle is not kept.
+        let Err(task) =
+            crate::adopt::offer(crate::adopt::Work::Lookup(query), task, || self.rt.drives_inline())
+        else {
+            return;
+        };
+        if self.rt.spawn(task).is_none() {
+            self.lookup_failed_to_start(query);
         }
+    }
+
+    /// A lookup the runtime could not take: it fails, never a call left
+    /// waiting.
+    pub(crate) fn lookup_failed_to_start(self: &Arc<Self>, query: QueryId) {
+        self.input(|st, now| {
+            let _ = st.pool.handle_dns(now, query, Err(DnsError::from_io(&no_executor())));
+        });
     }
 
     /// Spawns an attempt's task and tells the engine its handle (aborting it
@@ -208,15 +221,17 @@ impl Shared {
     /// attempt fails.
     fn start_attempt(self: &Arc<Self>, attempt: switchyard_core::AttemptId, task: BoxFuture<()>) {
         // A call collecting on this thread drives it itself (`adopt`).
-        let task = match crate::adopt::offer(attempt, task, || self.rt.drives_inline()) {
-            Ok(handle) => {
-                if let Some(orphan) = self.attempt_running(attempt, handle) {
-                    orphan.abort();
+        let task =
+            match crate::adopt::offer(crate::adopt::Work::Attempt(attempt), task, || self.rt.drives_inline())
+            {
+                Ok(handle) => {
+                    if let Some(orphan) = self.attempt_running(attempt, handle) {
+                        orphan.abort();
+                    }
+                    return;
                 }
-                return;
-            }
-            Err(task) => task,
-        };
+                Err(task) => task,
+            };
         match self.rt.spawn(task) {
             Some(task) => {
                 if let Some(orphan) = self.attempt_running(attempt, task) {

@@ -95,10 +95,11 @@ pub trait Runtime: Send + Sync + 'static {
     /// Spawns a task; `None` when no executor is reachable from here (then the
     /// engine does without: an abandoned body is closed instead of drained).
     fn spawn(&self, task: BoxFuture<()>) -> Option<Box<dyn Task>>;
-    /// Whether a future of this runtime's (a connect attempt: its socket, its
-    /// timers) may run right here, polled by the calling future on the
-    /// caller's thread, instead of being spawned. When it may, a call that
-    /// has to dial drives its own attempts and hands only what is left to
+    /// Whether a future of this runtime's (a DNS lookup, a connect attempt:
+    /// its socket, its timers) may run right here, polled by the calling
+    /// future on the caller's thread, instead of being spawned. When it may, a
+    /// call that has to dial drives its own lookups and attempts and hands
+    /// only what is left to
     /// [`spawn`](Runtime::spawn) when it is answered or goes away, which
     /// saves the task hand-over on every new connection. Default: `false`
     /// (always spawned).

@@ -299,6 +299,18 @@ fn a_call_that_dials_runs_its_connect_on_its_own_thread() {
     smol::block_on(async { client.get(&url).send().await.unwrap().text().await.unwrap() });
     assert_eq!(polled_on.lock().unwrap().len(), 1);
     assert_eq!(client.stats().reused, 1);
+    // A name: the lookup is the call's too, and so every connect it leads
+    // to (one per address the system resolver gives for `localhost`).
+    let named = format!("http://localhost:{}/hello", server.port());
+    smol::block_on(async {
+        let r = client.get(&named).send().await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "hello");
+    });
+    let stats = client.stats();
+    assert_eq!((stats.dns_lookups, stats.created), (1, 2), "{stats:?}");
+    let polled = polled_on.lock().unwrap();
+    assert!(polled.len() >= 2, "{polled:?}");
+    assert!(polled.iter().all(|t| *t == std::thread::current().id()), "{polled:?}");
 }
 
 // What a call leaves unfinished goes on without it. A call answered by
