@@ -13,8 +13,22 @@ use std::num::NonZeroU64;
 pub struct CallId(NonZeroU64);
 
 /// One connection, pooled or not.
+// A sequence number (high 40 bits: the order ids compare in, and what
+// `Display` shows) and the pool's slot for the connection's record (low 24
+// bits), so the pool finds a record by indexing, not hashing.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnectionId(u64);
+
+/// Bits of a [`ConnectionId`] that hold its record's slot.
+const SLOT_BITS: u32 = 24;
+/// Connection sequence numbers run from 1 to this (2^40 - 1), then start
+/// again at 1: 127 days at 100 000 new connections a second. Only an id held
+/// that long, for a connection long closed, could meet its namesake.
+const SEQ_MAX: u64 = (1 << (64 - SLOT_BITS)) - 1;
+
+/// How many connection records a pool holds at most (2^24, far above any
+/// process's descriptor limit): the slots a [`ConnectionId`] can name.
+pub(crate) const MAX_SLOTS: usize = 1 << SLOT_BITS;
 
 /// One connect attempt (TCP, then for the winner its handshakes) on one route.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -80,15 +94,35 @@ impl IdAllocator {
     pub fn has_issued_call(&self, id: CallId) -> bool {
         (1..=self.calls).contains(&id.0.get())
     }
-    /// Whether `id` was handed out by this allocator.
+    /// Whether `id`'s sequence number was reached by this allocator (its
+    /// connection may since have closed).
     #[must_use]
     pub fn has_issued_connection(&self, id: ConnectionId) -> bool {
-        (1..=self.connections).contains(&id.0)
+        let issued = self.connections.min(SEQ_MAX);
+        (1..=issued).contains(&id.seq())
     }
-    /// A fresh connection id.
+    /// A fresh connection id (its record slot 0: a pool allots ids with
+    /// slots of its own).
     pub fn next_connection(&mut self) -> ConnectionId {
+        self.next_connection_at(0)
+    }
+    /// A fresh connection id naming record slot `slot` (below [`MAX_SLOTS`]).
+    pub(crate) fn next_connection_at(&mut self, slot: usize) -> ConnectionId {
+        debug_assert!(slot < MAX_SLOTS);
         self.connections += 1;
-        ConnectionId(self.connections)
+        let seq = (self.connections - 1) % SEQ_MAX + 1;
+        ConnectionId(seq << SLOT_BITS | slot as u64)
+    }
+}
+
+impl ConnectionId {
+    /// Its sequence number: 1 for a pool's first connection.
+    fn seq(self) -> u64 {
+        self.0 >> SLOT_BITS
+    }
+    /// The slot of its record in its pool.
+    pub(crate) fn slot(self) -> usize {
+        (self.0 & ((1 << SLOT_BITS) - 1)) as usize
     }
 }
 
@@ -96,7 +130,7 @@ impl IdAllocator {
 impl ConnectionId {
     /// The id with this number, for the core's own unit tests.
     pub(crate) fn from_raw(n: u64) -> ConnectionId {
-        ConnectionId(n)
+        ConnectionId(n << SLOT_BITS)
     }
 }
 
@@ -112,7 +146,7 @@ impl fmt::Display for CallId {
 }
 impl fmt::Debug for ConnectionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn#{}", self.0)
+        write!(f, "conn#{}", self.seq())
     }
 }
 impl fmt::Display for ConnectionId {

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The calls map keeps at least this capacity when it shrinks.
+const CALLS_KEPT_CAPACITY: usize = 1024;
+
 impl Pool {
     // ------------------------------------------------------------------ inputs
 
@@ -19,6 +22,12 @@ impl Pool {
         }
         if self.addrs.len() >= self.addrs_sweep_at {
             self.sweep_addresses(now);
+        }
+        // After a burst, a map sized for it scatters the few calls left over
+        // a table of megabytes: a cache miss at every lookup (measured: a
+        // third of an acquire + release after 100 000 calls at once).
+        if self.calls.capacity() > CALLS_KEPT_CAPACITY && self.calls.len() * 8 < self.calls.capacity() {
+            self.calls.shrink_to(self.calls.len() * 2);
         }
         self.calls.insert(id, Call::new(address, options, wait_seq));
         self.dispatch(now, id);
@@ -167,5 +176,49 @@ impl Pool {
     pub(super) fn stream_budget_of(&self, now: Instant, conn: ConnectionId) -> Option<u64> {
         let c = self.conns.get(&conn)?;
         self.addrs.get(&c.address)?.stream_budget(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::address::Scheme;
+    use crate::connection::Reuse;
+
+    /// 5 000 calls at once, then one at a time: the calls map is resized for
+    /// the few left, not kept at the burst's size (where every lookup would
+    /// miss the cache).
+    #[test]
+    fn the_calls_map_shrinks_after_a_burst() {
+        let address = Address::builder(Scheme::Http, "127.0.0.1", 80).build().expect("address");
+        let mut pool = Pool::new(PoolConfig { max_idle_per_address: usize::MAX, ..PoolConfig::default() });
+        let now = Instant::ZERO;
+        let mut calls = Vec::new();
+        for _ in 0..5_000 {
+            let call = pool.acquire(now, address.clone(), AcquireOptions::default());
+            let attempt = std::iter::from_fn(|| pool.poll_action())
+                .find_map(|a| match a {
+                    PoolAction::Connect { attempt, .. } => Some(attempt),
+                    _ => None,
+                })
+                .expect("a connect");
+            pool.handle_connected(now, attempt).expect("connected");
+            calls.push(call);
+        }
+        assert!(pool.calls.capacity() >= 5_000);
+        for call in calls {
+            pool.exchange_finished(now, call, Reuse::Reusable).expect("released");
+        }
+        while pool.poll_action().is_some() {}
+        let later = now + Duration::from_millis(1);
+        let call = pool.acquire(later, address.clone(), AcquireOptions::default());
+        let served =
+            std::iter::from_fn(|| pool.poll_action()).any(|a| matches!(a, PoolAction::Acquired { .. }));
+        assert!(served, "served from the pool");
+        assert!(pool.calls.capacity() <= CALLS_KEPT_CAPACITY, "capacity {}", pool.calls.capacity());
+        pool.exchange_finished(later, call, Reuse::Reusable).expect("released");
+        pool.check_invariants().unwrap();
     }
 }

@@ -470,12 +470,9 @@ impl Pool {
         protocol: Protocol,
         tls: Option<TlsFacts>,
     ) -> ConnectionId {
-        let id = self.ids.next_connection();
-        if tls.as_ref().is_some_and(|t| t.unverified) {
-            self.unverified.connections.insert(id);
-        }
         let lifetime_deadline = self.config.max_lifetime.map(|d| now + self.jittered_lifetime(d));
-        let conn = Connection {
+        let unverified = tls.as_ref().is_some_and(|t| t.unverified);
+        let id = self.conns.insert_with(&mut self.ids, |id| Connection {
             id,
             address: address.clone(),
             route,
@@ -495,8 +492,10 @@ impl Pool {
             lifetime_deadline,
             goaway: None,
             dns_seen: now,
-        };
-        self.conns.insert(id, conn);
+        });
+        if unverified {
+            self.unverified.connections.insert(id);
+        }
         if !self.warm.is_empty() {
             self.warm_opened(now, id, address);
         }

@@ -17,41 +17,83 @@ use crate::time::Instant;
 pub(super) type IdleKey = (Instant, ConnectionId);
 
 /// The idle connections of one Address, ordered by (idle since, id), as a set.
+///
+/// The newest is kept inline (in the Address's state, which the pool has
+/// already looked up), and with it a copy of the ring's newest: a call that
+/// takes the newest connection and a release that puts one back touch
+/// neither the ring nor its memory. Measured at 100 000 pooled connections
+/// over 1 000 Addresses, the ring's newest slot was a cache miss per acquire
+/// (a quarter of the operation's time).
 #[derive(Debug, Default)]
-pub(super) struct IdleList(VecDeque<IdleKey>);
+pub(super) struct IdleList {
+    /// Every entry but `newest`, oldest first.
+    older: VecDeque<IdleKey>,
+    /// `older`'s last entry, copied.
+    older_back: Option<IdleKey>,
+    /// When set, newer than every entry of `older`.
+    newest: Option<IdleKey>,
+}
 
 impl IdleList {
     /// Adds `key`; whether it was new. Constant time when it is the newest.
     pub(super) fn insert(&mut self, key: IdleKey) -> bool {
-        match self.0.back() {
-            Some(last) if *last > key => match self.0.binary_search(&key) {
+        match self.newest {
+            Some(n) if n == key => return false,
+            Some(n) if n < key => {
+                self.push_older(n);
+                self.newest = Some(key);
+                return true;
+            }
+            Some(_) => {}
+            None if self.older_back.is_none_or(|back| back < key) => {
+                self.newest = Some(key);
+                return true;
+            }
+            None => {}
+        }
+        // Older than the newest: in order, in the ring.
+        match self.older_back {
+            Some(last) if last > key => match self.older.binary_search(&key) {
                 Ok(_) => false,
                 Err(at) => {
-                    self.0.insert(at, key);
+                    self.older.insert(at, key);
                     true
                 }
             },
-            Some(last) if *last == key => false,
+            Some(last) if last == key => false,
             _ => {
-                self.0.push_back(key);
+                self.push_older(key);
                 true
             }
         }
     }
 
+    fn push_older(&mut self, key: IdleKey) {
+        self.older.push_back(key);
+        self.older_back = Some(key);
+    }
+
     /// Removes `key`; whether it was there. Constant time at either end.
     pub(super) fn remove(&mut self, key: &IdleKey) -> bool {
-        if self.0.back() == Some(key) {
-            self.0.pop_back();
+        if self.newest.as_ref() == Some(key) {
+            self.newest = None;
             return true;
         }
-        if self.0.front() == Some(key) {
-            self.0.pop_front();
+        if self.older_back.as_ref() == Some(key) {
+            self.older.pop_back();
+            self.older_back = self.older.back().copied();
             return true;
         }
-        match self.0.binary_search(key) {
+        if self.older.front() == Some(key) {
+            self.older.pop_front();
+            if self.older.is_empty() {
+                self.older_back = None;
+            }
+            return true;
+        }
+        match self.older.binary_search(key) {
             Ok(at) => {
-                self.0.remove(at);
+                self.older.remove(at);
                 true
             }
             Err(_) => false,
@@ -60,25 +102,30 @@ impl IdleList {
 
     /// The oldest.
     pub(super) fn first(&self) -> Option<&IdleKey> {
-        self.0.front()
+        self.older.front().or(self.newest.as_ref())
     }
 
     /// Whether `key` is in the list.
     pub(super) fn contains(&self, key: &IdleKey) -> bool {
-        self.0.binary_search(key).is_ok()
+        self.newest.as_ref() == Some(key) || self.older.binary_search(key).is_ok()
     }
 
     /// How many.
     pub(super) fn len(&self) -> usize {
-        self.0.len()
+        self.older.len() + usize::from(self.newest.is_some())
     }
 
     /// The newest for which `f` holds.
     pub(super) fn newest_where(&self, mut f: impl FnMut(ConnectionId) -> bool) -> Option<ConnectionId> {
-        let mut at = self.0.len();
+        if let Some((_, id)) = self.newest {
+            if f(id) {
+                return Some(id);
+            }
+        }
+        let mut at = self.older.len();
         while at > 0 {
             at -= 1;
-            let id = self.0[at].1;
+            let id = self.older[at].1;
             if f(id) {
                 return Some(id);
             }
@@ -89,7 +136,7 @@ impl IdleList {
     /// Oldest first.
     #[cfg(test)]
     pub(super) fn iter(&self) -> impl DoubleEndedIterator<Item = &IdleKey> {
-        self.0.iter()
+        self.older.iter().chain(self.newest.iter())
     }
 }
 
@@ -313,6 +360,10 @@ mod tests {
                 prop_assert_eq!(list.len(), model.len());
                 prop_assert_eq!(list.first(), model.first());
                 prop_assert!(list.iter().eq(model.iter()));
+                prop_assert_eq!(list.newest_where(|_| true), model.last().map(|k| k.1));
+                prop_assert_eq!(list.newest_where(|c| c != k.1), model.iter().rev().find(|m| m.1 != k.1).map(|m| m.1));
+                prop_assert!(model.iter().all(|m| list.contains(m)));
+                prop_assert_eq!(list.contains(&k), model.contains(&k));
             }
         }
     }

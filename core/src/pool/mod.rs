@@ -149,6 +149,7 @@ mod exchange;
 mod http2;
 mod idle;
 mod kept;
+mod records;
 pub mod refresh;
 mod stats;
 mod timers;
@@ -378,8 +379,8 @@ pub struct Pool {
     config: PoolConfig,
     ids: IdAllocator,
     db: RouteDatabase,
-    // Lookup only: nothing is emitted in these maps' order.
-    conns: FastMap<ConnectionId, Connection>,
+    /// Every open connection's record, by the slot its id names.
+    conns: records::Records,
     /// Each open connection's local address, as the adapter reported it: a
     /// map of its own, so the records acquire and release touch stay small
     /// (measured: 32 more bytes per record cost 3.5 % at 100 000 connections).
@@ -457,7 +458,7 @@ impl Pool {
             config,
             ids: IdAllocator::default(),
             db,
-            conns: FastMap::default(),
+            conns: records::Records::default(),
             locals: FastMap::default(),
             addrs: FastMap::default(),
             coalesce_index: FastMap::default(),
@@ -966,7 +967,7 @@ impl Pool {
 
 /// Whether an entry of the pool's idle queue is live: its connection is open
 /// and idle, since that instant.
-fn idle_live(conns: &FastMap<ConnectionId, Connection>, &(since, id): &idle::IdleKey) -> bool {
+fn idle_live(conns: &records::Records, &(since, id): &idle::IdleKey) -> bool {
     conns.get(&id).is_some_and(|c| c.is_idle() && c.idle_since == Some(since))
 }
 

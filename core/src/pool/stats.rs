@@ -248,7 +248,9 @@ impl Pool {
                 *active.entry(connection).or_default() += 1;
             }
         }
-        for (id, c) in &self.conns {
+        self.conns.check()?;
+        for c in self.conns.values() {
+            let id = &c.id;
             let n = active.get(id).copied().unwrap_or(0);
             if n != c.in_flight {
                 return Err(format!("{id}: in_flight {} but {n} active calls", c.in_flight));

@@ -191,10 +191,13 @@ impl Pool {
         self.addrs.get(address).map_or(0, |a| a.open + a.racing.len() + a.kept) < max
     }
 
+    /// Whether the total cap is reached: [`PoolConfig::max_connections_total`],
+    /// and in any case [`MAX_SLOTS`](crate::id::MAX_SLOTS), the records a pool
+    /// can hold.
     pub(super) fn total_full(&self) -> bool {
-        self.config
-            .max_connections_total
-            .is_some_and(|max| self.open_total + self.racing_total + self.kept.len() >= max)
+        let max =
+            self.config.max_connections_total.map_or(crate::id::MAX_SLOTS, |m| m.min(crate::id::MAX_SLOTS));
+        self.open_total + self.racing_total + self.kept.len() >= max
     }
 
     pub(super) fn has_capacity(&self, address: &Address) -> bool {
