@@ -129,12 +129,13 @@ fn wait(socket: &socket2::Socket, wait: Duration) -> io::Result<bool> {
     }
 }
 
-/// A connected socket as every exchange expects it: blocking, no send
-/// timeout.
+/// A connected socket: blocking, no receive timeout. On Linux its send
+/// timeout is still the connect's bound: whatever writes next sets its own
+/// (the proxy and TLS handshakes, HTTP/2's pump, and an HTTP/1.1 `Wire`,
+/// which knows its write timeout only once it set one), so clearing it here
+/// would be a system call per connection for nothing.
 #[cfg(unix)]
 fn connected(socket: socket2::Socket) -> io::Result<TcpStream> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    socket.set_write_timeout(None)?;
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     socket.set_nonblocking(false)?;
     Ok(socket.into())
@@ -207,7 +208,12 @@ mod tests {
         };
         assert_eq!(stream.peer_addr().unwrap(), addr);
         assert!(stream.nodelay().unwrap(), "TCP_NODELAY is on");
-        assert_eq!(stream.write_timeout().unwrap(), None, "no send timeout left behind");
+        // What `Timeouts::fresh` assumes: no receive timeout; on Linux the
+        // send timeout is still the connect's first wait, for the next writer
+        // to replace.
+        assert_eq!(stream.read_timeout().unwrap(), None, "no receive timeout");
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        assert_eq!(stream.write_timeout().unwrap(), Some(Duration::from_secs(1)), "the connect's bound");
         // Blocking again: a read waits (bounded here) instead of failing at once.
         stream.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
         let err = std::io::Read::read(&mut &stream, &mut [0u8; 1]).unwrap_err();
@@ -280,7 +286,12 @@ mod tests {
         });
         let stream = pending.finish().expect("connected once the backlog freed");
         assert_eq!(stream.peer_addr().unwrap(), addr);
-        assert_eq!(stream.write_timeout().unwrap(), None, "no send timeout left behind");
+        // What `Timeouts::fresh` assumes: no receive timeout; on Linux the
+        // send timeout is still the connect's first wait, for the next writer
+        // to replace.
+        assert_eq!(stream.read_timeout().unwrap(), None, "no receive timeout");
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        assert!(stream.write_timeout().unwrap().is_some(), "the connect's bound");
         let mut peers = accepting.join().unwrap();
         std::io::Write::write_all(&mut &stream, b"ping").unwrap();
         let mut got = [0u8; 4];

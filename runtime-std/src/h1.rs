@@ -34,7 +34,7 @@ impl Wire {
     pub(crate) fn new(stream: Stream) -> Wire {
         Wire {
             stream,
-            timeouts: Timeouts::default(),
+            timeouts: Timeouts::fresh(),
             scratch: vec![0u8; 16 * 1024].into_boxed_slice(),
             stalled: false,
         }

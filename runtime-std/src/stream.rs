@@ -291,6 +291,12 @@ pub(crate) struct Timeouts {
 }
 
 impl Timeouts {
+    /// A stream's timeouts as every path hands it over: no receive timeout
+    /// (a fresh socket, or the handshakes' reset), the send timeout unknown
+    /// (a plain connect leaves its own bound there: see `dial::connected`).
+    pub(crate) fn fresh() -> Timeouts {
+        Timeouts { read: Some(None), write: None }
+    }
     pub(crate) fn read(&mut self, tcp: &Sock, d: Option<Duration>) -> io::Result<()> {
         Self::set(&mut self.read, d, |d| tcp.set_read_timeout(d))
     }
