@@ -269,11 +269,7 @@ impl Runtime for Smol {
     }
 
     fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>> {
-        Box::pin(async move {
-            let tcp = smol::net::TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
-            Ok(Box::new(tcp.compat()) as Io)
-        })
+        self.connect_with(addr, &switchyard_async::TcpOptions::default())
     }
 
     fn connect_with(
@@ -281,23 +277,20 @@ impl Runtime for Smol {
         addr: SocketAddr,
         options: &switchyard_async::TcpOptions,
     ) -> BoxFuture<io::Result<Io>> {
-        // Options set and the socket bound here; a non-blocking connect that
-        // completes when the socket turns writable (async-io's own way).
-        let socket = options.socket(addr);
+        // A non-blocking connect that completes when the socket turns
+        // writable (async-io's own way), unless it is over when it returns
+        // (a peer on this host).
+        let options = options.clone();
         Box::pin(async move {
-            let socket = socket?;
-            socket.set_nonblocking(true)?;
-            match socket.connect(&addr.into()) {
-                Ok(()) => {}
-                Err(e) if in_progress(&e) => {}
-                Err(e) => return Err(e),
-            }
+            let (socket, connected) = options.start_connect(addr)?;
             let stream = smol::Async::new_nonblocking(std::net::TcpStream::from(socket))?;
-            stream.writable().await?;
-            if let Some(e) = stream.get_ref().take_error()? {
-                return Err(e);
+            if !connected {
+                stream.writable().await?;
+                if let Some(e) = stream.get_ref().take_error()? {
+                    return Err(e);
+                }
+                stream.get_ref().peer_addr()?; // connected, not merely writable
             }
-            stream.get_ref().peer_addr()?; // connected, not merely writable
             Ok(Box::new(smol::net::TcpStream::from(stream).compat()) as Io)
         })
     }
@@ -319,13 +312,4 @@ impl Runtime for Smol {
     ) -> BoxFuture<io::Result<Vec<IpAddr>>> {
         Box::pin(smol::unblock(work))
     }
-}
-
-/// A non-blocking connect under way (`EINPROGRESS`, or `WSAEWOULDBLOCK`).
-fn in_progress(e: &io::Error) -> bool {
-    #[cfg(unix)]
-    if e.raw_os_error() == Some(libc::EINPROGRESS) {
-        return true;
-    }
-    e.kind() == io::ErrorKind::WouldBlock
 }

@@ -319,11 +319,7 @@ impl Runtime for Tokio {
     }
 
     fn connect(&self, addr: SocketAddr) -> BoxFuture<io::Result<Io>> {
-        Box::pin(async move {
-            let tcp = tokio::net::TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
-            Ok(Box::new(tcp) as Io)
-        })
+        self.connect_with(addr, &switchyard_async::TcpOptions::default())
     }
 
     fn connect_with(
@@ -331,12 +327,20 @@ impl Runtime for Tokio {
         addr: SocketAddr,
         options: &switchyard_async::TcpOptions,
     ) -> BoxFuture<io::Result<Io>> {
-        // Options set and the socket bound here; tokio does the connect.
-        let socket = options.socket(addr);
+        let options = options.clone();
         Box::pin(async move {
-            let socket = socket?;
-            socket.set_nonblocking(true)?;
-            let tcp = tokio::net::TcpSocket::from_std_stream(socket.into()).connect(addr).await?;
+            // A connect already over when it returns (a peer on this host)
+            // skips the wait for writability.
+            let (socket, connected) = options.start_connect(addr)?;
+            let tcp = tokio::net::TcpStream::from_std(socket.into())?;
+            if !connected {
+                tcp.writable().await?;
+                if let Some(e) = tcp.take_error()? {
+                    return Err(e);
+                }
+                // Writable without an error, yet not connected: say so.
+                tcp.peer_addr()?;
+            }
             Ok(Box::new(tcp) as Io)
         })
     }
