@@ -188,7 +188,19 @@ impl Adoptions {
                 continue;
             }
             match shared.rt.spawn(future) {
-                Some(task) => slot.spawned = Some(task),
+                Some(task) => {
+                    slot.spawned = Some(task);
+                    drop(slot);
+                    // An abort whose `try_lock` met this one's lock set its
+                    // flag before: seen here, after the unlock, it is taken.
+                    if cell.aborted.load(Ordering::Acquire) {
+                        if let Ok(mut slot) = cell.slot.try_lock() {
+                            if let Some(task) = slot.spawned.take() {
+                                task.abort();
+                            }
+                        }
+                    }
+                }
                 None => {
                     drop(slot);
                     match cell.what {

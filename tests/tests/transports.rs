@@ -318,19 +318,37 @@ fn a_call_that_dials_runs_its_connect_on_its_own_thread() {
 // hands its attempt to the runtime, and the connection joins the pool. A
 // call dropped mid-connect ends its attempt with it (the pool's rule for a
 // call that goes away): nothing is left open or connecting.
+/// Waits (up to 5 s) until the client's statistics satisfy `done`.
+async fn settle(client: &switchyard_tokio::Client, done: impl Fn(&switchyard_tokio::PoolStats) -> bool) {
+    for _ in 0..500 {
+        if done(&client.stats()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[test]
 fn an_attempt_outlives_the_call_that_no_longer_needs_it() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let server = TestServer::start(ServerOptions::default());
     let dials = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&dials);
+    // The second dial waits for this gate, opened by the test once that
+    // dial's call has been answered by another connection; the third never
+    // connects (its call is dropped). No timing decides the order.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (counted, gated) = (Arc::clone(&dials), Arc::clone(&gate));
     let client = switchyard_tokio::Client::builder()
         .connector(move |route: &switchyard_tokio::Route| -> switchyard_tokio::Connecting {
-            counted.fetch_add(1, Ordering::SeqCst);
-            let addr = route.socket_addr();
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let (addr, gate) = (route.socket_addr(), Arc::clone(&gated));
             Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                match n {
+                    0 => {}
+                    1 => drop(gate.acquire().await),
+                    _ => std::future::pending::<()>().await,
+                }
                 Ok(Box::new(tokio::net::TcpStream::connect(addr).await?) as switchyard_tokio::Io)
             })
         })
@@ -342,8 +360,8 @@ fn an_attempt_outlives_the_call_that_no_longer_needs_it() {
         assert!(done(&stats), "{what}: {stats:?}");
     };
     tokio_rt().block_on(async {
-        // B holds the only connection for 200 ms; A dials meanwhile and is
-        // answered by B's connection when B is done, before its own connect.
+        // B holds the only connection for 200 ms; A dials meanwhile (held at
+        // the gate) and is answered by B's connection when B is done.
         let slow = tokio::spawn({
             let (client, url) = (client.clone(), format!("{base}/sleep/200"));
             async move { client.get(&url).send().await.unwrap().text().await.unwrap() }
@@ -354,12 +372,12 @@ fn an_attempt_outlives_the_call_that_no_longer_needs_it() {
         let r = client.get(format!("{base}/hello")).send().await.unwrap();
         assert_eq!(r.text().await.unwrap(), "hello");
         slow.await.unwrap();
-        for _ in 0..100 {
-            if client.stats().totals.idle == 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until("A was answered by B's connection, its own still connecting", &|s| {
+            (s.totals.connecting, s.created, s.reused) == (1, 1, 1)
+        });
+        // A's connect goes on without its call and joins the pool.
+        gate.add_permits(1);
+        settle(&client, |s| s.totals.idle == 2).await;
         until("A's own connection joined the pool", &|s| {
             (s.totals.idle, s.joined_idle, s.created, s.reused) == (2, 1, 2, 1)
         });
@@ -368,7 +386,7 @@ fn an_attempt_outlives_the_call_that_no_longer_needs_it() {
         // Dropped mid-connect, on a new host (nothing pooled for it).
         let other = client.get(format!("http://localhost:{}/hello", server.port())).send();
         assert!(tokio::time::timeout(Duration::from_millis(50), other).await.is_err());
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        settle(&client, |s| s.totals.connecting == 0 && s.calls == 0).await;
         until("the dropped call's attempt ended with it", &|s| {
             (s.totals.connecting, s.totals.open, s.calls, s.created) == (0, 2, 0, 2)
         });
