@@ -472,26 +472,8 @@ impl Pool {
     ) -> ConnectionId {
         let lifetime_deadline = self.config.max_lifetime.map(|d| now + self.jittered_lifetime(d));
         let unverified = tls.as_ref().is_some_and(|t| t.unverified);
-        let id = self.conns.insert_with(&mut self.ids, |id| Connection {
-            id,
-            address: address.clone(),
-            route,
-            protocol,
-            created: now,
-            in_flight: 0,
-            stream_limit: if protocol.is_multiplexed() { u32::MAX } else { 1 },
-            settings: !protocol.is_multiplexed(),
-            idle_since: Some(now),
-            no_new: None,
-            no_coalescing: false,
-            refusals: 0,
-            completed: 0,
-            used: false,
-            assigned: 0,
-            tls,
-            lifetime_deadline,
-            goaway: None,
-            dns_seen: now,
+        let id = self.conns.insert_with(&mut self.ids, |id| {
+            Connection::established(id, (address.clone(), route, protocol), now, tls, lifetime_deadline)
         });
         if unverified {
             self.unverified.connections.insert(id);

@@ -189,27 +189,7 @@ mod tests {
     fn record(id: ConnectionId) -> Connection {
         let address = Address::builder(Scheme::Http, "127.0.0.1", 80).build().expect("address");
         let route = Route::new(address.clone(), Proxy::Direct, "127.0.0.1:80".parse().expect("socket"));
-        Connection {
-            id,
-            address,
-            route,
-            protocol: Protocol::Http1,
-            created: Instant::ZERO,
-            in_flight: 0,
-            stream_limit: 1,
-            settings: true,
-            idle_since: None,
-            no_new: None,
-            no_coalescing: false,
-            refusals: 0,
-            completed: 0,
-            used: false,
-            assigned: 0,
-            tls: None,
-            lifetime_deadline: None,
-            goaway: None,
-            dns_seen: Instant::ZERO,
-        }
+        Connection::established(id, (address, route, Protocol::Http1), Instant::ZERO, None, None)
     }
 
     #[test]

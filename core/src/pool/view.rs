@@ -41,6 +41,39 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// The record of a connection just established: idle since `now`,
+    /// nothing carried yet; HTTP/2 with one stream until the server's
+    /// SETTINGS arrive.
+    pub(super) fn established(
+        id: ConnectionId,
+        (address, route, protocol): (Address, Route, Protocol),
+        now: Instant,
+        tls: Option<TlsFacts>,
+        lifetime_deadline: Option<Instant>,
+    ) -> Connection {
+        Connection {
+            id,
+            address,
+            route,
+            protocol,
+            created: now,
+            in_flight: 0,
+            stream_limit: if protocol.is_multiplexed() { u32::MAX } else { 1 },
+            settings: !protocol.is_multiplexed(),
+            idle_since: Some(now),
+            no_new: None,
+            no_coalescing: false,
+            refusals: 0,
+            completed: 0,
+            used: false,
+            assigned: 0,
+            tls,
+            lifetime_deadline,
+            goaway: None,
+            dns_seen: now,
+        }
+    }
+
     /// Its id.
     #[must_use]
     pub fn id(&self) -> ConnectionId {
