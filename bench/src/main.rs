@@ -47,13 +47,21 @@ const CONCURRENT: &[&str] = &[
     "raw-smol",
     "switchyard-tokio",
     "switchyard-smol",
+    "switchyard-smol-local",
     "switchyard-std",
     "hyper-util",
     "reqwest",
     "ureq",
 ];
-const HTTP2: &[&str] =
-    &["h2", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
+const HTTP2: &[&str] = &[
+    "h2",
+    "switchyard-tokio",
+    "switchyard-smol",
+    "switchyard-smol-local",
+    "switchyard-std",
+    "hyper-util",
+    "reqwest",
+];
 const IDLE: &[&str] = &["switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
 const EYEBALLS: &[&str] =
     &["raw", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest", "ureq"];
