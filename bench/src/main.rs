@@ -47,24 +47,12 @@ const CONCURRENT: &[&str] = &[
     "raw-smol",
     "switchyard-tokio",
     "switchyard-smol",
-    "switchyard-smol-local",
     "switchyard-std",
     "hyper-util",
     "reqwest",
     "ureq",
 ];
-const HTTP2: &[&str] = &[
-    "h2",
-    "switchyard-tokio",
-    "switchyard-smol",
-    "switchyard-smol-local",
-    "switchyard-std",
-    "hyper-util",
-    "reqwest",
-];
-/// Scenario 3 over TLS: the clients that take the harness's CA (not the
-/// smol row with the program's own executor, an h2c-only comparison).
-const HTTP2_TLS: &[&str] =
+const HTTP2: &[&str] =
     &["h2", "switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
 const IDLE: &[&str] = &["switchyard-tokio", "switchyard-smol", "switchyard-std", "hyper-util", "reqwest"];
 const EYEBALLS: &[&str] =
@@ -299,7 +287,7 @@ fn main() {
                 "s3-tls",
                 title,
                 srv.name,
-                HTTP2_TLS,
+                HTTP2,
                 |c| measure("s3-tls", c, port, n, None),
                 o.runs,
             ));

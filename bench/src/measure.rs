@@ -312,46 +312,6 @@ where
     summarize(lat, t0.elapsed(), cpu() - c0, per * width)
 }
 
-/// As [`smol_concurrent_with`] (64 tasks), on the program's own `Executor`
-/// (the one its client was given), driven by this thread.
-fn smol_shared_concurrent<F, Fut>(ex: &smol::Executor<'static>, n: usize, make: F) -> Sample
-where
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let (make, width) = (std::sync::Arc::new(make), CONCURRENCY);
-    let per = n / width;
-    smol::block_on(ex.run(async {
-        let warm: Vec<_> = (0..width).map(|_| ex.spawn(make())).collect();
-        for w in warm {
-            w.await;
-        }
-    }));
-    let (c0, t0) = (cpu(), Instant::now());
-    let lat = smol::block_on(ex.run(async {
-        let handles: Vec<_> = (0..width)
-            .map(|_| {
-                let make = std::sync::Arc::clone(&make);
-                ex.spawn(async move {
-                    let mut lat = Vec::with_capacity(per);
-                    for _ in 0..per {
-                        let t = Instant::now();
-                        make().await;
-                        lat.push(t.elapsed());
-                    }
-                    lat
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await);
-        }
-        all
-    }));
-    summarize(lat, t0.elapsed(), cpu() - c0, per * width)
-}
-
 /// 64 threads, each making `n / 64` blocking calls in turn.
 fn thread_concurrent(n: usize, one: impl Fn() + Sync) -> Sample {
     thread_concurrent_with(CONCURRENCY, n, one)
@@ -812,19 +772,6 @@ pub fn concurrent_client(client: &str, port: u16, n: usize, http2: bool) -> Opti
         "switchyard-smol" => {
             let c = switchyard_smol(http2);
             smol_concurrent(n, move || {
-                let c = c.clone();
-                async move { switchyard_get(&c, url).await }
-            })
-        }
-        // The program's own executor handed to the client (`Smol::on`): the
-        // calls and the client's tasks (an HTTP/2 connection's) run on one
-        // executor, driven by the thread that makes the calls.
-        "switchyard-smol-local" => {
-            let ex = std::sync::Arc::new(smol::Executor::new());
-            let b = switchyard_smol::Client::builder().runtime(switchyard_smol::Smol::on(ex.clone()));
-            let b = if http2 { b.http_version(switchyard_smol::HttpVersion::Http2Only) } else { b };
-            let c = b.build().ok()?;
-            smol_shared_concurrent(&ex, n, move || {
                 let c = c.clone();
                 async move { switchyard_get(&c, url).await }
             })
