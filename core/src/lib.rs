@@ -170,6 +170,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod alt_svc;
 pub mod backoff;
 pub mod connection;
 pub mod dns;

@@ -1,8 +1,10 @@
-//! Replays the fuzz corpora (`pool_ops`, `h1_driver`, `h2_driver`) and a batch of seeded
+//! Replays the fuzz corpora (`pool_ops`, `h1_driver`, `h2_driver`, `alt_svc`) and a batch of seeded
 //! random inputs through the same harnesses as the fuzz targets, so `cargo
 //! test` catches regressions without the fuzz tooling.
 #![allow(clippy::unwrap_used)]
 
+#[path = "../../fuzz/alt_svc.rs"]
+mod alt_svc;
 #[path = "../../fuzz/h1_driver.rs"]
 mod h1_driver;
 #[path = "../../fuzz/h2_driver.rs"]
@@ -63,4 +65,14 @@ fn h2_driver_corpus_replays() {
 #[test]
 fn h2_driver_seeded_random_inputs() {
     seeded(0x4832, 3000, 512, h2_driver::run);
+}
+
+#[test]
+fn alt_svc_corpus_replays() {
+    corpus("alt_svc", 10, alt_svc::run);
+}
+
+#[test]
+fn alt_svc_seeded_random_inputs() {
+    seeded(0xa175, 3000, 256, alt_svc::run);
 }
