@@ -89,7 +89,7 @@ pub fn run(data: &[u8]) {
                 }
             }
             Op::Lookup { origin: o, h3, advance } => {
-                now = now + Duration::from_secs(advance.into());
+                now += Duration::from_secs(advance.into());
                 let protocol: &[u8] = if h3 { b"h3" } else { b"h2" };
                 let expected = cache
                     .alternatives(&origin(o), now)
@@ -98,7 +98,7 @@ pub fn run(data: &[u8]) {
                 assert_eq!(cache.lookup(&origin(o), protocol, now).cloned(), expected);
             }
             Op::Expire { advance } => {
-                now = now + Duration::from_secs(advance.into());
+                now += Duration::from_secs(advance.into());
                 cache.expire(now);
                 assert!(cache.next_expiry().is_none_or(|at| at > now));
             }

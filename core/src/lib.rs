@@ -180,6 +180,7 @@ pub mod handshake;
 pub mod hash;
 pub mod http1;
 pub mod http2;
+pub mod http3;
 pub mod id;
 pub mod outlier;
 pub mod plan;

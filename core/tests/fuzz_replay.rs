@@ -1,4 +1,4 @@
-//! Replays the fuzz corpora (`pool_ops`, `h1_driver`, `h2_driver`, `alt_svc`) and a batch of seeded
+//! Replays the fuzz corpora (`pool_ops`, `h1_driver`, `h2_driver`, `alt_svc`, `h3_streams`) and a batch of seeded
 //! random inputs through the same harnesses as the fuzz targets, so `cargo
 //! test` catches regressions without the fuzz tooling.
 #![allow(clippy::unwrap_used)]
@@ -9,6 +9,8 @@ mod alt_svc;
 mod h1_driver;
 #[path = "../../fuzz/h2_driver.rs"]
 mod h2_driver;
+#[path = "../../fuzz/h3_streams.rs"]
+mod h3_streams;
 #[path = "../../fuzz/pool_ops.rs"]
 mod pool_ops;
 
@@ -75,4 +77,14 @@ fn alt_svc_corpus_replays() {
 #[test]
 fn alt_svc_seeded_random_inputs() {
     seeded(0xa175, 3000, 256, alt_svc::run);
+}
+
+#[test]
+fn h3_streams_corpus_replays() {
+    corpus("h3_streams", 10, h3_streams::run);
+}
+
+#[test]
+fn h3_streams_seeded_random_inputs() {
+    seeded(0x4833, 3000, 256, h3_streams::run);
 }

@@ -241,29 +241,39 @@ impl RequestHead {
 
     fn write(&self, e: &mut TableEncoder, block: &mut BytesMut) {
         e.begin(block);
-        e.field(block, ":method", self.method.as_str().as_bytes());
+        self.each_field(|name, value, _| e.field(block, name, value));
+    }
+
+    /// Each field of the head in the order it goes out (pseudo-fields first),
+    /// with whether it is a credential (a sensitive value, or `authorization`
+    /// and `proxy-authorization`): HTTP/2's and HTTP/3's encoders write the same list.
+    pub(crate) fn each_field(&self, mut field: impl FnMut(&str, &[u8], bool)) {
+        field(":method", self.method.as_str().as_bytes(), false);
         let connect = self.method == http::Method::CONNECT;
         if !connect {
-            e.field(block, ":scheme", self.uri.scheme_str().unwrap_or("https").as_bytes());
+            field(":scheme", self.uri.scheme_str().unwrap_or("https").as_bytes(), false);
         }
         match (self.uri.authority(), &self.host) {
-            (Some(a), _) => e.field(block, ":authority", a.as_str().as_bytes()),
-            (None, Some(host)) => e.field(block, ":authority", host.as_bytes()),
+            (Some(a), _) => field(":authority", a.as_str().as_bytes(), false),
+            (None, Some(host)) => field(":authority", host.as_bytes(), false),
             (None, None) => {}
         }
         if !connect {
             let path = self.uri.path_and_query().map_or("/", |p| p.as_str());
-            e.field(block, ":path", if path.is_empty() { b"/" } else { path.as_bytes() });
+            field(":path", if path.is_empty() { b"/" } else { path.as_bytes() }, false);
         }
         for (name, value) in &self.fields {
-            e.field(block, name.as_str(), value.as_bytes());
+            let sensitive = value.is_sensitive()
+                || *name == http::header::AUTHORIZATION
+                || *name == http::header::PROXY_AUTHORIZATION;
+            field(name.as_str(), value.as_bytes(), sensitive);
         }
         if let Some(n) = self.content_length {
-            e.field(block, "content-length", n.to_string().as_bytes());
+            field("content-length", n.to_string().as_bytes(), false);
         }
     }
 
-    fn is_head_request(&self) -> bool {
+    pub(crate) fn is_head_request(&self) -> bool {
         self.method == http::Method::HEAD
     }
 }

@@ -27,7 +27,7 @@ pub enum Name {
 }
 
 impl Name {
-    fn parse(raw: Bytes) -> Result<Name, DecodeError> {
+    pub(crate) fn parse(raw: Bytes) -> Result<Name, DecodeError> {
         if raw.first() == Some(&b':') {
             return Ok(Name::Pseudo(raw));
         }
@@ -387,7 +387,7 @@ impl Decoder {
 }
 
 /// An integer with an `n`-bit prefix (§5.1), at most 2³² − 1.
-fn integer(block: &[u8], at: &mut usize, n: u32) -> Result<usize, DecodeError> {
+pub(crate) fn integer(block: &[u8], at: &mut usize, n: u32) -> Result<usize, DecodeError> {
     let mask = (1u32 << n) - 1;
     let first = u32::from(*block.get(*at).ok_or(DecodeError::Integer)?) & mask;
     *at += 1;
@@ -413,7 +413,7 @@ fn integer(block: &[u8], at: &mut usize, n: u32) -> Result<usize, DecodeError> {
     }
 }
 
-fn put_integer(out: &mut BytesMut, first: u8, n: u32, value: usize) {
+pub(crate) fn put_integer(out: &mut BytesMut, first: u8, n: u32, value: usize) {
     let mask = (1usize << n) - 1;
     if value < mask {
         out.put_u8(first | value as u8);
