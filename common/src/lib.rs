@@ -92,6 +92,9 @@ mod event;
 pub mod exchange;
 pub mod gateway;
 pub mod h2;
+#[cfg(feature = "http3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http3")))]
+pub mod h3;
 mod hub;
 pub mod manager;
 pub mod metrics;

@@ -14,6 +14,7 @@ pub mod dns;
 pub mod ecosystem;
 pub mod fault;
 pub mod found;
+pub mod h3;
 pub mod hostile;
 pub mod interop;
 pub mod manager;

@@ -241,13 +241,14 @@ impl RequestHead {
 
     fn write(&self, e: &mut TableEncoder, block: &mut BytesMut) {
         e.begin(block);
-        self.each_field(|name, value, _| e.field(block, name, value));
+        self.each_field(false, |name, value, _| e.field(block, name, value));
     }
 
     /// Each field of the head in the order it goes out (pseudo-fields first),
-    /// with whether it is a credential (a sensitive value, or `authorization`
-    /// and `proxy-authorization`): HTTP/2's and HTTP/3's encoders write the same list.
-    pub(crate) fn each_field(&self, mut field: impl FnMut(&str, &[u8], bool)) {
+    /// with, when `mark` asks, whether it is a credential (a sensitive value,
+    /// or `authorization` and `proxy-authorization`; HTTP/2's table encoder
+    /// decides that by itself): HTTP/2's and HTTP/3's encoders write the same list.
+    pub(crate) fn each_field(&self, mark: bool, mut field: impl FnMut(&str, &[u8], bool)) {
         field(":method", self.method.as_str().as_bytes(), false);
         let connect = self.method == http::Method::CONNECT;
         if !connect {
@@ -263,9 +264,10 @@ impl RequestHead {
             field(":path", if path.is_empty() { b"/" } else { path.as_bytes() }, false);
         }
         for (name, value) in &self.fields {
-            let sensitive = value.is_sensitive()
-                || *name == http::header::AUTHORIZATION
-                || *name == http::header::PROXY_AUTHORIZATION;
+            let sensitive = mark
+                && (value.is_sensitive()
+                    || *name == http::header::AUTHORIZATION
+                    || *name == http::header::PROXY_AUTHORIZATION);
             field(name.as_str(), value.as_bytes(), sensitive);
         }
         if let Some(n) = self.content_length {

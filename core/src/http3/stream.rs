@@ -145,7 +145,9 @@ impl RequestStream {
         let head = RequestHead::encode(request, content_length);
         let mut section = BytesMut::with_capacity(128);
         qpack::Encoder::begin(&mut section);
-        head.each_field(|name, value, sensitive| qpack::Encoder::field(&mut section, name, value, sensitive));
+        head.each_field(true, |name, value, sensitive| {
+            qpack::Encoder::field(&mut section, name, value, sensitive)
+        });
         frame::encode_headers(&section, out);
     }
 

@@ -1,0 +1,174 @@
+//! HTTP/3 against aioquic's server (PyPI), on loopback UDP: the sans-IO
+//! connection (`switchyard_common::h3::H3Conn`, quinn-proto + the core's
+//! HTTP/3) pumped by a blocking UDP loop. Each test starts its own server.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use switchyard_common::h3::H3Failure;
+use switchyard_core::alt_svc::{AltSvc, AltSvcCache, Origin};
+use switchyard_core::{Host, Instant as CoreInstant, Scheme};
+use switchyard_tests::h3::{request, Aioquic, Pump};
+
+const WITHIN: Duration = Duration::from_secs(10);
+
+fn server_and_connection() -> Option<(Aioquic, Pump)> {
+    let server = Aioquic::start()?;
+    let pump = Pump::connect(server.addr(), "localhost", &server.tls(), WITHIN).expect("the QUIC handshake");
+    Some((server, pump))
+}
+
+#[test]
+fn a_get_comes_back_whole_with_its_fields() {
+    let Some((server, mut pump)) = server_and_connection() else { return };
+    let url = format!("https://localhost:{}/hello?x=1", server.port);
+    let answers = pump.fetch_all(vec![(request("GET", &url), Bytes::new())], WITHIN);
+    let a = &answers[0];
+    assert!(a.complete, "{:?} / {:?}", a.failure, pump.log);
+    let head = a.head.as_ref().expect("a head");
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.version(), http::Version::HTTP_3);
+    assert_eq!(head.headers()["x-path"], "/hello?x=1", "the :path we sent arrived as sent");
+    assert_eq!(a.body, b"hello");
+    assert!(pump.conn.peer_settings().is_some(), "the server's SETTINGS came on its control stream");
+    // The server's Alt-Svc, parsed into the cache as a client learns it.
+    let field = AltSvc::parse(head.headers()["alt-svc"].as_bytes()).expect("a valid Alt-Svc");
+    let mut cache = AltSvcCache::default();
+    let origin = Origin::new(Scheme::Https, Host::parse("localhost").unwrap(), server.port);
+    cache.learn(&origin, &field, CoreInstant::ZERO, Duration::ZERO);
+    assert_eq!(cache.lookup(&origin, b"h3", CoreInstant::from_millis(59_000)).map(|a| a.port()), Some(443));
+}
+
+#[test]
+fn many_streams_share_one_connection_and_large_bodies_cross_flow_control() {
+    let Some((server, mut pump)) = server_and_connection() else { return };
+    let base = format!("https://localhost:{}", server.port);
+    // Eight at once, one of 3 MiB: three times the stream window, so it only
+    // completes if reading returns credit.
+    let mut requests: Vec<_> =
+        (0..7).map(|i| (request("GET", &format!("{base}/bytes/{}", 1000 * i)), Bytes::new())).collect();
+    requests.push((request("GET", &format!("{base}/bytes/{}", 3 << 20)), Bytes::new()));
+    let answers = pump.fetch_all(requests, WITHIN * 3);
+    for (i, a) in answers.iter().enumerate() {
+        assert!(a.complete, "request {i}: {:?}", a.failure);
+        let want = if i == 7 { 3 << 20 } else { 1000 * i };
+        assert_eq!(a.body.len(), want, "request {i}");
+        assert!(a.body.iter().all(|&b| b == b'x'));
+    }
+    assert_eq!(pump.conn.open_requests(), 0, "every stream is forgotten once answered");
+}
+
+#[test]
+fn a_post_body_goes_up_and_statuses_come_back() {
+    let Some((server, mut pump)) = server_and_connection() else { return };
+    let base = format!("https://localhost:{}", server.port);
+    let upload = Bytes::from(vec![7u8; 300_000]);
+    let answers = pump.fetch_all(
+        vec![
+            (request("POST", &format!("{base}/echo")), upload.clone()),
+            (request("POST", &format!("{base}/echo")), Bytes::new()),
+            (request("GET", &format!("{base}/status/404")), Bytes::new()),
+            (request("HEAD", &format!("{base}/bytes/50")), Bytes::new()),
+        ],
+        WITHIN,
+    );
+    assert!(
+        answers.iter().all(|a| a.complete),
+        "{:?}",
+        answers.iter().map(|a| &a.failure).collect::<Vec<_>>()
+    );
+    assert_eq!(answers[0].head.as_ref().unwrap().headers()["x-received"], "300000");
+    assert_eq!(answers[0].body, upload);
+    assert_eq!(answers[1].head.as_ref().unwrap().headers()["x-received"], "0");
+    assert_eq!(answers[2].head.as_ref().unwrap().status(), 404);
+    let head = answers[3].head.as_ref().unwrap();
+    assert_eq!(head.headers()["content-length"], "50", "HEAD: the length of what a GET would get");
+    assert!(answers[3].body.is_empty());
+}
+
+#[test]
+fn a_malformed_answer_fails_its_stream_and_the_connection_goes_on() {
+    let Some((server, mut pump)) = server_and_connection() else { return };
+    let base = format!("https://localhost:{}", server.port);
+    let bad = pump.fetch_all(vec![(request("HEAD", &format!("{base}/bad/x")), Bytes::new())], WITHIN);
+    match &bad[0].failure {
+        Some(H3Failure::Protocol(e)) => assert_eq!(e.code, 0x10e, "H3_MESSAGE_ERROR: {e}"),
+        other => panic!("content on a HEAD answer must fail its stream: {other:?}"),
+    }
+    let next = pump.fetch_all(vec![(request("GET", &format!("{base}/after")), Bytes::new())], WITHIN);
+    assert!(next[0].complete && next[0].body == b"hello", "{:?}", next[0].failure);
+}
+
+#[test]
+fn a_connection_closed_by_the_server_fails_what_is_still_open() {
+    let Some((server, mut pump)) = server_and_connection() else { return };
+    let base = format!("https://localhost:{}", server.port);
+    let answers = pump.fetch_all(vec![(request("GET", &format!("{base}/close")), Bytes::new())], WITHIN);
+    assert!(answers[0].complete || answers[0].failure.is_some());
+    // After the server's CONNECTION_CLOSE, the connection is over and says why.
+    let deadline = std::time::Instant::now() + WITHIN;
+    while !pump.log.iter().any(|l| l.starts_with("closed")) && std::time::Instant::now() < deadline {
+        pump.turn(deadline, &mut |_| {});
+    }
+    assert!(pump.log.iter().any(|l| l.starts_with("closed")), "{:?}", pump.log);
+    assert!(!pump.conn.is_connected());
+    let refused =
+        pump.conn.open(std::time::Instant::now(), &request("GET", &format!("{base}/")), Bytes::new());
+    assert_eq!(refused, Err(switchyard_common::h3::H3OpenError::Closed));
+}
+
+#[test]
+fn an_untrusted_certificate_ends_the_handshake_with_a_reason() {
+    let Some(server) = Aioquic::start() else { return };
+    let other = switchyard_tests::certs::TestCa::new();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(other.cert.clone().into()).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(switchyard_common::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let err = Pump::connect(server.addr(), "localhost", &tls, WITHIN).unwrap_err();
+    assert!(err.contains("closed") && err.to_lowercase().contains("certificate"), "{err}");
+}
+
+#[test]
+fn nobody_listening_ends_within_the_idle_timeout_not_never() {
+    // A UDP port with no server: the handshake gets no answer (and maybe an
+    // ICMP error); the connection gives up within QUIC's idle timeout.
+    let Some(server) = Aioquic::start() else { return };
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let tls = server.tls();
+    let mut conn = switchyard_common::h3::H3Conn::connect(
+        std::time::Instant::now(),
+        addr,
+        "localhost",
+        &tls,
+        switchyard_common::h3::H3Config { idle_timeout: Duration::from_millis(300), ..Default::default() },
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let mut closed = None;
+    let mut buf = Vec::new();
+    while closed.is_none() && start.elapsed() < WITHIN {
+        while conn.poll_transmit(std::time::Instant::now(), &mut buf).is_some() {}
+        std::thread::sleep(Duration::from_millis(20));
+        conn.handle_timeout(std::time::Instant::now());
+        while let Some(e) = conn.poll_event() {
+            if let switchyard_common::h3::H3Event::Closed(why) = e {
+                closed = Some(why);
+            }
+        }
+    }
+    let why = closed.expect("the connection ended");
+    assert!(why.contains("timed out"), "{why}");
+}
+
+#[test]
+fn what_may_be_retried_elsewhere() {
+    assert!(H3Failure::NotProcessed.is_retryable());
+    assert!(H3Failure::Reset(0x10b).is_retryable(), "H3_REQUEST_REJECTED");
+    assert!(!H3Failure::Reset(0x10c).is_retryable(), "H3_REQUEST_CANCELLED may have been processed");
+    assert!(!H3Failure::ConnectionLost("x".into()).is_retryable());
+}
