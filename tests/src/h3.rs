@@ -92,14 +92,101 @@ impl Aioquic {
     /// A TLS configuration that trusts the server's CA.
     #[must_use]
     pub fn tls(&self) -> rustls::ClientConfig {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.cert.clone().into()).expect("the test CA");
-        rustls::ClientConfig::builder_with_provider(switchyard_common::tls::provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("TLS 1.3")
-            .with_root_certificates(roots)
-            .with_no_client_auth()
+        trusting(&self.ca)
     }
+}
+
+/// ngtcp2's example HTTP/3 server (`gtlsserver`, Debian's `ngtcp2-server`:
+/// ngtcp2 and nghttp3 over GnuTLS) serving files from a directory made for the
+/// run, on 127.0.0.1; killed when dropped.
+pub struct Ngtcp2 {
+    child: Child,
+    /// Its UDP port.
+    pub port: u16,
+    /// The CA its certificate chains to.
+    pub ca: TestCa,
+    /// The directory it serves (write files here before fetching them).
+    pub htdocs: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Ngtcp2 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Ngtcp2 {
+    /// Starts the server with `extra` options (`--max-streams-bidi=4`,
+    /// `--tx-loss=0.1`, …) serving `files` (name, contents), or `None` after a
+    /// notice when it is not installed (a panic when required). Returns once a
+    /// QUIC handshake with it succeeded.
+    #[must_use]
+    pub fn start(extra: &[&str], files: &[(&str, &[u8])]) -> Option<Ngtcp2> {
+        let program = crate::interop::need("gtlsserver", "ngtcp2-server")?;
+        let ca = TestCa::new();
+        let leaf = ca.leaf(&["localhost", "127.0.0.1"]);
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-ngtcp2-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        let htdocs = dir.join("htdocs");
+        std::fs::create_dir_all(&htdocs).expect("scratch directory");
+        for (name, contents) in files {
+            std::fs::write(htdocs.join(name), contents).expect("a served file");
+        }
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, &leaf.chain_pem).expect("write the certificate");
+        std::fs::write(&key, &leaf.key_pem).expect("write the key");
+        let port =
+            UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("a free UDP port").port();
+        let child = Command::new(program)
+            .args(["-q", "-d"])
+            .arg(&htdocs)
+            .args(extra)
+            .arg("127.0.0.1")
+            .arg(port.to_string())
+            .arg(&key)
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start gtlsserver");
+        let server = Ngtcp2 { child, port, ca, htdocs, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if Pump::connect(server.addr(), "localhost", &server.tls(), Duration::from_millis(500)).is_ok() {
+                return Some(server);
+            }
+            assert!(Instant::now() < deadline, "gtlsserver did not answer a QUIC handshake on port {port}");
+        }
+    }
+
+    /// The server's address.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// A TLS configuration that trusts the server's CA.
+    #[must_use]
+    pub fn tls(&self) -> rustls::ClientConfig {
+        trusting(&self.ca)
+    }
+}
+
+/// TLS 1.3 with the test CA as the only root.
+fn trusting(ca: &TestCa) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert.clone().into()).expect("the test CA");
+    rustls::ClientConfig::builder_with_provider(switchyard_common::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 /// One response as the pump collected it.

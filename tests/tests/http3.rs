@@ -172,3 +172,97 @@ fn what_may_be_retried_elsewhere() {
     assert!(!H3Failure::Reset(0x10c).is_retryable(), "H3_REQUEST_CANCELLED may have been processed");
     assert!(!H3Failure::ConnectionLost("x".into()).is_retryable());
 }
+
+// ngtcp2's server (Debian's `ngtcp2-server`: ngtcp2 + nghttp3 over GnuTLS).
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+#[test]
+fn ngtcp2_serves_files_to_many_streams_at_once() {
+    let big = pattern(2 << 20);
+    let small = pattern(1000);
+    let Some(server) = switchyard_tests::h3::Ngtcp2::start(&[], &[("big", &big), ("small", &small)]) else {
+        return;
+    };
+    let mut pump =
+        Pump::connect(server.addr(), "localhost", &server.tls(), WITHIN).expect("the QUIC handshake");
+    let base = format!("https://localhost:{}", server.port);
+    let mut requests: Vec<_> =
+        (0..7).map(|_| (request("GET", &format!("{base}/small")), Bytes::new())).collect();
+    requests.push((request("GET", &format!("{base}/big")), Bytes::new()));
+    let answers = pump.fetch_all(requests, WITHIN * 3);
+    for (i, a) in answers.iter().enumerate() {
+        assert!(a.complete, "request {i}: {:?} {:?}", a.failure, pump.log);
+        assert_eq!(a.head.as_ref().unwrap().status(), 200);
+        assert!(&a.body == if i == 7 { &big } else { &small }, "request {i}: the file, byte for byte");
+    }
+    let missing =
+        pump.fetch_all(vec![(request("GET", &format!("{base}/nothing-here")), Bytes::new())], WITHIN);
+    assert_eq!(missing[0].head.as_ref().map(|h| h.status().as_u16()), Some(404));
+}
+
+#[test]
+fn ngtcp2_stream_limit_is_an_error_to_wait_on_not_a_failure() {
+    let file = pattern(50_000);
+    let Some(server) = switchyard_tests::h3::Ngtcp2::start(&["--max-streams-bidi=2"], &[("f", &file)]) else {
+        return;
+    };
+    let mut pump =
+        Pump::connect(server.addr(), "localhost", &server.tls(), WITHIN).expect("the QUIC handshake");
+    let url = format!("https://localhost:{}/f", server.port);
+    let now = std::time::Instant::now;
+    let first = pump.conn.open(now(), &request("GET", &url), Bytes::new()).unwrap();
+    let second = pump.conn.open(now(), &request("GET", &url), Bytes::new()).unwrap();
+    assert_eq!(
+        pump.conn.open(now(), &request("GET", &url), Bytes::new()),
+        Err(switchyard_common::h3::H3OpenError::AtLimit),
+        "the server's MAX_STREAMS is 2"
+    );
+    let deadline = now() + WITHIN;
+    let mut ended = Vec::new();
+    while ended.len() < 2 && now() < deadline {
+        pump.turn(deadline, &mut |e| {
+            if let switchyard_common::h3::H3Event::Response {
+                stream,
+                event: switchyard_common::h3::ResponseEvent::End,
+            } = e
+            {
+                ended.push(stream);
+            }
+        });
+    }
+    ended.sort_unstable();
+    assert_eq!(ended, [first, second], "{:?}", pump.log);
+    // Streams that ended give their credit back: more may open.
+    let deadline = now() + WITHIN;
+    let mut opened = None;
+    while opened.is_none() && now() < deadline {
+        match pump.conn.open(now(), &request("GET", &url), Bytes::new()) {
+            Ok(id) => opened = Some(id),
+            Err(switchyard_common::h3::H3OpenError::AtLimit) => pump.turn(deadline, &mut |_| {}),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(opened.is_some(), "MAX_STREAMS never rose: {:?}", pump.log);
+}
+
+#[test]
+fn ngtcp2_with_ten_percent_loss_each_way_every_response_still_arrives_whole() {
+    let file = pattern(200_000);
+    let Some(server) =
+        switchyard_tests::h3::Ngtcp2::start(&["--tx-loss=0.1", "--rx-loss=0.1"], &[("f", &file)])
+    else {
+        return;
+    };
+    let mut pump = Pump::connect(server.addr(), "localhost", &server.tls(), WITHIN * 3)
+        .expect("the QUIC handshake under loss");
+    let url = format!("https://localhost:{}/f", server.port);
+    let answers = pump.fetch_all((0..10).map(|_| (request("GET", &url), Bytes::new())).collect(), WITHIN * 6);
+    for (i, a) in answers.iter().enumerate() {
+        assert!(a.complete, "request {i}: {:?}", a.failure);
+        assert!(a.body == file, "request {i}: byte for byte despite loss");
+    }
+    assert!(pump.conn.stats().path.lost_packets > 0, "the loss was real: {:?}", pump.conn.stats().path);
+}
