@@ -99,6 +99,77 @@ impl<P: RuntimeProvider> HickoryResolver<P> {
     }
 }
 
+/// An origin's HTTPS records (RFC 9460) with their time to live; the core's
+/// [`service_binding::endpoints`](switchyard_core::service_binding::endpoints)
+/// turns them into endpoints in the order to try them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpsRecords {
+    /// The records, in the answer's order.
+    pub records: Vec<switchyard_core::service_binding::ServiceBinding>,
+    /// The shortest time to live among them (`None`: no records).
+    pub ttl: Option<Duration>,
+}
+
+impl<P: RuntimeProvider> HickoryResolver<P> {
+    /// Asks for `host`'s HTTPS records: where DNS says the origin is served
+    /// and with which protocols (`alpn` `h3`: HTTP/3 from the first request).
+    /// A name without any is an empty answer, not an error.
+    ///
+    /// # Errors
+    /// The name does not exist (`NotFound`), the query timed out
+    /// (`TimedOut`), or it failed otherwise; the text names the host.
+    pub async fn https_records(&self, host: &str) -> io::Result<HttpsRecords> {
+        use hickory_resolver::proto::rr::RecordType;
+        match self.inner.lookup(host, RecordType::HTTPS).await {
+            Ok(lookup) => Ok(https_records(&lookup)),
+            Err(NetError::Dns(HickoryDnsError::NoRecordsFound(NoRecords { response_code, .. }))) => {
+                if response_code == ResponseCode::NXDomain {
+                    Err(io::Error::new(io::ErrorKind::NotFound, format!("{host}: no such name (NXDOMAIN)")))
+                } else {
+                    Ok(HttpsRecords::default())
+                }
+            }
+            Err(NetError::Timeout) => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("{host}: HTTPS query timed out")))
+            }
+            Err(e) => Err(io::Error::other(format!("{host}: HTTPS query failed: {e}"))),
+        }
+    }
+}
+
+/// The HTTPS records of a lookup in the core's terms.
+fn https_records(lookup: &Lookup) -> HttpsRecords {
+    use hickory_resolver::proto::rr::rdata::svcb::SvcParamValue as V;
+    use switchyard_core::service_binding::{ServiceBinding, SvcParam};
+    let mut out = HttpsRecords::default();
+    for record in lookup.answers() {
+        let RData::HTTPS(https) = &record.data else { continue };
+        let svcb = &https.0;
+        let params = svcb
+            .svc_params
+            .iter()
+            .map(|(key, value)| match value {
+                V::Mandatory(m) => SvcParam::Mandatory(m.0.iter().map(|k| u16::from(*k)).collect()),
+                V::Alpn(a) => SvcParam::Alpn(a.0.iter().map(|id| id.as_bytes().to_vec()).collect()),
+                V::NoDefaultAlpn => SvcParam::NoDefaultAlpn,
+                V::Port(p) => SvcParam::Port(*p),
+                V::Ipv4Hint(h) => SvcParam::Ipv4Hint(h.0.iter().map(|a| a.0).collect()),
+                V::Ipv6Hint(h) => SvcParam::Ipv6Hint(h.0.iter().map(|a| a.0).collect()),
+                V::EchConfigList(_) | V::Unknown(_) => SvcParam::Other(u16::from(*key)),
+            })
+            .collect();
+        out.records.push(ServiceBinding {
+            priority: svcb.svc_priority,
+            target: svcb.target_name.to_ascii(),
+            params,
+        });
+        out.ttl = Some(out.ttl.map_or(Duration::from_secs(u64::from(record.ttl)), |t: Duration| {
+            t.min(Duration::from_secs(u64::from(record.ttl)))
+        }));
+    }
+    out
+}
+
 /// The addresses of a lookup and the shortest time to live among them.
 fn resolved(lookup: &Lookup) -> Resolved {
     let mut addresses = Vec::new();

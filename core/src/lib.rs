@@ -190,6 +190,7 @@ pub mod readiness;
 pub mod retry;
 pub mod route;
 pub mod route_db;
+pub mod service_binding;
 pub mod time;
 
 pub use address::{

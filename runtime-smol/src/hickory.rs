@@ -25,6 +25,10 @@ use smol::{Async, Timer};
 /// ```
 pub type HickoryResolver = switchyard_async::switchyard_common::hickory::HickoryResolver<SmolProvider>;
 
+/// What [`HickoryResolver::https_records`] finds: an origin's HTTPS records
+/// (RFC 9460), for the core's `service_binding::endpoints`.
+pub use switchyard_async::switchyard_common::hickory::HttpsRecords;
+
 /// hickory's runtime provider for smol / async-io (see [`HickoryResolver`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SmolProvider;

@@ -107,7 +107,7 @@ pub use gateway::{AccessRecord, Gateway};
 #[cfg(feature = "hickory")]
 mod hickory;
 #[cfg(feature = "hickory")]
-pub use hickory::{HickoryResolver, SmolProvider, SmolSpawner, SmolTcp, SmolTime, SmolUdp};
+pub use hickory::{HickoryResolver, HttpsRecords, SmolProvider, SmolSpawner, SmolTcp, SmolTime, SmolUdp};
 
 /// An HTTP client on smol. Cheap to clone; clones share the pool. Build one
 /// with [`Client::builder`] (every knob is on [`ClientBuilder`]) or

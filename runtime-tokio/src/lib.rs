@@ -183,6 +183,11 @@ pub type HickoryResolver = switchyard_async::switchyard_common::hickory::Hickory
     hickory_resolver::net::runtime::TokioRuntimeProvider,
 >;
 
+/// What [`HickoryResolver::https_records`] finds: an origin's HTTPS records
+/// (RFC 9460), for [`service_binding::endpoints`](switchyard_core::service_binding::endpoints).
+#[cfg(feature = "hickory")]
+pub use switchyard_async::switchyard_common::hickory::HttpsRecords;
+
 /// An HTTP client on tokio. Cheap to clone; clones share the pool. Build one
 /// with [`Client::builder`] (every knob is on [`ClientBuilder`]) or
 /// [`Client::new`]; send with [`Client::get`], [`Client::post`], …,

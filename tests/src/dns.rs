@@ -36,6 +36,8 @@ pub struct Zone {
     pub aaaa_delay: Option<Duration>,
     /// Never answer AAAA queries.
     pub aaaa_silent: bool,
+    /// HTTPS records (RFC 9460), answered to HTTPS queries.
+    pub https: Vec<hickory_proto::rr::rdata::SVCB>,
 }
 
 #[derive(Default)]
@@ -192,6 +194,13 @@ fn answer(state: &Mutex<ServerState>, query: &[u8]) -> Option<Vec<u8>> {
         thread::sleep(d);
     }
     let owner = Name::from_ascii(format!("{name}.")).ok()?;
+    if kind == RecordType::HTTPS {
+        for svcb in &zone.https {
+            let data = RData::HTTPS(hickory_proto::rr::rdata::HTTPS(svcb.clone()));
+            reply.add_answer(Record::from_rdata(owner.clone(), zone.ttl, data));
+        }
+        return reply.to_vec().ok();
+    }
     let ips = match kind {
         RecordType::A => &zone.v4,
         RecordType::AAAA => &zone.v6,

@@ -23,7 +23,7 @@ pub struct Aioquic {
     child: Child,
     /// Its UDP port.
     pub port: u16,
-    /// The CA its certificate (for `localhost` and 127.0.0.1) chains to.
+    /// The CA its certificate (for `localhost`, 127.0.0.1 and `h3.test`) chains to.
     pub ca: TestCa,
     dir: PathBuf,
 }
@@ -56,7 +56,7 @@ impl Aioquic {
             return None;
         }
         let ca = TestCa::new();
-        let leaf = ca.leaf(&["localhost", "127.0.0.1"]);
+        let leaf = ca.leaf(&["localhost", "127.0.0.1", "h3.test"]);
         let dir =
             std::env::temp_dir().join(format!("switchyard-h3-{}-{:?}", std::process::id(), Instant::now()));
         std::fs::create_dir_all(&dir).expect("scratch directory");

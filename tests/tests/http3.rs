@@ -266,3 +266,51 @@ fn ngtcp2_with_ten_percent_loss_each_way_every_response_still_arrives_whole() {
     }
     assert!(pump.conn.stats().path.lost_packets > 0, "the loss was real: {:?}", pump.conn.stats().path);
 }
+
+#[test]
+fn an_https_record_leads_to_http3_before_any_alt_svc() {
+    use hickory_proto::rr::rdata::svcb::{Alpn, IpHint, SvcParamKey, SvcParamValue, SVCB};
+    use hickory_proto::rr::rdata::A;
+    use switchyard_core::service_binding::endpoints;
+    use switchyard_tests::dns::{DnsServer, Zone};
+
+    let Some(server) = Aioquic::start() else { return };
+    // h3.test has no A record: only its HTTPS record says where it is (the
+    // address hint) and that it speaks h3 on the server's UDP port.
+    let svcb = SVCB::new(
+        1,
+        hickory_proto::rr::Name::root(),
+        vec![
+            (SvcParamKey::Alpn, SvcParamValue::Alpn(Alpn(vec!["h3".to_owned()]))),
+            (SvcParamKey::Port, SvcParamValue::Port(server.port)),
+            (SvcParamKey::Ipv4Hint, SvcParamValue::Ipv4Hint(IpHint(vec![A(std::net::Ipv4Addr::LOCALHOST)]))),
+        ],
+    );
+    let dns = DnsServer::start([
+        ("h3.test".to_owned(), Zone { https: vec![svcb], ttl: 300, ..Zone::default() }),
+        (
+            "plain.test".to_owned(),
+            Zone { v4: vec![std::net::Ipv4Addr::LOCALHOST.into()], ttl: 300, ..Zone::default() },
+        ),
+    ]);
+    let resolver = switchyard_tokio::HickoryResolver::with_servers(&[dns.addr()]).expect("a resolver");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let found = rt.block_on(resolver.https_records("h3.test")).expect("the HTTPS query");
+    assert_eq!(found.ttl, Some(Duration::from_secs(300)));
+    let bindings = endpoints(443, &found.records);
+    let h3 = bindings.first_speaking(b"h3").expect("an endpoint that speaks h3");
+    assert_eq!((h3.host.as_ref(), h3.port), (None, server.port));
+    let addr = std::net::SocketAddr::new(h3.hints[0], h3.port);
+    let mut pump =
+        Pump::connect(addr, "h3.test", &server.tls(), WITHIN).expect("HTTP/3 to the hinted address");
+    let answers = pump.fetch_all(vec![(request("GET", "https://h3.test/from-dns"), Bytes::new())], WITHIN);
+    assert!(answers[0].complete, "{:?}", answers[0].failure);
+    assert_eq!(answers[0].head.as_ref().unwrap().headers()["x-path"], "/from-dns");
+    // A name with only A records: an empty answer, not an error; a name
+    // that does not exist: NotFound, naming it.
+    let plain = rt.block_on(resolver.https_records("plain.test")).expect("an empty answer");
+    assert_eq!(plain, switchyard_common::hickory::HttpsRecords::default());
+    let missing = rt.block_on(resolver.https_records("nowhere.test")).unwrap_err();
+    assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+    assert!(missing.to_string().contains("nowhere.test"), "{missing}");
+}
