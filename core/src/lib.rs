@@ -176,6 +176,7 @@ pub mod connection;
 pub mod dns;
 pub mod error;
 pub mod event;
+pub mod h3_race;
 pub mod handshake;
 pub mod hash;
 pub mod http1;
