@@ -306,6 +306,14 @@ impl H3Conn {
         self.control.peer_settings()
     }
 
+    /// Whether any datagram came back from the server yet (a QUIC attempt
+    /// that heard nothing while TCP got through suggests UDP is dropped on
+    /// the way; see the core's `h3_race`).
+    #[must_use]
+    pub fn heard_from_server(&self) -> bool {
+        self.conn.stats().udp_rx.datagrams > 0
+    }
+
     /// QUIC's round-trip estimate and counters.
     #[must_use]
     pub fn stats(&self) -> quinn_proto::ConnectionStats {

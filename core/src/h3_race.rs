@@ -8,9 +8,11 @@
 //!
 //! Per family, because a network may carry UDP over IPv4 and drop it over
 //! IPv6 (or the reverse): failing on one family says nothing of the other.
-//! A QUIC attempt cancelled because TCP won first is not a failure (it may
-//! simply have been slower); only QUIC's own failure (no answer within its
-//! handshake timeout, an ICMP error, a handshake error) counts.
+//! What counts as QUIC failing: its own failure (an ICMP error, a handshake
+//! error, its timeout), or TCP — started later — winning while QUIC has not
+//! heard a single datagram back (UDP dropped on the way: a black hole never
+//! fails on its own, it only stays silent). A QUIC attempt that had heard
+//! from the server and was merely slower is not a failure.
 //!
 //! ```
 //! use std::time::Duration;
@@ -26,7 +28,8 @@
 //! assert_eq!(race.poll_timeout(), Some(t0 + Duration::from_millis(250)));
 //! // No UDP answer on this network: QUIC fails, TCP starts at once and wins.
 //! assert_eq!(race.quic_failed(t0 + Duration::from_millis(100), &mut memory, &config), vec![RaceStep::StartTcp]);
-//! assert_eq!(race.tcp_connected(), vec![RaceStep::Won(switchyard_core::h3_race::Winner::Tcp)]);
+//! let won = race.tcp_connected(t0 + Duration::from_millis(130), false, &mut memory, &config);
+//! assert_eq!(won, vec![RaceStep::Won(switchyard_core::h3_race::Winner::Tcp)]);
 //! // The next race on IPv6 goes straight to TCP for five minutes.
 //! let (_, step) = H3Race::start(Family::V6, &memory, t0 + Duration::from_secs(1), &config);
 //! assert_eq!(step, RaceStep::StartTcp);
@@ -271,8 +274,19 @@ impl H3Race {
         }
     }
 
-    /// TCP (and TLS) is connected: TCP wins unless QUIC already did.
-    pub fn tcp_connected(&mut self) -> Vec<RaceStep> {
+    /// TCP (and TLS) is connected at `now`: TCP wins unless QUIC already
+    /// did. `quic_heard`: whether any datagram came back from the server on
+    /// the QUIC attempt. A QUIC attempt that was merely slower is not a
+    /// failure; one that heard nothing at all by the time TCP (started
+    /// later) was through looks like UDP dropped on the way, and counts as
+    /// one for the family.
+    pub fn tcp_connected(
+        &mut self,
+        now: Instant,
+        quic_heard: bool,
+        memory: &mut QuicMemory,
+        config: &H3RaceConfig,
+    ) -> Vec<RaceStep> {
         if self.over || self.tcp != Attempt::Running {
             return Vec::new();
         }
@@ -280,8 +294,10 @@ impl H3Race {
         self.over = true;
         let mut steps = Vec::new();
         if self.quic == Attempt::Running {
-            // Slower is not broken: no memory of failure.
             self.quic = Attempt::Failed;
+            if !quic_heard {
+                memory.failed(self.family, now, config);
+            }
             steps.push(RaceStep::CancelQuic);
         }
         steps.push(RaceStep::Won(Winner::Tcp));
@@ -323,7 +339,10 @@ mod tests {
         assert!(race.handle_timeout(ms(300)).is_empty(), "TCP starts once");
         assert_eq!(race.quic_connected(&mut m), [RaceStep::CancelTcp, RaceStep::Won(Winner::Quic)]);
         assert!(race.is_over() && race.poll_timeout().is_none());
-        assert!(race.tcp_connected().is_empty(), "a late TCP connect changes nothing");
+        assert!(
+            race.tcp_connected(ms(400), true, &mut m, &c).is_empty(),
+            "a late TCP connect changes nothing"
+        );
     }
 
     #[test]
@@ -346,13 +365,27 @@ mod tests {
     }
 
     #[test]
-    fn tcp_winning_is_not_a_quic_failure() {
+    fn tcp_winning_is_not_a_quic_failure_unless_quic_heard_nothing() {
         let c = H3RaceConfig::default();
         let mut m = QuicMemory::default();
+        // QUIC heard from the server, just slower: not broken.
         let (mut race, _) = H3Race::start(Family::V4, &m, ms(0), &c);
         race.handle_timeout(ms(250));
-        assert_eq!(race.tcp_connected(), [RaceStep::CancelQuic, RaceStep::Won(Winner::Tcp)]);
+        assert_eq!(
+            race.tcp_connected(ms(251), true, &mut m, &c),
+            [RaceStep::CancelQuic, RaceStep::Won(Winner::Tcp)]
+        );
         assert!(m.usable(Family::V4, ms(251)));
+        // Not one datagram back by the time TCP was through: UDP is dropped.
+        let (mut race, _) = H3Race::start(Family::V6, &m, ms(0), &c);
+        race.handle_timeout(ms(250));
+        race.tcp_connected(ms(251), false, &mut m, &c);
+        assert!(!m.usable(Family::V6, ms(252)) && m.usable(Family::V4, ms(252)));
+        let (_, step) = H3Race::start(Family::V6, &m, ms(1000), &c);
+        assert_eq!(step, RaceStep::StartTcp, "the next race on IPv6 goes straight to TCP");
+        let mut race = H3Race::start(Family::V4, &m, ms(0), &c).0;
+        race.handle_timeout(ms(250));
+        race.tcp_connected(ms(251), true, &mut m, &c);
         assert!(
             race.quic_failed(ms(260), &mut m, &c).is_empty(),
             "a cancelled attempt's late failure is not news"
@@ -380,7 +413,7 @@ mod tests {
         Tick(u16),
         QuicUp,
         QuicDown,
-        TcpUp,
+        TcpUp(bool),
         TcpDown,
     }
 
@@ -389,11 +422,11 @@ mod tests {
         /// only after the delay or QUIC's failure; at most one winner, and
         /// only a transport that connected; the loser, if running, is
         /// cancelled; nothing is asked after the race is over; QUIC's memory
-        /// changes only on QUIC's own outcome.
+        /// changes only on QUIC's own failure or a TCP win while QUIC heard nothing.
         #[test]
         fn the_race_keeps_its_rules(inputs in proptest::collection::vec(prop_oneof![
             (0u16..400).prop_map(Input::Tick), Just(Input::QuicUp), Just(Input::QuicDown),
-            Just(Input::TcpUp), Just(Input::TcpDown),
+            any::<bool>().prop_map(Input::TcpUp), Just(Input::TcpDown),
         ], 0..12)) {
             let c = H3RaceConfig::default();
             let mut m = QuicMemory::default();
@@ -406,7 +439,10 @@ mod tests {
                     Input::Tick(d) => { now += u64::from(d); race.handle_timeout(ms(now)) }
                     Input::QuicUp if quic_running => race.quic_connected(&mut m),
                     Input::QuicDown if quic_running => { let s = race.quic_failed(ms(now), &mut m, &c); if !over { quic_failed = true; } s }
-                    Input::TcpUp if tcp_running => race.tcp_connected(),
+                    Input::TcpUp(heard) if tcp_running => {
+                        if !over && quic_running && !heard { quic_failed = true; }
+                        race.tcp_connected(ms(now), heard, &mut m, &c)
+                    }
                     Input::TcpDown if tcp_running => race.tcp_failed(),
                     _ => Vec::new(),
                 };
@@ -423,7 +459,7 @@ mod tests {
                         }
                         RaceStep::Won(w) => {
                             winners += 1;
-                            prop_assert!(matches!((w, input), (Winner::Quic, Input::QuicUp) | (Winner::Tcp, Input::TcpUp)));
+                            prop_assert!(matches!((w, input), (Winner::Quic, Input::QuicUp) | (Winner::Tcp, Input::TcpUp(_))));
                             over = true;
                         }
                         RaceStep::BothFailed => over = true,
@@ -434,7 +470,7 @@ mod tests {
                 }
                 match input {
                     Input::QuicUp | Input::QuicDown => quic_running = false,
-                    Input::TcpUp | Input::TcpDown => tcp_running = false,
+                    Input::TcpUp(_) | Input::TcpDown => tcp_running = false,
                     Input::Tick(_) => {}
                 }
                 prop_assert_eq!(over, race.is_over());

@@ -314,3 +314,103 @@ fn an_https_record_leads_to_http3_before_any_alt_svc() {
     assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
     assert!(missing.to_string().contains("nowhere.test"), "{missing}");
 }
+
+/// One race as a client drives it: QUIC to `udp`, TCP to `tcp` once the
+/// race says so; the winner, whether QUIC was tried, and whether TCP waited
+/// for the race's delay (it started from `handle_timeout`).
+fn race(
+    udp: std::net::SocketAddr,
+    tcp: std::net::SocketAddr,
+    tls: &rustls::ClientConfig,
+    memory: &mut switchyard_core::h3_race::QuicMemory,
+) -> (switchyard_core::h3_race::Winner, bool, bool) {
+    use switchyard_core::h3_race::{H3Race, H3RaceConfig, RaceStep};
+    use switchyard_core::Family;
+    let config = H3RaceConfig::default();
+    let origin = std::time::Instant::now();
+    let now = || CoreInstant::from_elapsed(origin.elapsed());
+    let (mut race, first) = H3Race::start(Family::V4, memory, now(), &config);
+    let mut quic = None;
+    let mut tcp_started = matches!(first, RaceStep::StartTcp);
+    let mut waited = false;
+    if first == RaceStep::StartQuic {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+        socket.connect(udp).expect("connect the UDP socket");
+        socket.set_nonblocking(true).expect("non-blocking");
+        let conn = switchyard_common::h3::H3Conn::connect(
+            std::time::Instant::now(),
+            udp,
+            "localhost",
+            tls,
+            switchyard_common::h3::H3Config::default(),
+        )
+        .expect("start QUIC");
+        quic = Some((conn, socket));
+    }
+    let deadline = origin + WITHIN;
+    while !race.is_over() && std::time::Instant::now() < deadline {
+        let mut steps = race.handle_timeout(now());
+        waited |= steps.contains(&RaceStep::StartTcp);
+        if let Some((conn, socket)) = quic.as_mut() {
+            let mut buf = Vec::new();
+            while let Some(n) = conn.poll_transmit(std::time::Instant::now(), &mut buf) {
+                let _ = socket.send(&buf[..n]);
+            }
+            let mut datagram = [0u8; 65_536];
+            while let Ok(n) = socket.recv(&mut datagram) {
+                conn.handle_datagram(std::time::Instant::now(), udp, bytes::BytesMut::from(&datagram[..n]));
+            }
+            conn.handle_timeout(std::time::Instant::now());
+            while let Some(e) = conn.poll_event() {
+                match e {
+                    switchyard_common::h3::H3Event::Connected => steps.extend(race.quic_connected(memory)),
+                    switchyard_common::h3::H3Event::Closed(_) => {
+                        steps.extend(race.quic_failed(now(), memory, &config))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if steps.contains(&RaceStep::StartTcp) {
+            tcp_started = true;
+        }
+        if tcp_started && !race.is_over() {
+            if std::net::TcpStream::connect(tcp).is_ok() {
+                let heard = quic.as_ref().is_some_and(|(c, _)| c.heard_from_server());
+                steps.extend(race.tcp_connected(now(), heard, memory, &config));
+            } else {
+                steps.extend(race.tcp_failed());
+            }
+        }
+        for step in steps {
+            if let RaceStep::Won(w) = step {
+                return (w, quic.is_some(), waited);
+            }
+            assert_ne!(step, RaceStep::BothFailed, "both failed");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("no winner within {WITHIN:?}");
+}
+
+#[test]
+fn udp_dropped_tcp_wins_after_the_delay_and_the_next_race_skips_quic() {
+    use switchyard_core::h3_race::{QuicMemory, Winner};
+    let Some(server) = Aioquic::start() else { return };
+    let tls = server.tls();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_addr = tcp.local_addr().unwrap();
+    // A UDP port that takes every datagram and never answers: QUIC black-holed.
+    let hole = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut memory = QuicMemory::default();
+    assert_eq!(race(hole.local_addr().unwrap(), tcp_addr, &tls, &mut memory), (Winner::Tcp, true, true));
+    let now = CoreInstant::from_millis(1);
+    assert!(!memory.usable(switchyard_core::Family::V4, now), "silence remembered");
+    // The next race does not try QUIC and does not wait.
+    assert_eq!(race(hole.local_addr().unwrap(), tcp_addr, &tls, &mut memory), (Winner::Tcp, false, false));
+    // Where UDP answers, QUIC wins inside the delay and nothing is held against it.
+    let mut fresh = QuicMemory::default();
+    let (winner, tried, _) = race(server.addr(), tcp_addr, &tls, &mut fresh);
+    assert_eq!((winner, tried), (Winner::Quic, true));
+    assert!(fresh.usable(switchyard_core::Family::V4, CoreInstant::from_millis(1)));
+}
