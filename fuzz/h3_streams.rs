@@ -21,11 +21,14 @@ enum Seen {
     End,
 }
 
-fn response(method: &str, wire: &[u8], cuts: &[u8]) -> Result<Vec<Seen>, StreamError> {
-    let req = http::Request::builder().method(method).uri("https://a.test/").body(()).unwrap().into_parts().0;
-    let mut s = RequestStream::new(&req, 4096);
+/// Feeds `wire` to `take` in parts (sizes from `cuts`, whole when empty),
+/// FIN with the last; `take` drains what the part gave.
+fn feed<E>(
+    wire: &[u8],
+    cuts: &[u8],
+    mut take: impl FnMut(&mut BytesMut, bool) -> Result<(), E>,
+) -> Result<(), E> {
     let mut buf = BytesMut::new();
-    let mut out: Vec<Seen> = Vec::new();
     let mut at = 0;
     let mut cuts = cuts.iter().map(|&c| usize::from(c % 16) + 1).cycle();
     loop {
@@ -33,7 +36,19 @@ fn response(method: &str, wire: &[u8], cuts: &[u8]) -> Result<Vec<Seen>, StreamE
         buf.extend_from_slice(&wire[at..at + n]);
         at += n;
         let fin = at == wire.len();
-        while let Some(e) = s.recv(&mut buf, fin)? {
+        take(&mut buf, fin)?;
+        if fin {
+            return Ok(());
+        }
+    }
+}
+
+fn response(method: &str, wire: &[u8], cuts: &[u8]) -> Result<Vec<Seen>, StreamError> {
+    let req = http::Request::builder().method(method).uri("https://a.test/").body(()).unwrap().into_parts().0;
+    let mut s = RequestStream::new(&req, 4096);
+    let mut out: Vec<Seen> = Vec::new();
+    feed::<StreamError>(wire, cuts, |buf, fin| {
+        while let Some(e) = s.recv(buf, fin)? {
             let seen = match e {
                 StreamEvent::Head(r) => {
                     let len = r.headers().get("content-length").and_then(|v| v.to_str().ok()?.parse().ok());
@@ -51,9 +66,10 @@ fn response(method: &str, wire: &[u8], cuts: &[u8]) -> Result<Vec<Seen>, StreamE
         }
         if fin {
             assert!(s.is_done(), "FIN with every byte in hand ends the stream one way or the other");
-            return Ok(out);
         }
-    }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 fn check_order(events: &[Seen], method: &str) {
@@ -81,22 +97,14 @@ fn check_order(events: &[Seen], method: &str) {
 
 fn uni(wire: &[u8], cuts: &[u8]) -> Result<Vec<ControlEvent>, FrameError> {
     let mut c = Control::new(Settings::default());
-    let mut buf = BytesMut::new();
     let mut out = Vec::new();
-    let mut at = 0;
-    let mut cuts = cuts.iter().map(|&c| usize::from(c % 16) + 1).cycle();
-    loop {
-        let n = if wire.is_empty() { 0 } else { cuts.next().unwrap_or(wire.len()).min(wire.len() - at) };
-        buf.extend_from_slice(&wire[at..at + n]);
-        at += n;
-        let fin = at == wire.len();
-        while let Some(e) = c.recv(3, &mut buf, fin)? {
+    feed::<FrameError>(wire, cuts, |buf, fin| {
+        while let Some(e) = c.recv(3, buf, fin)? {
             out.push(e);
         }
-        if fin {
-            return Ok(out);
-        }
-    }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 pub fn run(data: &[u8]) {

@@ -217,6 +217,26 @@ impl std::fmt::Debug for H3Conn {
     }
 }
 
+/// Writes `out`'s chunks in order as far as flow control allows: `Ok(true)`
+/// when all went, `Ok(false)` when blocked, `Err` when the stream is stopped
+/// or closed.
+fn write_queue(send: &mut quinn_proto::SendStream<'_>, out: &mut VecDeque<Bytes>) -> Result<bool, ()> {
+    while let Some(chunk) = out.front_mut() {
+        match send.write(chunk) {
+            Ok(n) if n == chunk.len() => {
+                out.pop_front();
+            }
+            Ok(n) => {
+                bytes::Buf::advance(chunk, n);
+                return Ok(false);
+            }
+            Err(WriteError::Blocked) => return Ok(false),
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(true)
+}
+
 fn stream_key(id: StreamId) -> u64 {
     VarInt::from(id).into_inner()
 }
@@ -450,45 +470,25 @@ impl H3Conn {
     fn flush(&mut self, key: u64) {
         let Some(r) = self.requests.get_mut(&key) else { return };
         let mut send = self.conn.send_stream(r.id);
-        while let Some(chunk) = r.out.front_mut() {
-            match send.write(chunk) {
-                Ok(n) if n == chunk.len() => {
-                    r.out.pop_front();
-                }
-                Ok(n) => {
-                    bytes::Buf::advance(chunk, n);
-                    return;
-                }
-                Err(WriteError::Blocked) => return,
-                Err(_) => {
-                    // Stopped by the server or closed: the request side is over.
-                    r.out.clear();
-                    r.sent = true;
-                    return;
-                }
+        match write_queue(&mut send, &mut r.out) {
+            Ok(true) if r.finish && !r.sent => {
+                let _ = send.finish();
+                r.sent = true;
             }
-        }
-        if r.finish && !r.sent {
-            let _ = send.finish();
-            r.sent = true;
+            Ok(_) => {}
+            Err(()) => {
+                // Stopped by the server or closed: the request side is over.
+                r.out.clear();
+                r.sent = true;
+            }
         }
     }
 
     fn flush_control(&mut self) {
         let Some((id, out)) = self.control_out.as_mut() else { return };
-        let mut send = self.conn.send_stream(*id);
-        while let Some(chunk) = out.front_mut() {
-            match send.write(chunk) {
-                Ok(n) if n == chunk.len() => {
-                    out.pop_front();
-                }
-                Ok(n) => {
-                    bytes::Buf::advance(chunk, n);
-                    return;
-                }
-                Err(_) => return,
-            }
-        }
+        // A control stream the server stopped is its protocol error, which
+        // its CONNECTION_CLOSE will tell.
+        let _ = write_queue(&mut self.conn.send_stream(*id), out);
     }
 
     /// Every stream's readable bytes: `(bytes, fin, reset code)`.

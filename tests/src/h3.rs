@@ -17,31 +17,59 @@ use switchyard_common::h3::{H3Config, H3Conn, H3Event, H3Failure, ResponseEvent}
 use crate::certs::TestCa;
 use crate::interop::required;
 
-/// An aioquic HTTP/3 server on 127.0.0.1 (see `tests/interop/h3_server.py`
-/// for its paths), killed when dropped.
-pub struct Aioquic {
-    child: Child,
-    /// Its UDP port.
-    pub port: u16,
-    /// The CA its certificate (for `localhost`, 127.0.0.1 and `h3.test`) chains to.
-    pub ca: TestCa,
+/// A server process and its scratch directory (its certificate and key,
+/// made for the run by a CA of its own), both gone when dropped.
+struct Process {
+    child: Option<Child>,
+    ca: TestCa,
     dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
 }
 
-impl Drop for Aioquic {
+impl Process {
+    /// The scratch directory, with a certificate for `localhost`, 127.0.0.1
+    /// and `h3.test` and its key written there.
+    fn prepare(name: &str) -> Process {
+        let ca = TestCa::new();
+        let leaf = ca.leaf(&["localhost", "127.0.0.1", "h3.test"]);
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-{name}-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, &leaf.chain_pem).expect("write the certificate");
+        std::fs::write(&key, &leaf.key_pem).expect("write the key");
+        Process { child: None, ca, dir, cert, key }
+    }
+}
+
+impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-impl Aioquic {
+/// An HTTP/3 server on 127.0.0.1 for the tests: aioquic's
+/// ([`H3Server::aioquic`]) or ngtcp2's ([`H3Server::ngtcp2`]); killed when dropped.
+pub struct H3Server {
+    process: Process,
+    /// Its UDP port.
+    pub port: u16,
+}
+
+impl H3Server {
     /// Starts the server, or `None` after a notice when python3 or aioquic
     /// is missing (a panic when required).
     #[allow(clippy::print_stderr)] // a skip is never silent
     #[must_use]
-    pub fn start() -> Option<Aioquic> {
+    pub fn aioquic() -> Option<H3Server> {
         let present = Command::new("python3")
             .args(["-c", "import aioquic"])
             .stderr(Stdio::null())
@@ -55,19 +83,12 @@ impl Aioquic {
             eprintln!("interop: skipping, aioquic is not installed (pip install aioquic)");
             return None;
         }
-        let ca = TestCa::new();
-        let leaf = ca.leaf(&["localhost", "127.0.0.1", "h3.test"]);
-        let dir =
-            std::env::temp_dir().join(format!("switchyard-h3-{}-{:?}", std::process::id(), Instant::now()));
-        std::fs::create_dir_all(&dir).expect("scratch directory");
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        std::fs::write(&cert, &leaf.chain_pem).expect("write the certificate");
-        std::fs::write(&key, &leaf.key_pem).expect("write the key");
+        let mut process = Process::prepare("aioquic");
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/h3_server.py");
         let mut child = Command::new("python3")
             .arg(script)
-            .arg(&cert)
-            .arg(&key)
+            .arg(&process.cert)
+            .arg(&process.key)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -80,67 +101,25 @@ impl Aioquic {
             .strip_prefix("ready ")
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("the aioquic server did not start: {line:?}"));
-        Some(Aioquic { child, port, ca, dir })
+        process.child = Some(child);
+        Some(H3Server { process, port })
     }
 
-    /// The server's address.
+    /// ngtcp2's example HTTP/3 server (`gtlsserver`, Debian's
+    /// `ngtcp2-server`: ngtcp2 and nghttp3 over GnuTLS) with `extra` options
+    /// (`--max-streams-bidi=4`, `--tx-loss=0.1`, …) serving `files` (name,
+    /// contents) from a directory made for the run, or `None` after a notice
+    /// when it is not installed (a panic when required). Returns once a QUIC
+    /// handshake with it succeeded.
     #[must_use]
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    /// A TLS configuration that trusts the server's CA.
-    #[must_use]
-    pub fn tls(&self) -> rustls::ClientConfig {
-        trusting(&self.ca)
-    }
-}
-
-/// ngtcp2's example HTTP/3 server (`gtlsserver`, Debian's `ngtcp2-server`:
-/// ngtcp2 and nghttp3 over GnuTLS) serving files from a directory made for the
-/// run, on 127.0.0.1; killed when dropped.
-pub struct Ngtcp2 {
-    child: Child,
-    /// Its UDP port.
-    pub port: u16,
-    /// The CA its certificate chains to.
-    pub ca: TestCa,
-    /// The directory it serves (write files here before fetching them).
-    pub htdocs: PathBuf,
-    dir: PathBuf,
-}
-
-impl Drop for Ngtcp2 {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Ngtcp2 {
-    /// Starts the server with `extra` options (`--max-streams-bidi=4`,
-    /// `--tx-loss=0.1`, …) serving `files` (name, contents), or `None` after a
-    /// notice when it is not installed (a panic when required). Returns once a
-    /// QUIC handshake with it succeeded.
-    #[must_use]
-    pub fn start(extra: &[&str], files: &[(&str, &[u8])]) -> Option<Ngtcp2> {
+    pub fn ngtcp2(extra: &[&str], files: &[(&str, &[u8])]) -> Option<H3Server> {
         let program = crate::interop::need("gtlsserver", "ngtcp2-server")?;
-        let ca = TestCa::new();
-        let leaf = ca.leaf(&["localhost", "127.0.0.1"]);
-        let dir = std::env::temp_dir().join(format!(
-            "switchyard-ngtcp2-{}-{:?}",
-            std::process::id(),
-            Instant::now()
-        ));
-        let htdocs = dir.join("htdocs");
-        std::fs::create_dir_all(&htdocs).expect("scratch directory");
+        let mut process = Process::prepare("ngtcp2");
+        let htdocs = process.dir.join("htdocs");
+        std::fs::create_dir_all(&htdocs).expect("the served directory");
         for (name, contents) in files {
             std::fs::write(htdocs.join(name), contents).expect("a served file");
         }
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        std::fs::write(&cert, &leaf.chain_pem).expect("write the certificate");
-        std::fs::write(&key, &leaf.key_pem).expect("write the key");
         let port =
             UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("a free UDP port").port();
         let child = Command::new(program)
@@ -149,13 +128,14 @@ impl Ngtcp2 {
             .args(extra)
             .arg("127.0.0.1")
             .arg(port.to_string())
-            .arg(&key)
-            .arg(&cert)
+            .arg(&process.key)
+            .arg(&process.cert)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start gtlsserver");
-        let server = Ngtcp2 { child, port, ca, htdocs, dir };
+        process.child = Some(child);
+        let server = H3Server { process, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if Pump::connect(server.addr(), "localhost", &server.tls(), Duration::from_millis(500)).is_ok() {
@@ -174,7 +154,7 @@ impl Ngtcp2 {
     /// A TLS configuration that trusts the server's CA.
     #[must_use]
     pub fn tls(&self) -> rustls::ClientConfig {
-        trusting(&self.ca)
+        trusting(&self.process.ca)
     }
 }
 

@@ -8,12 +8,12 @@ use bytes::Bytes;
 use switchyard_common::h3::H3Failure;
 use switchyard_core::alt_svc::{AltSvc, AltSvcCache, Origin};
 use switchyard_core::{Host, Instant as CoreInstant, Scheme};
-use switchyard_tests::h3::{request, Aioquic, Pump};
+use switchyard_tests::h3::{request, H3Server, Pump};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
-fn server_and_connection() -> Option<(Aioquic, Pump)> {
-    let server = Aioquic::start()?;
+fn server_and_connection() -> Option<(H3Server, Pump)> {
+    let server = H3Server::aioquic()?;
     let pump = Pump::connect(server.addr(), "localhost", &server.tls(), WITHIN).expect("the QUIC handshake");
     Some((server, pump))
 }
@@ -119,7 +119,7 @@ fn a_connection_closed_by_the_server_fails_what_is_still_open() {
 
 #[test]
 fn an_untrusted_certificate_ends_the_handshake_with_a_reason() {
-    let Some(server) = Aioquic::start() else { return };
+    let Some(server) = H3Server::aioquic() else { return };
     let other = switchyard_tests::certs::TestCa::new();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(other.cert.clone().into()).unwrap();
@@ -136,7 +136,7 @@ fn an_untrusted_certificate_ends_the_handshake_with_a_reason() {
 fn nobody_listening_ends_within_the_idle_timeout_not_never() {
     // A UDP port with no server: the handshake gets no answer (and maybe an
     // ICMP error); the connection gives up within QUIC's idle timeout.
-    let Some(server) = Aioquic::start() else { return };
+    let Some(server) = H3Server::aioquic() else { return };
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap();
     let tls = server.tls();
@@ -183,7 +183,8 @@ fn pattern(len: usize) -> Vec<u8> {
 fn ngtcp2_serves_files_to_many_streams_at_once() {
     let big = pattern(2 << 20);
     let small = pattern(1000);
-    let Some(server) = switchyard_tests::h3::Ngtcp2::start(&[], &[("big", &big), ("small", &small)]) else {
+    let Some(server) = switchyard_tests::h3::H3Server::ngtcp2(&[], &[("big", &big), ("small", &small)])
+    else {
         return;
     };
     let mut pump =
@@ -206,7 +207,8 @@ fn ngtcp2_serves_files_to_many_streams_at_once() {
 #[test]
 fn ngtcp2_stream_limit_is_an_error_to_wait_on_not_a_failure() {
     let file = pattern(50_000);
-    let Some(server) = switchyard_tests::h3::Ngtcp2::start(&["--max-streams-bidi=2"], &[("f", &file)]) else {
+    let Some(server) = switchyard_tests::h3::H3Server::ngtcp2(&["--max-streams-bidi=2"], &[("f", &file)])
+    else {
         return;
     };
     let mut pump =
@@ -252,7 +254,7 @@ fn ngtcp2_stream_limit_is_an_error_to_wait_on_not_a_failure() {
 fn ngtcp2_with_ten_percent_loss_each_way_every_response_still_arrives_whole() {
     let file = pattern(200_000);
     let Some(server) =
-        switchyard_tests::h3::Ngtcp2::start(&["--tx-loss=0.1", "--rx-loss=0.1"], &[("f", &file)])
+        switchyard_tests::h3::H3Server::ngtcp2(&["--tx-loss=0.1", "--rx-loss=0.1"], &[("f", &file)])
     else {
         return;
     };
@@ -274,7 +276,7 @@ fn an_https_record_leads_to_http3_before_any_alt_svc() {
     use switchyard_core::service_binding::endpoints;
     use switchyard_tests::dns::{DnsServer, Zone};
 
-    let Some(server) = Aioquic::start() else { return };
+    let Some(server) = H3Server::aioquic() else { return };
     // h3.test has no A record: only its HTTPS record says where it is (the
     // address hint) and that it speaks h3 on the server's UDP port.
     let svcb = SVCB::new(
@@ -396,7 +398,7 @@ fn race(
 #[test]
 fn udp_dropped_tcp_wins_after_the_delay_and_the_next_race_skips_quic() {
     use switchyard_core::h3_race::{QuicMemory, Winner};
-    let Some(server) = Aioquic::start() else { return };
+    let Some(server) = H3Server::aioquic() else { return };
     let tls = server.tls();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp_addr = tcp.local_addr().unwrap();

@@ -72,7 +72,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::hpack::{Decoder, Name, TableEncoder};
+use super::hpack::{Decoder, TableEncoder};
 use super::session::{code, ConnectionEnd, GoAway, Peer, StreamError};
 
 /// The client connection preface (RFC 9113 §3.4).
@@ -941,30 +941,10 @@ impl Driver {
     /// A whole header block for `stream`: decoded (always, to keep HPACK in
     /// step), then a head, trailers, or a malformed response.
     fn on_block(&mut self, stream: u32, block: &Bytes, end_stream: bool) {
-        let mut status: Option<Result<StatusCode, ()>> = None;
-        let mut headers = HeaderMap::new();
-        let mut malformed = false;
-        let mut regular_seen = false;
-        let decoded = self.decoder.decode(block, |name, value| match name {
-            Name::Pseudo(n) => {
-                if n.as_ref() != b":status" || status.is_some() || regular_seen {
-                    malformed = true;
-                } else {
-                    status = Some(StatusCode::from_bytes(value.as_bytes()).map_err(|_| ()));
-                }
-            }
-            Name::Header(n) => {
-                regular_seen = true;
-                use http::header as h;
-                if matches!(n, h::CONNECTION | h::TRANSFER_ENCODING | h::UPGRADE)
-                    || n.as_str() == "keep-alive"
-                    || n.as_str() == "proxy-connection"
-                {
-                    malformed = true;
-                }
-                headers.append(n, value);
-            }
-        });
+        let mut fields = super::fields::HeadFields::default();
+        let decoded = self.decoder.decode(block, |name, value| fields.field(name, value));
+        let super::fields::HeadFields { status, headers, bad, .. } = fields;
+        let mut malformed = bad.is_some();
         match decoded {
             Ok(()) => {}
             Err(e) if e.is_malformed() => malformed = true,

@@ -39,6 +39,7 @@
 //! bytes received and PING round trips.
 
 pub mod driver;
+pub(crate) mod fields;
 mod frame;
 pub mod hpack;
 mod huffman;

@@ -22,6 +22,7 @@ use http::{HeaderValue, StatusCode};
 use super::code;
 use super::frame::{self, Frame, FrameReader};
 use super::qpack::{self, QpackError};
+use crate::http2::fields::HeadFields;
 use crate::http2::hpack::Name;
 use crate::http2::RequestHead;
 
@@ -265,32 +266,9 @@ impl RequestStream {
 
     /// A head's section: the final head, or `None` for an informational one.
     fn head(&mut self, section: &Bytes) -> Result<Option<http::Response<()>>, StreamError> {
-        let mut status: Option<Result<StatusCode, ()>> = None;
-        let mut headers = HeaderMap::new();
-        let mut bad = None;
-        let mut regular_seen = false;
-        self.decoder
-            .decode(section, |name, value| match name {
-                Name::Pseudo(n) => {
-                    if n.as_ref() != b":status" || status.is_some() || regular_seen {
-                        bad.get_or_insert("a pseudo-field other than one leading :status");
-                    } else {
-                        status = Some(StatusCode::from_bytes(value.as_bytes()).map_err(|_| ()));
-                    }
-                }
-                Name::Header(n) => {
-                    regular_seen = true;
-                    use http::header as h;
-                    if matches!(n, h::CONNECTION | h::TRANSFER_ENCODING | h::UPGRADE)
-                        || n.as_str() == "keep-alive"
-                        || n.as_str() == "proxy-connection"
-                    {
-                        bad.get_or_insert("a connection-specific field");
-                    }
-                    headers.append(n, value);
-                }
-            })
-            .map_err(qpack_error)?;
+        let mut fields = HeadFields::default();
+        self.decoder.decode(section, |name, value| fields.field(name, value)).map_err(qpack_error)?;
+        let HeadFields { status, headers, bad, .. } = fields;
         if let Some(reason) = bad {
             return Err(malformed(reason));
         }
