@@ -325,10 +325,11 @@ fn race(
     tcp: std::net::SocketAddr,
     tls: &rustls::ClientConfig,
     memory: &mut switchyard_core::h3_race::QuicMemory,
+    config: &switchyard_core::h3_race::H3RaceConfig,
 ) -> (switchyard_core::h3_race::Winner, bool, bool) {
-    use switchyard_core::h3_race::{H3Race, H3RaceConfig, RaceStep};
+    use switchyard_core::h3_race::{H3Race, RaceStep};
     use switchyard_core::Family;
-    let config = H3RaceConfig::default();
+    let config = *config;
     let origin = std::time::Instant::now();
     let now = || CoreInstant::from_elapsed(origin.elapsed());
     let (mut race, first) = H3Race::start(Family::V4, memory, now(), &config);
@@ -397,22 +398,32 @@ fn race(
 
 #[test]
 fn udp_dropped_tcp_wins_after_the_delay_and_the_next_race_skips_quic() {
-    use switchyard_core::h3_race::{QuicMemory, Winner};
+    use switchyard_core::h3_race::{H3RaceConfig, QuicMemory, Winner};
     let Some(server) = H3Server::aioquic() else { return };
+    let config = H3RaceConfig::default();
     let tls = server.tls();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp_addr = tcp.local_addr().unwrap();
     // A UDP port that takes every datagram and never answers: QUIC black-holed.
     let hole = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut memory = QuicMemory::default();
-    assert_eq!(race(hole.local_addr().unwrap(), tcp_addr, &tls, &mut memory), (Winner::Tcp, true, true));
+    assert_eq!(
+        race(hole.local_addr().unwrap(), tcp_addr, &tls, &mut memory, &config),
+        (Winner::Tcp, true, true)
+    );
     let now = CoreInstant::from_millis(1);
     assert!(!memory.usable(switchyard_core::Family::V4, now), "silence remembered");
     // The next race does not try QUIC and does not wait.
-    assert_eq!(race(hole.local_addr().unwrap(), tcp_addr, &tls, &mut memory), (Winner::Tcp, false, false));
-    // Where UDP answers, QUIC wins inside the delay and nothing is held against it.
+    assert_eq!(
+        race(hole.local_addr().unwrap(), tcp_addr, &tls, &mut memory, &config),
+        (Winner::Tcp, false, false)
+    );
+    // Where UDP answers, QUIC wins inside the delay and nothing is held
+    // against it (the delay made long here, so a loaded machine's slow
+    // handshake cannot decide the outcome).
     let mut fresh = QuicMemory::default();
-    let (winner, tried, _) = race(server.addr(), tcp_addr, &tls, &mut fresh);
+    let patient = H3RaceConfig { tcp_delay: WITHIN, ..config };
+    let (winner, tried, _) = race(server.addr(), tcp_addr, &tls, &mut fresh, &patient);
     assert_eq!((winner, tried), (Winner::Quic, true));
     assert!(fresh.usable(switchyard_core::Family::V4, CoreInstant::from_millis(1)));
 }
