@@ -131,7 +131,11 @@ impl H3Failure {
     /// server's GOAWAY, or one refused with H3_REQUEST_REJECTED (RFC 9114 §4.1.1).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        matches!(self, H3Failure::NotProcessed | H3Failure::Reset(code::REQUEST_REJECTED))
+        match self {
+            H3Failure::NotProcessed => true,
+            H3Failure::Reset(code) => switchyard_core::http3::stream::reset_is_retryable(*code),
+            H3Failure::Protocol(_) | H3Failure::ConnectionLost(_) => false,
+        }
     }
 }
 
@@ -567,7 +571,8 @@ impl H3Conn {
             match self.control.recv(key, &mut buf, fin || reset.is_some()) {
                 Ok(Some(ControlEvent::Settings(s))) => self.events.push_back(H3Event::Settings(s)),
                 Ok(Some(ControlEvent::GoAway(first))) => {
-                    let unprocessed: Vec<u64> = self.requests.range(first..).map(|(k, _)| *k).collect();
+                    let unprocessed: Vec<u64> =
+                        self.requests.keys().copied().filter(|k| self.control.unprocessed(*k)).collect();
                     for stream in unprocessed {
                         self.requests.remove(&stream);
                         self.events.push_back(H3Event::Failed { stream, failure: H3Failure::NotProcessed });

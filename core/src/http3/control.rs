@@ -139,6 +139,15 @@ impl Control {
         self.goaway
     }
 
+    /// Whether a request on client stream `id` was left unprocessed by the
+    /// server's GOAWAY (its id at or past the GOAWAY's): it never reached the
+    /// application and may be sent again on another connection, whatever its
+    /// method (RFC 9114 §5.2).
+    #[must_use]
+    pub fn unprocessed(&self, id: u64) -> bool {
+        self.goaway.is_some_and(|first| id >= first)
+    }
+
     /// Unidirectional streams being read (ended ones are forgotten; QUIC's
     /// stream limit, which we set, bounds how many a server can open).
     #[must_use]
@@ -387,6 +396,11 @@ mod tests {
             events,
             [ControlEvent::Settings(Settings::default()), ControlEvent::GoAway(8), ControlEvent::GoAway(4)]
         );
+        let mut c = Control::new(Settings::default());
+        assert!(!c.unprocessed(0), "no GOAWAY: every stream may have been processed");
+        let mut buf = BytesMut::from(&control_bytes(&[&settings(), &goaway(4)])[..]);
+        while c.recv(3, &mut buf, false).unwrap().is_some() {}
+        assert!(!c.unprocessed(0) && c.unprocessed(4) && c.unprocessed(8));
     }
 
     #[test]

@@ -73,6 +73,15 @@ impl std::fmt::Display for StreamError {
 
 impl std::error::Error for StreamError {}
 
+/// Whether a stream the server reset with `code` never reached the
+/// application, so its request may be sent again on another connection
+/// whatever its method: H3_REQUEST_REJECTED (RFC 9114 §4.1.1). Any other
+/// code (H3_REQUEST_CANCELLED among them) may come after processing began.
+#[must_use]
+pub fn reset_is_retryable(code: u64) -> bool {
+    code == code::REQUEST_REJECTED
+}
+
 fn connection(code: u64, reason: &'static str) -> StreamError {
     StreamError { code, scope: Scope::Connection, reason }
 }
