@@ -8,6 +8,8 @@ one), prints "ready PORT" once listening, and answers on every request stream:
   GET /status/N       status N, empty body
   GET /close          200, then the connection closed (H3_NO_ERROR)
   HEAD /bad/...       content on a HEAD answer (malformed: the client must refuse it)
+  GET /goaway         GOAWAY naming the stream after this one (it and every later
+                      stream go unanswered), then 200 "last"
   anything else       200 "hello" with alt-svc and x-path headers
 """
 
@@ -16,7 +18,8 @@ import sys
 
 from aioquic.asyncio import serve
 from aioquic.asyncio.protocol import QuicConnectionProtocol
-from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.buffer import encode_uint_var
+from aioquic.h3.connection import H3_ALPN, FrameType, H3Connection, encode_frame
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ProtocolNegotiated
@@ -27,6 +30,7 @@ class Handler(QuicConnectionProtocol):
         super().__init__(*args, **kwargs)
         self.h3 = None
         self.requests = {}
+        self.goaway = None  # streams from this id on are not processed
 
     def quic_event_received(self, event):
         if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
@@ -45,7 +49,17 @@ class Handler(QuicConnectionProtocol):
 
     def answer(self, stream_id):
         headers, body = self.requests.pop(stream_id)
+        if self.goaway is not None and stream_id >= self.goaway:
+            return  # not processed: the client must retry it elsewhere
         path = headers.get(b":path", b"/").decode()
+        if path == "/goaway":
+            self.goaway = stream_id + 4
+            control = self.h3._local_control_stream_id
+            self._quic.send_stream_data(control, encode_frame(FrameType.GOAWAY, encode_uint_var(self.goaway)))
+            self.h3.send_headers(stream_id, [(b":status", b"200"), (b"content-length", b"4")])
+            self.h3.send_data(stream_id, b"last", end_stream=True)
+            self.transmit()
+            return
         status, extra, out = 200, [], b"hello"
         if path.startswith("/bytes/"):
             out = b"x" * int(path[len("/bytes/"):])

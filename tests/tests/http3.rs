@@ -427,3 +427,31 @@ fn udp_dropped_tcp_wins_after_the_delay_and_the_next_race_skips_quic() {
     assert_eq!((winner, tried), (Winner::Quic, true));
     assert!(fresh.usable(switchyard_core::Family::V4, CoreInstant::from_millis(1)));
 }
+
+#[test]
+fn a_goaway_fails_the_streams_it_did_not_take_as_retryable() {
+    let Some((server, mut pump)) = server_and_connection() else { return };
+    let base = format!("https://localhost:{}", server.port);
+    // The first asks for GOAWAY naming the stream after it; the two after
+    // it go unanswered by the server and must come back as not processed.
+    let answers = pump.fetch_all(
+        vec![
+            (request("GET", &format!("{base}/goaway")), Bytes::new()),
+            (request("GET", &format!("{base}/a")), Bytes::new()),
+            (request("POST", &format!("{base}/echo")), Bytes::from_static(b"not idempotent")),
+        ],
+        WITHIN,
+    );
+    assert!(answers[0].complete && answers[0].body == b"last", "{:?} {:?}", answers[0].failure, pump.log);
+    for a in &answers[1..] {
+        assert_eq!(a.failure, Some(H3Failure::NotProcessed), "{:?}", pump.log);
+        assert!(
+            a.failure.as_ref().is_some_and(H3Failure::is_retryable),
+            "even the POST: it was never processed"
+        );
+    }
+    assert!(pump.log.iter().any(|l| l == "goaway 4"), "{:?}", pump.log);
+    let refused =
+        pump.conn.open(std::time::Instant::now(), &request("GET", &format!("{base}/")), Bytes::new());
+    assert_eq!(refused, Err(switchyard_common::h3::H3OpenError::Closed), "no new streams after GOAWAY");
+}
