@@ -455,3 +455,41 @@ fn a_goaway_fails_the_streams_it_did_not_take_as_retryable() {
         pump.conn.open(std::time::Instant::now(), &request("GET", &format!("{base}/")), Bytes::new());
     assert_eq!(refused, Err(switchyard_common::h3::H3OpenError::Closed), "no new streams after GOAWAY");
 }
+
+#[test]
+fn requests_wait_for_the_handshake_and_closing_fails_what_is_open() {
+    let Some(server) = H3Server::aioquic() else { return };
+    let now = std::time::Instant::now;
+    let mut conn = switchyard_common::h3::H3Conn::connect(
+        now(),
+        server.addr(),
+        "localhost",
+        &server.tls(),
+        switchyard_common::h3::H3Config::default(),
+    )
+    .expect("start QUIC");
+    let url = format!("https://localhost:{}/", server.port);
+    assert_eq!(
+        conn.open(now(), &request("GET", &url), Bytes::new()),
+        Err(switchyard_common::h3::H3OpenError::NotConnected),
+        "no stream before the handshake is over"
+    );
+    let mut pump =
+        Pump::connect(server.addr(), "localhost", &server.tls(), WITHIN).expect("the QUIC handshake");
+    let id = pump.conn.open(now(), &request("GET", &format!("{url}slow")), Bytes::new()).expect("a stream");
+    pump.conn.close(now());
+    let mut failed = None;
+    let mut closed = false;
+    while let Some(e) = pump.conn.poll_event() {
+        match e {
+            switchyard_common::h3::H3Event::Failed { stream, failure } if stream == id => {
+                failed = Some(failure)
+            }
+            switchyard_common::h3::H3Event::Closed(_) => closed = true,
+            _ => {}
+        }
+    }
+    assert!(matches!(failed, Some(H3Failure::ConnectionLost(_))), "{failed:?}");
+    assert!(closed && !pump.conn.is_connected());
+    assert_eq!(pump.conn.open_requests(), 0);
+}
