@@ -30,6 +30,11 @@ pub enum HttpVersion {
     Http1Only,
     /// HTTP/2 only: ALPN `h2` over TLS, prior knowledge over cleartext.
     Http2Only,
+    /// HTTP/3 only (curl's `--http3-only`): QUIC over UDP to the origin, for
+    /// `https` URLs; no fallback to TCP. An `http` URL, a proxy, a Unix
+    /// socket or a connector hook is a typed error (QUIC goes to the origin
+    /// itself). Needs the adapter's `http3` feature (tokio, smol).
+    Http3Only,
 }
 
 /// Per-request options (stored in the request's extensions, so they also work
@@ -347,6 +352,7 @@ impl Config {
             (HttpVersion::Http1Only | HttpVersion::Auto, _) => &[Protocol::Http1],
             (HttpVersion::Http2Only, true) => &[Protocol::Http2],
             (HttpVersion::Http2Only, false) => &[Protocol::H2PriorKnowledge],
+            (HttpVersion::Http3Only, _) => &[Protocol::Http3],
         };
         builder
             .protocols(protocols.iter().copied())

@@ -145,6 +145,8 @@ pub enum BodyError {
     Http1(Http1Error),
     /// The HTTP/2 stream failed.
     Http2(String),
+    /// The HTTP/3 stream failed (reset, a protocol error, the connection lost).
+    Http3(String),
     /// The HTTP/2 trailers are larger than the response head limit
     /// (`max_response_head_size`, which bounds trailers on HTTP/1.1 too).
     TrailersTooLarge {
@@ -388,7 +390,7 @@ impl Error {
                 _ => false,
             },
             ErrorKind::Body(BodyError::Io(e)) => reset(e.kind()),
-            ErrorKind::Body(BodyError::Http2(_)) => true,
+            ErrorKind::Body(BodyError::Http2(_) | BodyError::Http3(_)) => true,
             _ => false,
         }
     }
@@ -660,6 +662,7 @@ impl fmt::Display for BodyError {
         match self {
             BodyError::Http1(e) => fmt::Display::fmt(e, f),
             BodyError::Http2(e) => write!(f, "HTTP/2 stream error: {e}"),
+            BodyError::Http3(e) => write!(f, "HTTP/3 stream error: {e}"),
             BodyError::TrailersTooLarge { limit } => {
                 write!(f, "trailer section larger than {limit} bytes (the response head limit)")
             }

@@ -178,6 +178,27 @@ pub enum H3Event {
     GoAway(u64),
     /// The connection is over; every open request was failed before this.
     Closed(String),
+    /// The server's MAX_STREAMS gave room for more requests: an open that
+    /// failed with [`H3OpenError::AtLimit`] may be tried again.
+    StreamsAvailable,
+    /// A streamed request body's queue on `stream` emptied into QUIC's
+    /// buffers: more may be sent ([`H3Conn::send`]).
+    Writable {
+        /// The id [`H3Conn::open`] returned.
+        stream: u64,
+    },
+}
+
+/// Whether a streamed request body may go on ([`H3Conn::send_room`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum H3SendRoom {
+    /// Room for more.
+    Room,
+    /// The queue is at its bound: wait for [`H3Event::Writable`].
+    Full,
+    /// The server wants no more (it stopped the stream, or answered and
+    /// ended it), or the request is over: send nothing more.
+    Stop,
 }
 
 struct Request {
@@ -189,7 +210,20 @@ struct Request {
     finish: bool,
     /// The request side is over (finished, or the server stopped it).
     sent: bool,
+    /// Body bytes handed to the owner and not yet [consumed](H3Conn::consumed):
+    /// the stream is not read past its window while they wait, so QUIC's flow
+    /// control holds the server back (a slow reader costs its own stream only).
+    held: usize,
 }
+
+impl Request {
+    fn queued(&self) -> usize {
+        self.out.iter().map(Bytes::len).sum()
+    }
+}
+
+/// How much a streamed request body may queue beyond what QUIC took.
+const SEND_QUEUE: usize = 64 * 1024;
 
 /// One HTTP/3 connection (see the module docs).
 pub struct H3Conn {
@@ -208,6 +242,8 @@ pub struct H3Conn {
     responses: VecDeque<Vec<u8>>,
     connected: bool,
     closed: bool,
+    /// Why the connection was lost, as QUIC said it.
+    lost: Option<quinn_proto::ConnectionError>,
 }
 
 impl std::fmt::Debug for H3Conn {
@@ -296,6 +332,7 @@ impl H3Conn {
             responses: VecDeque::new(),
             connected: false,
             closed: false,
+            lost: None,
         })
     }
 
@@ -336,6 +373,35 @@ impl H3Conn {
     #[must_use]
     pub fn heard_from_server(&self) -> bool {
         self.conn.stats().udp_rx.datagrams > 0
+    }
+
+    /// The server's certificate chain, leaf first, once the handshake
+    /// verified it.
+    #[must_use]
+    pub fn peer_certificates(&self) -> Option<Vec<rustls::pki_types::CertificateDer<'static>>> {
+        let identity = self.conn.crypto_session().peer_identity()?;
+        identity.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok().map(|chain| *chain)
+    }
+
+    /// Why the connection was lost, when QUIC lost it (a handshake that
+    /// failed, the idle timeout, the server's close).
+    #[must_use]
+    pub fn lost(&self) -> Option<&quinn_proto::ConnectionError> {
+        self.lost.as_ref()
+    }
+
+    /// Why the connection closed, in the pool's words: the server's close
+    /// (or its silence past the idle timeout) or a failure.
+    #[must_use]
+    pub fn close_reason(&self) -> switchyard_core::CloseReason {
+        use quinn_proto::ConnectionError as E;
+        use switchyard_core::CloseReason;
+        match &self.lost {
+            Some(E::ApplicationClosed(_) | E::ConnectionClosed(_)) => CloseReason::ServerClose,
+            Some(E::TimedOut) => CloseReason::IdleTimeout,
+            Some(E::LocallyClosed) => CloseReason::Shutdown,
+            _ => CloseReason::Failure,
+        }
     }
 
     /// QUIC's round-trip estimate and counters.
@@ -403,6 +469,83 @@ impl H3Conn {
         request: &http::request::Parts,
         body: Bytes,
     ) -> Result<u64, H3OpenError> {
+        let length =
+            (!body.is_empty() || request.method == http::Method::POST || request.method == http::Method::PUT)
+                .then_some(body.len() as u64);
+        let key = self.open_stream(request, length)?;
+        if !body.is_empty() {
+            self.queue_data(key, body);
+        }
+        self.finish_stream(now, key);
+        Ok(key)
+    }
+
+    /// Opens a request stream whose body the caller streams with
+    /// [`send`](Self::send) (`length`: its declared length, sent as
+    /// `content-length`, if known). Returns the stream's id.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_streaming(
+        &mut self,
+        now: Instant,
+        request: &http::request::Parts,
+        length: Option<u64>,
+    ) -> Result<u64, H3OpenError> {
+        let key = self.open_stream(request, length)?;
+        self.flush(key);
+        self.drive(now);
+        Ok(key)
+    }
+
+    /// Sends a part of a streamed request body (`end`: the body is over; an
+    /// empty `chunk` with `end` only ends it). Ignored once the server
+    /// stopped the stream or the request is gone; ask
+    /// [`send_room`](Self::send_room) first.
+    pub fn send(&mut self, now: Instant, stream: u64, chunk: Bytes, end: bool) {
+        if self.requests.get(&stream).is_none_or(|r| r.sent) {
+            return;
+        }
+        if !chunk.is_empty() {
+            self.queue_data(stream, chunk);
+        }
+        if end {
+            self.finish_stream(now, stream);
+        } else {
+            self.flush(stream);
+            self.drive(now);
+        }
+    }
+
+    /// Whether a streamed body on `stream` may go on now.
+    #[must_use]
+    pub fn send_room(&self, stream: u64) -> H3SendRoom {
+        match self.requests.get(&stream) {
+            Some(r) if !r.sent && !r.finish => {
+                if r.queued() < SEND_QUEUE {
+                    H3SendRoom::Room
+                } else {
+                    H3SendRoom::Full
+                }
+            }
+            _ => H3SendRoom::Stop,
+        }
+    }
+
+    /// The owner took `n` bytes of `stream`'s body from its events: the
+    /// stream may be read that much further.
+    pub fn consumed(&mut self, now: Instant, stream: u64, n: usize) {
+        let Some(r) = self.requests.get_mut(&stream) else { return };
+        r.held = r.held.saturating_sub(n);
+        self.on_request_readable(now, stream);
+        self.drive(now);
+    }
+
+    fn open_stream(
+        &mut self,
+        request: &http::request::Parts,
+        length: Option<u64>,
+    ) -> Result<u64, H3OpenError> {
         if self.closed || self.control.goaway().is_some() {
             return Err(H3OpenError::Closed);
         }
@@ -412,23 +555,28 @@ impl H3Conn {
         let id = self.conn.streams().open(Dir::Bi).ok_or(H3OpenError::AtLimit)?;
         let stream = RequestStream::new(request, self.field_limit());
         let mut head = BytesMut::new();
-        let length =
-            (!body.is_empty() || request.method == http::Method::POST || request.method == http::Method::PUT)
-                .then_some(body.len() as u64);
         stream.write_head(request, length, &mut head);
-        let mut out = VecDeque::from([head.freeze()]);
-        if !body.is_empty() {
-            let mut frame = BytesMut::new();
-            RequestStream::write_data_header(body.len() as u64, &mut frame);
-            out.push_back(frame.freeze());
-            out.push_back(body);
-        }
+        let out = VecDeque::from([head.freeze()]);
         let key = stream_key(id);
-        self.requests
-            .insert(key, Request { id, stream, recv: BytesMut::new(), out, finish: true, sent: false });
+        let request = Request { id, stream, recv: BytesMut::new(), out, finish: false, sent: false, held: 0 };
+        self.requests.insert(key, request);
+        Ok(key)
+    }
+
+    fn queue_data(&mut self, key: u64, body: Bytes) {
+        let Some(r) = self.requests.get_mut(&key) else { return };
+        let mut frame = BytesMut::new();
+        RequestStream::write_data_header(body.len() as u64, &mut frame);
+        r.out.push_back(frame.freeze());
+        r.out.push_back(body);
+    }
+
+    fn finish_stream(&mut self, now: Instant, key: u64) {
+        if let Some(r) = self.requests.get_mut(&key) {
+            r.finish = true;
+        }
         self.flush(key);
         self.drive(now);
-        Ok(key)
     }
 
     /// Abandons the request on `stream` (its caller went away): the stream
@@ -440,6 +588,56 @@ impl H3Conn {
             let _ = self.conn.recv_stream(r.id).stop(cancelled);
         }
         self.drive(now);
+    }
+
+    /// Sends a QUIC PING (any packet the server sends back after it shows
+    /// the connection alive).
+    pub fn ping(&mut self, now: Instant) {
+        self.conn.ping();
+        self.drive(now);
+    }
+
+    /// Why the handshake failed, as a connect failure the core judges
+    /// (`None` while it has not failed). A TLS alert (QUIC's crypto error
+    /// codes, 0x100 + the alert) is a TLS failure: a certificate's when the
+    /// alert is about a certificate, the name's when rustls said the name
+    /// did not match.
+    #[must_use]
+    pub fn connect_error(&self) -> Option<switchyard_core::ConnectError> {
+        use switchyard_core::{ConnectError, TlsFailure};
+        let lost = self.lost.as_ref()?;
+        let (code, reason, ours) = match lost {
+            quinn_proto::ConnectionError::TransportError(e) => (u64::from(e.code), e.reason.clone(), true),
+            quinn_proto::ConnectionError::ConnectionClosed(c) => {
+                (u64::from(c.error_code), String::from_utf8_lossy(&c.reason).into_owned(), false)
+            }
+            other => {
+                let kind = match other {
+                    quinn_proto::ConnectionError::TimedOut => std::io::ErrorKind::TimedOut,
+                    quinn_proto::ConnectionError::Reset => std::io::ErrorKind::ConnectionReset,
+                    _ => std::io::ErrorKind::ConnectionAborted,
+                };
+                let message = format!("QUIC handshake with {}: {other}", self.remote);
+                return Some(ConnectError::Io { kind, message });
+            }
+        };
+        if (0x100..0x200).contains(&code) {
+            let alert = code - 0x100;
+            let kind = if reason.contains("not valid for name") || reason.contains("NotValidForName") {
+                TlsFailure::Hostname
+            } else if (42..=49).contains(&alert) {
+                TlsFailure::Certificate
+            } else {
+                TlsFailure::Protocol
+            };
+            let who = if ours { "" } else { "the server refused the handshake: " };
+            return Some(ConnectError::Tls {
+                kind,
+                message: format!("{who}{reason} (QUIC, TLS alert {alert})"),
+            });
+        }
+        let message = format!("QUIC handshake with {} failed: {lost}", self.remote);
+        Some(ConnectError::Io { kind: std::io::ErrorKind::ConnectionAborted, message })
     }
 
     /// Closes the connection gracefully (H3_NO_ERROR); open requests fail.
@@ -473,13 +671,18 @@ impl H3Conn {
     /// Writes what a stream has queued, as far as flow control allows.
     fn flush(&mut self, key: u64) {
         let Some(r) = self.requests.get_mut(&key) else { return };
+        let was_full = r.queued() >= SEND_QUEUE;
         let mut send = self.conn.send_stream(r.id);
         match write_queue(&mut send, &mut r.out) {
             Ok(true) if r.finish && !r.sent => {
                 let _ = send.finish();
                 r.sent = true;
             }
-            Ok(_) => {}
+            Ok(_) => {
+                if was_full && !r.finish && r.queued() < SEND_QUEUE {
+                    self.events.push_back(H3Event::Writable { stream: key });
+                }
+            }
             Err(()) => {
                 // Stopped by the server or closed: the request side is over.
                 r.out.clear();
@@ -495,15 +698,21 @@ impl H3Conn {
         let _ = write_queue(&mut self.conn.send_stream(*id), out);
     }
 
-    /// Every stream's readable bytes: `(bytes, fin, reset code)`.
-    fn read(&mut self, id: StreamId, into: &mut BytesMut) -> (bool, Option<u64>) {
+    /// A stream's readable bytes, at most `budget` of them: `(fin, reset code)`.
+    fn read(&mut self, id: StreamId, into: &mut BytesMut, mut budget: usize) -> (bool, Option<u64>) {
         let mut recv = self.conn.recv_stream(id);
         let Ok(mut chunks) = recv.read(true) else { return (false, None) };
         let mut fin = false;
         let mut reset = None;
         loop {
-            match chunks.next(usize::MAX) {
-                Ok(Some(chunk)) => into.extend_from_slice(&chunk.bytes),
+            if budget == 0 {
+                break;
+            }
+            match chunks.next(budget) {
+                Ok(Some(chunk)) => {
+                    budget -= chunk.bytes.len();
+                    into.extend_from_slice(&chunk.bytes);
+                }
                 Ok(None) => {
                     fin = true;
                     break;
@@ -524,11 +733,19 @@ impl H3Conn {
             // A stream we no longer want: its bytes are dropped unread.
             return;
         };
-        let (fin, reset) = self.read(r.id, &mut r.recv);
+        // Read no further than the stream's window past what the owner holds
+        // (never less than a frame header's worth while it holds nothing).
+        let window = self.config.stream_window as usize;
+        let budget =
+            window.saturating_sub(r.held + r.recv.len()).max(if r.held == 0 { 16 * 1024 } else { 0 });
+        let (fin, reset) = self.read(r.id, &mut r.recv, budget);
         loop {
             match r.stream.recv(&mut r.recv, fin) {
                 Ok(Some(event)) => {
                     let end = matches!(event, ResponseEvent::End);
+                    if let ResponseEvent::Data(data) = &event {
+                        r.held += data.len();
+                    }
                     self.events.push_back(H3Event::Response { stream: key, event });
                     if end {
                         // The response is whole; a request body still going is
@@ -564,7 +781,7 @@ impl H3Conn {
 
     fn on_uni_readable(&mut self, now: Instant, key: u64) {
         let Some((id, mut buf)) = self.uni.remove(&key) else { return };
-        let (fin, reset) = self.read(id, &mut buf);
+        let (fin, reset) = self.read(id, &mut buf, usize::MAX);
         loop {
             // A reset stream is over as a finished one is (a critical one's
             // end closes the connection either way).
@@ -611,7 +828,13 @@ impl H3Conn {
                     }
                     self.events.push_back(H3Event::Connected);
                 }
-                Event::ConnectionLost { reason } => self.fail_all(&reason.to_string()),
+                Event::ConnectionLost { reason } => {
+                    self.fail_all(&reason.to_string());
+                    self.lost = Some(reason);
+                }
+                Event::Stream(StreamEvent::Available { dir: Dir::Bi }) => {
+                    self.events.push_back(H3Event::StreamsAvailable);
+                }
                 Event::Stream(StreamEvent::Opened { dir: Dir::Uni }) => {
                     while let Some(id) = self.conn.streams().accept(Dir::Uni) {
                         let key = stream_key(id);
@@ -640,7 +863,11 @@ impl H3Conn {
                     // already have answered): stop sending, keep reading.
                     if let Some(r) = self.requests.get_mut(&stream_key(id)) {
                         r.out.clear();
+                        let streaming = !r.finish;
                         r.sent = true;
+                        if streaming {
+                            self.events.push_back(H3Event::Writable { stream: stream_key(id) });
+                        }
                     }
                 }
                 _ => {}

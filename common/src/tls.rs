@@ -197,7 +197,12 @@ impl TlsConfigs {
     /// No roots at all, a bad root or a bad client certificate.
     pub fn build(settings: &TlsSettings) -> Result<TlsConfigs, String> {
         let base = base_config(settings)?;
-        let lists = [vec![Protocol::Http2, Protocol::Http1], vec![Protocol::Http1], vec![Protocol::Http2]];
+        let lists = [
+            vec![Protocol::Http2, Protocol::Http1],
+            vec![Protocol::Http1],
+            vec![Protocol::Http2],
+            vec![Protocol::Http3],
+        ];
         let configs = lists
             .into_iter()
             .map(|list| {
@@ -256,6 +261,17 @@ pub fn negotiated(
         _ => None,
     };
     let leaf = session.peer_certificates().and_then(|chain| chain.first());
+    (alpn, leaf_facts(leaf, verification, peer))
+}
+
+/// [`negotiated`]'s facts from a verified chain's leaf, however the handshake
+/// ran (TLS over TCP, or inside QUIC for HTTP/3).
+#[must_use]
+pub fn leaf_facts(
+    leaf: Option<&CertificateDer<'_>>,
+    verification: Verification,
+    peer: Option<std::net::IpAddr>,
+) -> TlsFacts {
     let mut facts = leaf.map(facts).unwrap_or_default();
     facts.unverified = verification.unverified;
     facts.caller_verifier = verification.caller_verifier;
@@ -268,7 +284,7 @@ pub fn negotiated(
             facts.ip_addresses.push(ip);
         }
     }
-    (alpn, facts)
+    facts
 }
 
 fn facts(leaf: &CertificateDer<'_>) -> TlsFacts {

@@ -321,6 +321,10 @@ pub enum Protocol {
     Http2,
     /// HTTP/2 over cleartext without negotiation ("prior knowledge", RFC 9113 §3.3).
     H2PriorKnowledge,
+    /// HTTP/3 (RFC 9114): QUIC over UDP to the origin itself, ALPN `h3`
+    /// inside QUIC's TLS. An Address that lists it lists it alone (its routes
+    /// are UDP routes; the race against TCP pairs it with a TCP Address).
+    Http3,
 }
 
 impl Protocol {
@@ -331,7 +335,14 @@ impl Protocol {
             Protocol::Http1 => Some(b"http/1.1"),
             Protocol::Http2 => Some(b"h2"),
             Protocol::H2PriorKnowledge => None,
+            Protocol::Http3 => Some(b"h3"),
         }
+    }
+    /// Whether connections speaking it may be shared with other hosts their
+    /// certificate covers (BEHAVIOUR §5): HTTP/2 and HTTP/3, over TLS.
+    #[must_use]
+    pub fn is_coalescable(self) -> bool {
+        matches!(self, Protocol::Http2 | Protocol::Http3)
     }
     /// Whether this protocol carries many exchanges at once.
     #[must_use]
@@ -346,6 +357,7 @@ impl fmt::Display for Protocol {
             Protocol::Http1 => "http/1.1",
             Protocol::Http2 => "h2",
             Protocol::H2PriorKnowledge => "h2c (prior knowledge)",
+            Protocol::Http3 => "h3",
         })
     }
 }
@@ -404,6 +416,15 @@ pub enum AddressError {
     },
     /// HTTP/2 prior knowledge was combined with other protocols.
     H2PriorKnowledgeNotAlone,
+    /// HTTP/3 asked where it cannot run: it needs `https`, a direct route
+    /// (QUIC goes to the origin itself: no proxy, no Unix socket, no
+    /// connector hook, no tunnel) and to be the Address's only protocol.
+    Http3Unusable {
+        /// The host of the refused URL.
+        host: String,
+        /// What rules it out.
+        reason: &'static str,
+    },
     /// A cleartext Address needs HTTP/1.1 or HTTP/2 prior knowledge (there is no
     /// ALPN without TLS).
     NoCleartextProtocol {
@@ -439,6 +460,9 @@ impl fmt::Display for AddressError {
             }
             AddressError::H2PriorKnowledgeNotAlone => {
                 f.write_str("h2 prior knowledge cannot be combined with other protocols")
+            }
+            AddressError::Http3Unusable { host, reason } => {
+                write!(f, "HTTP/3 cannot be used for {host}: {reason}")
             }
             AddressError::NoCleartextProtocol { host } => {
                 write!(f, "http://{host} needs http/1.1 or h2 prior knowledge among the protocols")
@@ -666,6 +690,12 @@ impl Address {
             Protocol::Http1
         }
     }
+    /// Whether connections to this Address are QUIC connections speaking
+    /// HTTP/3 ([`Protocol::Http3`]): their routes are UDP routes.
+    #[must_use]
+    pub fn is_quic(&self) -> bool {
+        self.0 .0.protocols.first() == Some(&Protocol::Http3)
+    }
     /// Whether every field but the host is equal: the first condition for
     /// coalescing (BEHAVIOUR §5).
     #[must_use]
@@ -816,6 +846,23 @@ impl AddressBuilder {
             }
             if protocols.len() > 1 {
                 return Err(AddressError::H2PriorKnowledgeNotAlone);
+            }
+        }
+        if protocols.contains(&Protocol::Http3) {
+            let unusable = |reason| Err(AddressError::Http3Unusable { host: name(), reason });
+            if protocols.len() > 1 {
+                return unusable("it cannot be combined with other protocols (QUIC is its own transport)");
+            }
+            if self.scheme != Scheme::Https {
+                return unusable("it needs https");
+            }
+            if self.proxy.as_ref().is_some_and(|p| *p != Proxy::Direct) {
+                return unusable("QUIC goes to the origin itself, never through a proxy");
+            }
+            if self.unix.is_some() || self.no_dns {
+                return unusable(
+                    "QUIC needs UDP to the origin's addresses (no Unix socket or connector hook)",
+                );
             }
         }
         if self.scheme == Scheme::Http && !self.tunnel {

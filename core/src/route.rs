@@ -94,6 +94,20 @@ impl Route {
     pub fn requires_tls(&self) -> bool {
         self.address.is_https() && !self.address.is_tunnel()
     }
+    /// Whether this is a UDP route carrying QUIC (an HTTP/3 Address): its
+    /// connect attempt is QUIC's handshake, which holds TLS too.
+    ///
+    /// ```
+    /// # use switchyard_core::{Address, Protocol, Proxy, Route, Scheme};
+    /// let a = Address::builder(Scheme::Https, "example.com", 443).protocols([Protocol::Http3]).build().unwrap();
+    /// let r = Route::new(a, Proxy::Direct, "10.0.0.1:443".parse().unwrap());
+    /// assert!(r.is_quic() && r.requires_tls());
+    /// assert_eq!(r.to_string(), "example.com at 10.0.0.1:443 over QUIC");
+    /// ```
+    #[must_use]
+    pub fn is_quic(&self) -> bool {
+        self.address.is_quic()
+    }
     /// Whether an HTTP `CONNECT` tunnel must be opened through the proxy first.
     #[must_use]
     pub fn requires_tunnel(&self) -> bool {
@@ -153,6 +167,9 @@ impl fmt::Display for Route {
                 _ => " via proxy ",
             };
             write!(f, "{via}{}", self.socket_addr)?;
+        }
+        if self.is_quic() {
+            f.write_str(" over QUIC")?;
         }
         Ok(())
     }

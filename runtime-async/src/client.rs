@@ -715,12 +715,22 @@ async fn run_call(
                     shared.settings.read_timeout,
                     shared.settings.driver.write_timeout,
                 );
-                let req = crate::h2::Request { parts, body, facts: owner.facts(), limits };
-                // Boxed: the HTTP/2 exchange's state is the larger of the
-                // two; inline it would size every call's state (HTTP/1.1's
-                // too) past the allocator's small-object cache.
-                let exchange = Box::pin(crate::h2::exchange(shared, call, connection, handle, req));
-                owner.answered(exchange.await, None)
+                match handle {
+                    crate::connect::Mux::H2(handle) => {
+                        let req = crate::h2::Request { parts, body, facts: owner.facts(), limits };
+                        // Boxed: the HTTP/2 exchange's state is the larger of the
+                        // two; inline it would size every call's state (HTTP/1.1's
+                        // too) past the allocator's small-object cache.
+                        let exchange = Box::pin(crate::h2::exchange(shared, call, connection, handle, req));
+                        owner.answered(exchange.await, None)
+                    }
+                    #[cfg(feature = "http3")]
+                    crate::connect::Mux::H3(handle) => {
+                        let req = crate::h3::Request { parts, body, facts: owner.facts(), limits };
+                        let exchange = Box::pin(crate::h3::exchange(shared, call, connection, handle, req));
+                        owner.answered(exchange.await, None)
+                    }
+                }
             }
         };
         let failure = match answered {

@@ -23,29 +23,61 @@ use crate::h2::H2Handle;
 use crate::runtime::{BoxFuture, Io, Task};
 use crate::shared::{IoState, Lease, Shared, State, TimerPlan};
 
+/// A connect attempt's socket: a byte stream (TCP, TLS, a tunnel, a Unix
+/// socket, a connector hook's), or a QUIC connection on its way up.
+pub(crate) enum Sock {
+    /// A byte stream, for HTTP/1.1 and HTTP/2.
+    Stream(Io),
+    /// A QUIC connection, for HTTP/3.
+    #[cfg(feature = "http3")]
+    Quic(Box<crate::h3::Quic>),
+}
+
+/// A shared handle on a multiplexed connection: HTTP/2's, or HTTP/3's.
+#[derive(Clone, Debug)]
+pub(crate) enum Mux {
+    /// HTTP/2.
+    H2(H2Handle),
+    /// HTTP/3.
+    #[cfg(feature = "http3")]
+    H3(crate::h3::H3Handle),
+}
+
 impl Adapter for Shared {
-    type Socket = Io;
+    type Socket = Sock;
     type Wire = Wire;
     type Task = Box<dyn Task>;
-    type H2 = H2Handle;
+    type H2 = Mux;
     type Job = (ConnectionId, BoxFuture<()>);
     type Waiter = oneshot::Sender<Result<Lease, AcquireError>>;
     type Local = TimerPlan;
 
-    fn install(&self, connection: ConnectionId, protocol: Protocol, socket: Io) -> Option<Installed<Self>> {
-        Some(match protocol {
-            Protocol::Http1 => Installed::Http1(Box::new(H1Conn {
+    fn install(&self, connection: ConnectionId, protocol: Protocol, socket: Sock) -> Option<Installed<Self>> {
+        Some(match (protocol, socket) {
+            (Protocol::Http1, Sock::Stream(socket)) => Installed::Http1(Box::new(H1Conn {
                 wire: Wire::new(socket),
                 conn: switchyard_core::http1::Conn::new(self.settings.driver),
             })),
-            Protocol::Http2 | Protocol::H2PriorKnowledge => {
+            (Protocol::Http2 | Protocol::H2PriorKnowledge, Sock::Stream(socket)) => {
                 let (handle, job) = crate::h2::prepare(self, socket, connection);
-                Installed::Http2(handle, (connection, job))
+                Installed::Http2(Mux::H2(handle), (connection, job))
             }
+            #[cfg(feature = "http3")]
+            (Protocol::Http3, Sock::Quic(quic)) => {
+                let (handle, job) = crate::h3::prepare(self, *quic, connection);
+                Installed::Http2(Mux::H3(handle), (connection, job))
+            }
+            // A protocol its socket cannot carry: refused (closed as failed).
+            _ => return None,
         })
     }
 
-    fn local_addr(&self, socket: &Io) -> Option<std::net::SocketAddr> {
+    fn local_addr(&self, socket: &Sock) -> Option<std::net::SocketAddr> {
+        #[allow(irrefutable_let_patterns)]
+        let Sock::Stream(socket) = socket
+        else {
+            return None;
+        };
         // Over TLS, the TCP stream inside; else the runtime's own stream.
         let any: &dyn std::any::Any = &**socket;
         match any.downcast_ref::<tokio_rustls::client::TlsStream<Io>>() {
@@ -54,8 +86,12 @@ impl Adapter for Shared {
         }
     }
 
-    fn lease_h2(&self, handle: &H2Handle, source: switchyard_core::Source) -> H2Handle {
-        handle.leased(source)
+    fn lease_h2(&self, handle: &Mux, source: switchyard_core::Source) -> Mux {
+        match handle {
+            Mux::H2(h) => Mux::H2(h.leased(source)),
+            #[cfg(feature = "http3")]
+            Mux::H3(h) => Mux::H3(h.leased(source)),
+        }
     }
 }
 
@@ -108,6 +144,32 @@ impl EngineHost for Shared {
                     );
                 }
             },
+            #[cfg(feature = "http3")]
+            Effect::Connect { attempt, route } if route.is_quic() => {
+                let me = Arc::clone(self);
+                let task = Box::pin(async move {
+                    let result = crate::h3::connect(&me, &route).await.map(|q| Sock::Quic(Box::new(q)));
+                    let stale =
+                        me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result));
+                    drop(stale);
+                });
+                self.start_attempt(attempt, task);
+            }
+            #[cfg(not(feature = "http3"))]
+            Effect::Connect { attempt, route } if route.is_quic() => {
+                let why = std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "HTTP/3 needs the adapter's `http3` feature (QUIC)",
+                );
+                let me = Arc::clone(self);
+                let task = Box::pin(async move {
+                    let result = Err(ConnectError::from_io(&why));
+                    let stale =
+                        me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result));
+                    drop(stale);
+                });
+                self.start_attempt(attempt, task);
+            }
             Effect::Connect { attempt, route } => {
                 let connecting = match (&self.settings.connector, route.unix_socket(), &self.settings.tcp) {
                     (Some(hook), _, _) => hook.0.connect(&route),
@@ -117,7 +179,7 @@ impl EngineHost for Shared {
                 };
                 let me = Arc::clone(self);
                 let task = Box::pin(async move {
-                    let result = connecting.await.map_err(|e| ConnectError::from_io(&e));
+                    let result = connecting.await.map(Sock::Stream).map_err(|e| ConnectError::from_io(&e));
                     let stale =
                         me.input(|st, now| st.io.engine.handle_connected(&mut st.pool, now, attempt, result));
                     drop(stale); // a cancelled attempt's socket closes here
@@ -133,7 +195,15 @@ impl EngineHost for Shared {
                     let tunnelled = || {
                         me.input(|st, now| st.io.engine.handle_tunnelled(&mut st.pool, now, attempt));
                     };
-                    let result = establish(socket, &route, (config, verification), tunnelled).await;
+                    let result = match socket {
+                        Sock::Stream(io) => establish(io, &route, (config, verification), tunnelled)
+                            .await
+                            .map(|(io, alpn, facts)| (Sock::Stream(io), alpn, facts)),
+                        #[cfg(feature = "http3")]
+                        Sock::Quic(quic) => crate::h3::handshake(*quic, &route, verification)
+                            .await
+                            .map(|(q, facts)| (Sock::Quic(Box::new(q)), Some(Protocol::Http3), Some(facts))),
+                    };
                     let stale = me
                         .input(|st, now| st.io.engine.handle_established(&mut st.pool, now, attempt, result));
                     drop(stale);
@@ -154,8 +224,16 @@ impl EngineHost for Shared {
                     self.give_back(call, lease);
                 }
             }
-            Effect::Ping { connection, handle } => crate::h2::ping(self, connection, &handle),
-            Effect::End { handle, reason, .. } => crate::h2::end(&handle, reason),
+            Effect::Ping { connection, handle } => match &handle {
+                Mux::H2(h) => crate::h2::ping(self, connection, h),
+                #[cfg(feature = "http3")]
+                Mux::H3(h) => crate::h3::ping(h),
+            },
+            Effect::End { handle, reason, .. } => match &handle {
+                Mux::H2(h) => crate::h2::end(h, reason),
+                #[cfg(feature = "http3")]
+                Mux::H3(h) => crate::h3::end(h, reason),
+            },
             Effect::Probe { .. } => {} // judged in `carry_out`
             // Dropping the socket (or the HTTP/2 handle) closes it.
             Effect::Close(closed) => drop::<Closed<Self>>(closed),

@@ -26,6 +26,8 @@ mod copy;
 pub mod gateway;
 mod h1;
 mod h2;
+#[cfg(feature = "http3")]
+mod h3;
 mod manager;
 pub mod redirect;
 mod response;
@@ -37,7 +39,7 @@ pub use body::{Body, BodyClosed, BodySender, BoxError};
 pub use client::{Client, ClientService, RequestBuilder};
 pub use manager::{Manager, ManagerBuilder, ServerHandle};
 pub use response::{BodyReader, Response, ResponseBody, ResponseExt};
-pub use runtime::{AsyncIo, BoxFuture, Connecting, Io, Runtime, Task};
+pub use runtime::{connected_udp, AsyncIo, BoxFuture, Connecting, Io, Runtime, Task, UdpIo};
 pub use switchyard_common::transport::{by_name, Connect, TcpKeepalive, TcpOptions};
 pub use switchyard_core::Route;
 pub use upgrade::Upgraded;

@@ -47,6 +47,8 @@ enum Inner {
     Empty,
     H1(Box<H1Body>),
     H2(Box<H2Body>),
+    #[cfg(feature = "http3")]
+    H3(Box<crate::h3::H3Body>),
     /// A body decoded by a layer (the `decompression` feature).
     #[cfg(feature = "decompression")]
     Decoded(Box<Decoded>),
@@ -101,6 +103,8 @@ impl Inner {
             Inner::Empty => Poll::Ready(Ok(None)),
             Inner::H1(b) => b.poll_chunk(cx),
             Inner::H2(b) => b.poll_chunk(cx),
+            #[cfg(feature = "http3")]
+            Inner::H3(b) => b.poll_chunk(cx),
             #[cfg(feature = "decompression")]
             Inner::Decoded(_) => unreachable!("a decoded body is read by poll_chunk directly"),
         }
@@ -129,6 +133,10 @@ impl ResponseBody {
     }
     pub(crate) fn h2(body: H2Body) -> ResponseBody {
         ResponseBody::with(Inner::H2(Box::new(body)), false)
+    }
+    #[cfg(feature = "http3")]
+    pub(crate) fn h3(body: crate::h3::H3Body) -> ResponseBody {
+        ResponseBody::with(Inner::H3(Box::new(body)), false)
     }
     pub(crate) fn set_owner(&mut self, shared: Arc<Shared>, call: CallId, uri: &http::Uri) {
         self.ledger.own(shared, call, uri);
@@ -175,6 +183,8 @@ impl ResponseBody {
         Poll::Ready(self.ledger.settle(next, || match inner {
             Inner::H1(b) => b.0.finish(),
             Inner::H2(b) => b.finish(),
+            #[cfg(feature = "http3")]
+            Inner::H3(b) => b.finish(),
             #[cfg(feature = "decompression")]
             Inner::Decoded(_) => {}
             Inner::Empty => {}
@@ -260,6 +270,8 @@ impl ResponseBody {
                 None => "the server did not switch protocols (no 101 Switching Protocols)",
             },
             Inner::H2(_) => "it came over HTTP/2, which has no protocol switch",
+            #[cfg(feature = "http3")]
+            Inner::H3(_) => "it came over HTTP/3, which has no protocol switch",
             #[cfg(feature = "decompression")]
             Inner::Decoded(_) => "its body is being decoded (Content-Encoding)",
             Inner::Empty => "it was not received on a connection",
@@ -273,6 +285,8 @@ impl ResponseBody {
         match &self.inner {
             Inner::H1(b) => b.0.trailers.as_ref(),
             Inner::H2(b) => b.trailers.as_ref(),
+            #[cfg(feature = "http3")]
+            Inner::H3(b) => b.trailers.as_ref(),
             #[cfg(feature = "decompression")]
             Inner::Decoded(d) => d.trailers.as_ref(),
             Inner::Empty => None,
@@ -287,6 +301,8 @@ impl ResponseBody {
                 Inner::Empty => true,
                 Inner::H1(b) => b.0.is_done(),
                 Inner::H2(b) => b.is_done(),
+                #[cfg(feature = "http3")]
+                Inner::H3(b) => b.is_done(),
                 #[cfg(feature = "decompression")]
                 Inner::Decoded(d) => d.done,
             }

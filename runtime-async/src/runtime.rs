@@ -27,6 +27,41 @@ pub type Connecting = BoxFuture<io::Result<Io>>;
 
 use switchyard_common::transport::TcpOptions;
 
+/// A UDP socket connected to one peer (QUIC for HTTP/3): datagrams out and
+/// in, as polls. Connected, so the system filters what arrives and reports
+/// an ICMP "port unreachable" as a refused receive (a server with no UDP
+/// listener fails its QUIC attempt at once instead of timing out).
+pub trait UdpIo: Send + Sync + 'static {
+    /// Sends one datagram to the peer.
+    ///
+    /// # Errors
+    /// The system's send error.
+    fn poll_send(&self, cx: &mut std::task::Context<'_>, datagram: &[u8]) -> Poll<io::Result<usize>>;
+    /// Receives one datagram from the peer into `buf`: its length.
+    ///
+    /// # Errors
+    /// The system's receive error (`ConnectionRefused` after an ICMP
+    /// port-unreachable).
+    fn poll_recv(&self, cx: &mut std::task::Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
+}
+
+/// Binds a non-blocking UDP socket of `peer`'s family on any port and
+/// connects it to `peer` (for [`Runtime::connect_udp`] implementations).
+///
+/// # Errors
+/// The system refused the socket, the bind or the connect.
+pub fn connected_udp(peer: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let local: SocketAddr = if peer.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = std::net::UdpSocket::bind(local)?;
+    socket.connect(peer)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
 /// A spawned task. Dropping the handle detaches the task; [`Task::abort`] cancels
 /// it (dropping whatever it owns, such as a connecting socket).
 pub trait Task: Send {
@@ -127,6 +162,13 @@ pub trait Runtime: Send + Sync + 'static {
     fn connect_unix(&self, path: &std::path::Path) -> BoxFuture<io::Result<Io>> {
         let what = format!("this runtime cannot connect to Unix socket {}", path.display());
         Box::pin(async move { Err(io::Error::new(io::ErrorKind::Unsupported, what)) })
+    }
+    /// A UDP socket connected to `peer` (QUIC, for HTTP/3), registered with
+    /// this runtime's reactor; called from a task running on the runtime.
+    /// Default: an "unsupported" error (the QUIC attempt fails, typed).
+    fn connect_udp(&self, peer: SocketAddr) -> io::Result<Box<dyn UdpIo>> {
+        let what = format!("this runtime has no UDP sockets (QUIC to {peer})");
+        Err(io::Error::new(io::ErrorKind::Unsupported, what))
     }
     /// Runs blocking work (a DNS lookup) off the executor's threads.
     fn unblock(

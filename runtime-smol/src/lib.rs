@@ -225,6 +225,11 @@ impl Drop for Spawned {
 }
 
 impl Runtime for Smol {
+    fn connect_udp(&self, peer: SocketAddr) -> io::Result<Box<dyn switchyard_async::UdpIo>> {
+        let socket = smol::Async::new_nonblocking(switchyard_async::connected_udp(peer)?)?;
+        Ok(Box::new(QuicUdp(socket)))
+    }
+
     fn call_span(method: &http::Method, uri: &http::Uri) -> tracing::Span {
         switchyard_async::switchyard_common::call_span!("switchyard_smol", method, uri)
     }
@@ -311,5 +316,39 @@ impl Runtime for Smol {
         work: Box<dyn FnOnce() -> io::Result<Vec<IpAddr>> + Send>,
     ) -> BoxFuture<io::Result<Vec<IpAddr>>> {
         Box::pin(smol::unblock(work))
+    }
+}
+
+/// A connected UDP socket on async-io's reactor (QUIC, for HTTP/3).
+struct QuicUdp(smol::Async<std::net::UdpSocket>);
+
+impl switchyard_async::UdpIo for QuicUdp {
+    fn poll_send(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        datagram: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            match self.0.get_ref().send(datagram) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(self.0.poll_writable(cx))?;
+                }
+                done => return std::task::Poll::Ready(done),
+            }
+        }
+    }
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            match self.0.get_ref().recv(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(self.0.poll_readable(cx))?;
+                }
+                done => return std::task::Poll::Ready(done),
+            }
+        }
     }
 }

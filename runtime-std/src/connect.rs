@@ -72,6 +72,13 @@ impl EngineHost for Shared {
             }
             // A TCP connect: the calling thread's own first one starts on it
             // (see `dial`), any other on a worker thread.
+            Effect::Connect { attempt, route } if route.is_quic() => {
+                let why = std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!("HTTP/3 (QUIC) is not available on the blocking adapter: {route}"),
+                );
+                self.attempt_not_started(attempt, ConnectError::from_io(&why));
+            }
             Effect::Connect { attempt, route }
                 if self.settings.connector.is_none() && route.unix_socket().is_none() =>
             {
@@ -209,6 +216,8 @@ impl Adapter for Shared {
                     }
                 }
             }
+            // No QUIC here: its attempts fail before they connect.
+            Protocol::Http3 => return None,
         })
     }
 

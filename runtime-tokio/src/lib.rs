@@ -278,6 +278,11 @@ impl Task for Spawned {
 }
 
 impl Runtime for Tokio {
+    fn connect_udp(&self, peer: SocketAddr) -> io::Result<Box<dyn switchyard_async::UdpIo>> {
+        let socket = tokio::net::UdpSocket::from_std(switchyard_async::connected_udp(peer)?)?;
+        Ok(Box::new(TokioUdp(socket)))
+    }
+
     fn call_span(method: &http::Method, uri: &http::Uri) -> tracing::Span {
         switchyard_async::switchyard_common::call_span!("switchyard_tokio", method, uri)
     }
@@ -375,4 +380,26 @@ impl Runtime for Tokio {
 #[cfg(unix)]
 fn unix_error(path: &std::path::Path, e: &io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("Unix socket {}: {e}", path.display()))
+}
+
+/// A connected UDP socket on tokio's reactor (QUIC, for HTTP/3).
+struct TokioUdp(tokio::net::UdpSocket);
+
+impl switchyard_async::UdpIo for TokioUdp {
+    fn poll_send(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        datagram: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        self.0.poll_send(cx, datagram)
+    }
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let mut read = tokio::io::ReadBuf::new(buf);
+        std::task::ready!(self.0.poll_recv(cx, &mut read))?;
+        std::task::Poll::Ready(Ok(read.filled().len()))
+    }
 }

@@ -256,8 +256,18 @@ impl Pump {
                 H3Event::Failed { stream, failure } => format!("{stream}: failed: {failure}"),
                 H3Event::GoAway(id) => format!("goaway {id}"),
                 H3Event::Closed(why) => format!("closed: {why}"),
+                H3Event::StreamsAvailable => "streams available".to_owned(),
+                H3Event::Writable { stream } => format!("{stream}: writable"),
             });
+            // What the owner takes it has consumed: the stream reads on.
+            let taken = match &event {
+                H3Event::Response { stream, event: ResponseEvent::Data(d) } => Some((*stream, d.len())),
+                _ => None,
+            };
             on_event(event);
+            if let Some((stream, n)) = taken {
+                self.conn.consumed(Instant::now(), stream, n);
+            }
         }
     }
 

@@ -329,7 +329,7 @@ impl Pool {
                     CallState::Racing(racing) => racing.tls.remove(&attempt),
                     _ => None,
                 };
-                let tls = tls.filter(|_| protocol == Protocol::Http2);
+                let tls = tls.filter(|_| protocol.is_coalescable());
                 self.warm_won(now, call_id, attempt, route, protocol, tls);
             }
             Some(Action::Failed(error)) if self.is_warm_call(call_id) => {
@@ -411,7 +411,7 @@ impl Pool {
         };
         self.stop_race(now, call_id);
         let address = self.calls[&call_id].address.clone();
-        let tls = tls.filter(|_| protocol == Protocol::Http2);
+        let tls = tls.filter(|_| protocol.is_coalescable());
         let id = self.open_connection(now, attempt, &address, route, protocol, tls);
         // Post-connect de-duplication (the new connection is not indexed yet, so it
         // cannot find itself): an eligible multiplexed connection that appeared

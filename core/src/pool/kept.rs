@@ -126,7 +126,7 @@ impl Pool {
         if k.route.requires_tls() {
             self.emit(now, Some(attempt.call()), EventKind::SecureConnectEnd { attempt, protocol });
         }
-        let tls = tls.filter(|_| protocol == crate::address::Protocol::Http2);
+        let tls = tls.filter(|_| protocol.is_coalescable());
         self.kept_ready(now, attempt, k, protocol, tls);
     }
 

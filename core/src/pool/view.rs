@@ -169,7 +169,7 @@ impl Connection {
     }
     pub(super) fn coalescable(&self) -> bool {
         self.usable()
-            && self.protocol == Protocol::Http2
+            && self.protocol.is_coalescable()
             && !self.no_coalescing
             && self.tls.is_some()
             && *self.route.proxy() == Proxy::Direct

@@ -171,7 +171,7 @@ impl Pool {
     fn await_pending_connect(&self, now: Instant, address: &Address) -> bool {
         let prior_knowledge = address.protocols().contains(&Protocol::H2PriorKnowledge);
         let may_negotiate = address.is_https() && address.protocols().contains(&Protocol::Http2);
-        if !self.config.await_pending_http2 || !(prior_knowledge || may_negotiate) {
+        if !self.config.await_pending_http2 || !(prior_knowledge || may_negotiate || address.is_quic()) {
             return false;
         }
         let known_http1 = self
