@@ -30,6 +30,14 @@ pub enum HttpVersion {
     Http1Only,
     /// HTTP/2 only: ALPN `h2` over TLS, prior knowledge over cleartext.
     Http2Only,
+    /// HTTP/3 first (curl's `--http3`): for `https`, QUIC and TCP are raced
+    /// per address — QUIC first, TCP one attempt delay (250 ms) later or at
+    /// once when QUIC fails — and the first connected wins; a network where
+    /// QUIC fails is remembered per address family, so later calls go
+    /// straight to TCP for a while. `http` URLs use HTTP/1.1. Needs the
+    /// adapter's `http3` feature (tokio, smol); without it QUIC attempts
+    /// fail at once and TCP carries every call.
+    Http3,
     /// HTTP/3 only (curl's `--http3-only`): QUIC over UDP to the origin, for
     /// `https` URLs; no fallback to TCP. An `http` URL, a proxy, a Unix
     /// socket or a connector hook is a typed error (QUIC goes to the origin
@@ -353,6 +361,8 @@ impl Config {
             (HttpVersion::Http2Only, true) => &[Protocol::Http2],
             (HttpVersion::Http2Only, false) => &[Protocol::H2PriorKnowledge],
             (HttpVersion::Http3Only, _) => &[Protocol::Http3],
+            (HttpVersion::Http3, true) => &[Protocol::Http3, Protocol::Http2, Protocol::Http1],
+            (HttpVersion::Http3, false) => &[Protocol::Http1],
         };
         builder
             .protocols(protocols.iter().copied())

@@ -322,8 +322,9 @@ pub enum Protocol {
     /// HTTP/2 over cleartext without negotiation ("prior knowledge", RFC 9113 §3.3).
     H2PriorKnowledge,
     /// HTTP/3 (RFC 9114): QUIC over UDP to the origin itself, ALPN `h3`
-    /// inside QUIC's TLS. An Address that lists it lists it alone (its routes
-    /// are UDP routes; the race against TCP pairs it with a TCP Address).
+    /// inside QUIC's TLS. Alone, every route is a QUIC route; beside TCP's
+    /// protocols, each address gets a QUIC route tried first and a TCP route
+    /// one attempt delay later (the first connected wins).
     Http3,
 }
 
@@ -416,9 +417,10 @@ pub enum AddressError {
     },
     /// HTTP/2 prior knowledge was combined with other protocols.
     H2PriorKnowledgeNotAlone,
-    /// HTTP/3 asked where it cannot run: it needs `https`, a direct route
-    /// (QUIC goes to the origin itself: no proxy, no Unix socket, no
-    /// connector hook, no tunnel) and to be the Address's only protocol.
+    /// HTTP/3 asked where it cannot run: it needs `https`, and when it is
+    /// the only protocol, a direct route (QUIC goes to the origin itself: no
+    /// proxy, no Unix socket, no connector hook). Beside TCP's protocols,
+    /// routes through a proxy are simply TCP routes.
     Http3Unusable {
         /// The host of the refused URL.
         host: String,
@@ -516,6 +518,8 @@ struct AddressInner {
     no_dns: bool,
     /// Connections are raw byte streams for a tunnel (no TLS, no HTTP).
     tunnel: bool,
+    /// The UDP port QUIC is tried on, when HTTP/3 is offered beside TCP.
+    http3_port: Option<u16>,
 }
 
 // The pool looks Addresses up on every acquire and release: the hash is computed
@@ -588,6 +592,7 @@ impl Address {
             unix: None,
             no_dns: false,
             tunnel: false,
+            http3_port: None,
         }
     }
 
@@ -690,11 +695,33 @@ impl Address {
             Protocol::Http1
         }
     }
-    /// Whether connections to this Address are QUIC connections speaking
-    /// HTTP/3 ([`Protocol::Http3`]): their routes are UDP routes.
+    /// Whether connections to this Address are only QUIC connections
+    /// speaking HTTP/3 ([`Protocol::Http3`] alone): every route is a UDP route.
     #[must_use]
     pub fn is_quic(&self) -> bool {
-        self.0 .0.protocols.first() == Some(&Protocol::Http3)
+        self.0 .0.protocols == [Protocol::Http3]
+    }
+    /// Whether HTTP/3 is offered beside TCP's protocols: the race tries QUIC
+    /// first, on [`Address::http3_port`], and TCP after it.
+    #[must_use]
+    pub fn offers_http3(&self) -> bool {
+        self.0 .0.protocols.len() > 1 && self.0 .0.protocols.contains(&Protocol::Http3)
+    }
+    /// The UDP port of QUIC routes, when HTTP/3 is offered (alone, the
+    /// Address's own port; beside TCP, the port an `Alt-Svc` field or an
+    /// HTTPS record advertised, else the Address's port).
+    #[must_use]
+    pub fn http3_port(&self) -> Option<u16> {
+        let a = &self.0 .0;
+        a.protocols.contains(&Protocol::Http3).then(|| a.http3_port.unwrap_or(a.port))
+    }
+    /// The protocols offered over TCP (ALPN's list): all but HTTP/3.
+    #[must_use]
+    pub fn tcp_protocols(&self) -> &[Protocol] {
+        match self.0 .0.protocols.split_first() {
+            Some((Protocol::Http3, rest)) => rest,
+            _ => &self.0 .0.protocols,
+        }
     }
     /// Whether every field but the host is equal: the first condition for
     /// coalescing (BEHAVIOUR §5).
@@ -731,9 +758,16 @@ pub struct AddressBuilder {
     unix: Option<std::path::PathBuf>,
     no_dns: bool,
     tunnel: bool,
+    http3_port: Option<u16>,
 }
 
 impl AddressBuilder {
+    /// The UDP port QUIC is tried on when HTTP/3 is offered beside TCP (an
+    /// `Alt-Svc` field's or an HTTPS record's port). Default: the Address's.
+    pub fn http3_port(mut self, port: u16) -> Self {
+        self.http3_port = Some(port);
+        self
+    }
     /// Connects to this Unix-domain socket instead of the host's addresses
     /// (no DNS, no proxy; the host still names the server in `Host` and, for
     /// `https`, in TLS). The path is part of the Address: connections to
@@ -848,13 +882,21 @@ impl AddressBuilder {
                 return Err(AddressError::H2PriorKnowledgeNotAlone);
             }
         }
+        let mut protocols = protocols;
         if protocols.contains(&Protocol::Http3) {
             let unusable = |reason| Err(AddressError::Http3Unusable { host: name(), reason });
-            if protocols.len() > 1 {
-                return unusable("it cannot be combined with other protocols (QUIC is its own transport)");
-            }
             if self.scheme != Scheme::Https {
                 return unusable("it needs https");
+            }
+        }
+        if protocols.contains(&Protocol::Http3) && protocols.len() > 1 {
+            // Beside TCP's protocols: QUIC first, the TCP list (ALPN's) after.
+            protocols.retain(|p| *p != Protocol::Http3);
+            protocols.insert(0, Protocol::Http3);
+        } else if protocols.contains(&Protocol::Http3) {
+            let unusable = |reason| Err(AddressError::Http3Unusable { host: name(), reason });
+            if self.tunnel {
+                return unusable("a tunnel carries raw bytes over TCP");
             }
             if self.proxy.as_ref().is_some_and(|p| *p != Proxy::Direct) {
                 return unusable("QUIC goes to the origin itself, never through a proxy");
@@ -874,6 +916,7 @@ impl AddressBuilder {
             }
         }
         let tls = (self.scheme == Scheme::Https).then_some(self.tls);
+        let protocols_offer_h3 = protocols.contains(&Protocol::Http3);
         let inner = AddressInner {
             scheme: self.scheme,
             host,
@@ -885,6 +928,7 @@ impl AddressBuilder {
             unix: self.unix,
             no_dns: self.no_dns,
             tunnel: self.tunnel,
+            http3_port: self.http3_port.filter(|_| protocols_offer_h3),
         };
         // A fixed-key hasher: the same Address hashes the same in every process.
         let mut hasher = std::hash::DefaultHasher::new();
@@ -1019,6 +1063,54 @@ mod tests {
         let c = uri("https://other.example/").unwrap();
         assert!(a.equal_except_host(&c));
         assert!(!a.equal_except_host(&other_tls));
+    }
+
+    #[test]
+    fn http3_alone_needs_https_and_the_origin_itself() {
+        let h3 = |scheme, f: fn(AddressBuilder) -> AddressBuilder| {
+            f(Address::builder(scheme, "example.com", 443).protocols([Protocol::Http3])).build()
+        };
+        let a = h3(Scheme::Https, |b| b).unwrap();
+        assert!(a.is_quic() && !a.offers_http3());
+        assert_eq!(a.http3_port(), Some(443));
+        let refused = |r: Result<Address, AddressError>| match r {
+            Err(AddressError::Http3Unusable { reason, .. }) => reason,
+            other => panic!("expected Http3Unusable, got {other:?}"),
+        };
+        assert_eq!(refused(h3(Scheme::Http, |b| b)), "it needs https");
+        let proxied = refused(h3(Scheme::Https, |b| b.proxy(Proxy::http("10.0.0.1", 3128).unwrap())));
+        assert!(proxied.contains("proxy"), "{proxied}");
+        assert!(refused(h3(Scheme::Https, |b| b.unix_socket("/tmp/s"))).contains("Unix socket"));
+        assert!(refused(h3(Scheme::Https, AddressBuilder::without_dns)).contains("connector"));
+    }
+
+    #[test]
+    fn http3_beside_tcp_goes_first_and_keeps_the_alpn_list_after_it() {
+        let a = Address::builder(Scheme::Https, "example.com", 443)
+            .protocols([Protocol::Http2, Protocol::Http3, Protocol::Http1])
+            .http3_port(8443)
+            .build()
+            .unwrap();
+        assert!(a.offers_http3() && !a.is_quic());
+        assert_eq!(a.protocols(), [Protocol::Http3, Protocol::Http2, Protocol::Http1]);
+        assert_eq!(a.tcp_protocols(), [Protocol::Http2, Protocol::Http1]);
+        assert_eq!(a.http3_port(), Some(8443));
+        // Through a proxy it stays valid: its routes there are TCP routes.
+        let proxied = Address::builder(Scheme::Https, "example.com", 443)
+            .protocols([Protocol::Http3, Protocol::Http1])
+            .proxy(Proxy::http("10.0.0.1", 3128).unwrap())
+            .build();
+        assert!(proxied.is_ok());
+        // An advertised port is part of the identity (another pool key).
+        let other_port = Address::builder(Scheme::Https, "example.com", 443)
+            .protocols([Protocol::Http3, Protocol::Http2, Protocol::Http1])
+            .build()
+            .unwrap();
+        assert_ne!(a, other_port);
+        // Without HTTP/3, a port for it is ignored.
+        let plain = Address::builder(Scheme::Https, "example.com", 443).http3_port(8443).build().unwrap();
+        assert_eq!(plain, Address::builder(Scheme::Https, "example.com", 443).build().unwrap());
+        assert_eq!(plain.http3_port(), None);
     }
 
     #[test]

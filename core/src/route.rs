@@ -18,6 +18,8 @@ pub struct Route {
     /// a proxy, shared. Either way a route stays small to move.
     proxy: Option<std::sync::Arc<Via>>,
     socket_addr: SocketAddr,
+    /// QUIC over UDP (HTTP/3) rather than TCP.
+    quic: bool,
 }
 
 /// A route's proxy, and the origin IP it is asked to reach when the client
@@ -37,7 +39,8 @@ impl Route {
     #[must_use]
     pub fn new(address: Address, proxy: Proxy, socket_addr: SocketAddr) -> Route {
         let proxy = (proxy != Proxy::Direct).then(|| std::sync::Arc::new(Via { proxy, target: None }));
-        Route { address, proxy, socket_addr }
+        let quic = address.is_quic();
+        Route { address, proxy, socket_addr, quic }
     }
     /// The same route asking its proxy for `ip` instead of the origin's name
     /// (SOCKS5 with local resolution: each route carries one of the origin's
@@ -106,7 +109,25 @@ impl Route {
     /// ```
     #[must_use]
     pub fn is_quic(&self) -> bool {
-        self.address.is_quic()
+        self.quic
+    }
+    /// A direct QUIC route to `socket_addr` for an Address that offers
+    /// HTTP/3 beside TCP ([`Address::offers_http3`]): the race tries it
+    /// first and TCP one attempt delay later.
+    ///
+    /// ```
+    /// # use switchyard_core::{Address, Protocol, Route, Scheme};
+    /// let a = Address::builder(Scheme::Https, "example.com", 443)
+    ///     .protocols([Protocol::Http3, Protocol::Http2, Protocol::Http1])
+    ///     .build()
+    ///     .unwrap();
+    /// let r = Route::quic(a, "10.0.0.1:443".parse().unwrap());
+    /// assert!(r.is_quic());
+    /// assert_eq!(r.to_string(), "example.com at 10.0.0.1:443 over QUIC");
+    /// ```
+    #[must_use]
+    pub fn quic(address: Address, socket_addr: SocketAddr) -> Route {
+        Route { address, proxy: None, socket_addr, quic: true }
     }
     /// Whether an HTTP `CONNECT` tunnel must be opened through the proxy first.
     #[must_use]
@@ -182,7 +203,17 @@ pub(crate) fn routes_for(
     ips: &[std::net::IpAddr],
     port: u16,
 ) -> Vec<Route> {
-    ips.iter().map(|ip| Route::new(address.clone(), proxy.clone(), SocketAddr::new(*ip, port))).collect()
+    let tcp = |ip: &std::net::IpAddr| Route::new(address.clone(), proxy.clone(), SocketAddr::new(*ip, port));
+    match address.http3_port() {
+        // HTTP/3 raced with TCP: per address, QUIC first, then TCP (the race
+        // starts TCP one attempt delay after QUIC, or at once when QUIC fails).
+        // Never through a proxy: QUIC goes to the origin itself.
+        Some(quic_port) if *proxy == Proxy::Direct && !address.is_quic() => ips
+            .iter()
+            .flat_map(|ip| [Route::quic(address.clone(), SocketAddr::new(*ip, quic_port)), tcp(ip)])
+            .collect(),
+        _ => ips.iter().map(tcp).collect(),
+    }
 }
 
 /// Routes through a SOCKS5 proxy that takes addresses (`socks5://`): one per

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::dns::Family;
+use crate::h3_race::{H3RaceConfig, QuicMemory};
 use crate::hash::FastMap;
 use crate::outlier::{OutlierChange, OutlierPolicy, Outliers};
 use crate::route::Route;
@@ -38,6 +40,10 @@ pub struct RouteDatabase {
     // Lookup only; nothing is emitted in this map's order.
     failed: FastMap<Route, Instant>,
     outliers: Outliers,
+    /// Per address family, whether QUIC failed there lately: its QUIC
+    /// routes go last until its backoff ends ([`QuicMemory`]).
+    quic: QuicMemory,
+    quic_backoff: H3RaceConfig,
 }
 
 impl Default for RouteDatabase {
@@ -60,6 +66,8 @@ impl RouteDatabase {
             capacity: Self::DEFAULT_CAPACITY,
             failed: FastMap::default(),
             outliers: Outliers::new(OutlierPolicy::off(), 0),
+            quic: QuicMemory::default(),
+            quic_backoff: H3RaceConfig::default(),
         }
     }
 
@@ -84,8 +92,14 @@ impl RouteDatabase {
         self
     }
 
-    /// Records that `route` failed at `now`.
+    /// Records that `route` failed at `now`. A QUIC route's failure also
+    /// marks its address family as one where QUIC fails: every QUIC route of
+    /// that family goes last for 5 minutes, doubling with each failure in a
+    /// row up to a day, until QUIC connects there again.
     pub fn failed(&mut self, route: &Route, now: Instant) {
+        if route.is_quic() {
+            self.quic.failed(Family::of(&route.socket_addr().ip()), now, &self.quic_backoff);
+        }
         if !self.failed.contains_key(route) && self.failed.len() >= self.capacity {
             self.make_room(now);
         }
@@ -143,6 +157,9 @@ impl RouteDatabase {
 
     /// Records that `route` connected: its failure, if any, is forgotten.
     pub fn connected(&mut self, route: &Route) {
+        if route.is_quic() {
+            self.quic.succeeded(Family::of(&route.socket_addr().ip()));
+        }
         self.failed.remove(route);
     }
 
@@ -152,6 +169,7 @@ impl RouteDatabase {
     pub fn should_postpone(&self, route: &Route, now: Instant) -> bool {
         self.failed.get(route).is_some_and(|&at| now < at.saturating_add(self.ttl))
             || self.outliers.postpones(route, now)
+            || (route.is_quic() && !self.quic.usable(Family::of(&route.socket_addr().ip()), now))
     }
 
     /// Number of remembered failures, expired ones included until pruned.

@@ -502,3 +502,61 @@ fn lazy_dns_for_the_next_proxy_happens_at_the_stagger() {
     assert_eq!(sim.race.poll_timeout(), Some(ms(10_000)));
     assert_eq!(sim.dns(300, 0, &["10.2.0.1"]), ["connect 1 10.2.0.1:3128"]);
 }
+
+// ---------------------------------------------------------------------------
+// HTTP/3 beside TCP: QUIC and TCP routes per address, one race.
+
+fn h3_beside_tcp() -> Address {
+    Address::builder(Scheme::Https, "example.com", 443)
+        .protocols([Protocol::Http2, Protocol::Http1, Protocol::Http3])
+        .http3_port(8443)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn quic_goes_first_on_its_port_and_tcp_follows_one_attempt_delay_later() {
+    let (mut sim, out) = Sim::start(h3_beside_tcp(), vec![], RaceConfig::default(), RouteDatabase::default());
+    assert_eq!(out, ["resolve example.com:443"]);
+    let out = sim.dns(0, 0, &["10.0.0.1", "fd00::1"]);
+    assert_eq!(out, ["connect 0 [fd00::1]:8443 quic"], "QUIC first, on the advertised port");
+    assert_eq!(sim.timeout(250), ["connect 1 [fd00::1]:443"], "then TCP to the same address");
+    assert_eq!(sim.timeout(500), ["connect 2 10.0.0.1:8443 quic"]);
+}
+
+#[test]
+fn tcp_winning_while_quic_is_silent_marks_quic_failed_for_the_family() {
+    let (mut sim, _) = Sim::start(h3_beside_tcp(), vec![], RaceConfig::default(), RouteDatabase::default());
+    sim.dns(0, 0, &["10.0.0.1"]);
+    sim.timeout(250);
+    // TCP connects at 300 ms; QUIC, started 300 ms before, never heard back.
+    assert_eq!(sim.connected(300, 1), ["cancel 0", "handshake 1"]);
+    let quic_elsewhere = Route::quic(h3_beside_tcp(), "10.0.0.9:8443".parse().unwrap());
+    assert!(sim.db.should_postpone(&quic_elsewhere, ms(300)), "every IPv4 QUIC route goes last");
+    let quic_v6 = Route::quic(h3_beside_tcp(), "[fd00::9]:8443".parse().unwrap());
+    assert!(!sim.db.should_postpone(&quic_v6, ms(300)), "IPv6 is another network path");
+    let tcp = Route::new(h3_beside_tcp(), Proxy::Direct, "10.0.0.9:443".parse().unwrap());
+    assert!(!sim.db.should_postpone(&tcp, ms(300)));
+    // Five minutes later QUIC is tried again.
+    assert!(!sim.db.should_postpone(&quic_elsewhere, ms(300 + 300_000)));
+}
+
+#[test]
+fn quic_connecting_first_wins_and_its_handshake_says_h3() {
+    let (mut sim, _) = Sim::start(h3_beside_tcp(), vec![], RaceConfig::default(), RouteDatabase::default());
+    sim.dns(0, 0, &["10.0.0.1"]);
+    assert_eq!(sim.connected(20, 0), ["handshake 0"]);
+    assert_eq!(sim.established(40, 0, Some(Protocol::Http3)), ["won 0 h3"]);
+}
+
+#[test]
+fn through_a_proxy_only_tcp_routes_are_planned() {
+    let proxy = Proxy::http("10.9.0.1", 3128).unwrap();
+    let (mut sim, out) =
+        Sim::start(h3_beside_tcp(), vec![proxy], RaceConfig::default(), RouteDatabase::default());
+    let _ = &mut sim;
+    assert_eq!(out, ["connect 0 10.9.0.1:3128"], "a TCP route, never QUIC through the proxy");
+    let after = sim.timeout(10_000);
+    assert!(after.iter().all(|step| !step.contains("quic")), "no QUIC route after it: {after:?}");
+    assert!(after.iter().any(|step| step.starts_with("failed")), "{after:?}");
+}

@@ -188,7 +188,7 @@ impl EngineHost for Shared {
             }
             Effect::Handshake { attempt, route, socket } => {
                 // Built with the client: a lookup, nothing built here.
-                let config = self.settings.tls.get(route.address().protocols());
+                let config = self.settings.tls.get(route.address().tcp_protocols());
                 let verification = self.settings.tls.verification;
                 let me = Arc::clone(self);
                 let task = Box::pin(async move {

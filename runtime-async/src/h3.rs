@@ -76,6 +76,12 @@ impl Wire {
                 }
             }
             match self.udp.poll_send(cx, &self.out) {
+                // The system reports an earlier datagram's ICMP "port
+                // unreachable" on whichever call comes next.
+                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    turn.refused = Some(e);
+                    return turn;
+                }
                 // A datagram the system would not send is lost, as on the
                 // path: QUIC's loss recovery sends its content again.
                 Poll::Ready(_) => self.pending = false,
@@ -140,7 +146,7 @@ pub(crate) async fn connect(shared: &Shared, route: &Route) -> Result<Quic, Conn
     }
     let peer = route.socket_addr();
     let udp = shared.rt.connect_udp(peer).map_err(|e| ConnectError::from_io(&e))?;
-    let tls = shared.settings.tls.get(route.address().protocols());
+    let tls = shared.settings.tls.get(&[switchyard_core::Protocol::Http3]);
     let name = route.address().host().to_string();
     let config = H3Config {
         max_field_section_size: shared.settings.limits.max_head_size as u64,

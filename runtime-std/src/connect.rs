@@ -111,7 +111,7 @@ impl EngineHost for Shared {
                     return;
                 };
                 // Built with the client: a lookup, nothing built here.
-                let config = self.settings.tls.get(route.address().protocols());
+                let config = self.settings.tls.get(route.address().tcp_protocols());
                 let verification = self.settings.tls.verification;
                 // A clone of the socket, so cancelling shuts it down and the
                 // thread's I/O ends at once. Registered before the thread

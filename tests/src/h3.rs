@@ -70,6 +70,11 @@ impl H3Server {
     #[allow(clippy::print_stderr)] // a skip is never silent
     #[must_use]
     pub fn aioquic() -> Option<H3Server> {
+        Self::aioquic_with(&[])
+    }
+
+    #[allow(clippy::print_stderr)] // a skip is never silent
+    fn aioquic_with(args: &[String]) -> Option<H3Server> {
         let present = Command::new("python3")
             .args(["-c", "import aioquic"])
             .stderr(Stdio::null())
@@ -89,6 +94,7 @@ impl H3Server {
             .arg(script)
             .arg(&process.cert)
             .arg(&process.key)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -143,6 +149,26 @@ impl H3Server {
             }
             assert!(Instant::now() < deadline, "gtlsserver did not answer a QUIC handshake on port {port}");
         }
+    }
+
+    /// aioquic's server on this UDP port (beside a TCP server on the same
+    /// port number, for the QUIC-or-TCP race).
+    #[must_use]
+    pub fn aioquic_on(port: u16) -> Option<H3Server> {
+        Self::aioquic_with(&[port.to_string()])
+    }
+
+    /// A certificate for `names` from the CA this server's own comes from
+    /// (for a TCP server beside it, trusted by the same clients).
+    #[must_use]
+    pub fn leaf(&self, names: &[&str]) -> crate::certs::Leaf {
+        self.process.ca.leaf(names)
+    }
+
+    /// The CA certificate (DER) this server's certificate chains to.
+    #[must_use]
+    pub fn ca_cert(&self) -> Vec<u8> {
+        self.process.ca.cert.clone()
     }
 
     /// The server's address.

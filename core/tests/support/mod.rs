@@ -100,7 +100,8 @@ impl Sim {
             }
             Action::Connect { attempt, route } => {
                 self.attempts.push(*attempt);
-                format!("connect {} {}", self.attempts.len() - 1, route.socket_addr())
+                let quic = if route.is_quic() { " quic" } else { "" };
+                format!("connect {} {}{quic}", self.attempts.len() - 1, route.socket_addr())
             }
             Action::Handshake { attempt, .. } => format!("handshake {}", self.n(*attempt)),
             Action::Cancel { attempt } => format!("cancel {}", self.n(*attempt)),
