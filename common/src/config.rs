@@ -126,6 +126,12 @@ pub struct Config {
     pub layers: crate::redirect::Layers,
     /// The Addresses built lately, found again by URI scheme and authority.
     addresses: Arc<AddressCache>,
+    /// The adapter speaks HTTP/3 (its `http3` feature): with
+    /// [`HttpVersion::Auto`], HTTP/3 alternatives learned from `Alt-Svc`
+    /// fields are raced against TCP. Set by the adapter; default false.
+    pub http3: bool,
+    /// What `Alt-Svc` fields taught (used when `http3` is set).
+    pub alt_svc: Arc<crate::alt_svc::AltSvcMemory>,
 }
 
 /// HTTP/2 flow-control windows: how much the server may send before the
@@ -281,12 +287,41 @@ impl Config {
     /// [`ErrorKind::InvalidUrl`](crate::ErrorKind::InvalidUrl) for a relative URI, a bad scheme, host or port, a
     /// cleartext URL when cleartext is off, or HTTP/2 asked of an adapter without it.
     pub fn address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
-        if let Some(found) = self.addresses.find(uri, supports_http2) {
+        let h3 = self.h3_alternative(uri);
+        if let Some(found) = self.addresses.find(uri, supports_http2, h3) {
             return Ok(found);
         }
-        let address = self.build_address(uri, supports_http2)?;
-        self.addresses.keep(uri, supports_http2, &address);
+        let address = self.build_address(uri, supports_http2, h3)?;
+        self.addresses.keep(uri, supports_http2, h3, &address);
         Ok(address)
+    }
+
+    /// The port of an HTTP/3 alternative `uri`'s origin advertised in an
+    /// `Alt-Svc` field, when this client races it: the adapter speaks
+    /// HTTP/3 and the version is [`HttpVersion::Auto`].
+    fn h3_alternative(&self, uri: &http::Uri) -> Option<u16> {
+        if self.http3
+            && self.version == HttpVersion::Auto
+            && self.unix_socket.is_none()
+            && !self.connector_by_name
+        {
+            self.alt_svc.h3_port(uri)
+        } else {
+            None
+        }
+    }
+
+    /// Learns the `Alt-Svc` fields of a response to `uri` (see
+    /// [`AltSvcMemory`](crate::alt_svc::AltSvcMemory)), when this client races
+    /// HTTP/3 alternatives and the response came directly, not through a proxy.
+    pub fn learn_alt_svc(&self, uri: &http::Uri, headers: &http::HeaderMap) {
+        if !self.http3 || self.version != HttpVersion::Auto || !headers.contains_key(http::header::ALT_SVC) {
+            return;
+        }
+        if self.proxies_for(uri).0.iter().any(|p| *p != switchyard_core::Proxy::Direct) {
+            return;
+        }
+        self.alt_svc.learn(uri, headers);
     }
 
     /// As [`Config::address`], to a Unix-domain socket (a request's own
@@ -300,7 +335,7 @@ impl Config {
         supports_http2: bool,
         unix: &std::path::Path,
     ) -> Result<Address, Error> {
-        self.build_address_with(uri, supports_http2, Some(unix))
+        self.build_address_with(uri, supports_http2, Some(unix), None)
     }
 
     /// The proxies to try for `uri`, in order, and why (the selector's
@@ -337,8 +372,13 @@ impl Config {
             .map_err(invalid)
     }
 
-    fn build_address(&self, uri: &http::Uri, supports_http2: bool) -> Result<Address, Error> {
-        self.build_address_with(uri, supports_http2, self.unix_socket.as_deref())
+    fn build_address(
+        &self,
+        uri: &http::Uri,
+        supports_http2: bool,
+        h3: Option<u16>,
+    ) -> Result<Address, Error> {
+        self.build_address_with(uri, supports_http2, self.unix_socket.as_deref(), h3)
     }
 
     fn build_address_with(
@@ -346,6 +386,7 @@ impl Config {
         uri: &http::Uri,
         supports_http2: bool,
         unix: Option<&std::path::Path>,
+        h3: Option<u16>,
     ) -> Result<Address, Error> {
         let invalid = |error| Error::invalid_url(&uri.to_string(), Some(error));
         let mut builder = Address::from_uri(uri).map_err(invalid)?;
@@ -356,14 +397,24 @@ impl Config {
         }
         let https = uri.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
         let protocols: &[Protocol] = match (self.version, https) {
+            (HttpVersion::Auto, true) if h3.is_some() && supports_http2 => {
+                &[Protocol::Http3, Protocol::Http2, Protocol::Http1]
+            }
+            (HttpVersion::Auto, true) if h3.is_some() => &[Protocol::Http3, Protocol::Http1],
             (HttpVersion::Auto, true) if supports_http2 => &[Protocol::Http2, Protocol::Http1],
             (HttpVersion::Http1Only | HttpVersion::Auto, _) => &[Protocol::Http1],
             (HttpVersion::Http2Only, true) => &[Protocol::Http2],
             (HttpVersion::Http2Only, false) => &[Protocol::H2PriorKnowledge],
             (HttpVersion::Http3Only, _) => &[Protocol::Http3],
-            (HttpVersion::Http3, true) => &[Protocol::Http3, Protocol::Http2, Protocol::Http1],
+            (HttpVersion::Http3, true) if supports_http2 => {
+                &[Protocol::Http3, Protocol::Http2, Protocol::Http1]
+            }
+            (HttpVersion::Http3, true) => &[Protocol::Http3, Protocol::Http1],
             (HttpVersion::Http3, false) => &[Protocol::Http1],
         };
+        if let Some(port) = h3 {
+            builder = builder.http3_port(port);
+        }
         builder
             .protocols(protocols.iter().copied())
             .cleartext_permitted(self.allow_cleartext)
@@ -388,6 +439,8 @@ struct AddressKey {
     https: bool,
     authority: http::uri::Authority,
     http2: bool,
+    /// The HTTP/3 alternative's port it offers, if any.
+    h3: Option<u16>,
     address: Address,
 }
 
@@ -395,22 +448,30 @@ impl AddressCache {
     /// How many Addresses are kept.
     const KEPT: usize = 8;
 
-    fn find(&self, uri: &http::Uri, http2: bool) -> Option<Address> {
+    fn find(&self, uri: &http::Uri, http2: bool, h3: Option<u16>) -> Option<Address> {
         let (https, authority) = Self::key(uri)?;
         let kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // As written: another spelling of the same host builds its own.
         kept.iter()
-            .find(|k| k.https == https && k.http2 == http2 && k.authority.as_str() == authority.as_str())
+            .find(|k| {
+                k.https == https
+                    && k.http2 == http2
+                    && k.h3 == h3
+                    && k.authority.as_str() == authority.as_str()
+            })
             .map(|k| k.address.clone())
     }
 
-    fn keep(&self, uri: &http::Uri, http2: bool, address: &Address) {
+    fn keep(&self, uri: &http::Uri, http2: bool, h3: Option<u16>, address: &Address) {
         let Some((https, authority)) = Self::key(uri) else { return };
         let mut kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if kept.len() == Self::KEPT {
             kept.pop();
         }
-        kept.insert(0, AddressKey { https, authority: authority.clone(), http2, address: address.clone() });
+        kept.insert(
+            0,
+            AddressKey { https, authority: authority.clone(), http2, h3, address: address.clone() },
+        );
     }
 
     /// Only `http` and `https` URIs are kept (anything else is an error to
@@ -1492,6 +1553,8 @@ impl BuilderState {
             http2: self.http2,
             layers: self.layers,
             addresses: Arc::default(),
+            http3: false,
+            alt_svc: Arc::default(),
         };
         Ok(config)
     }
@@ -1562,7 +1625,7 @@ mod tests {
                 let uri: http::Uri = u.parse().unwrap();
                 for http2 in [false, true] {
                     let kept = config.address(&uri, http2).unwrap();
-                    let fresh = config.build_address(&uri, http2).unwrap();
+                    let fresh = config.build_address(&uri, http2, None).unwrap();
                     assert_eq!(kept, fresh, "{u} (http2 {http2})");
                     assert_eq!(kept.protocols(), fresh.protocols(), "{u} (http2 {http2})");
                 }

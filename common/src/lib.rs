@@ -84,6 +84,7 @@
 //!   [`ClientBuilder::max_response_head_size`]).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod alt_svc;
 pub mod call;
 mod config;
 pub mod engine;

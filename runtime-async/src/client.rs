@@ -23,7 +23,9 @@ use crate::ResponseBody;
 impl<R: Runtime + Default> FromConfig for Client<R> {
     type Runtime = R;
     type Connecting = crate::Connecting;
-    fn from_config(config: Config, runtime: R) -> Result<Self, Error> {
+    fn from_config(mut config: Config, runtime: R) -> Result<Self, Error> {
+        // Alt-Svc's HTTP/3 alternatives are raced where QUIC is built in.
+        config.http3 = cfg!(feature = "http3");
         let settings = Settings {
             read_timeout: config.read_timeout,
             driver: config.driver_config(),
@@ -423,6 +425,7 @@ impl<R: Runtime> Client<R> {
             guard.armed = false;
             let result = match result {
                 Ok(mut response) => {
+                    self.inner.config.learn_alt_svc(&parts.uri, response.headers());
                     // The call ends with its body (`call_end` then).
                     response.body_mut().set_owner(Arc::clone(&shared), call, &original);
                     Ok(response)

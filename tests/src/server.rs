@@ -420,7 +420,8 @@ fn gzipped() -> Bytes {
 /// (the head at once, the body MS later), `/trailers` (a body, then an
 /// `x-checksum` trailer), `/goto/STATUS?URL` (a redirect with that status
 /// to URL), `/bad-gzip` (gzip-labelled bytes that are not gzip), `/early/STATUS`
-/// (that status at once, the request body never read); anything else answers its path.
+/// (that status at once, the request body never read), `/alt-svc/PORT` (`hello`
+/// with `Alt-Svc: h3=":PORT"; ma=60`); anything else answers its path.
 async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::Response<ServerBody> {
     let mut segments = path.trim_start_matches('/').split('/');
     let first = segments.next().unwrap_or_default();
@@ -429,6 +430,13 @@ async fn respond(path: &str, headers: &http::HeaderMap, body: Bytes) -> hyper::R
     let mut response = hyper::Response::new(full(path.to_owned()));
     match (first, arg) {
         ("hello", _) => *response.body_mut() = full(Bytes::from_static(b"hello")),
+        ("alt-svc", Some(port)) => {
+            let field = format!("h3=\":{port}\"; ma=60");
+            if let Ok(field) = http::HeaderValue::try_from(field) {
+                response.headers_mut().insert("alt-svc", field);
+            }
+            *response.body_mut() = full(Bytes::from_static(b"hello"));
+        }
         ("echo", _) => *response.body_mut() = full(body),
         ("close", _) => {
             response.headers_mut().insert("connection", http::HeaderValue::from_static("close"));

@@ -324,3 +324,33 @@ async fn udp_black_holed_falls_back_to_tcp_and_is_remembered() {
     assert_eq!(tcp.connections(), 2);
     drop(silent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alt_svc_learned_over_http2_moves_the_next_connection_to_http3() {
+    let Some(h3) = H3Server::aioquic() else { return };
+    let Some(_tcp) = tcp_beside(h3.leaf(&["localhost"]), h3.port) else { return };
+    let log = EventLog::default();
+    let client = Client::builder()
+        .add_root_certificate(h3.ca_cert())
+        .resolve(&format!("localhost:{}", h3.port), ["127.0.0.1".parse().unwrap()])
+        .attempt_delay(Duration::from_secs(5)) // QUIC's race, whatever the load
+        .event_listener(log.clone())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("a client (HttpVersion::Auto)");
+    let base = format!("https://localhost:{}", h3.port);
+    // No Alt-Svc yet: TCP, HTTP/2.
+    let first = client.get(format!("{base}/hello")).send().await.expect("a first call");
+    assert_eq!(first.version(), http::Version::HTTP_2);
+    first.text().await.expect("the body");
+    // The server advertises HTTP/3 on the same port; the pooled HTTP/2
+    // connection still carries the next call to the same Address...
+    let advertised = client.get(format!("{base}/alt-svc/{}", h3.port)).send().await.expect("Alt-Svc");
+    assert_eq!(advertised.version(), http::Version::HTTP_2);
+    advertised.text().await.expect("the body");
+    // ...and the next call is for an Address that offers HTTP/3: QUIC wins.
+    let next = client.get(format!("{base}/hello")).send().await.expect("a call after Alt-Svc");
+    assert_eq!(next.version(), http::Version::HTTP_3, "{:?}", attempts(&log));
+    assert_eq!(next.text().await.expect("the body"), "hello");
+    assert_eq!(attempts(&log), ["tcp", "quic"]);
+}
