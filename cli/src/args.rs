@@ -421,6 +421,16 @@ pub struct GetArgs {
     /// HTTP/2 without negotiation (h2c on http://; h2 only over TLS).
     #[arg(long = "http2-prior-knowledge", alias = "h2-prior-knowledge")]
     pub h2_prior_knowledge: bool,
+    /// HTTP/3 first, as curl's --http3: for https://, QUIC and TCP are raced
+    /// per address (QUIC first, TCP 250 ms later or at once when QUIC fails;
+    /// the first connected wins), so a network that drops UDP still gets an
+    /// answer over TCP. http:// URLs use HTTP/1.1.
+    #[arg(long, conflicts_with_all = ["http1", "http2", "h2_prior_knowledge", "http3_only"])]
+    pub http3: bool,
+    /// HTTP/3 only, as curl's --http3-only: QUIC over UDP, no fallback to TCP
+    /// (https:// URLs only).
+    #[arg(long = "http3-only", conflicts_with_all = ["http1", "http2", "h2_prior_knowledge"])]
+    pub http3_only: bool,
     /// Bound on each TCP connect (e.g. 10s, 500ms).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub connect_timeout: Duration,

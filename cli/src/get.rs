@@ -271,6 +271,10 @@ fn builder<C: FromConfig>(ctx: &Ctx, dns: Option<impl AsyncResolve>) -> Result<C
         b = b.http_version(HttpVersion::Http1Only);
     } else if args.h2_prior_knowledge {
         b = b.http_version(HttpVersion::Http2Only);
+    } else if args.http3 {
+        b = b.http_version(HttpVersion::Http3);
+    } else if args.http3_only {
+        b = b.http_version(HttpVersion::Http3Only);
     }
     if args.insecure {
         b = b.danger_accept_invalid_certificates(true);
@@ -397,6 +401,11 @@ pub fn run(args: GetArgs) -> Result<(), Failed> {
     if args.compressed && args.runtime == Runtime::Std {
         return Err(Failed::config(
             "--compressed needs --runtime tokio or smol (switchyard-std does not decode bodies)",
+        ));
+    }
+    if (args.http3 || args.http3_only) && args.runtime == Runtime::Std {
+        return Err(Failed::config(
+            "--http3 and --http3-only need --runtime tokio or smol (switchyard-std has no QUIC yet)",
         ));
     }
     if (args.ipv4 || args.ipv6) && args.dns == Dns::Hickory {

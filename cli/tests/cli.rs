@@ -1207,3 +1207,73 @@ fn write_out_json_has_curls_keys_and_types() {
         }
     }
 }
+
+/// The CLI over HTTP/3 (`--http3-only`, `--http3`), against aioquic and
+/// ngtcp2's server on loopback UDP.
+mod http3 {
+    use super::bin;
+    use switchyard_tests::h3::H3Server;
+
+    /// `switchyard get` with `args`, trusting `server`'s CA: (exit code,
+    /// stdout, stderr).
+    fn get(server: &H3Server, args: &[&str]) -> (Option<i32>, Vec<u8>, String) {
+        let dir =
+            std::env::temp_dir().join(format!("switchyard-cli-h3-{}-{}", std::process::id(), server.port));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, server.ca_pem()).unwrap();
+        let out = bin().arg("get").arg("--cacert").arg(&ca).args(args).output().unwrap();
+        (out.status.code(), out.stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    #[test]
+    fn http3_only_fetches_from_aioquic() {
+        let Some(server) = H3Server::aioquic() else { return };
+        let url = format!("https://localhost:{}/bytes/300000", server.port);
+        let (code, out, err) =
+            get(&server, &["--http3-only", "-s", "-w", "\n%{http_version} %{http_code}", &url]);
+        assert_eq!(code, Some(0), "{err}");
+        let text = String::from_utf8_lossy(&out);
+        let (body, summary) = text.rsplit_once('\n').unwrap();
+        assert_eq!(summary, "3 200");
+        assert_eq!(body.len(), 300_000);
+        assert!(body.bytes().all(|b| b == b'x'));
+    }
+
+    #[test]
+    fn http3_only_fetches_a_file_from_ngtcp2() {
+        let file: Vec<u8> = (0..1_500_000u32).map(|i| (i % 241) as u8).collect();
+        let Some(server) = H3Server::ngtcp2(&[], &[("file.bin", &file)]) else { return };
+        let url = format!("https://localhost:{}/file.bin", server.port);
+        let (code, out, err) = get(&server, &["--http3-only", "-s", &url]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(out == file, "{} bytes, byte for byte", out.len());
+    }
+
+    #[test]
+    fn http3_falls_back_to_tcp_where_udp_is_silent() {
+        let Some(h3) = H3Server::aioquic() else { return };
+        // A TLS server on TCP; the same port's UDP side never answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let silent = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+        let mut options = switchyard_tests::server::ServerOptions::default();
+        options.tls.push((vec!["localhost".into()], h3.leaf(&["localhost"])));
+        let _tcp = switchyard_tests::server::TestServer::start_on(listener, options);
+        let url = format!("https://localhost:{port}/hello");
+        let resolve = format!("localhost:{port}:127.0.0.1");
+        let (code, out, err) =
+            get(&h3, &["--http3", "--resolve", &resolve, "-s", "-w", " %{http_version}", &url]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out), "hello 2", "TCP answered, over HTTP/2");
+        drop(silent);
+    }
+
+    #[test]
+    fn http3_on_the_blocking_runtime_is_a_config_error() {
+        let out =
+            bin().args(["get", "--http3-only", "--runtime", "std", "https://localhost:1/"]).output().unwrap();
+        assert_ne!(out.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--http3"), "{:?}", out);
+    }
+}

@@ -165,6 +165,12 @@ impl H3Server {
         self.process.ca.leaf(names)
     }
 
+    /// The CA certificate (PEM) this server's certificate chains to.
+    #[must_use]
+    pub fn ca_pem(&self) -> String {
+        self.process.ca.cert_pem.clone()
+    }
+
     /// The CA certificate (DER) this server's certificate chains to.
     #[must_use]
     pub fn ca_cert(&self) -> Vec<u8> {
