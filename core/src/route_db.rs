@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::dns::Family;
-use crate::h3_race::{H3RaceConfig, QuicMemory};
+use crate::h3_race::{QuicBackoff, QuicMemory};
 use crate::hash::FastMap;
 use crate::outlier::{OutlierChange, OutlierPolicy, Outliers};
 use crate::route::Route;
@@ -43,7 +43,7 @@ pub struct RouteDatabase {
     /// Per address family, whether QUIC failed there lately: its QUIC
     /// routes go last until its backoff ends ([`QuicMemory`]).
     quic: QuicMemory,
-    quic_backoff: H3RaceConfig,
+    quic_backoff: QuicBackoff,
 }
 
 impl Default for RouteDatabase {
@@ -67,7 +67,7 @@ impl RouteDatabase {
             failed: FastMap::default(),
             outliers: Outliers::new(OutlierPolicy::off(), 0),
             quic: QuicMemory::default(),
-            quic_backoff: H3RaceConfig::default(),
+            quic_backoff: QuicBackoff::default(),
         }
     }
 
