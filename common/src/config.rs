@@ -296,15 +296,22 @@ impl Config {
         Ok(address)
     }
 
+    /// Whether this client races HTTP/3 alternatives it learns (from
+    /// `Alt-Svc` and HTTPS records): the adapter speaks HTTP/3 and the
+    /// version is [`HttpVersion::Auto`], over TCP's own transport.
+    #[must_use]
+    pub fn races_http3_alternatives(&self) -> bool {
+        self.http3
+            && self.version == HttpVersion::Auto
+            && self.unix_socket.is_none()
+            && !self.connector_by_name
+    }
+
     /// The port of an HTTP/3 alternative `uri`'s origin advertised in an
     /// `Alt-Svc` field, when this client races it: the adapter speaks
     /// HTTP/3 and the version is [`HttpVersion::Auto`].
     fn h3_alternative(&self, uri: &http::Uri) -> Option<u16> {
-        if self.http3
-            && self.version == HttpVersion::Auto
-            && self.unix_socket.is_none()
-            && !self.connector_by_name
-        {
+        if self.races_http3_alternatives() {
             self.alt_svc.h3_port(uri)
         } else {
             None
@@ -315,7 +322,7 @@ impl Config {
     /// [`AltSvcMemory`](crate::alt_svc::AltSvcMemory)), when this client races
     /// HTTP/3 alternatives and the response came directly, not through a proxy.
     pub fn learn_alt_svc(&self, uri: &http::Uri, headers: &http::HeaderMap) {
-        if !self.http3 || self.version != HttpVersion::Auto || !headers.contains_key(http::header::ALT_SVC) {
+        if !self.races_http3_alternatives() || !headers.contains_key(http::header::ALT_SVC) {
             return;
         }
         if self.proxies_for(uri).0.iter().any(|p| *p != switchyard_core::Proxy::Direct) {

@@ -99,16 +99,7 @@ impl<P: RuntimeProvider> HickoryResolver<P> {
     }
 }
 
-/// An origin's HTTPS records (RFC 9460) with their time to live; the core's
-/// [`service_binding::endpoints`](switchyard_core::service_binding::endpoints)
-/// turns them into endpoints in the order to try them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HttpsRecords {
-    /// The records, in the answer's order.
-    pub records: Vec<switchyard_core::service_binding::ServiceBinding>,
-    /// The shortest time to live among them (`None`: no records).
-    pub ttl: Option<Duration>,
-}
+pub use crate::resolve::HttpsRecords;
 
 impl<P: RuntimeProvider> HickoryResolver<P> {
     /// Asks for `host`'s HTTPS records: where DNS says the origin is served
@@ -229,6 +220,12 @@ impl<P: RuntimeProvider> AsyncResolve for HickoryResolver<P> {
 
     fn per_family(&self) -> bool {
         true
+    }
+
+    fn service_bindings(&self, host: &str) -> Option<BoxFuture<io::Result<HttpsRecords>>> {
+        let me = self.clone();
+        let host = host.to_owned();
+        Some(Box::pin(async move { me.https_records(&host).await }))
     }
 
     fn resolve_family(&self, host: &str, _port: u16, family: Family) -> BoxFuture<io::Result<Resolved>> {

@@ -190,7 +190,7 @@ pub use proxy_env::{parse_proxy_url, NoProxy, ProxyEnv};
 pub use proxy_rule::ProxyRule;
 #[cfg(feature = "hickory")]
 pub mod hickory;
-pub use resolve::{AsyncResolve, BoxFuture, Resolve, Resolved, SystemResolver};
+pub use resolve::{AsyncResolve, BoxFuture, HttpsRecords, Resolve, Resolved, SystemResolver};
 pub use switchyard_core;
 #[doc(hidden)]
 pub use tracing as __tracing;

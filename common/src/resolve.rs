@@ -226,6 +226,26 @@ pub trait AsyncResolve: Send + Sync + 'static {
             Ok(answer)
         })
     }
+
+    /// `host`'s HTTPS records (RFC 9460), for resolvers that can ask for
+    /// them: a client with HTTP/3 asks once per name (in the background, the
+    /// first call does not wait) and races QUIC against TCP on the next
+    /// connections when a record offers `h3` on the origin's own name.
+    /// Default: `None` (this resolver cannot).
+    fn service_bindings(&self, _host: &str) -> Option<BoxFuture<io::Result<HttpsRecords>>> {
+        None
+    }
+}
+
+/// An origin's HTTPS records (RFC 9460) with their time to live; the core's
+/// [`service_binding::endpoints`](switchyard_core::service_binding::endpoints)
+/// turns them into endpoints in the order to try them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpsRecords {
+    /// The records, in the answer's order.
+    pub records: Vec<switchyard_core::service_binding::ServiceBinding>,
+    /// The shortest time to live among them (`None`: no records).
+    pub ttl: Option<std::time::Duration>,
 }
 
 impl<R: AsyncResolve + ?Sized> AsyncResolve for Arc<R> {

@@ -402,6 +402,9 @@ impl<R: Runtime> Client<R> {
                     return result;
                 }
             };
+            if shared.async_resolver.is_some() && self.inner.config.races_http3_alternatives() {
+                self.ask_service_bindings(&shared, &parts.uri);
+            }
             let mut guard = CallGuard { shared: Arc::clone(&shared), call, armed: true };
             let facts = owner.facts();
             // Boxed: the exchange's state is built once on the heap, not moved
@@ -438,6 +441,28 @@ impl<R: Runtime> Client<R> {
             };
             R::call_traced(&span, &result);
             result
+        }
+    }
+
+    /// Asks DNS for `uri`'s HTTPS records in the background, when it is
+    /// time to (once per name; see `switchyard_common::alt_svc`): an `h3`
+    /// endpoint on the name makes the next connections race QUIC. The call
+    /// does not wait for the answer.
+    fn ask_service_bindings(&self, shared: &Arc<Shared>, uri: &http::Uri) {
+        let Some(resolver) = shared.async_resolver.as_ref() else { return };
+        let memory = &self.inner.config.alt_svc;
+        let Some(host) = memory.should_ask(uri) else { return };
+        let Some(lookup) = resolver.service_bindings(&host) else {
+            memory.cannot_ask(&host);
+            return;
+        };
+        let memory = Arc::clone(memory);
+        let learn = Box::pin(async move {
+            let answer = lookup.await;
+            memory.learn_records(&host, answer);
+        });
+        if shared.rt.spawn(learn).is_none() {
+            tracing::debug!("no executor for an HTTPS-record query");
         }
     }
 

@@ -98,9 +98,10 @@ impl Wire {
                     turn.refused = Some(e);
                     break;
                 }
-                // Other receive errors (a message too long, an interrupted
-                // call) lose at most a datagram.
-                Poll::Ready(Err(_)) => turn.progressed = true,
+                // Other receive errors (a message too long, a network
+                // down) lose at most a datagram: QUIC's timers go on, and a
+                // lasting error ends in its idle timeout, never a busy loop.
+                Poll::Ready(Err(_)) => break,
                 Poll::Pending => break,
             }
         }

@@ -254,12 +254,12 @@ fn smol_fetches_over_http3_too() {
 use switchyard_tests::server::{ServerOptions, TestServer};
 use switchyard_tokio::EventLog;
 
-/// A TLS server (HTTP/2 and HTTP/1.1) on TCP `port` of 127.0.0.1, its
-/// certificate from `server`'s CA.
-fn tcp_beside(server_leaf: switchyard_tests::certs::Leaf, port: u16) -> Option<TestServer> {
+/// A TLS server (HTTP/2 and HTTP/1.1) on TCP `port` of 127.0.0.1 for `name`,
+/// its certificate from `server`'s CA.
+fn tcp_beside(server: &H3Server, name: &str, port: u16) -> Option<TestServer> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).ok()?;
     let mut options = ServerOptions::default();
-    options.tls.push((vec!["localhost".into()], server_leaf));
+    options.tls.push((vec![name.into()], server.leaf(&[name])));
     Some(TestServer::start_on(listener, options))
 }
 
@@ -287,7 +287,7 @@ fn attempts(log: &EventLog) -> Vec<&'static str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quic_wins_the_race_where_the_server_answers_udp() {
     let Some(h3) = H3Server::aioquic() else { return };
-    let Some(tcp) = tcp_beside(h3.leaf(&["localhost"]), h3.port) else { return };
+    let Some(tcp) = tcp_beside(&h3, "localhost", h3.port) else { return };
     let log = EventLog::default();
     // A TCP start far away: the race is QUIC's whatever the machine's load.
     let client = racing_client(h3.ca_cert(), h3.port, &log, Duration::from_secs(5));
@@ -328,7 +328,7 @@ async fn udp_black_holed_falls_back_to_tcp_and_is_remembered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alt_svc_learned_over_http2_moves_the_next_connection_to_http3() {
     let Some(h3) = H3Server::aioquic() else { return };
-    let Some(_tcp) = tcp_beside(h3.leaf(&["localhost"]), h3.port) else { return };
+    let Some(_tcp) = tcp_beside(&h3, "localhost", h3.port) else { return };
     let log = EventLog::default();
     let client = Client::builder()
         .add_root_certificate(h3.ca_cert())
@@ -353,4 +353,55 @@ async fn alt_svc_learned_over_http2_moves_the_next_connection_to_http3() {
     assert_eq!(next.version(), http::Version::HTTP_3, "{:?}", attempts(&log));
     assert_eq!(next.text().await.expect("the body"), "hello");
     assert_eq!(attempts(&log), ["tcp", "quic"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_record_moves_the_next_connection_to_http3() {
+    use hickory_proto::rr::rdata::svcb::{Alpn, SvcParamKey, SvcParamValue, SVCB};
+    use switchyard_tests::dns::{DnsServer, Zone};
+
+    let Some(h3) = H3Server::aioquic() else { return };
+    let Some(_tcp) = tcp_beside(&h3, "h3.test", h3.port) else { return };
+    // h3.test is an A record and, for its port (RFC 9460 §9.1's
+    // `_PORT._https` name), an HTTPS record offering h3 there.
+    let svcb = SVCB::new(
+        1,
+        hickory_proto::rr::Name::root(),
+        vec![
+            (SvcParamKey::Alpn, SvcParamValue::Alpn(Alpn(vec!["h3".to_owned()]))),
+            (SvcParamKey::Port, SvcParamValue::Port(h3.port)),
+        ],
+    );
+    let dns = DnsServer::start([
+        ("h3.test".to_owned(), Zone { v4: vec!["127.0.0.1".parse().unwrap()], ttl: 300, ..Zone::default() }),
+        (format!("_{}._https.h3.test", h3.port), Zone { https: vec![svcb], ttl: 300, ..Zone::default() }),
+    ]);
+    let log = EventLog::default();
+    let client = Client::builder()
+        .add_root_certificate(h3.ca_cert())
+        .async_resolver(switchyard_tokio::HickoryResolver::with_servers(&[dns.addr()]).expect("a resolver"))
+        .attempt_delay(Duration::from_secs(5))
+        .event_listener(log.clone())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("a client (HttpVersion::Auto)");
+    let url = format!("https://h3.test:{}/hello", h3.port);
+    // The first call does not wait for the HTTPS query: TCP carries it.
+    let first = client.get(&url).send().await.expect("a first call");
+    assert_eq!(first.version(), http::Version::HTTP_2);
+    first.text().await.expect("the body");
+    // Once the answer is in, a new connection races QUIC, which wins.
+    let mut version = http::Version::HTTP_2;
+    for _ in 0..100 {
+        client.evict_idle();
+        let next = client.get(&url).send().await.expect("a call");
+        version = next.version();
+        next.text().await.expect("the body");
+        if version == http::Version::HTTP_3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(version, http::Version::HTTP_3, "{:?}", attempts(&log));
+    assert_eq!(attempts(&log).last(), Some(&"quic"));
 }
