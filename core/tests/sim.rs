@@ -7,6 +7,13 @@
 //! with a behaviour (connects after a latency, refuses, black-holes; TLS passes
 //! or fails), servers that close idle connections (noticed, or silently, making
 //! stale connections), reset exchanges, HTTP/2 stream limits and GOAWAY.
+//! Some https hosts offer HTTP/3 beside TCP: their races carry a QUIC route and
+//! a TCP route per address, each IP with a UDP behaviour of its own (answers
+//! after a latency, ICMP unreachable, or silence); the checker holds QUIC
+//! routes to direct routes of such hosts and to the postponement order (the
+//! route database's per-family QUIC memory included). Their connections run
+//! the HTTP/2 driver's frames: the pool's decisions do not depend on the
+//! framing, only on the connection being multiplexed.
 //!
 //! HTTP/1.1 exchanges run through the core's connection driver (`http1::Conn`,
 //! `http1::Driver`) against a simulated server: requests written in random
@@ -82,6 +89,9 @@ enum Tcp {
 #[derive(Clone, Debug)]
 struct Ip {
     tcp: Tcp,
+    /// QUIC on the same IP (hosts that offer HTTP/3): the first datagram
+    /// back after a latency, ICMP unreachable, or silence (UDP dropped).
+    udp: Tcp,
     tls_ok: bool,
     tls_ms: u64,
 }
@@ -170,7 +180,8 @@ struct SimCall {
     ended: bool,
     attempts_in_flight: BTreeSet<AttemptId>,
     last_connect: Option<Instant>,
-    postponed: Option<(BTreeSet<IpAddr>, bool)>,
+    /// The routes (IP, QUIC or not) the database postponed when DNS answered.
+    postponed: Option<(BTreeSet<(IpAddr, bool)>, bool)>,
     /// IPs of connections that refused this call's streams: a retry after
     /// two refusals on one plans that route last (the pool's avoided
     /// routes), so they are not "fresh" for the check.
@@ -200,7 +211,12 @@ fn world(seed: u64) -> World {
             6..=7 => Tcp::Refuse(rng.range(1, 100)),
             _ => Tcp::BlackHole,
         };
-        ips.insert(ip, Ip { tcp, tls_ok: rng.chance(90), tls_ms: rng.range(1, 200) });
+        let udp = match rng.below(10) {
+            0..=4 => Tcp::Connect(rng.range(1, 400)),
+            5..=6 => Tcp::Refuse(rng.range(1, 100)),
+            _ => Tcp::BlackHole,
+        };
+        ips.insert(ip, Ip { tcp, udp, tls_ok: rng.chance(90), tls_ms: rng.range(1, 200) });
     }
     let pool_ips: Vec<IpAddr> = ips.keys().copied().collect();
     let https = rng.chance(60);
@@ -208,7 +224,20 @@ fn world(seed: u64) -> World {
     for h in 0..rng.range(1, 3) {
         let scheme = if https { Scheme::Https } else { Scheme::Http };
         let h2 = https && rng.chance(60);
-        let address = Address::builder(scheme, &format!("h{h}.sim.test"), 443).build().unwrap();
+        // Some https hosts offer HTTP/3 beside TCP: a QUIC route and a TCP
+        // route per address in one race.
+        let h3 = https && rng.chance(35);
+        let mut protocols = vec![Protocol::Http1];
+        if h2 {
+            protocols.insert(0, Protocol::Http2);
+        }
+        if h3 {
+            protocols.insert(0, Protocol::Http3);
+        }
+        let address = Address::builder(scheme, &format!("h{h}.sim.test"), 443)
+            .protocols(if https { protocols } else { vec![Protocol::Http1] })
+            .build()
+            .unwrap();
         let dns = if rng.chance(8) {
             Err(())
         } else {
@@ -323,6 +352,12 @@ struct Counters {
     server_errors: u64,
     /// Routes ejected (outlier ejection).
     ejections: u64,
+    /// QUIC attempts started, and QUIC connections the race established.
+    quic_attempts: u64,
+    h3_connections: u64,
+    /// QUIC attempts cancelled while UDP was silent (another attempt won,
+    /// or the call ended).
+    silent_quic_cancelled: u64,
 }
 
 struct Sim {
@@ -332,7 +367,8 @@ struct Sim {
     now: Instant,
     queue: BTreeMap<(Instant, u64), Ev>,
     seq: u64,
-    attempts: BTreeMap<AttemptId, IpAddr>,
+    /// Each attempt's IP, and whether it is a QUIC attempt.
+    attempts: BTreeMap<AttemptId, (IpAddr, bool)>,
     conns: BTreeMap<ConnectionId, SimConn>,
     calls: BTreeMap<CallId, SimCall>,
     trace: u64,
@@ -404,6 +440,10 @@ impl Sim {
             }
             PoolAction::Connect { attempt, route } => {
                 let ip = route.socket_addr().ip();
+                let quic = route.is_quic();
+                if quic && (*route.proxy() != Proxy::Direct || !route.address().offers_http3()) {
+                    return Err(format!("{attempt}: a QUIC route where none may be: {route}"));
+                }
                 let delay = self.w.config.race.attempt_delay;
                 let c = self.calls.get_mut(&attempt.call()).unwrap();
                 // The race keeps its stagger unless nothing is in flight.
@@ -417,28 +457,40 @@ impl Sim {
                 }
                 // Postponed routes go last: the first attempt after DNS is a fresh one.
                 if let Some((postponed, some_fresh)) = c.postponed.take() {
-                    if some_fresh && postponed.contains(&ip) {
-                        return Err(format!("{attempt} tried postponed {ip} before a fresh route"));
+                    if some_fresh && postponed.contains(&(ip, quic)) {
+                        return Err(format!("{attempt} tried postponed {route} before a fresh route"));
                     }
                 }
                 c.last_connect = Some(self.now);
                 c.attempts_in_flight.insert(attempt);
-                self.attempts.insert(attempt, ip);
-                match self.w.ips[&ip].tcp {
+                self.attempts.insert(attempt, (ip, quic));
+                self.counters.quic_attempts += u64::from(quic);
+                let spec = &self.w.ips[&ip];
+                match if quic { spec.udp } else { spec.tcp } {
                     Tcp::Connect(t) => self.at(ms(t), Ev::Tcp(attempt, true)),
                     Tcp::Refuse(t) => self.at(ms(t), Ev::Tcp(attempt, false)),
                     Tcp::BlackHole => {}
                 }
             }
             PoolAction::Handshake { attempt, .. } => {
-                let ip = self.attempts[&attempt];
+                let (ip, quic) = self.attempts[&attempt];
                 let spec = &self.w.ips[&ip];
-                let alpn = if self.host_of(attempt.call()).h2 { Protocol::Http2 } else { Protocol::Http1 };
+                let alpn = if quic {
+                    Protocol::Http3
+                } else if self.host_of(attempt.call()).h2 {
+                    Protocol::Http2
+                } else {
+                    Protocol::Http1
+                };
                 let (ok, t) = (spec.tls_ok, spec.tls_ms);
                 self.at(ms(t), Ev::Tls(attempt, ok, alpn));
             }
             PoolAction::CancelAttempt { attempt } => {
                 self.counters.races_lost += 1;
+                let silent =
+                    |(ip, quic): &(IpAddr, bool)| *quic && matches!(self.w.ips[ip].udp, Tcp::BlackHole);
+                self.counters.silent_quic_cancelled +=
+                    u64::from(self.attempts.get(&attempt).is_some_and(silent));
                 self.attempts.remove(&attempt);
                 if let Some(c) = self.calls.get_mut(&attempt.call()) {
                     c.attempts_in_flight.remove(&attempt);
@@ -451,6 +503,7 @@ impl Sim {
             }
             PoolAction::Abort { connection, reason } => self.abort(connection, reason)?,
             PoolAction::Established { attempt, connection, protocol } => {
+                self.counters.h3_connections += u64::from(protocol == Protocol::Http3);
                 self.attempts.remove(&attempt);
                 if let Some(c) = self.calls.get_mut(&attempt.call()) {
                     c.attempts_in_flight.remove(&attempt);
@@ -973,18 +1026,24 @@ impl Sim {
                 {
                     let address = self.w.hosts[self.w.calls[c.spec].host].address.clone();
                     let db = self.pool.route_database();
-                    let postponed: BTreeSet<IpAddr> = ips
+                    let h3 = address.offers_http3();
+                    let routes: Vec<(IpAddr, bool)> = ips
                         .iter()
-                        .copied()
-                        .filter(|ip| {
-                            db.should_postpone(
-                                &Route::new(address.clone(), Proxy::Direct, SocketAddr::new(*ip, 443)),
-                                now,
-                            )
-                        })
+                        .flat_map(|ip| [(*ip, true), (*ip, false)])
+                        .filter(|(_, quic)| h3 || !quic)
                         .collect();
+                    let route = |(ip, quic): (IpAddr, bool)| {
+                        let at = SocketAddr::new(ip, 443);
+                        if quic {
+                            Route::quic(address.clone(), at)
+                        } else {
+                            Route::new(address.clone(), Proxy::Direct, at)
+                        }
+                    };
+                    let postponed: BTreeSet<(IpAddr, bool)> =
+                        routes.iter().copied().filter(|r| db.should_postpone(&route(*r), now)).collect();
                     let some_fresh =
-                        ips.iter().any(|ip| !postponed.contains(ip) && !c.refused_ips.contains(ip));
+                        routes.iter().any(|r| !postponed.contains(r) && !c.refused_ips.contains(&r.0));
                     self.calls.get_mut(&q.call()).unwrap().postponed = Some((postponed, some_fresh));
                 }
                 self.pool.handle_dns(now, q, answer).map_err(|e| e.to_string())?;
@@ -1177,6 +1236,9 @@ fn seeded_scenarios() {
                 total.aborted += c.aborted;
                 total.server_errors += c.server_errors;
                 total.ejections += c.ejections;
+                total.quic_attempts += c.quic_attempts;
+                total.h3_connections += c.h3_connections;
+                total.silent_quic_cancelled += c.silent_quic_cancelled;
                 // Same seed, same run.
                 if seed % 97 == 0 {
                     assert_eq!(Sim::run(seed), Ok(trace), "seed {seed} is not deterministic");
@@ -1208,6 +1270,9 @@ fn seeded_scenarios() {
             ("HTTP/2 connections ended as never usable with a stream on them", t.aborted),
             ("5xx answers", t.server_errors),
             ("route ejections", t.ejections),
+            ("QUIC attempts", t.quic_attempts),
+            ("HTTP/3 connections", t.h3_connections),
+            ("silent QUIC attempts cancelled", t.silent_quic_cancelled),
         ] {
             assert!(n > 0, "no {what} in {count} scenarios");
         }
