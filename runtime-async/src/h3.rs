@@ -111,13 +111,21 @@ impl Wire {
         match conn.poll_timeout() {
             None => self.timer = None,
             Some(at) => {
-                if self.timer.as_ref().is_none_or(|(t, _)| *t != at) {
+                // QUIC's deadline moves with nearly every packet: a timer is
+                // made anew only when it must fire earlier; one set for an
+                // earlier deadline that has since moved later fires early
+                // and is then set again (no timer per packet).
+                if self.timer.as_ref().is_none_or(|(t, _)| at < *t) {
                     self.timer = Some((at, self.rt.sleep_until(at)));
                 }
                 let fired = self.timer.as_mut().is_some_and(|(_, sleep)| sleep.as_mut().poll(cx).is_ready());
-                if fired || StdInstant::now() >= at {
+                let now = StdInstant::now();
+                if now >= at {
                     self.timer = None;
-                    conn.handle_timeout(StdInstant::now());
+                    conn.handle_timeout(now);
+                    turn.progressed = true;
+                } else if fired {
+                    self.timer = None; // early: set again for `at` on the next turn
                     turn.progressed = true;
                 }
             }
@@ -226,6 +234,10 @@ struct State {
     ping: bool,
     /// Every handle is gone: the connection closes and the pump ends.
     released: bool,
+    /// A call changed what QUIC has to send (a stream opened, body sent,
+    /// data taken, a stream cancelled): the pump is woken once the lock is
+    /// released. A call that only looked is not worth a pump turn.
+    pump_needed: bool,
     closed_reported: bool,
 }
 
@@ -299,7 +311,7 @@ impl H3Shared {
             let mut st = self.lock();
             let r = f(&mut st, &mut wakeups);
             st.dispatch(&mut wakeups);
-            if !from_pump {
+            if std::mem::take(&mut st.pump_needed) && !from_pump {
                 wakeups.extend(st.pump.clone());
             }
             (r, (!st.notes.is_empty()).then(|| std::mem::take(&mut st.notes)))
@@ -343,6 +355,7 @@ impl Drop for H3Handle {
         if self.conn.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.conn.with(false, |st, _| {
                 st.released = true;
+                st.pump_needed = true;
                 st.conn.close(StdInstant::now());
             });
         }
@@ -359,6 +372,7 @@ impl std::fmt::Debug for H3Handle {
 pub(crate) fn ping(handle: &H3Handle) {
     handle.conn.with(false, |st, _| {
         st.ping = true;
+        st.pump_needed = true;
         st.conn.ping(StdInstant::now());
     });
 }
@@ -367,6 +381,7 @@ pub(crate) fn ping(handle: &H3Handle) {
 pub(crate) fn end(handle: &H3Handle, _reason: CloseReason) {
     handle.conn.with(false, |st, _| {
         st.closed_reported = true; // the pool closed it: nothing to report
+        st.pump_needed = true;
         st.conn.close(StdInstant::now());
     });
 }
@@ -385,6 +400,7 @@ pub(crate) fn prepare(owner: &Shared, quic: Quic, connection: ConnectionId) -> (
         notes: vec![PoolNote::Settings(None)],
         ping: false,
         released: false,
+        pump_needed: false,
         closed_reported: false,
     };
     let conn = Arc::new(H3Shared {
@@ -463,6 +479,7 @@ impl Drop for StreamGuard {
         let (stream, over) = (self.stream, self.over);
         self.handle.conn.with(false, |st, _| {
             if st.slots.remove(&stream).is_some() && !over {
+                st.pump_needed = true;
                 st.conn.cancel(StdInstant::now(), stream);
             }
         });
@@ -542,6 +559,7 @@ pub(crate) async fn exchange(
         match opened {
             Ok(stream) => {
                 st.slots.insert(stream, Slot::default());
+                st.pump_needed = true;
                 Poll::Ready(Ok(stream))
             }
             Err(H3OpenError::AtLimit) => {
@@ -599,9 +617,10 @@ pub(crate) async fn exchange(
                 })
                 .await;
                 match room {
-                    Ok(H3SendRoom::Room) => {
-                        conn.with(false, |st, _| st.conn.send(StdInstant::now(), stream, chunk, false))
-                    }
+                    Ok(H3SendRoom::Room) => conn.with(false, |st, _| {
+                        st.pump_needed = true;
+                        st.conn.send(StdInstant::now(), stream, chunk, false);
+                    }),
                     Ok(_) => {
                         stopped = true;
                         break;
@@ -630,7 +649,10 @@ pub(crate) async fn exchange(
                 return Err(Attempted::Fatal(Error::invalid_request(why)));
             }
             if !stopped {
-                conn.with(false, |st, _| st.conn.send(StdInstant::now(), stream, Bytes::new(), true));
+                conn.with(false, |st, _| {
+                    st.pump_needed = true;
+                    st.conn.send(StdInstant::now(), stream, Bytes::new(), true);
+                });
             }
         }
     }
@@ -700,6 +722,7 @@ fn poll_next(st: &mut State, stream: u64, waker: &Waker) -> Poll<Next> {
         if let ResponseEvent::Data(data) = &event {
             let n = data.len();
             st.conn.consumed(StdInstant::now(), stream, n);
+            st.pump_needed = true;
         }
         return Poll::Ready(Next::Event(event));
     }
