@@ -19,6 +19,7 @@
 
 mod budget;
 mod core;
+mod h3;
 mod large;
 mod measure;
 mod report;
@@ -183,6 +184,7 @@ fn main() {
                 "s3" => measure::concurrent_client(client, port, n, true),
                 "s3-tls" => measure::tls_client(client, port, n),
                 "s5" => measure::happy_eyeballs(client, port, n),
+                "s9" => h3::client(client, port, n),
                 _ => None,
             };
             match sample {
@@ -377,6 +379,27 @@ fn main() {
         }
         None if o.wants("s5") => eprintln!("s5: skipped, no IPv6 loopback to black-hole"),
         None => {}
+    }
+
+    if o.wants("s9") {
+        match h3::Ngtcp2::start(&tls).filter(|_| ca_written) {
+            Some(srv) => {
+                let port = srv.port;
+                let title = format!(
+                    "9. {} concurrent streams on one HTTP/3 connection (QUIC, TLS 1.3)",
+                    measure::CONCURRENCY
+                );
+                scenarios.push(run_scenario(
+                    "s9",
+                    title,
+                    h3::SERVER,
+                    h3::CLIENTS,
+                    |c| measure("s9", c, port, n, None),
+                    o.runs,
+                ));
+            }
+            None => eprintln!("s9: skipped (ngtcp2's gtlsserver is not installed)"),
+        }
     }
 
     let core = report::core_scenario(o.quick);

@@ -221,8 +221,18 @@ where
     F: Fn() -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    let make = std::rc::Rc::new(make);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    on_runtime(&rt, width, n, make)
+}
+
+/// [`tokio_concurrent_with`] on a runtime the caller made (one whose tasks
+/// already hold the client's connection).
+pub(crate) fn on_runtime<F, Fut>(rt: &tokio::runtime::Runtime, width: usize, n: usize, make: F) -> Sample
+where
+    F: Fn() -> Fut + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let make = std::rc::Rc::new(make);
     let per = n / width;
     // Warm-up: one call per task, so connections exist.
     rt.block_on(async {

@@ -70,6 +70,14 @@ pub struct Tls {
 pub const TLS_HOST: &str = "h2.test";
 
 impl Tls {
+    /// The leaf's certificate chain and key as PEM files in `dir`: (cert, key).
+    pub fn pem_files(&self, dir: &std::path::Path) -> Option<(PathBuf, PathBuf)> {
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, &self.leaf.chain_pem).ok()?;
+        std::fs::write(&key, &self.leaf.key_pem).ok()?;
+        Some((cert, key))
+    }
+
     /// A fresh CA and leaf.
     pub fn new() -> Tls {
         let ca = switchyard_tests::certs::TestCa::new();

@@ -1,0 +1,162 @@
+//! Scenario 9: HTTP/3 (issue 59). 64 concurrent calls on one HTTP/3
+//! connection to ngtcp2's example server (`gtlsserver`, Debian's
+//! `ngtcp2-server`: ngtcp2 and nghttp3 in C, serving files), each answered
+//! with [`BODY`]: switchyard's QUIC connection (quinn-proto pumped by the
+//! adapter, our HTTP/3 framing and QPACK) against h3 + h3-quinn on quinn,
+//! the Rust HTTP/3 stack others build on — the limit a client library could
+//! reach with the ecosystem's HTTP/3 (reqwest's is behind an unstable flag).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::measure::{smol_concurrent_with, tokio_concurrent_with, Sample, CONCURRENCY};
+use crate::server::{Tls, BODY, TLS_HOST};
+
+/// The clients of scenario 9.
+pub const CLIENTS: &[&str] = &["h3-quinn", "switchyard-tokio", "switchyard-smol"];
+
+/// ngtcp2's server on a free UDP port of 127.0.0.1, serving `/hello`.
+pub struct Ngtcp2 {
+    child: std::process::Child,
+    /// Its UDP port.
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for Ngtcp2 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What serves scenario 9 (for the report).
+pub const SERVER: &str = "ngtcp2's gtlsserver (ngtcp2 + nghttp3, C), one process, UDP";
+
+impl Ngtcp2 {
+    /// Starts it with the bench's certificate, or `None` when it is not installed.
+    pub fn start(tls: &Tls) -> Option<Ngtcp2> {
+        let program =
+            ["gtlsserver", "/usr/sbin/gtlsserver", "/usr/bin/gtlsserver"].into_iter().find(|p| {
+                Command::new(p).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+            })?;
+        let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-h3", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("htdocs")).ok()?;
+        std::fs::write(dir.join("htdocs/hello"), BODY).ok()?;
+        let (cert, key) = tls.pem_files(&dir)?;
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).ok()?.port();
+        let child = Command::new(program)
+            .args(["-q", "-d"])
+            .arg(dir.join("htdocs"))
+            .args(["127.0.0.1", &port.to_string()])
+            .arg(key)
+            .arg(cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        // A UDP server has no accept to wait for: give it its start-up.
+        std::thread::sleep(Duration::from_millis(300));
+        Some(Ngtcp2 { child, port, dir })
+    }
+}
+
+/// The bench CA (DER).
+fn ca() -> Option<Vec<u8>> {
+    std::fs::read(std::env::var_os("SWITCHYARD_BENCH_CA")?).ok()
+}
+
+/// `n` calls, 64 at a time on one connection, by `client`.
+pub fn client(client: &str, port: u16, n: usize) -> Option<Sample> {
+    let ca = ca()?;
+    let url: &'static str = Box::leak(format!("https://{TLS_HOST}:{port}/hello").into_boxed_str());
+    let local = [std::net::IpAddr::from([127, 0, 0, 1])];
+    let authority = format!("{TLS_HOST}:{port}");
+    Some(match client {
+        "switchyard-tokio" => {
+            let c = switchyard_tokio::Client::builder()
+                .http_version(switchyard_tokio::HttpVersion::Http3Only)
+                .add_root_certificate(ca)
+                .resolve(&authority, local)
+                .build()
+                .ok()?;
+            tokio_concurrent_with(CONCURRENCY, n, move || {
+                let c = c.clone();
+                async move { get(&c, url).await }
+            })
+        }
+        "switchyard-smol" => {
+            let c = switchyard_smol::Client::builder()
+                .http_version(switchyard_smol::HttpVersion::Http3Only)
+                .add_root_certificate(ca)
+                .resolve(&authority, local)
+                .build()
+                .ok()?;
+            smol_concurrent_with(CONCURRENCY, n, move || {
+                let c = c.clone();
+                async move { get(&c, url).await }
+            })
+        }
+        "h3-quinn" => h3_quinn(n, port, ca, url)?,
+        _ => return None,
+    })
+}
+
+async fn get<R: switchyard_async::Runtime>(c: &switchyard_async::Client<R>, url: &str) {
+    let mut r = c.get(url).send().await.expect("switchyard over HTTP/3");
+    assert_eq!(r.version(), http::Version::HTTP_3);
+    assert_eq!(r.body_mut().collect().await.expect("body").as_ref(), BODY);
+}
+
+/// h3 + h3-quinn on quinn: one connection, its driver on the same
+/// single-thread runtime as the calls.
+fn h3_quinn(n: usize, port: u16, ca: Vec<u8>, url: &'static str) -> Option<Sample> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+    let send = rt.block_on(async {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls::pki_types::CertificateDer::from(ca)).ok()?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .ok()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).ok()?;
+        let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).ok()?;
+        endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+        let conn = endpoint.connect(([127, 0, 0, 1], port).into(), TLS_HOST).ok()?.await.ok()?;
+        let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn)).await.ok()?;
+        tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+            drop(endpoint);
+        });
+        Some(send)
+    })?;
+    let sample = crate::measure::on_runtime(&rt, CONCURRENCY, n, move || {
+        let mut send = send.clone();
+        async move {
+            let request = http::Request::get(url).body(()).expect("request");
+            let mut stream = send.send_request(request).await.expect("h3 request");
+            stream.finish().await.expect("h3 finish");
+            let response = stream.recv_response().await.expect("h3 response");
+            assert_eq!(response.status(), 200);
+            let mut body = Vec::new();
+            while let Some(mut chunk) = stream.recv_data().await.expect("h3 body") {
+                use bytes::Buf;
+                while chunk.has_remaining() {
+                    let part = chunk.chunk();
+                    body.extend_from_slice(part);
+                    let len = part.len();
+                    chunk.advance(len);
+                }
+            }
+            assert_eq!(body, BODY);
+        }
+    });
+    Some(sample)
+}
