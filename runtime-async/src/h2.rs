@@ -14,7 +14,6 @@ use switchyard_core::pool::RequestFacts;
 use switchyard_core::{CallId, CloseReason, ConnectionId, Instant, Reuse};
 use tokio::io::AsyncWrite;
 
-use switchyard_common::engine::EngineHost;
 use switchyard_common::exchange::Attempted;
 use switchyard_common::h2::{BodyNext, H2Conn, Handle, Locked, SendRoom, Submitted, Wakeups};
 use switchyard_common::{BodyError, Error};
@@ -311,9 +310,7 @@ pub(crate) async fn exchange(
                 // on HTTP/1.1 an invalid request, never retried).
                 drop(guard);
                 let reuse = plan.body_failed(conn.lock().session());
-                shared.input(|st, now| {
-                    let _ = st.pool.exchange_finished(now, call, reuse);
-                });
+                shared.exchange_finished(call, reuse);
                 return Err(Attempted::Fatal(Error::invalid_request(why)));
             }
             if !stopped {
@@ -389,9 +386,7 @@ impl H2Body {
         if let Some(guard) = self.stream.take() {
             drop(guard); // closes the stream (reset if still open)
             let call = self.call;
-            self.shared.input(|st, now| {
-                let _ = st.pool.exchange_finished(now, call, reuse);
-            });
+            self.shared.exchange_finished(call, reuse);
         }
     }
 

@@ -643,9 +643,7 @@ pub(crate) async fn exchange(
                 // The caller's body failed: only this stream ends (reset, as
                 // on HTTP/1.1 an invalid request, never retried).
                 drop(guard);
-                shared.input(|st, now| {
-                    let _ = st.pool.exchange_finished(now, call, Reuse::Reusable);
-                });
+                shared.exchange_finished(call, Reuse::Reusable);
                 return Err(Attempted::Fatal(Error::invalid_request(why)));
             }
             if !stopped {
@@ -810,9 +808,7 @@ impl H3Body {
         if let Some(guard) = self.guard.take() {
             drop(guard);
             let call = self.call;
-            self.shared.input(|st, now| {
-                let _ = st.pool.exchange_finished(now, call, reuse);
-            });
+            self.shared.exchange_finished(call, reuse);
         }
     }
 

@@ -64,6 +64,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A call's exchange on a multiplexed connection ended (`reuse`: whether
+    /// the connection may carry more): the pool hears it.
+    pub(crate) fn exchange_finished(
+        self: &Arc<Self>,
+        call: switchyard_core::CallId,
+        reuse: switchyard_core::Reuse,
+    ) {
+        switchyard_common::engine::EngineHost::input(self, |st, now| {
+            let _ = st.pool.exchange_finished(now, call, reuse);
+        });
+    }
+
     pub(crate) fn new(
         hub: Hub<IoState>,
         rt: Arc<dyn Runtime>,
