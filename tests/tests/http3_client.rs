@@ -107,23 +107,24 @@ async fn a_goaway_sends_the_requests_it_left_unprocessed_to_a_new_connection() {
     // every call must still succeed, a POST among them (never processed, so
     // replaying it is safe).
     let first = client.get(format!("{base}/hello")).send().await.expect("the connection");
+    let going = first.extensions().get::<switchyard_common::Carrier>().expect("the carrier").connection;
     first.text().await.expect("the body");
-    let calls: Vec<_> = (0..6)
-        .map(|i| {
-            let client = client.clone();
-            let base = base.clone();
-            tokio::spawn(async move {
-                let response = match i {
-                    0 => client.get(format!("{base}/goaway")).send().await,
-                    5 => client.post(format!("{base}/echo")).body("posted").send().await,
-                    _ => client.get(format!("{base}/bytes/{i}")).send().await,
-                };
-                let response = response.unwrap_or_else(|e| panic!("call {i}: {e}"));
-                (i, response.status(), response.bytes().await.expect("the body"))
-            })
-        })
-        .collect();
-    for (i, status, body) in futures_util_join(calls).await {
+    // One task polls the calls in order, so /goaway's stream is opened
+    // first and the others right after it (those past the next one are
+    // unprocessed when the GOAWAY comes, however the machine runs them).
+    let calls = (0..6).map(|i| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            let response = match i {
+                0 => client.get(format!("{base}/goaway")).send().await,
+                5 => client.post(format!("{base}/echo")).body("posted").send().await,
+                _ => client.get(format!("{base}/bytes/{i}")).send().await,
+            };
+            let response = response.unwrap_or_else(|e| panic!("call {i}: {e}"));
+            (i, response.status(), response.bytes().await.expect("the body"))
+        }
+    });
+    for (i, status, body) in join_all(calls.collect()).await {
         assert_eq!(status, 200, "call {i}");
         let want: &[u8] = match i {
             0 => b"last",
@@ -132,7 +133,34 @@ async fn a_goaway_sends_the_requests_it_left_unprocessed_to_a_new_connection() {
         };
         assert_eq!(body.as_ref(), want, "call {i}");
     }
-    assert!(client.stats().created >= 2, "the calls after the GOAWAY went to a new connection");
+    // The connection that is going away takes no new call.
+    let after = client.get(format!("{base}/hello")).send().await.expect("a call after the GOAWAY");
+    let carrier = after.extensions().get::<switchyard_common::Carrier>().expect("the carrier").connection;
+    assert_ne!(carrier, going, "a new connection after the GOAWAY");
+}
+
+/// Polls every future in `all` until each is done, in order on every turn
+/// (one task: the order in which they start is the order given).
+async fn join_all<F: std::future::Future>(all: Vec<F>) -> Vec<F::Output> {
+    let mut all: Vec<_> = all.into_iter().map(|f| (Box::pin(f), None)).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, out) in &mut all {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *out = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    all.into_iter().map(|(_, out)| out.expect("done")).collect()
 }
 
 /// An error with its causes, for assertions on what it says.
@@ -189,13 +217,10 @@ async fn nothing_on_the_udp_port_fails_the_connect_at_once() {
         .connect_timeout(Duration::from_secs(30))
         .build()
         .expect("a client");
-    let started = std::time::Instant::now();
     let e = client.get(format!("https://127.0.0.1:{port}/")).send().await.expect_err("no server");
+    // Refused by the system (ICMP port unreachable), not timed out.
     assert!(e.is_connect() && !e.is_timeout(), "{}", told(&e));
     assert!(told(&e).contains("nothing answers QUIC"), "{}", told(&e));
-    // Refused by the system (ICMP port unreachable), not timed out: well
-    // inside the 30 s bound.
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
