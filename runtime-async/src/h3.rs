@@ -44,93 +44,95 @@ pub(crate) struct Quic {
     conn: H3Conn,
 }
 
-/// The UDP side of one connection: the socket, the datagram that did not
-/// fit yet, the receive buffer, and QUIC's timer.
+/// The UDP side of one connection: the socket, the datagrams QUIC gave that
+/// the socket has not taken yet, the receive buffer, and QUIC's timer. Its
+/// system calls need no lock: the installed connection's pump fills and
+/// drains it under the connection's lock and sends and receives outside it.
 struct Wire {
     udp: Box<dyn UdpIo>,
     rt: Arc<dyn Runtime>,
-    out: Vec<u8>,
-    /// `out` holds a datagram the socket had no room for yet.
-    pending: bool,
+    /// Datagrams to send, in order.
+    queue: VecDeque<Vec<u8>>,
+    /// Sent datagrams' buffers, for the next ones.
+    spare: Vec<Vec<u8>>,
     rx: Vec<u8>,
     timer: Option<(StdInstant, BoxFuture<()>)>,
 }
 
-/// What one turn of the wire did.
-struct Turn {
-    progressed: bool,
-    /// The socket said nothing answers on the server's UDP port.
-    refused: Option<std::io::Error>,
-}
-
 impl Wire {
-    /// Sends what QUIC has to send, takes in what arrived (at most
-    /// [`TURN_DATAGRAMS`]), and fires QUIC's timer when it is due.
-    fn turn(&mut self, conn: &mut H3Conn, cx: &mut Context<'_>) -> Turn {
-        let mut turn = Turn { progressed: false, refused: None };
+    /// Takes every datagram QUIC has to send now.
+    fn fill(&mut self, conn: &mut H3Conn) {
         loop {
-            if !self.pending {
-                match conn.poll_transmit(StdInstant::now(), &mut self.out) {
-                    Some(_) => self.pending = true,
-                    None => break,
-                }
+            let mut buf = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(1500));
+            if conn.poll_transmit(StdInstant::now(), &mut buf).is_some() {
+                self.queue.push_back(buf);
+            } else {
+                self.spare.push(buf);
+                return;
             }
-            match self.udp.poll_send(cx, &self.out) {
-                // The system reports an earlier datagram's ICMP "port
-                // unreachable" on whichever call comes next.
-                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    turn.refused = Some(e);
-                    return turn;
-                }
+        }
+    }
+
+    /// Sends what is queued, as far as the socket takes it.
+    ///
+    /// # Errors
+    /// The system reported an earlier datagram's ICMP "port unreachable"
+    /// (on whichever call comes next).
+    fn send(&mut self, cx: &mut Context<'_>) -> Result<(), std::io::Error> {
+        while let Some(datagram) = self.queue.front() {
+            match self.udp.poll_send(cx, datagram) {
+                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(e),
                 // A datagram the system would not send is lost, as on the
                 // path: QUIC's loss recovery sends its content again.
-                Poll::Ready(_) => self.pending = false,
+                Poll::Ready(_) => {
+                    let mut sent = self.queue.pop_front().unwrap_or_default();
+                    sent.clear();
+                    self.spare.push(sent);
+                }
                 Poll::Pending => break,
             }
         }
+        Ok(())
+    }
+
+    /// Receives what arrived, at most [`TURN_DATAGRAMS`], into `inbox`.
+    ///
+    /// # Errors
+    /// ICMP "port unreachable", as [`Wire::send`].
+    fn recv(&mut self, cx: &mut Context<'_>, inbox: &mut Vec<BytesMut>) -> Result<(), std::io::Error> {
         for _ in 0..TURN_DATAGRAMS {
             match self.udp.poll_recv(cx, &mut self.rx) {
-                Poll::Ready(Ok(n)) => {
-                    conn.handle_datagram(StdInstant::now(), conn.remote(), BytesMut::from(&self.rx[..n]));
-                    turn.progressed = true;
-                }
-                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    turn.refused = Some(e);
-                    break;
-                }
+                Poll::Ready(Ok(n)) => inbox.push(BytesMut::from(&self.rx[..n])),
+                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(e),
                 // Other receive errors (a message too long, a network
                 // down) lose at most a datagram: QUIC's timers go on, and a
                 // lasting error ends in its idle timeout, never a busy loop.
-                Poll::Ready(Err(_)) => break,
-                Poll::Pending => break,
+                Poll::Ready(Err(_)) | Poll::Pending => break,
             }
         }
-        if turn.progressed {
-            return turn; // the caller turns again: timers after the inputs
+        Ok(())
+    }
+
+    /// Whether QUIC's timer, due `at`, has fired (or must be looked at again:
+    /// it fired early for a deadline that moved later).
+    fn timer_due(&mut self, at: Option<StdInstant>, cx: &mut Context<'_>) -> bool {
+        let Some(at) = at else {
+            self.timer = None;
+            return false;
+        };
+        // QUIC's deadline moves with nearly every packet: a timer is made
+        // anew only when it must fire earlier; one set for an earlier
+        // deadline that has since moved later fires early and is then set
+        // again (no timer per packet).
+        if self.timer.as_ref().is_none_or(|(t, _)| at < *t) {
+            self.timer = Some((at, self.rt.sleep_until(at)));
         }
-        match conn.poll_timeout() {
-            None => self.timer = None,
-            Some(at) => {
-                // QUIC's deadline moves with nearly every packet: a timer is
-                // made anew only when it must fire earlier; one set for an
-                // earlier deadline that has since moved later fires early
-                // and is then set again (no timer per packet).
-                if self.timer.as_ref().is_none_or(|(t, _)| at < *t) {
-                    self.timer = Some((at, self.rt.sleep_until(at)));
-                }
-                let fired = self.timer.as_mut().is_some_and(|(_, sleep)| sleep.as_mut().poll(cx).is_ready());
-                let now = StdInstant::now();
-                if now >= at {
-                    self.timer = None;
-                    conn.handle_timeout(now);
-                    turn.progressed = true;
-                } else if fired {
-                    self.timer = None; // early: set again for `at` on the next turn
-                    turn.progressed = true;
-                }
-            }
+        let fired = self.timer.as_mut().is_some_and(|(_, sleep)| sleep.as_mut().poll(cx).is_ready());
+        if fired || StdInstant::now() >= at {
+            self.timer = None;
+            return true;
         }
-        turn
+        false
     }
 }
 
@@ -167,8 +169,8 @@ pub(crate) async fn connect(shared: &Shared, route: &Route) -> Result<Quic, Conn
     let wire = Wire {
         udp,
         rt: Arc::clone(&shared.rt),
-        out: Vec::with_capacity(1500),
-        pending: false,
+        queue: VecDeque::new(),
+        spare: Vec::new(),
         rx: vec![0; DATAGRAM_MAX],
         timer: None,
     };
@@ -193,6 +195,7 @@ pub(crate) async fn handshake(
 
 /// Pumps a connection that is not installed yet until `done`, or its end.
 async fn drive_until(quic: &mut Quic, done: fn(&H3Conn) -> bool) -> Result<(), ConnectError> {
+    let mut inbox = Vec::new();
     std::future::poll_fn(|cx| loop {
         if let Some(e) = quic.conn.connect_error() {
             return Poll::Ready(Err(e));
@@ -200,11 +203,20 @@ async fn drive_until(quic: &mut Quic, done: fn(&H3Conn) -> bool) -> Result<(), C
         if done(&quic.conn) {
             return Poll::Ready(Ok(()));
         }
-        let turn = quic.wire.turn(&mut quic.conn, cx);
-        if let Some(e) = turn.refused {
-            return Poll::Ready(Err(refused(&quic.conn, &e)));
+        let (wire, conn) = (&mut quic.wire, &mut quic.conn);
+        wire.fill(conn);
+        if let Err(e) = wire.send(cx).and_then(|()| wire.recv(cx, &mut inbox)) {
+            return Poll::Ready(Err(refused(conn, &e)));
         }
-        if !turn.progressed {
+        let arrived = !inbox.is_empty();
+        for datagram in inbox.drain(..) {
+            conn.handle_datagram(StdInstant::now(), conn.remote(), datagram);
+        }
+        let fired = !arrived && wire.timer_due(conn.poll_timeout(), cx);
+        if fired {
+            conn.handle_timeout(StdInstant::now());
+        }
+        if !arrived && !fired {
             return Poll::Pending;
         }
     })
@@ -413,21 +425,34 @@ pub(crate) fn prepare(owner: &Shared, quic: Quic, connection: ConnectionId) -> (
     (H3Handle { conn, source: Source::New }, job)
 }
 
-/// Moves datagrams until the connection is over and drained.
+/// Moves datagrams until the connection is over and drained. The state is
+/// locked only to hand QUIC what arrived and take what it sends; the system
+/// calls run outside the lock, so calls on other threads never wait on them.
 async fn pump(conn: Arc<H3Shared>, mut wire: Wire) {
+    let mut inbox: Vec<BytesMut> = Vec::new();
+    let mut refused: Option<std::io::Error> = None;
+    let mut fired = false;
     std::future::poll_fn(|cx| loop {
-        let (turn, over) = conn.with(true, |st, _| {
+        let had_input = !inbox.is_empty() || fired;
+        let (over, due) = conn.with(true, |st, _| {
             st.pump = Some(cx.waker().clone());
-            let heard = st.conn.stats().udp_rx.datagrams;
-            let turn = wire.turn(&mut st.conn, cx);
-            if let Some(e) = &turn.refused {
-                tracing::debug!("HTTP/3 connection to {}: {e}", st.conn.remote());
-                st.conn.close(StdInstant::now());
+            let now = StdInstant::now();
+            let heard = !inbox.is_empty();
+            for datagram in inbox.drain(..) {
+                st.conn.handle_datagram(now, st.conn.remote(), datagram);
             }
-            if st.ping && st.conn.stats().udp_rx.datagrams > heard {
+            if std::mem::take(&mut fired) {
+                st.conn.handle_timeout(now);
+            }
+            if let Some(e) = refused.take() {
+                tracing::debug!("HTTP/3 connection to {}: {e}", st.conn.remote());
+                st.conn.close(now);
+            }
+            if st.ping && heard {
                 st.ping = false;
                 st.notes.push(PoolNote::Pong);
             }
+            wire.fill(&mut st.conn);
             let closed = !st.conn.is_connected();
             if closed && !st.closed_reported {
                 // Lost without an event (cannot happen after the handshake,
@@ -435,18 +460,28 @@ async fn pump(conn: Arc<H3Shared>, mut wire: Wire) {
                 st.closed_reported = true;
                 st.notes.push(PoolNote::Closed(CloseReason::Failure));
             }
-            (turn, (st.released || closed) && st.conn.is_drained())
+            ((st.released || closed) && st.conn.is_drained(), st.conn.poll_timeout())
         });
         if over {
             return Poll::Ready(());
         }
-        if !turn.progressed {
-            return Poll::Pending;
+        if let Err(e) = wire.send(cx) {
+            refused = Some(e);
+            continue;
         }
-        if turn.progressed && !wire.pending {
-            // What arrived woke the calls it answered: let them run before
+        if had_input {
+            // What arrived woke the calls it answered: let them run (and
+            // queue their requests beside QUIC's acknowledgements) before
             // taking more.
             cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        if let Err(e) = wire.recv(cx, &mut inbox) {
+            refused = Some(e);
+            continue;
+        }
+        fired = inbox.is_empty() && wire.timer_due(due, cx);
+        if inbox.is_empty() && !fired {
             return Poll::Pending;
         }
     })
