@@ -1,5 +1,6 @@
 //! Scenario 9: HTTP/3 (issue 59). 64 concurrent calls on one HTTP/3
-//! connection to ngtcp2's example server (`gtlsserver`, Debian's
+//! connection (`s9`), and 64 MiB downloads one after another (`s9-large`), to
+//! ngtcp2's example server (`gtlsserver`, Debian's
 //! `ngtcp2-server`: ngtcp2 and nghttp3 in C, serving files), each answered
 //! with [`BODY`]: switchyard's QUIC connection (quinn-proto pumped by the
 //! adapter, our HTTP/3 framing and QPACK) against h3 + h3-quinn on quinn,
@@ -11,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::measure::{smol_concurrent_with, tokio_concurrent_with, Sample, CONCURRENCY};
-use crate::server::{Tls, BODY, TLS_HOST};
+use crate::measure::{smol_concurrent_with, switchyard_drain, tokio_concurrent_with, Sample, CONCURRENCY};
+use crate::server::{Tls, BODY, LARGE, TLS_HOST};
 
 /// The clients of scenario 9.
 pub const CLIENTS: &[&str] = &["h3-quinn", "switchyard-tokio", "switchyard-smol"];
@@ -47,6 +48,7 @@ impl Ngtcp2 {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("htdocs")).ok()?;
         std::fs::write(dir.join("htdocs/hello"), BODY).ok()?;
+        std::fs::write(dir.join("htdocs/large.bin"), vec![b'x'; LARGE]).ok()?;
         let (cert, key) = tls.pem_files(&dir)?;
         let port = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).ok()?.port();
         let child = Command::new(program)
@@ -68,6 +70,51 @@ impl Ngtcp2 {
 /// The bench CA (DER).
 fn ca() -> Option<Vec<u8>> {
     std::fs::read(std::env::var_os("SWITCHYARD_BENCH_CA")?).ok()
+}
+
+/// The title of `s9-large`.
+pub fn large_title() -> String {
+    let mib = LARGE >> 20;
+    format!(
+        "9. Large body over HTTP/3: {mib} MiB GETs, sequential, one connection (req/s × {mib} = MiB/s; CPU per request = per {mib} MiB)"
+    )
+}
+
+/// `n` downloads of [`LARGE`] bytes, one after another, by `client`.
+pub fn large_client(client: &str, port: u16, n: usize) -> Option<Sample> {
+    let ca = ca()?;
+    let url: &'static str = Box::leak(format!("https://{TLS_HOST}:{port}/large.bin").into_boxed_str());
+    let local = [std::net::IpAddr::from([127, 0, 0, 1])];
+    let authority = format!("{TLS_HOST}:{port}");
+    let check = |got: usize| assert_eq!(got, LARGE, "the whole body");
+    Some(match client {
+        "switchyard-tokio" => {
+            let c = switchyard_tokio::Client::builder()
+                .http_version(switchyard_tokio::HttpVersion::Http3Only)
+                .add_root_certificate(ca)
+                .resolve(&authority, local)
+                .build()
+                .ok()?;
+            tokio_concurrent_with(1, n, move || {
+                let c = c.clone();
+                async move { check(switchyard_drain(&c, url).await) }
+            })
+        }
+        "switchyard-smol" => {
+            let c = switchyard_smol::Client::builder()
+                .http_version(switchyard_smol::HttpVersion::Http3Only)
+                .add_root_certificate(ca)
+                .resolve(&authority, local)
+                .build()
+                .ok()?;
+            smol_concurrent_with(1, n, move || {
+                let c = c.clone();
+                async move { check(switchyard_drain(&c, url).await) }
+            })
+        }
+        "h3-quinn" => h3_quinn(1, n, port, ca, url, LARGE)?,
+        _ => return None,
+    })
 }
 
 /// `n` calls, 64 at a time on one connection, by `client`.
@@ -101,7 +148,7 @@ pub fn client(client: &str, port: u16, n: usize) -> Option<Sample> {
                 async move { get(&c, url).await }
             })
         }
-        "h3-quinn" => h3_quinn(n, port, ca, url)?,
+        "h3-quinn" => h3_quinn(CONCURRENCY, n, port, ca, url, BODY.len())?,
         _ => return None,
     })
 }
@@ -113,8 +160,16 @@ async fn get<R: switchyard_async::Runtime>(c: &switchyard_async::Client<R>, url:
 }
 
 /// h3 + h3-quinn on quinn: one connection, its driver on the same
-/// single-thread runtime as the calls.
-fn h3_quinn(n: usize, port: u16, ca: Vec<u8>, url: &'static str) -> Option<Sample> {
+/// single-thread runtime as the calls; `width` calls at a time, each body
+/// read to its end and counted (`expect` bytes).
+fn h3_quinn(
+    width: usize,
+    n: usize,
+    port: u16,
+    ca: Vec<u8>,
+    url: &'static str,
+    expect: usize,
+) -> Option<Sample> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
     let send = rt.block_on(async {
         let mut roots = rustls::RootCertStore::empty();
@@ -137,7 +192,7 @@ fn h3_quinn(n: usize, port: u16, ca: Vec<u8>, url: &'static str) -> Option<Sampl
         });
         Some(send)
     })?;
-    let sample = crate::measure::on_runtime(&rt, CONCURRENCY, n, move || {
+    let sample = crate::measure::on_runtime(&rt, width, n, move || {
         let mut send = send.clone();
         async move {
             let request = http::Request::get(url).body(()).expect("request");
@@ -145,17 +200,12 @@ fn h3_quinn(n: usize, port: u16, ca: Vec<u8>, url: &'static str) -> Option<Sampl
             stream.finish().await.expect("h3 finish");
             let response = stream.recv_response().await.expect("h3 response");
             assert_eq!(response.status(), 200);
-            let mut body = Vec::new();
-            while let Some(mut chunk) = stream.recv_data().await.expect("h3 body") {
-                use bytes::Buf;
-                while chunk.has_remaining() {
-                    let part = chunk.chunk();
-                    body.extend_from_slice(part);
-                    let len = part.len();
-                    chunk.advance(len);
-                }
+            // Counted and dropped, as the switchyard rows do.
+            let mut got = 0;
+            while let Some(chunk) = stream.recv_data().await.expect("h3 body") {
+                got += bytes::Buf::remaining(&chunk);
             }
-            assert_eq!(body, BODY);
+            assert_eq!(got, expect);
         }
     });
     Some(sample)

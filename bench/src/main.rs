@@ -185,6 +185,7 @@ fn main() {
                 "s3-tls" => measure::tls_client(client, port, n),
                 "s5" => measure::happy_eyeballs(client, port, n),
                 "s9" => h3::client(client, port, n),
+                "s9-large" => h3::large_client(client, port, n),
                 _ => None,
             };
             match sample {
@@ -399,6 +400,23 @@ fn main() {
                 ));
             }
             None => eprintln!("s9: skipped (ngtcp2's gtlsserver is not installed)"),
+        }
+    }
+    if o.wants("s9-large") {
+        match h3::Ngtcp2::start(&tls).filter(|_| ca_written) {
+            Some(srv) => {
+                let port = srv.port;
+                let count = if o.quick { 2 } else { 6 };
+                scenarios.push(run_scenario(
+                    "s9-large",
+                    h3::large_title(),
+                    h3::SERVER,
+                    h3::CLIENTS,
+                    |c| measure("s9-large", c, port, count, None),
+                    o.runs,
+                ));
+            }
+            None => eprintln!("s9-large: skipped (ngtcp2's gtlsserver is not installed)"),
         }
     }
 
