@@ -139,6 +139,61 @@ impl H3Failure {
     }
 }
 
+impl H3Failure {
+    /// The failure the pool's retry rules judge, for a request that failed
+    /// with this after `progress`: a GOAWAY's unprocessed stream and
+    /// H3_REQUEST_REJECTED are "not processed" (retried on another
+    /// connection whatever the method), another reset is HTTP/2's stream
+    /// reset, a malformed answer a protocol error, a lost connection an
+    /// I/O failure.
+    ///
+    /// ```
+    /// # use switchyard_common::h3::H3Failure;
+    /// use switchyard_core::pool::{ExchangeFailureKind, Progress, RequestFacts};
+    /// let facts = RequestFacts::new(&http::Method::POST, false, true);
+    /// let f = H3Failure::NotProcessed.judged(Progress::RequestWritten, facts);
+    /// assert_eq!(f.kind, ExchangeFailureKind::GoAwayUnprocessed);
+    /// ```
+    #[must_use]
+    pub fn judged(
+        &self,
+        progress: switchyard_core::pool::Progress,
+        facts: switchyard_core::pool::RequestFacts,
+    ) -> switchyard_core::pool::ExchangeFailure {
+        use switchyard_core::pool::ExchangeFailureKind as K;
+        let kind = match self {
+            H3Failure::NotProcessed => K::GoAwayUnprocessed,
+            H3Failure::Reset(_) if self.is_retryable() => K::RefusedStream,
+            H3Failure::Reset(code) => K::StreamReset { code: u32::try_from(*code).unwrap_or(u32::MAX) },
+            H3Failure::Protocol(e) => K::Protocol { message: format!("HTTP/3: {e}") },
+            H3Failure::ConnectionLost(why) => K::Io {
+                kind: std::io::ErrorKind::ConnectionAborted,
+                message: format!("the HTTP/3 connection was lost: {why}"),
+            },
+        };
+        switchyard_core::pool::ExchangeFailure { kind, progress, request: facts }
+    }
+}
+
+/// A GOAWAY whose first unprocessed request stream is `first`, as the pool
+/// hears it ([`Pool::goaway`](switchyard_core::Pool::goaway) counts in
+/// HTTP/2's stream ids: client streams 1, 3, 5, …, where HTTP/3's are 0, 4,
+/// 8, …): the same number of requests taken, so its stream-budget lesson holds.
+///
+/// ```
+/// # use switchyard_common::h3::goaway_for_pool;
+/// // Streams 0, 4 and 8 were taken (the first unprocessed is 12): HTTP/2's
+/// // 1, 3 and 5, so its last stream id is 5.
+/// assert_eq!(goaway_for_pool(12).last_stream_id, 5);
+/// assert_eq!(goaway_for_pool(0).last_stream_id, 0);
+/// ```
+#[must_use]
+pub fn goaway_for_pool(first: u64) -> switchyard_core::http2::GoAway {
+    let taken = first / 4;
+    let last_stream_id = u32::try_from((taken * 2).saturating_sub(1)).unwrap_or(u32::MAX);
+    switchyard_core::http2::GoAway { last_stream_id, error_code: 0 }
+}
+
 impl std::fmt::Display for H3Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

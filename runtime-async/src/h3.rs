@@ -22,7 +22,7 @@ use switchyard_common::exchange::Attempted;
 use switchyard_common::h2::{tell_pool, wake_all, PoolNote, Wakeups};
 use switchyard_common::h3::{H3Config, H3Conn, H3Event, H3Failure, H3OpenError, H3SendRoom, ResponseEvent};
 use switchyard_common::{BodyError, Error};
-use switchyard_core::http2::{GoAway, Session, StreamLimits};
+use switchyard_core::http2::{Session, StreamLimits};
 use switchyard_core::pool::{ExchangeFailure, ExchangeFailureKind, Progress, RequestFacts};
 use switchyard_core::{CallId, CloseReason, ConnectError, ConnectionId, Instant, Reuse, Route, Source};
 
@@ -279,12 +279,7 @@ impl State {
                 }
                 H3Event::StreamsAvailable => w.append(&mut self.open_waiters),
                 H3Event::GoAway(first) => {
-                    // In HTTP/2's numbering, which the pool counts in: the
-                    // requests the server took are the streams below `first`
-                    // (client streams are 0, 4, 8, …).
-                    let processed = first / 4;
-                    let last_stream_id = u32::try_from((processed * 2).saturating_sub(1)).unwrap_or(u32::MAX);
-                    self.notes.push(PoolNote::GoAway(GoAway { last_stream_id, error_code: 0 }));
+                    self.notes.push(PoolNote::GoAway(switchyard_common::h3::goaway_for_pool(first)));
                     w.append(&mut self.open_waiters);
                 }
                 H3Event::Closed(_) => {
@@ -521,24 +516,6 @@ impl Drop for StreamGuard {
     }
 }
 
-/// The failure the retry rules judge, for a stream that failed with
-/// `failure` after `progress`.
-fn judged(failure: &H3Failure, progress: Progress, facts: RequestFacts) -> ExchangeFailure {
-    let kind = match failure {
-        H3Failure::NotProcessed => ExchangeFailureKind::GoAwayUnprocessed,
-        H3Failure::Reset(_) if failure.is_retryable() => ExchangeFailureKind::RefusedStream,
-        H3Failure::Reset(code) => {
-            ExchangeFailureKind::StreamReset { code: u32::try_from(*code).unwrap_or(u32::MAX) }
-        }
-        H3Failure::Protocol(e) => ExchangeFailureKind::Protocol { message: format!("HTTP/3: {e}") },
-        H3Failure::ConnectionLost(why) => ExchangeFailureKind::Io {
-            kind: std::io::ErrorKind::ConnectionAborted,
-            message: format!("the HTTP/3 connection was lost: {why}"),
-        },
-    };
-    ExchangeFailure { kind, progress, request: facts }
-}
-
 /// Waits on the connection until `poll` is ready, or `deadline` (then
 /// `Err(())`).
 async fn wait<T>(
@@ -707,7 +684,7 @@ pub(crate) async fn exchange(
             Ok(Next::Event(_)) => continue, // nothing comes before the head
             Ok(Next::Failed(failure)) => {
                 guard.over = true;
-                return Err(Attempted::Failed(judged(&failure, Progress::RequestWritten, facts)));
+                return Err(Attempted::Failed(failure.judged(Progress::RequestWritten, facts)));
             }
             Err(()) => {
                 let failure = ExchangeFailure {

@@ -417,7 +417,7 @@ async fn an_https_record_moves_the_next_connection_to_http3() {
     first.text().await.expect("the body");
     // Once the answer is in, a new connection races QUIC, which wins.
     let mut version = http::Version::HTTP_2;
-    for _ in 0..100 {
+    for _ in 0..500 {
         client.evict_idle();
         let next = client.get(&url).send().await.expect("a call");
         version = next.version();
