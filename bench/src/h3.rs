@@ -67,6 +67,19 @@ impl Ngtcp2 {
     }
 }
 
+/// A client of any async adapter speaking only HTTP/3 to the bench server.
+fn http3_only<R: switchyard_async::Runtime + Default>(
+    ca: Vec<u8>,
+    port: u16,
+) -> Option<switchyard_async::Client<R>> {
+    switchyard_async::Client::<R>::builder()
+        .http_version(switchyard_async::switchyard_common::HttpVersion::Http3Only)
+        .add_root_certificate(ca)
+        .resolve(&format!("{TLS_HOST}:{port}"), [std::net::IpAddr::from([127, 0, 0, 1])])
+        .build()
+        .ok()
+}
+
 /// The bench CA (DER).
 fn ca() -> Option<Vec<u8>> {
     std::fs::read(std::env::var_os("SWITCHYARD_BENCH_CA")?).ok()
@@ -84,29 +97,17 @@ pub fn large_title() -> String {
 pub fn large_client(client: &str, port: u16, n: usize) -> Option<Sample> {
     let ca = ca()?;
     let url: &'static str = Box::leak(format!("https://{TLS_HOST}:{port}/large.bin").into_boxed_str());
-    let local = [std::net::IpAddr::from([127, 0, 0, 1])];
-    let authority = format!("{TLS_HOST}:{port}");
     let check = |got: usize| assert_eq!(got, LARGE, "the whole body");
     Some(match client {
         "switchyard-tokio" => {
-            let c = switchyard_tokio::Client::builder()
-                .http_version(switchyard_tokio::HttpVersion::Http3Only)
-                .add_root_certificate(ca)
-                .resolve(&authority, local)
-                .build()
-                .ok()?;
+            let c: switchyard_tokio::Client = http3_only(ca, port)?;
             tokio_concurrent_with(1, n, move || {
                 let c = c.clone();
                 async move { check(switchyard_drain(&c, url).await) }
             })
         }
         "switchyard-smol" => {
-            let c = switchyard_smol::Client::builder()
-                .http_version(switchyard_smol::HttpVersion::Http3Only)
-                .add_root_certificate(ca)
-                .resolve(&authority, local)
-                .build()
-                .ok()?;
+            let c: switchyard_smol::Client = http3_only(ca, port)?;
             smol_concurrent_with(1, n, move || {
                 let c = c.clone();
                 async move { check(switchyard_drain(&c, url).await) }
@@ -121,28 +122,16 @@ pub fn large_client(client: &str, port: u16, n: usize) -> Option<Sample> {
 pub fn client(client: &str, port: u16, n: usize) -> Option<Sample> {
     let ca = ca()?;
     let url: &'static str = Box::leak(format!("https://{TLS_HOST}:{port}/hello").into_boxed_str());
-    let local = [std::net::IpAddr::from([127, 0, 0, 1])];
-    let authority = format!("{TLS_HOST}:{port}");
     Some(match client {
         "switchyard-tokio" => {
-            let c = switchyard_tokio::Client::builder()
-                .http_version(switchyard_tokio::HttpVersion::Http3Only)
-                .add_root_certificate(ca)
-                .resolve(&authority, local)
-                .build()
-                .ok()?;
+            let c: switchyard_tokio::Client = http3_only(ca, port)?;
             tokio_concurrent_with(CONCURRENCY, n, move || {
                 let c = c.clone();
                 async move { get(&c, url).await }
             })
         }
         "switchyard-smol" => {
-            let c = switchyard_smol::Client::builder()
-                .http_version(switchyard_smol::HttpVersion::Http3Only)
-                .add_root_certificate(ca)
-                .resolve(&authority, local)
-                .build()
-                .ok()?;
+            let c: switchyard_smol::Client = http3_only(ca, port)?;
             smol_concurrent_with(CONCURRENCY, n, move || {
                 let c = c.clone();
                 async move { get(&c, url).await }
